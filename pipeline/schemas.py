@@ -1,0 +1,140 @@
+"""The schema of every table the pipeline writes: one place, pyarrow types.
+
+Rows follow the RESCUE row schema (spec §1.3) with nested lists stored as Parquet
+``list<struct>``. One deliberate difference from the published JSONL: the relation label
+lives on the therapist row it annotates (``relation_cycle_state`` / ``_reason`` /
+``_evidence_rows``, the names the paper's RPP script reads). The release's shifted copy on
+the preceding row (``relation_pattern*``) is derived on export (``pipeline.rescue_format``).
+Evidence rows keep the release's 0-based positions.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+STR = pa.string()
+STR_LIST = pa.list_(pa.string())
+
+PERSON_DESCRIPTION = pa.struct([("person", STR), ("description", STR)])
+BACKGROUND_DIALOGUE = pa.struct([("speaker", STR), ("target", STR_LIST), ("content", STR)])
+INTERACTION_BEHAVIOR = pa.struct([("initiator", STR), ("target", STR_LIST), ("description", STR)])
+INTERNAL_EMOTION = pa.struct([("person", STR), ("emotion_description", STR), ("intensity", pa.int64())])
+VIEWPOINT = pa.struct([("source", STR), ("target", STR), ("viewpoint", STR), ("attitude", STR)])
+SUPPORT_STRATEGY = pa.struct(
+    [("provider", STR), ("target", STR_LIST), ("strategy_type", STR), ("strategy_content", STR)]
+)
+
+# The 15 keys every row carries in the release, in release order (V1).
+BASE_ROW_FIELDS: list[pa.Field] = [
+    pa.field("start_time", pa.float64(), nullable=False),
+    pa.field("end_time", pa.float64(), nullable=False),
+    pa.field("primary_speaker", STR, nullable=False),
+    pa.field("target", STR_LIST),
+    pa.field("dialogue_cleaned", STR),
+    pa.field("utterance_type", STR),
+    pa.field("background_dialogue", pa.list_(BACKGROUND_DIALOGUE)),
+    pa.field("tone_of_voice", STR),
+    pa.field("body_posture", pa.list_(PERSON_DESCRIPTION)),
+    pa.field("facial_expressions", pa.list_(PERSON_DESCRIPTION)),
+    pa.field("self_directed_behavior", pa.list_(PERSON_DESCRIPTION)),
+    pa.field("interaction_behavior", pa.list_(INTERACTION_BEHAVIOR)),
+    pa.field("internal_emotion", pa.list_(INTERNAL_EMOTION)),
+    pa.field("viewpoints_attitudes", pa.list_(VIEWPOINT)),
+    pa.field("support_strategy", pa.list_(SUPPORT_STRATEGY)),
+]
+BASE_ROW_KEYS: tuple[str, ...] = tuple(f.name for f in BASE_ROW_FIELDS)
+LIST_ROW_KEYS: tuple[str, ...] = tuple(
+    f.name for f in BASE_ROW_FIELDS if pa.types.is_list(f.type)
+)
+
+# Relation annotation on therapist rows; null on client rows (the release omits the key there).
+RELATION_FIELDS: list[pa.Field] = [
+    pa.field("relation_cycle_state", STR),
+    pa.field("relation_cycle_reason", STR),
+    pa.field("relation_cycle_evidence_rows", pa.list_(pa.int64())),
+]
+
+ROWS = pa.schema(
+    [pa.field("sample_id", STR, nullable=False), pa.field("row_index", pa.int64(), nullable=False)]
+    + BASE_ROW_FIELDS
+    + RELATION_FIELDS
+)
+ROW_KEYS: tuple[str, ...] = tuple(ROWS.names)
+
+SAMPLES = pa.schema(
+    [
+        pa.field("sample_id", STR, nullable=False),
+        pa.field("scenario", STR, nullable=False),
+        pa.field("group_id", STR, nullable=False),  # couple / family directory: the split unit
+        pa.field("participants", STR_LIST),
+        pa.field("source_file", STR),  # relative, never an absolute path
+        pa.field("n_rows", pa.int64()),
+        pa.field("duration_s", pa.float64()),  # clip duration when known (V4), else null
+    ]
+)
+
+# Every task table starts with these, then its inputs, then `label` (the gold).
+TASK_KEY_FIELDS: list[pa.Field] = [
+    pa.field("sample_id", STR, nullable=False),
+    pa.field("scenario", STR, nullable=False),
+    pa.field("row_index", pa.int64(), nullable=False),
+    pa.field("instance_id", STR, nullable=False),
+]
+
+# Draft rows from the turn segmenter (#3) before any annotation: the transcript round's input.
+DRAFT_ROWS = pa.schema(
+    [
+        pa.field("sample_id", STR, nullable=False),
+        pa.field("row_index", pa.int64(), nullable=False),
+        pa.field("start_time", pa.float64(), nullable=False),
+        pa.field("end_time", pa.float64(), nullable=False),
+        pa.field("primary_speaker", STR, nullable=False),  # participant name or SPEAKER_xx
+        pa.field("target", STR_LIST),
+        pa.field("dialogue_cleaned", STR),
+        pa.field("background_dialogue", pa.list_(BACKGROUND_DIALOGUE)),
+    ]
+)
+
+# The long label table pulled from Label Studio (#4) and consumed by agreement/gold (#5).
+# One line per (round, sample, row, annotator, field); `value` is JSON text so that every
+# field type (choice, list of names, number, nested records) shares one column.
+LABELS = pa.schema(
+    [
+        pa.field("round", STR, nullable=False),
+        pa.field("sample_id", STR, nullable=False),
+        pa.field("row_index", pa.int64(), nullable=False),
+        pa.field("annotator", STR, nullable=False),
+        pa.field("field", STR, nullable=False),
+        pa.field("value", STR),  # JSON
+        pa.field("annotation_id", pa.int64()),
+        pa.field("lead_time_s", pa.float64()),
+        pa.field("created_at", STR),
+        pa.field("updated_at", STR),
+    ]
+)
+
+# Media catalog (#3): one line per ingested video.
+CATALOG = pa.schema(
+    [
+        pa.field("sample_id", STR, nullable=False),
+        pa.field("scenario", STR, nullable=False),
+        pa.field("source_name", STR, nullable=False),  # file name inside the batch, no absolute path
+        pa.field("sha256", STR, nullable=False),
+        pa.field("duration_s", pa.float64()),
+        pa.field("audio_path", STR),  # relative to the data root
+        pa.field("status", STR, nullable=False),  # done | quarantined
+        pa.field("reason", STR),
+    ]
+)
+
+VIOLATIONS = pa.schema(
+    [
+        pa.field("sample_id", STR),
+        pa.field("row_index", pa.int64()),
+        pa.field("rule", STR, nullable=False),
+        pa.field("message", STR, nullable=False),
+    ]
+)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()

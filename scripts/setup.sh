@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian machine (or re-run on a set-up one: seconds).
+# System packages, the pipeline's virtual environment at .venv/, then every
+# scripts/setup.d/*.sh step in order (test models, the Label Studio server venv, ...).
+# GPU hosts: see README "GPU host" - the CUDA build of torch comes from a normal `pip install whisperx`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(ffmpeg espeak-ng sox chromium)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing system packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
+
+# The CPU torch wheel lies in /opt/wheels on these machines; uv does not read pip's config.
+FIND_LINKS=()
+[ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
+
+stamp=.venv/.rescue-setup
+want="$(cat pyproject.toml scripts/overrides.txt | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: building .venv (python 3.11)"
+  [ -x .venv/bin/python ] || uv venv -q -p 3.11 .venv
+  uv pip install -q -p .venv/bin/python "${FIND_LINKS[@]}" --override scripts/overrides.txt -e '.[test]'
+  # torchaudio's compiled part only loads beside a CUDA torch; whisperx and pyannote use its Python part.
+  rm -f .venv/lib/python3.11/site-packages/torchaudio/lib/_torchaudio.so
+  echo "$want" > "$stamp"
+fi
+
+for step in scripts/setup.d/*.sh; do
+  [ -e "$step" ] || continue
+  bash "$step"
+done
