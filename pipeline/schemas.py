@@ -138,3 +138,113 @@ VIOLATIONS = pa.schema(
 
 def empty_table(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
+
+
+# ==== Task tables (pipeline.tasks) and releases (pipeline.release) ===================
+# Convention: columns whose name starts with ``label`` hold gold; every other column is a
+# key, metadata known before the turn, or model input. Context rows carry input fields only
+# (never internal_emotion, viewpoints_attitudes, support_strategy, relation_*, utterance_type).
+
+CONTEXT_ROW = pa.struct(
+    [
+        ("row_index", pa.int64()),
+        ("timestamp", STR),  # "%.3f-%.3f" % (start_time, end_time), as the paper's scripts
+        ("primary_speaker", STR),
+        ("target", STR_LIST),
+        ("dialogue_cleaned", STR),
+        ("background_dialogue", pa.list_(BACKGROUND_DIALOGUE)),
+        ("tone_of_voice", STR),
+        ("body_posture", pa.list_(PERSON_DESCRIPTION)),
+        ("facial_expressions", pa.list_(PERSON_DESCRIPTION)),
+        ("self_directed_behavior", pa.list_(PERSON_DESCRIPTION)),
+        ("interaction_behavior", pa.list_(INTERACTION_BEHAVIOR)),
+    ]
+)
+CONTEXT_ROW_KEYS: tuple[str, ...] = tuple(f.name for f in CONTEXT_ROW)
+CONTEXT = pa.list_(CONTEXT_ROW)
+
+_TASK_KEYS = list(TASK_KEY_FIELDS)
+# The current (checkpoint) row of ER/VP, flat as in the paper's er.jsonl / vp.jsonl.
+_CURRENT_ROW = [
+    pa.field("timestamp", STR),
+    pa.field("speaker", STR),
+    pa.field("target", STR_LIST),
+    pa.field("dialogue", STR),
+    pa.field("background_dialogue", pa.list_(BACKGROUND_DIALOGUE)),
+    pa.field("tone_of_voice", STR),
+    pa.field("body_posture", pa.list_(PERSON_DESCRIPTION)),
+    pa.field("facial_expressions", pa.list_(PERSON_DESCRIPTION)),
+    pa.field("self_directed_behavior", pa.list_(PERSON_DESCRIPTION)),
+    pa.field("interaction_behavior", pa.list_(INTERACTION_BEHAVIOR)),
+]
+
+ITP = pa.schema(
+    _TASK_KEYS
+    + [
+        pa.field("participants", STR_LIST),
+        pa.field("decision_after_row", CONTEXT_ROW),  # the last row before the decision
+        pa.field("prior_context", CONTEXT),  # ends WITH the decision row (paper's scripts)
+        pa.field("label", STR),  # yes | no
+        pa.field("label_boundary_type", STR),  # therapist_entry | same_speaker_continuation | non_therapist_exchange
+    ]
+)
+RPP = pa.schema(
+    _TASK_KEYS
+    + [
+        pa.field("turn_id", STR),  # the paper's "<file stem>__row<k>" (not unique across groups)
+        pa.field("target_primary_speaker", STR),
+        pa.field("participants", STR_LIST),
+        pa.field("candidate_relation_labels", STR_LIST),
+        pa.field("prior_context", CONTEXT),
+        pa.field("label", STR),
+        pa.field("label_reason", STR),
+        pa.field("label_evidence_rows", pa.list_(pa.int64())),
+    ]
+)
+STP = pa.schema(
+    _TASK_KEYS
+    + [
+        pa.field("turn_id", STR),
+        pa.field("target_primary_speaker", STR),
+        pa.field("participants", STR_LIST),
+        pa.field("candidate_target_labels", STR_LIST),
+        pa.field("prior_context", CONTEXT),
+        pa.field("label", STR),
+        pa.field("label_source", STR),  # support_strategy | row_target_fallback
+    ]
+)
+SSP = pa.schema(
+    _TASK_KEYS
+    + [
+        pa.field("turn_id", STR),
+        pa.field("participants", STR_LIST),
+        pa.field("known_support_target", STR),  # given to the model by design (paper)
+        pa.field("candidate_strategy_labels", STR_LIST),
+        pa.field("target_internal_emotion", pa.list_(INTERNAL_EMOTION)),  # null unless enabled
+        pa.field("prior_context", CONTEXT),
+        pa.field("label", STR),
+    ]
+)
+ER = pa.schema(
+    _TASK_KEYS
+    + [pa.field("group_id", STR)]
+    + _CURRENT_ROW
+    + [
+        pa.field("prior_context", CONTEXT),
+        pa.field("label", STR),  # gold emotion description
+        pa.field("label_intensity", pa.int64()),  # gold intensity 0..10
+    ]
+)
+VP = pa.schema(
+    _TASK_KEYS
+    + [pa.field("group_id", STR), pa.field("participants", STR_LIST)]
+    + _CURRENT_ROW
+    + [
+        pa.field("prior_context", CONTEXT),
+        pa.field("label", pa.list_(VIEWPOINT)),  # all speaker-matched gold viewpoints
+    ]
+)
+TASK_SCHEMAS: dict[str, pa.Schema] = {"itp": ITP, "rpp": RPP, "stp": STP, "ssp": SSP, "er": ER, "vp": VP}
+# Release configs in card order: the two row-level tables, then the six tasks.
+RELEASE_CONFIGS: tuple[str, ...] = ("samples", "rows", *TASK_SCHEMAS)
+# ==== end of task-table block =========================================================
