@@ -1,0 +1,581 @@
+"""Inter-annotator agreement per round and field, computed from the long label table.
+
+Input is ``schemas.LABELS`` (one line per round, sample, row, annotator, field; ``value`` is
+JSON). Every field is compared with the metric its round definition declares:
+
+- ``nominal``  - categories (utterance_type, relation_cycle_state): Krippendorff's alpha with
+  the 0/1 distance, pairwise Cohen's kappa, Fleiss' kappa when every unit has the same number
+  of raters.
+- ``interval`` - numbers (intensity): alpha with the squared difference.
+- ``masi``     - sets (target lists): alpha with the MASI distance (Passonneau 2006).
+- ``presence`` - optional fields (support_strategy): "present / absent" compared nominally. An
+  annotator who labelled the row but left the field out counts as "absent".
+
+The unit is one (sample_id, row_index). Alpha is computed with our own vectorised
+coincidence-matrix code (``alpha_from_counts``) because MASI needs a distance matrix over
+set values and the per-label / per-annotator breakdowns call it many times; the tests check it
+against the ``krippendorff`` package and the published worked examples.
+
+Bad data is reported, not fixed silently: duplicate annotations (same annotator, unit and
+field) keep the most recently updated one and are listed; unparseable JSON is listed and left
+out; annotators who covered fewer units than the round has are listed with their coverage.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+Metric = Literal["nominal", "interval", "masi", "presence"]
+METRICS: tuple[str, ...] = ("nominal", "interval", "masi", "presence")
+DEFAULT_THRESHOLD = 0.667  # Krippendorff's lowest acceptable alpha for tentative conclusions
+UNIT = ("sample_id", "row_index")
+PRESENT, ABSENT = "present", "absent"
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """What agreement means for one field of a round."""
+
+    name: str
+    metric: Metric = "nominal"
+    threshold: float = DEFAULT_THRESHOLD
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"field {self.name!r}: unknown agreement metric {self.metric!r}; expected one of {METRICS}")
+
+
+def field_rules(round_def: Any) -> list[FieldRule]:
+    """The agreement rules of a round definition (issue #4's ``load_round``), a mapping
+    ``{field: metric}`` or an iterable of ``FieldRule``.
+
+    Fields whose definition declares no agreement metric (free text) are skipped: free text is
+    resolved by adjudication, not measured by alpha.
+    """
+    if isinstance(round_def, Mapping):
+        return [r if isinstance(r, FieldRule) else FieldRule(name, r) for name, r in round_def.items()]
+    fields = getattr(round_def, "fields", round_def)
+    if isinstance(fields, Mapping):
+        fields = list(fields.values())
+    rules = []
+    for f in fields:
+        if isinstance(f, FieldRule):
+            rules.append(f)
+            continue
+        metric = getattr(f, "agreement", None) or getattr(f, "metric", None)
+        if isinstance(metric, Mapping):  # {metric: ..., threshold: ...}
+            threshold = metric.get("threshold", DEFAULT_THRESHOLD)
+            metric = metric.get("metric")
+        else:
+            threshold = getattr(f, "threshold", None)
+        if not metric or metric == "none":
+            continue
+        rules.append(FieldRule(f.name, metric, DEFAULT_THRESHOLD if threshold is None else float(threshold)))
+    return rules
+
+
+# --- the coefficients --------------------------------------------------------------------
+
+
+def alpha_from_counts(counts: np.ndarray, distance: np.ndarray) -> float:
+    """Krippendorff's alpha from a units x values count matrix and a values x values distance.
+
+    ``counts[u, v]`` = how many coders gave value v to unit u. Units with fewer than two values
+    are not pairable and drop out, exactly as in Krippendorff (2011). Returns NaN when alpha is
+    undefined (no pairable unit, or no expected disagreement: everybody used one value).
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    m = counts.sum(axis=1)
+    pairable = m >= 2
+    if not pairable.any():
+        return math.nan
+    c = counts[pairable]
+    w = 1.0 / (m[pairable] - 1.0)
+    # coincidences o = sum_u (c_u c_u^T - diag(c_u)) / (m_u - 1): one matmul, no N x V x V array
+    o = (c * w[:, None]).T @ c - np.diag((c * w[:, None]).sum(axis=0))
+    n_v = o.sum(axis=0)
+    n = n_v.sum()
+    e = (np.outer(n_v, n_v) - np.diag(n_v)) / (n - 1.0)
+    d_e = float((e * distance).sum())
+    if d_e <= 0:
+        return math.nan
+    return 1.0 - float((o * distance).sum()) / d_e
+
+
+def masi_distance(a: frozenset, b: frozenset) -> float:
+    """MASI distance (Passonneau 2006): 1 - Jaccard * monotonicity."""
+    if a == b:
+        return 0.0
+    union = len(a | b)
+    inter = len(a & b)
+    if inter == 0:
+        return 1.0
+    m = 2 / 3 if (a <= b or b <= a) else 1 / 3
+    return 1.0 - (inter / union) * m
+
+
+def distance_matrix(domain: list, metric: Metric) -> np.ndarray:
+    n = len(domain)
+    if metric in ("nominal", "presence"):
+        return 1.0 - np.eye(n)
+    if metric == "interval":
+        v = np.asarray(domain, dtype=np.float64)
+        return (v[:, None] - v[None, :]) ** 2
+    if metric == "masi":
+        d = np.zeros((n, n))
+        for i, j in combinations(range(n), 2):
+            d[i, j] = d[j, i] = masi_distance(domain[i], domain[j])
+        return d
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+def cohen_kappa(confusion: np.ndarray) -> float:
+    """Cohen's kappa from a square confusion matrix of two raters (rows: rater A)."""
+    c = np.asarray(confusion, dtype=np.float64)
+    n = c.sum()
+    if n == 0:
+        return math.nan
+    p_o = np.trace(c) / n
+    p_e = float((c.sum(axis=1) * c.sum(axis=0)).sum()) / n**2
+    return math.nan if p_e >= 1 else (p_o - p_e) / (1 - p_e)
+
+
+def fleiss_kappa(counts: np.ndarray) -> float:
+    """Fleiss' kappa from a units x categories count matrix with the same rater count per unit."""
+    c = np.asarray(counts, dtype=np.float64)
+    m = c.sum(axis=1)
+    if len(c) == 0 or m.min() != m.max() or m[0] < 2:
+        return math.nan
+    r = m[0]
+    p_j = c.sum(axis=0) / c.sum()
+    p_i = ((c * c).sum(axis=1) - r) / (r * (r - 1))
+    p_bar, p_e = p_i.mean(), float((p_j**2).sum())
+    return math.nan if p_e >= 1 else (p_bar - p_e) / (1 - p_e)
+
+
+# --- label table -> coded matrix ---------------------------------------------------------
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable, order-stable form of a JSON value (dicts/lists as canonical JSON text)."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return value
+
+
+def agreement_value(value: Any, metric: Metric) -> Any:
+    """The comparable value of one label for ``metric``; None = not coded (missing).
+
+    - nominal: the category (strings as they are, records as canonical JSON). ``""`` is a
+      category (e.g. "no clear relation pattern"), JSON null is missing.
+    - interval: a number; records or lists of records carrying ``intensity`` give their mean
+      (internal_emotion lists); an empty list is missing.
+    - masi: the set of items (names; records as canonical JSON). ``[]`` is the empty set.
+    - presence: "present" for a non-empty value, "absent" for ``[]``, ``""``, ``{}``.
+    """
+    if value is None:
+        return None
+    if metric == "nominal":
+        return _canonical(value)
+    if metric == "presence":
+        return PRESENT if value not in ([], "", {}) else ABSENT
+    if metric == "masi":
+        items = value if isinstance(value, list) else [value]
+        return frozenset(_canonical(v) for v in items)
+    if metric == "interval":
+        if isinstance(value, bool):
+            return float(value)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value)
+        items = value if isinstance(value, list) else [value]
+        nums = [float(v["intensity"]) for v in items if isinstance(v, dict) and v.get("intensity") is not None]
+        return float(np.mean(nums)) if nums else None
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+@dataclass
+class Coded:
+    """One field of one round as a units x annotators matrix of value codes (-1 = missing)."""
+
+    field: str
+    metric: Metric
+    units: list[tuple[str, int]]
+    annotators: list[str]
+    domain: list  # value of each code
+    codes: np.ndarray  # int32, shape (units, annotators)
+
+    @property
+    def distance(self) -> np.ndarray:
+        if not hasattr(self, "_distance"):
+            self._distance = distance_matrix(self.domain, self.metric)
+        return self._distance
+
+    def counts(self, unit_mask: np.ndarray | None = None, annotator_idx: Iterable[int] | None = None) -> np.ndarray:
+        codes = self.codes if unit_mask is None else self.codes[unit_mask]
+        if annotator_idx is not None:
+            codes = codes[:, list(annotator_idx)]
+        out = np.zeros((codes.shape[0], len(self.domain)), dtype=np.float64)
+        u, a = np.nonzero(codes >= 0)
+        np.add.at(out, (u, codes[u, a]), 1.0)
+        return out
+
+    def alpha(self, unit_mask: np.ndarray | None = None, annotator_idx: Iterable[int] | None = None) -> float:
+        if not self.domain:
+            return math.nan
+        return alpha_from_counts(self.counts(unit_mask, annotator_idx), self.distance)
+
+
+def read_labels(path_or_table: Any) -> pl.DataFrame:
+    """The label table as a polars frame (a Parquet path, a pyarrow table or a frame)."""
+    if isinstance(path_or_table, pl.DataFrame):
+        return path_or_table
+    if isinstance(path_or_table, pa.Table):
+        return pl.from_arrow(path_or_table)
+    return pl.read_parquet(path_or_table)
+
+
+def clean_labels(labels: Any) -> tuple[pl.DataFrame, list[dict]]:
+    """Drop duplicate annotations (keep the latest) and unparseable values; report both.
+
+    Returns the cleaned frame with a parsed ``parsed`` column (Python objects) and a list of
+    issues ``{kind, round, sample_id, row_index, annotator, field, message}``.
+    """
+    df = read_labels(labels)
+    issues: list[dict] = []
+    key = ["round", "sample_id", "row_index", "annotator", "field"]
+    if df.height:
+        df = df.with_row_index("_pos").sort(
+            ["updated_at", "annotation_id", "_pos"], descending=True, nulls_last=True
+        )
+        dup_mask = df.select(pl.struct(key).is_duplicated()).to_series()
+        if dup_mask.any():
+            dups = df.filter(dup_mask)
+            for grp in dups.group_by(key, maintain_order=True).agg(pl.col("annotation_id")).iter_rows(named=True):
+                kept, *dropped = grp["annotation_id"]
+                issues.append({
+                    "kind": "duplicate", **{k: grp[k] for k in key},
+                    "message": f"{len(dropped) + 1} annotations for one unit and field; kept annotation "
+                               f"{kept} (latest update), ignored {dropped}",
+                })
+        df = df.unique(subset=key, keep="first", maintain_order=True).sort("_pos").drop("_pos")
+    parsed, bad = [], []
+    for i, (raw, rec) in enumerate(zip(df["value"].to_list(), df.select(key).iter_rows(named=True))):
+        try:
+            parsed.append(None if raw is None else json.loads(raw))
+        except (TypeError, ValueError) as exc:
+            parsed.append(None)
+            bad.append(i)
+            issues.append({"kind": "bad_json", **rec, "message": f"value is not JSON ({exc}): {str(raw)[:60]!r}"})
+    df = df.with_columns(pl.Series("parsed", parsed, dtype=pl.Object))
+    if bad:
+        df = df.with_row_index("_i").filter(~pl.col("_i").is_in(bad)).drop("_i")
+    return df, issues
+
+
+def code_field(df: pl.DataFrame, round_name: str, rule: FieldRule, units: list[tuple[str, int]] | None = None,
+               annotators: list[str] | None = None) -> tuple[Coded, list[dict]]:
+    """Build the coded matrix of one field from a cleaned label frame (``clean_labels``)."""
+    rdf = df.filter(pl.col("round") == round_name)
+    if units is None:
+        units = sorted(set(zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list())))
+    if annotators is None:
+        annotators = sorted(set(rdf["annotator"].to_list()))
+    u_index = {u: i for i, u in enumerate(units)}
+    a_index = {a: i for i, a in enumerate(annotators)}
+    codes = np.full((len(units), len(annotators)), -1, dtype=np.int32)
+    values: dict[Any, int] = {}
+    issues: list[dict] = []
+    fdf = rdf.filter(pl.col("field") == rule.name)
+    for sid, ri, ann, val in zip(fdf["sample_id"].to_list(), fdf["row_index"].to_list(),
+                                 fdf["annotator"].to_list(), fdf["parsed"].to_list()):
+        try:
+            v = agreement_value(val, rule.metric)
+        except (TypeError, ValueError, KeyError) as exc:
+            issues.append({"kind": "bad_value", "round": round_name, "sample_id": sid, "row_index": ri,
+                           "annotator": ann, "field": rule.name,
+                           "message": f"cannot read {json.dumps(val)[:60]} as {rule.metric}: {exc}"})
+            continue
+        if v is None:
+            continue
+        codes[u_index[(sid, ri)], a_index[ann]] = values.setdefault(v, len(values))
+    if rule.metric == "presence":
+        # An annotator who labelled the row (any field of the round) but not this optional field
+        # said "absent"; one who never saw the row stays missing.
+        absent = values.setdefault(ABSENT, len(values))
+        seen = np.zeros_like(codes, dtype=bool)
+        ui = np.array([u_index[u] for u in zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list())], dtype=np.int64)
+        ai = np.array([a_index[a] for a in rdf["annotator"].to_list()], dtype=np.int64)
+        if len(ui):
+            seen[ui, ai] = True
+        codes[seen & (codes < 0)] = absent
+    domain = [None] * len(values)
+    for v, i in values.items():
+        domain[i] = v
+    if rule.metric == "interval" and domain:  # sorted domain keeps plots and confusion matrices ordered
+        order = np.argsort(np.asarray(domain, dtype=np.float64))
+        remap = np.empty_like(order)
+        remap[order] = np.arange(len(order))
+        codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1).astype(np.int32)
+        domain = [domain[i] for i in order]
+    elif domain:
+        order = sorted(range(len(domain)), key=lambda i: _sort_key(domain[i]))
+        remap = np.empty(len(order), dtype=np.int64)
+        remap[order] = np.arange(len(order))
+        codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1).astype(np.int32)
+        domain = [domain[i] for i in order]
+    return Coded(rule.name, rule.metric, units, annotators, domain, codes), issues
+
+
+def _sort_key(v: Any) -> tuple:
+    if isinstance(v, frozenset):
+        return (len(v), sorted(map(str, v)))
+    return (0, [str(v)])
+
+
+def label_text(v: Any) -> str:
+    """A short printable name of a domain value."""
+    if isinstance(v, frozenset):
+        return "{" + ", ".join(sorted(map(str, v))) + "}"
+    if v == "":
+        return '""'
+    return str(v)
+
+
+# --- breakdowns ----------------------------------------------------------------------------
+
+
+def scenario_of(sample_id: str) -> str:
+    """The scenario a sample id implies (the release's rule: family ids start with family_therapy/)."""
+    return "family" if sample_id.startswith("family_therapy/") else "couple"
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def pairwise(coded: Coded) -> list[dict]:
+    """Per annotator pair: units both coded, percent agreement, alpha, Cohen's kappa (categories)."""
+    out = []
+    V = len(coded.domain)
+    for i, j in combinations(range(len(coded.annotators)), 2):
+        both = (coded.codes[:, i] >= 0) & (coded.codes[:, j] >= 0)
+        a, b = coded.codes[both, i], coded.codes[both, j]
+        rec = {"a": coded.annotators[i], "b": coded.annotators[j], "n_units": int(both.sum()),
+               "percent_agreement": _nan_to_none(float((a == b).mean()) if len(a) else math.nan),
+               "alpha": _nan_to_none(coded.alpha(both, (i, j))), "cohen_kappa": None}
+        if coded.metric in ("nominal", "presence") and len(a):
+            conf = np.zeros((V, V))
+            np.add.at(conf, (a, b), 1)
+            rec["cohen_kappa"] = _nan_to_none(cohen_kappa(conf))
+        out.append(rec)
+    return out
+
+
+def confusion(coded: Coded, i: int, j: int) -> np.ndarray:
+    both = (coded.codes[:, i] >= 0) & (coded.codes[:, j] >= 0)
+    V = len(coded.domain)
+    conf = np.zeros((V, V), dtype=np.int64)
+    np.add.at(conf, (coded.codes[both, i], coded.codes[both, j]), 1)
+    return conf
+
+
+def per_label(coded: Coded) -> list[dict]:
+    """One-vs-rest alpha per category (nominal) or per set member (masi)."""
+    if coded.metric == "nominal":
+        labels = list(range(len(coded.domain)))
+        names = [label_text(v) for v in coded.domain]
+        member = lambda k: coded.codes == k  # noqa: E731
+    elif coded.metric == "masi":
+        items = sorted({x for s in coded.domain for x in s}, key=str)
+        names = [str(x) for x in items]
+        labels = items
+        has = {x: np.array([x in s for s in coded.domain] + [False]) for x in items}
+        member = lambda x: has[x][coded.codes]  # noqa: E731  (index -1 hits the trailing False)
+    else:
+        return []
+    out = []
+    present = coded.codes >= 0
+    for lab, name in zip(labels, names):
+        binary = np.where(present, member(lab).astype(np.int32), -1)
+        counts = np.zeros((binary.shape[0], 2))
+        u, a = np.nonzero(binary >= 0)
+        np.add.at(counts, (u, binary[u, a]), 1.0)
+        out.append({"label": name, "n": int(counts[:, 1].sum()),
+                    "alpha": _nan_to_none(alpha_from_counts(counts, 1.0 - np.eye(2)))})
+    return out
+
+
+def per_annotator(coded: Coded, pairs: list[dict]) -> list[dict]:
+    """Each annotator against the others: mean pairwise alpha and alpha of the rest without them."""
+    out = []
+    n = len(coded.annotators)
+    n_units = len(coded.units)
+    for i, ann in enumerate(coded.annotators):
+        mine = [p["alpha"] for p in pairs if ann in (p["a"], p["b"]) and p["alpha"] is not None]
+        kap = [p["cohen_kappa"] for p in pairs if ann in (p["a"], p["b"]) and p["cohen_kappa"] is not None]
+        others = [k for k in range(n) if k != i]
+        coded_n = int((coded.codes[:, i] >= 0).sum())
+        out.append({
+            "annotator": ann, "n_units": coded_n, "coverage": round(coded_n / n_units, 6) if n_units else None,
+            "alpha_vs_others": _nan_to_none(float(np.mean(mine)) if mine else math.nan),
+            "kappa_vs_others": _nan_to_none(float(np.mean(kap)) if kap else math.nan),
+            "alpha_without": _nan_to_none(coded.alpha(None, others)) if len(others) >= 2 else None,
+        })
+    return out
+
+
+@dataclass
+class FieldAgreement:
+    round: str
+    field: str
+    metric: str
+    threshold: float
+    alpha: float | None
+    n_units: int
+    n_pairable: int
+    n_annotators: int
+    percent_agreement: float | None
+    unanimous: float | None
+    fleiss_kappa: float | None
+    passed: bool | None  # None: alpha undefined (no pairable unit or no variation)
+    pairs: list[dict] = field(default_factory=list)
+    labels: list[dict] = field(default_factory=list)
+    annotators: list[dict] = field(default_factory=list)
+    scenarios: list[dict] = field(default_factory=list)
+    coded: Coded | None = field(default=None, repr=False)
+
+    def summary(self) -> dict:
+        return {k: getattr(self, k) for k in ("round", "field", "metric", "threshold", "alpha", "n_units",
+                                              "n_pairable", "n_annotators", "percent_agreement", "unanimous",
+                                              "fleiss_kappa", "passed")}
+
+    def to_dict(self) -> dict:
+        return {**self.summary(), "pairs": self.pairs, "labels": self.labels, "annotators": self.annotators,
+                "scenarios": self.scenarios}
+
+
+def field_agreement(coded: Coded, round_name: str, threshold: float,
+                    scenarios: Mapping[str, str] | None = None) -> FieldAgreement:
+    counts = coded.counts()
+    m = counts.sum(axis=1)
+    pairable = m >= 2
+    a = alpha_from_counts(counts, coded.distance) if coded.domain else math.nan
+    # percent agreement: share of agreeing coder pairs within each pairable unit, averaged
+    agree_pairs = (counts * (counts - 1)).sum(axis=1)
+    all_pairs = m * (m - 1)
+    pct = float((agree_pairs[pairable] / all_pairs[pairable]).mean()) if pairable.any() else math.nan
+    unan = float((counts[pairable].max(axis=1) == m[pairable]).mean()) if pairable.any() else math.nan
+    fk = math.nan
+    if coded.metric in ("nominal", "presence") and pairable.any():
+        fk = fleiss_kappa(counts[pairable])
+    pairs = pairwise(coded)
+    scen = []
+    scen_of = [(scenarios or {}).get(sid) or scenario_of(sid) for sid, _ in coded.units]
+    for s in sorted(set(scen_of)):
+        mask = np.array([x == s for x in scen_of])
+        scen.append({"scenario": s, "n_units": int(mask.sum()), "alpha": _nan_to_none(coded.alpha(mask))})
+    alpha_v = _nan_to_none(a)
+    return FieldAgreement(
+        round=round_name, field=coded.field, metric=coded.metric, threshold=threshold, alpha=alpha_v,
+        n_units=len(coded.units), n_pairable=int(pairable.sum()), n_annotators=len(coded.annotators),
+        percent_agreement=_nan_to_none(pct), unanimous=_nan_to_none(unan), fleiss_kappa=_nan_to_none(fk),
+        passed=None if alpha_v is None else bool(alpha_v >= threshold),
+        pairs=pairs, labels=per_label(coded), annotators=per_annotator(coded, pairs), scenarios=scen, coded=coded,
+    )
+
+
+@dataclass
+class RoundAgreement:
+    round: str
+    fields: list[FieldAgreement]
+    issues: list[dict]  # duplicates, bad JSON, missing coverage
+
+    @property
+    def passed(self) -> bool:
+        """Every measured field reaches its threshold (an undefined alpha does not pass)."""
+        return all(f.passed for f in self.fields)
+
+    def failing(self) -> list[FieldAgreement]:
+        return [f for f in self.fields if not f.passed]
+
+    def summary(self) -> dict:
+        """Small JSON-ready dict for the release manifest and the Prefect artifact."""
+        kinds: dict[str, int] = {}
+        for i in self.issues:
+            kinds[i["kind"]] = kinds.get(i["kind"], 0) + 1
+        return {"round": self.round, "passed": self.passed, "fields": [f.summary() for f in self.fields],
+                "issues": kinds}
+
+    def to_dict(self) -> dict:
+        return {"round": self.round, "passed": self.passed, "fields": [f.to_dict() for f in self.fields],
+                "issues": self.issues}
+
+
+def coverage_issues(df: pl.DataFrame, round_name: str) -> list[dict]:
+    """Annotators who labelled fewer units of the round than the round has (half-done work)."""
+    rdf = df.filter(pl.col("round") == round_name)
+    units = rdf.select(UNIT).unique()
+    total = units.height
+    issues = []
+    per = rdf.select(["annotator", *UNIT]).unique().group_by("annotator").len().sort("annotator")
+    for ann, n in per.iter_rows():
+        if n < total:
+            missing = units.join(rdf.filter(pl.col("annotator") == ann).select(UNIT).unique(), on=list(UNIT),
+                                 how="anti").sort(list(UNIT))
+            samples = sorted(set(missing["sample_id"].to_list()))
+            issues.append({"kind": "missing", "round": round_name, "annotator": ann, "sample_id": None,
+                           "row_index": None, "field": None,
+                           "message": f"{ann} labelled {n} of {total} units; missing {total - n} units in "
+                                      f"{len(samples)} samples (e.g. {', '.join(samples[:3])})"})
+    return issues
+
+
+def round_agreement(labels: Any, round_name: str, rules: Any,
+                    scenarios: Mapping[str, str] | None = None) -> RoundAgreement:
+    """Agreement for every measured field of one round.
+
+    ``rules``: a round definition, ``{field: metric}`` or ``FieldRule``s (see ``field_rules``).
+    ``scenarios``: sample_id -> scenario (default: inferred from the sample id).
+    """
+    df, issues = labels if isinstance(labels, tuple) else clean_labels(labels)
+    issues = [i for i in issues if i.get("round") == round_name]
+    rdf = df.filter(pl.col("round") == round_name)
+    if rdf.height == 0:
+        raise ValueError(f"the label table has no labels for round {round_name!r}")
+    units = sorted(set(zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list())))
+    annotators = sorted(set(rdf["annotator"].to_list()))
+    out = []
+    known = set(rdf["field"].unique().to_list())
+    for rule in field_rules(rules):
+        if rule.name not in known and rule.metric != "presence":
+            issues.append({"kind": "missing_field", "round": round_name, "annotator": None, "sample_id": None,
+                           "row_index": None, "field": rule.name,
+                           "message": f"no labels at all for field {rule.name!r}"})
+        coded, bad = code_field(rdf, round_name, rule, units, annotators)
+        issues.extend(bad)
+        out.append(field_agreement(coded, round_name, rule.threshold, scenarios))
+    issues.extend(coverage_issues(rdf, round_name))
+    return RoundAgreement(round_name, out, issues)
+
+
+def agreement_table(report: RoundAgreement) -> pa.Table:
+    """One line per field: the figures the CLI prints and the report tabulates."""
+    return pa.Table.from_pylist([f.summary() for f in report.fields])
+
+
+__all__ = [
+    "FieldRule", "field_rules", "alpha_from_counts", "masi_distance", "distance_matrix", "cohen_kappa",
+    "fleiss_kappa", "agreement_value", "Coded", "clean_labels", "code_field", "round_agreement",
+    "RoundAgreement", "FieldAgreement", "agreement_table", "scenario_of", "confusion", "label_text",
+    "DEFAULT_THRESHOLD",
+]
