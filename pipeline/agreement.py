@@ -42,44 +42,49 @@ PRESENT, ABSENT = "present", "absent"
 
 @dataclass(frozen=True)
 class FieldRule:
-    """What agreement means for one field of a round."""
+    """What agreement means for one field (``name``) or record subfield (``name = "field.sub"``).
+
+    For a subfield of a records field, ``key`` names the subfields that identify a record
+    (issue #4's ``Field.key``): a key subfield is compared per row (the row's key values), any
+    other subfield per matched record (unit = sample, row, key values). Rows where an
+    annotator wrote no record leave that annotator missing: presence is its own rule.
+    """
 
     name: str
     metric: Metric = "nominal"
     threshold: float = DEFAULT_THRESHOLD
+    key: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
             raise ValueError(f"field {self.name!r}: unknown agreement metric {self.metric!r}; expected one of {METRICS}")
 
+    @property
+    def parent(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def sub(self) -> str | None:
+        return self.name.split(".", 1)[1] if "." in self.name else None
+
 
 def field_rules(round_def: Any) -> list[FieldRule]:
-    """The agreement rules of a round definition (issue #4's ``load_round``), a mapping
-    ``{field: metric}`` or an iterable of ``FieldRule``.
+    """The agreement rules of a round: a ``pipeline.annotation.rounds.Round`` (its
+    ``agreement_fields()``), a mapping ``{field: metric}`` or an iterable of ``FieldRule``.
 
-    Fields whose definition declares no agreement metric (free text) are skipped: free text is
-    resolved by adjudication, not measured by alpha.
+    Free-text fields (metric "none") have no rule: they are settled in adjudication.
     """
     if isinstance(round_def, Mapping):
         return [r if isinstance(r, FieldRule) else FieldRule(name, r) for name, r in round_def.items()]
-    fields = getattr(round_def, "fields", round_def)
-    if isinstance(fields, Mapping):
-        fields = list(fields.values())
-    rules = []
-    for f in fields:
-        if isinstance(f, FieldRule):
-            rules.append(f)
-            continue
-        metric = getattr(f, "agreement", None) or getattr(f, "metric", None)
-        if isinstance(metric, Mapping):  # {metric: ..., threshold: ...}
-            threshold = metric.get("threshold", DEFAULT_THRESHOLD)
-            metric = metric.get("metric")
-        else:
-            threshold = getattr(f, "threshold", None)
-        if not metric or metric == "none":
-            continue
-        rules.append(FieldRule(f.name, metric, DEFAULT_THRESHOLD if threshold is None else float(threshold)))
-    return rules
+    if hasattr(round_def, "agreement_fields"):
+        rules = []
+        for path, metric, threshold in round_def.agreement_fields():
+            key: tuple[str, ...] = ()
+            if "." in path:
+                key = tuple(round_def.field(path.split(".", 1)[0]).key)
+            rules.append(FieldRule(path, metric, float(threshold), key))
+        return rules
+    return [r if isinstance(r, FieldRule) else FieldRule(*r) for r in round_def]
 
 
 # --- the coefficients --------------------------------------------------------------------
@@ -282,55 +287,86 @@ def clean_labels(labels: Any) -> tuple[pl.DataFrame, list[dict]]:
     return df, issues
 
 
-def code_field(df: pl.DataFrame, round_name: str, rule: FieldRule, units: list[tuple[str, int]] | None = None,
+def _observations(fdf: pl.DataFrame, rule: FieldRule) -> Iterable[tuple[tuple[str, int, str], str, Any]]:
+    """(unit, annotator, raw value) for one rule; units are (sample_id, row_index, part)."""
+    rows = zip(fdf["sample_id"].to_list(), fdf["row_index"].to_list(), fdf["annotator"].to_list(),
+               fdf["parsed"].to_list())
+    if rule.sub is None:
+        for sid, ri, ann, val in rows:
+            yield (sid, ri, ""), ann, val
+        return
+    for sid, ri, ann, val in rows:
+        records = [r for r in (val or []) if isinstance(r, dict)]
+        if not records:
+            continue  # no record: missing for this subfield (presence is measured on the field)
+        if rule.sub in rule.key:
+            found = [r.get(rule.sub) for r in records]
+            yield (sid, ri, ""), ann, found[0] if len(found) == 1 else sorted(found, key=_canonical_str)
+            continue
+        for pos, r in enumerate(records):
+            part = json.dumps([r.get(k) for k in rule.key], ensure_ascii=False) if rule.key else str(pos)
+            yield (sid, ri, part), ann, r.get(rule.sub)
+
+
+def _canonical_str(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def code_field(df: pl.DataFrame, round_name: str, rule: FieldRule,
+               units: list[tuple[str, int, str]] | None = None,
                annotators: list[str] | None = None) -> tuple[Coded, list[dict]]:
-    """Build the coded matrix of one field from a cleaned label frame (``clean_labels``)."""
+    """The coded matrix of one rule from a cleaned label frame (``clean_labels``).
+
+    ``units``: the round's rows as (sample_id, row_index, ""); record subfields add their own
+    (sample_id, row_index, key) units.
+    """
     rdf = df.filter(pl.col("round") == round_name)
     if units is None:
-        units = sorted(set(zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list())))
+        units = sorted(set(zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list(), [""] * rdf.height)))
     if annotators is None:
         annotators = sorted(set(rdf["annotator"].to_list()))
-    u_index = {u: i for i, u in enumerate(units)}
     a_index = {a: i for i, a in enumerate(annotators)}
-    codes = np.full((len(units), len(annotators)), -1, dtype=np.int32)
-    values: dict[Any, int] = {}
+    fdf = rdf.filter(pl.col("field") == rule.parent)
+    obs: list[tuple[tuple, int, Any]] = []
     issues: list[dict] = []
-    fdf = rdf.filter(pl.col("field") == rule.name)
-    for sid, ri, ann, val in zip(fdf["sample_id"].to_list(), fdf["row_index"].to_list(),
-                                 fdf["annotator"].to_list(), fdf["parsed"].to_list()):
+    for unit, ann, val in _observations(fdf, rule):
         try:
             v = agreement_value(val, rule.metric)
         except (TypeError, ValueError, KeyError) as exc:
-            issues.append({"kind": "bad_value", "round": round_name, "sample_id": sid, "row_index": ri,
+            issues.append({"kind": "bad_value", "round": round_name, "sample_id": unit[0], "row_index": unit[1],
                            "annotator": ann, "field": rule.name,
                            "message": f"cannot read {json.dumps(val)[:60]} as {rule.metric}: {exc}"})
             continue
-        if v is None:
-            continue
-        codes[u_index[(sid, ri)], a_index[ann]] = values.setdefault(v, len(values))
-    if rule.metric == "presence":
+        if v is not None:
+            obs.append((unit, a_index[ann], v))
+    if rule.sub is not None:
+        units = sorted({u for u, _, _ in obs})
+    u_index = {u: i for i, u in enumerate(units)}
+    values: dict[Any, int] = {}
+    codes = np.full((len(units), len(annotators)), -1, dtype=np.int32)
+    for unit, ai, v in obs:
+        codes[u_index[unit], ai] = values.setdefault(v, len(values))
+    if rule.metric == "presence" and rule.sub is None:
         # An annotator who labelled the row (any field of the round) but not this optional field
         # said "absent"; one who never saw the row stays missing.
         absent = values.setdefault(ABSENT, len(values))
-        seen = np.zeros_like(codes, dtype=bool)
-        ui = np.array([u_index[u] for u in zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list())], dtype=np.int64)
-        ai = np.array([a_index[a] for a in rdf["annotator"].to_list()], dtype=np.int64)
-        if len(ui):
-            seen[ui, ai] = True
+        seen = np.zeros(codes.shape, dtype=bool)
+        ui = [u_index.get((s, r, "")) for s, r in zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list())]
+        ai = [a_index[a] for a in rdf["annotator"].to_list()]
+        keep = [k for k, u in enumerate(ui) if u is not None]
+        if keep:
+            seen[np.array([ui[k] for k in keep]), np.array([ai[k] for k in keep])] = True
         codes[seen & (codes < 0)] = absent
     domain = [None] * len(values)
     for v, i in values.items():
         domain[i] = v
-    if rule.metric == "interval" and domain:  # sorted domain keeps plots and confusion matrices ordered
-        order = np.argsort(np.asarray(domain, dtype=np.float64))
-        remap = np.empty_like(order)
-        remap[order] = np.arange(len(order))
-        codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1).astype(np.int32)
-        domain = [domain[i] for i in order]
-    elif domain:
-        order = sorted(range(len(domain)), key=lambda i: _sort_key(domain[i]))
-        remap = np.empty(len(order), dtype=np.int64)
-        remap[order] = np.arange(len(order))
+    if domain:  # a sorted domain keeps tables, plots and confusion matrices in a stable order
+        if rule.metric == "interval":
+            order = list(np.argsort(np.asarray(domain, dtype=np.float64), kind="stable"))
+        else:
+            order = sorted(range(len(domain)), key=lambda i: _sort_key(domain[i]))
+        remap = np.empty(len(order), dtype=np.int32)
+        remap[order] = np.arange(len(order), dtype=np.int32)
         codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1).astype(np.int32)
         domain = [domain[i] for i in order]
     return Coded(rule.name, rule.metric, units, annotators, domain, codes), issues
@@ -480,7 +516,7 @@ def field_agreement(coded: Coded, round_name: str, threshold: float,
         fk = fleiss_kappa(counts[pairable])
     pairs = pairwise(coded)
     scen = []
-    scen_of = [(scenarios or {}).get(sid) or scenario_of(sid) for sid, _ in coded.units]
+    scen_of = [(scenarios or {}).get(u[0]) or scenario_of(u[0]) for u in coded.units]
     for s in sorted(set(scen_of)):
         mask = np.array([x == s for x in scen_of])
         scen.append({"scenario": s, "n_units": int(mask.sum()), "alpha": _nan_to_none(coded.alpha(mask))})
@@ -552,12 +588,12 @@ def round_agreement(labels: Any, round_name: str, rules: Any,
     rdf = df.filter(pl.col("round") == round_name)
     if rdf.height == 0:
         raise ValueError(f"the label table has no labels for round {round_name!r}")
-    units = sorted(set(zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list())))
+    units = sorted(set(zip(rdf["sample_id"].to_list(), rdf["row_index"].to_list(), [""] * rdf.height)))
     annotators = sorted(set(rdf["annotator"].to_list()))
     out = []
     known = set(rdf["field"].unique().to_list())
     for rule in field_rules(rules):
-        if rule.name not in known and rule.metric != "presence":
+        if rule.parent not in known and rule.metric != "presence":
             issues.append({"kind": "missing_field", "round": round_name, "annotator": None, "sample_id": None,
                            "row_index": None, "field": rule.name,
                            "message": f"no labels at all for field {rule.name!r}"})
