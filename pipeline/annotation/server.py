@@ -1,0 +1,270 @@
+"""Start, stop and check the local Label Studio server.
+
+The server runs from its own virtual environment (``.label-studio/venv``, made by
+``scripts/setup.d/30-label-studio.sh``) on 127.0.0.1, with its database and media under the
+data root. Admin e-mail, password and API token come from the environment
+(``LABEL_STUDIO_USERNAME``, ``LABEL_STUDIO_PASSWORD``, ``LABEL_STUDIO_USER_TOKEN``) and apply
+on the first start only (when Label Studio creates its organization). Signup without an invite
+link is closed and telemetry is off. The token is never printed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from pipeline.config import REPO_ROOT
+
+LS_VERSION = "1.23.2"
+DEFAULT_VENV = REPO_ROOT / ".label-studio" / "venv"
+CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN")
+# Unprefixed names Label Studio also reads (and would misread from an unrelated environment).
+_STRAY_VARS = ("DEBUG", "HOST", "PORT", "USERNAME", "PASSWORD")
+_LISTEN_RE = re.compile(r"Starting development server at http://[^:/]+:(\d+)")
+
+
+class LabelStudioServerError(RuntimeError):
+    """The server could not be started, stopped or reached; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    running: bool
+    healthy: bool
+    pid: int | None
+    url: str
+    data_dir: Path
+    version: str | None = None
+
+    def describe(self) -> str:
+        state = "up" if self.healthy else ("starting or unhealthy" if self.running else "down")
+        pid = f", pid {self.pid}" if self.pid else ""
+        ver = f", Label Studio {self.version}" if self.version else ""
+        return f"Label Studio {state} at {self.url}{pid}{ver} (data: {self.data_dir})"
+
+
+class LabelStudioServer:
+    """One Label Studio server: ``data_dir`` holds its database, pid file and log."""
+
+    def __init__(self, data_dir: Path, port: int = 8080, media_root: Path | None = None,
+                 venv: Path = DEFAULT_VENV, host: str = "127.0.0.1"):
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port
+        self.host = host
+        self.media_root = Path(media_root).resolve() if media_root else self.data_dir.parent
+        self.venv = Path(venv)
+        self.pid_file = self.data_dir / "server.pid"
+        self.log_file = self.data_dir / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # --- state ---------------------------------------------------------------------------
+    def _pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return pid
+        return pid
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            r = httpx.get(f"{self.url}/health", timeout=timeout)
+            return r.status_code == 200 and r.json().get("status") == "UP"
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    def version(self) -> str | None:
+        try:
+            r = httpx.get(f"{self.url}/api/version", timeout=2.0)
+            return (r.json().get("release") or r.json().get("label-studio-os-package", {}).get("version")) \
+                if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def status(self) -> ServerStatus:
+        pid = self._pid()
+        healthy = pid is not None and self.healthy()
+        return ServerStatus(pid is not None, healthy, pid, self.url, self.data_dir,
+                            self.version() if healthy else None)
+
+    def _port_free(self) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((self.host, self.port))
+            except OSError:
+                return False
+        return True
+
+    # --- start / stop --------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        missing = [v for v in CREDENTIAL_VARS if not os.environ.get(v)]
+        if missing:
+            raise LabelStudioServerError(
+                f"set {', '.join(missing)} in the environment before starting Label Studio "
+                "(admin e-mail, password and a 40-hex-character API token)")
+        token = os.environ["LABEL_STUDIO_USER_TOKEN"]
+        if not re.fullmatch(r"[0-9a-fA-F]{40}", token):
+            raise LabelStudioServerError("LABEL_STUDIO_USER_TOKEN must be 40 hexadecimal characters "
+                                         "(e.g. `python -c 'import secrets; print(secrets.token_hex(20))'`)")
+        if "@" not in os.environ["LABEL_STUDIO_USERNAME"]:
+            raise LabelStudioServerError("LABEL_STUDIO_USERNAME must be an e-mail address")
+        env = {k: v for k, v in os.environ.items() if k not in _STRAY_VARS}
+        env.update({
+            "LABEL_STUDIO_BASE_DATA_DIR": str(self.data_dir),
+            "DJANGO_DB": "sqlite",
+            "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+            "LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK": "true",
+            "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true",
+            "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(self.media_root),
+            "LATEST_VERSION_CHECK": "false",
+            "COLLECT_ANALYTICS": "false",
+            "SENTRY_DSN": "",
+            "FRONTEND_SENTRY_DSN": "",
+            "DO_NOT_TRACK": "1",
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def _executable(self) -> Path:
+        exe = self.venv / "bin" / "label-studio"
+        if not exe.exists():
+            raise LabelStudioServerError(
+                f"Label Studio is not installed at {self.venv}; run scripts/setup.sh "
+                f"(or bash scripts/setup.d/30-label-studio.sh)")
+        return exe
+
+    def start(self, timeout: float = 300.0) -> ServerStatus:
+        """Start the server unless it already runs; wait until ``/health`` answers UP."""
+        current = self.status()
+        if current.healthy:
+            return current
+        if current.running:  # our process exists but does not answer: wait for it, else say so
+            return self._wait(current.pid, timeout)
+        if not self._port_free():
+            raise LabelStudioServerError(
+                f"port {self.port} on {self.host} is taken by another process; stop it or choose "
+                f"another port (RESCUE_LABEL_STUDIO_PORT / --port)")
+        env = self._env()
+        exe = self._executable()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.media_root.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_file, "ab")
+        proc = subprocess.Popen(
+            [str(exe), "start", "--no-browser", "--internal-host", self.host, "--port", str(self.port),
+             "--data-dir", str(self.data_dir)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            cwd=self.data_dir, start_new_session=True)
+        log.close()
+        tmp = self.pid_file.with_suffix(".tmp")
+        tmp.write_text(str(proc.pid))
+        tmp.replace(self.pid_file)
+        return self._wait(proc.pid, timeout)
+
+    def _listen_port(self) -> int | None:
+        try:
+            ports = _LISTEN_RE.findall(self.log_file.read_text(errors="replace"))
+        except OSError:
+            return None
+        return int(ports[-1]) if ports else None
+
+    def _wait(self, pid: int, timeout: float) -> ServerStatus:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return self.status()
+            if self._pid() is None:
+                raise LabelStudioServerError(
+                    f"Label Studio exited during start-up; see {self.log_file}")
+            port = self._listen_port()
+            if port is not None and port != self.port:
+                # Label Studio moves to the next free port on its own when its port is busy.
+                self.stop()
+                raise LabelStudioServerError(
+                    f"port {self.port} was taken, Label Studio moved to port {port}; stopped it. "
+                    f"Free port {self.port} or choose another port")
+            time.sleep(0.5)
+        raise LabelStudioServerError(
+            f"Label Studio (pid {pid}) did not become healthy at {self.url}/health within "
+            f"{timeout:.0f} s; see {self.log_file}")
+
+    def stop(self, timeout: float = 20.0) -> bool:
+        """Stop the server (SIGTERM, then SIGKILL); False when it was not running."""
+        pid = self._pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        self._signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._alive(pid):
+            time.sleep(0.2)
+        if self._alive(pid):
+            self._signal(pid, signal.SIGKILL)
+            time.sleep(0.5)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would; used by the crash tests."""
+        pid = self._pid()
+        if pid is not None:
+            self._signal(pid, signal.SIGKILL)
+            while self._alive(pid):
+                time.sleep(0.05)
+
+    @staticmethod
+    def _signal(pid: int, sig: int) -> None:
+        try:
+            os.killpg(pid, sig)  # the server and its workers: it runs in its own session
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _alive(pid: int) -> bool:
+        try:
+            waited, _ = os.waitpid(pid, os.WNOHANG)  # reap when it is our child
+            if waited == pid:
+                return False
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    # --- users (Django management commands of the server's own install) -------------------
+    def manage(self, *args: str, timeout: float = 120.0) -> str:
+        """Run a ``label-studio`` management command against this server's database."""
+        proc = subprocess.run([str(self._executable()), *args, "--data-dir", str(self.data_dir)],
+                              env=self._env(), cwd=self.data_dir, capture_output=True, text=True,
+                              timeout=timeout)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise LabelStudioServerError(f"label-studio {args[0]} failed: {' | '.join(tail)}")
+        return proc.stdout
+
+    def set_password(self, email: str, password: str) -> None:
+        """Set a user's login password (Label Studio's API ignores passwords on user creation)."""
+        self.manage("reset_password", "--username", email, "--password", password)
+
+
+def default_server(settings) -> LabelStudioServer:
+    """The server of a :class:`pipeline.config.Settings`: data under ``<data_root>/label-studio``."""
+    root = Path(settings.data_root)
+    return LabelStudioServer(root / "label-studio", port=settings.label_studio_port, media_root=root)
