@@ -1,0 +1,160 @@
+"""The data-root layout and the few ways the pipeline writes files.
+
+Everything lives under one data root (``--data-root``, else ``$RESCUE_DATA_ROOT``, else
+``./data``). Writes are atomic: a temp file (or temp directory) next to the target, then a
+rename, so a reader never sees half a file and a crash leaves the old state intact.
+Immutable things (releases, archived snapshots) are written once: writing over an existing
+one is an error (:class:`AlreadyExists`), never a silent overwrite.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.config import Settings
+
+
+class AlreadyExists(FileExistsError):
+    """An immutable artifact (release version, snapshot) already exists."""
+
+
+def data_root(explicit: str | Path | None = None) -> Path:
+    return Settings.from_env(explicit).data_root
+
+
+def releases_dir(root: str | Path) -> Path:
+    return Path(root) / "releases"
+
+
+def release_dir(root: str | Path, version: str) -> Path:
+    return releases_dir(root) / version
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish_mode(path: str | Path, directory: bool = False) -> None:
+    """mkstemp/mkdtemp create private (0600/0700) entries; published data is readable."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, exist_ok: bool = True) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not exist_ok and path.exists():
+        raise AlreadyExists(f"{path} already exists and is write-once")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        _publish_mode(tmp)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if exist_ok:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if someone created it meanwhile: write-once holds
+            os.unlink(tmp)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str, *, exist_ok: bool = True) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"), exist_ok=exist_ok)
+
+
+def canonical_json(obj) -> str:
+    """Stable JSON text (sorted keys, fixed separators, trailing newline): identical bytes per content."""
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+# Fixed writer options so the same table always gives the same bytes (no timestamps in Parquet).
+PARQUET_OPTIONS = dict(
+    compression="zstd",
+    compression_level=3,
+    use_dictionary=True,
+    write_statistics=True,
+    data_page_size=1 << 20,
+    row_group_size=64 * 1024,
+    version="2.6",
+    store_schema=True,
+)
+
+
+def write_parquet(table: pa.Table, path: str | Path, *, exist_ok: bool = True) -> Path:
+    """Deterministic, atomic Parquet write."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not exist_ok and path.exists():
+        raise AlreadyExists(f"{path} already exists and is write-once")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        _publish_mode(tmp)
+        pq.write_table(table, tmp, **PARQUET_OPTIONS)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def write_once_dir(final: str | Path) -> Iterator[Path]:
+    """Build a directory in a temp dir beside ``final`` and rename it into place on success.
+
+    Raises :class:`AlreadyExists` if ``final`` exists (before any work, and again at the
+    rename if another writer got there first). On error the temp dir is removed.
+    """
+    final = Path(final)
+    if final.exists():
+        raise AlreadyExists(f"{final} already exists; it is immutable (choose a new version)")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".building", dir=final.parent))
+    try:
+        _publish_mode(tmp, directory=True)
+        yield tmp
+        try:
+            os.rename(tmp, final)  # atomic; fails if final appeared meanwhile (non-empty dir)
+        except OSError as exc:
+            if final.exists():
+                raise AlreadyExists(f"{final} was created by another writer during this build") from exc
+            raise
+        _fsync_dir(final.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
