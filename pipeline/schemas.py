@@ -112,6 +112,20 @@ LABELS = pa.schema(
     ]
 )
 
+# Problems found when validating pulled annotations against their round (#4): a field with a
+# problem has no line in LABELS. row_index/field are null for task-level problems (e.g. skipped).
+LABEL_PROBLEMS = pa.schema(
+    [
+        pa.field("round", STR, nullable=False),
+        pa.field("sample_id", STR, nullable=False),
+        pa.field("row_index", pa.int64()),
+        pa.field("annotator", STR, nullable=False),
+        pa.field("field", STR),
+        pa.field("problem", STR, nullable=False),
+        pa.field("value", STR),  # JSON of the offending value, when there is one
+    ]
+)
+
 # Media catalog (#3): one line per ingested video.
 CATALOG = pa.schema(
     [

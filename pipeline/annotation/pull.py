@@ -1,0 +1,358 @@
+"""Pull a round back from Label Studio: archive the raw export, then parse and validate it.
+
+For every annotator project of the round (see :mod:`.push`) a snapshot export is taken and
+written, unchanged and before any parsing, to
+``<data root>/annotation/exports/<round>/<scenario>/<annotator>/<sha256>.json`` (content
+addressed, append-only: an identical state is not written twice). Then every annotation is
+checked against the round definition - Label Studio itself accepts anything through its API -
+and turned into the long label table (``schemas.LABELS``): one line per (sample, row,
+annotator, field) with the value as JSON of the row-schema type. A field with a problem gets no
+line; the problem goes to the report (``schemas.LABEL_PROBLEMS``) with the offending value.
+Nothing is "fixed" silently.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline import schemas, store, taxonomy
+from pipeline.annotation import ls_config
+from pipeline.annotation.client import LabelStudioClient
+from pipeline.annotation.push import parse_project_title
+from pipeline.annotation.rounds import Field, Round, load_round
+
+
+def annotation_dir(data_root: str | Path) -> Path:
+    return Path(data_root) / "annotation"
+
+
+def labels_path(data_root: str | Path, round_name: str) -> Path:
+    return annotation_dir(data_root) / "labels" / f"{round_name}.parquet"
+
+
+def problems_path(data_root: str | Path, round_name: str) -> Path:
+    return annotation_dir(data_root) / "labels" / f"{round_name}.problems.parquet"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9@._-]+", "_", text)
+
+
+def archive_export(data_root: str | Path, round_name: str, scenario: str, annotator: str,
+                   raw: bytes) -> tuple[Path, bool]:
+    """Write a raw export once under its sha256; ``(path, newly_written)``."""
+    digest = hashlib.sha256(raw).hexdigest()
+    path = annotation_dir(data_root) / "exports" / round_name / scenario / _slug(annotator) / f"{digest}.json"
+    if path.exists():
+        return path, False
+    store.atomic_write_bytes(path, raw)
+    return path, True
+
+
+# --- validation of one annotation ------------------------------------------------------------
+
+class _Problems:
+    def __init__(self, round_name: str, sample_id: str, annotator: str):
+        self.base = {"round": round_name, "sample_id": sample_id, "annotator": annotator}
+        self.items: list[dict] = []
+
+    def add(self, row_index: int | None, field_name: str | None, problem: str, value=None) -> None:
+        self.items.append({**self.base, "row_index": row_index, "field": field_name, "problem": problem,
+                           "value": None if value is None else json.dumps(value, ensure_ascii=False)})
+
+
+@dataclass
+class _Ctx:
+    scenario: str
+    participants: list[str]
+    n_rows: int
+    row_index: int
+    speaker: str
+
+
+def _convert(f: Field, raw, ctx: _Ctx, path: str, problems: _Problems) -> tuple[bool, object]:
+    """(ok, value) of one control's raw value; raw None = not filled (value is the empty form)."""
+    ri = ctx.row_index
+    if f.type == "const":
+        return True, f.const
+    if raw is None or raw == [] or (isinstance(raw, str) and not raw.strip()):
+        return True, {"text": "", "choice": "", "multichoice": [], "rows": [], "number": None}[f.type]
+    if f.type == "text":
+        return True, str(raw).strip()
+    if f.type == "number":
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or float(raw) != int(raw):
+            problems.add(ri, path, "not a whole number", raw)
+            return False, None
+        lo, hi = f.minimum, f.maximum
+        if (lo is not None and raw < lo) or (hi is not None and raw > hi):
+            problems.add(ri, path, f"out of range [{lo:g}, {hi:g}]", raw)
+            return False, None
+        return True, int(raw)
+    allowed = f.options(ctx.scenario, ctx.participants, ctx.n_rows)
+    items = raw if isinstance(raw, list) else [raw]
+    bad = [v for v in items if v not in allowed]
+    if bad:
+        what = "row that does not exist" if f.type == "rows" else "unknown label"
+        problems.add(ri, path, f"{what}: {', '.join(map(str, bad))}", raw)
+        return False, None
+    if f.type == "choice":
+        if len(items) != 1:
+            problems.add(ri, path, "more than one choice", raw)
+            return False, None
+        return True, "" if items[0] == f.empty_choice else items[0]
+    if f.type == "rows":
+        return True, sorted(int(v) - 1 for v in items)  # displayed row_index -> 0-based position
+    return True, list(items)
+
+
+def _check_multi(f: Field, value: list, other, ctx: _Ctx, path: str, problems: _Problems) -> bool:
+    """Self-target (``distinct_from``) and the couple rule (group label alone)."""
+    ok = True
+    others = other if isinstance(other, list) else [other]
+    clash = [v for v in (value if isinstance(value, list) else [value]) if v and v in others]
+    if f.distinct_from and clash:
+        problems.add(ctx.row_index, path, f"self-target: {', '.join(clash)} is also the {f.distinct_from}", value)
+        ok = False
+    group = taxonomy.group_label(ctx.scenario)
+    if ctx.scenario in f.group_label_alone and isinstance(value, list) and group in value and len(value) > 1:
+        problems.add(ctx.row_index, path, f"{group} must be the only target when used", value)
+        ok = False
+    return ok
+
+
+def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems) -> dict[str, object]:
+    """Validated ``{field: value}`` of one row; fields with a problem are left out."""
+    out: dict[str, object] = {}
+    plain = {f.name: f for f in rnd.fields if f.type != "records"}
+    for f in rnd.fields:
+        if f.type == "records":
+            ok, records = _records(f, raw.get(f.name) or {}, ctx, problems)
+            if ok:
+                out[f.name] = records
+            continue
+        ok, value = _convert(f, raw.get(f.name), ctx, f.name, problems)
+        if not ok:
+            continue
+        if f.required and value in ("", [], None) and not (f.empty_choice and raw.get(f.name) is not None):
+            problems.add(ctx.row_index, f.name, "missing required field")
+            continue
+        if f.distinct_from and value not in ("", [], None):
+            if f.distinct_from in plain:
+                o_ok, other = _convert(plain[f.distinct_from], raw.get(f.distinct_from), ctx, f.distinct_from, _Problems("", "", ""))
+                other = other if o_ok else None
+            else:
+                other = ctx.speaker if f.distinct_from == "primary_speaker" else None
+            if not _check_multi(f, value, other, ctx, f.name, problems):
+                continue
+        out[f.name] = value
+    return out
+
+
+def _records(f: Field, slots: dict[int, dict], ctx: _Ctx, problems: _Problems) -> tuple[bool, list[dict]]:
+    ok, records, decided = True, [], False
+    for slot in sorted(slots):
+        raw = slots[slot]
+        if slot > f.max_items:
+            problems.add(ctx.row_index, f.name, f"slot {slot} does not exist (max {f.max_items})", raw)
+            ok = False
+            continue
+        if all(v in (None, [], "") for v in raw.values()):
+            continue
+        decided = True
+        rec: dict[str, object] = {}
+        none_chosen = False
+        for sub in f.subfields:
+            path = f"{f.name}.{sub.name}"
+            s_ok, value = _convert(sub, raw.get(sub.name), ctx, path, problems)
+            if not s_ok:
+                ok = False
+                continue
+            if sub.empty_choice and raw.get(sub.name) is not None and value == "":
+                none_chosen = True
+            rec[sub.name] = value
+        if none_chosen:  # e.g. "no strategy": no record; anything else filled is contradictory
+            extra = [s.name for s in f.subfields if s.type != "const" and not s.empty_choice
+                     and rec.get(s.name) not in (None, "", [])]
+            if extra:
+                problems.add(ctx.row_index, f.name, f"{', '.join(extra)} filled although no record was chosen", raw)
+                ok = False
+            continue
+        for sub in f.subfields:
+            if sub.required and sub.type != "const" and sub.name in rec and rec[sub.name] in ("", [], None):
+                problems.add(ctx.row_index, f"{f.name}.{sub.name}", f"incomplete record in slot {slot}: missing {sub.name}")
+                ok = False
+            if sub.distinct_from and rec.get(sub.name) not in (None, "", []):
+                other = rec.get(sub.distinct_from)
+                if not _check_multi(sub, rec[sub.name], other, ctx, f"{f.name}.{sub.name}", problems):
+                    ok = False
+        records.append(rec)
+    if f.required and not decided:
+        problems.add(ctx.row_index, f.name, "missing required field")
+        ok = False
+    return ok, records
+
+
+def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -> tuple[list[dict], list[dict]]:
+    """Label lines and problems of one annotation of one task."""
+    sample_id = data.get("sample_id", "?")
+    problems = _Problems(rnd.name, sample_id, annotator)
+    units = data.get("units") or []
+    raw: dict[int, dict] = defaultdict(dict)
+    for result in annotation.get("result") or []:
+        name = result.get("from_name", "")
+        parsed = ls_config.parse_control_name(name)
+        if parsed is None:
+            problems.add(None, name, "unknown control", result.get("value"))
+            continue
+        fname, slot, sub, unit = parsed
+        try:
+            f = rnd.field(fname)
+            if (slot is None) != (f.type != "records") or (sub is not None and f.subfield(sub) is None):
+                raise KeyError(name)
+        except KeyError:
+            problems.add(None, name, "unknown field", result.get("value"))
+            continue
+        if unit >= len(units):
+            problems.add(None, name, f"row does not exist (unit {unit} of {len(units)})", result.get("value"))
+            continue
+        value = ls_config.result_value(result)
+        if slot is None:
+            raw[unit][fname] = value
+        else:
+            raw[unit].setdefault(fname, {}).setdefault(slot, {})[sub] = value
+    meta = {
+        "round": rnd.name, "sample_id": sample_id, "annotator": annotator,
+        "annotation_id": annotation.get("id"), "lead_time_s": annotation.get("lead_time"),
+        "created_at": annotation.get("created_at"), "updated_at": annotation.get("updated_at"),
+    }
+    labels = []
+    for i, u in enumerate(units):
+        ctx = _Ctx(data["scenario"], list(data.get("participants") or []), len(data.get("turns") or []),
+                   u["row_index"], u.get("speaker") or "")
+        for fname, value in _row_values(rnd, raw.get(i, {}), ctx, problems).items():
+            labels.append({**meta, "row_index": u["row_index"], "field": fname,
+                           "value": json.dumps(value, ensure_ascii=False)})
+    return labels, problems.items
+
+
+def _email(completed_by) -> str | None:
+    if isinstance(completed_by, dict):
+        return completed_by.get("email")
+    return None
+
+
+def parse_export(rnd: Round, tasks: list[dict], annotator: str) -> tuple[list[dict], list[dict], int]:
+    """Label lines, problems and the number of done tasks of one annotator project's export."""
+    labels, problems, done = [], [], 0
+    seen: set[str] = set()
+    for task in tasks:
+        data = task.get("data") or {}
+        sid = data.get("sample_id", "?")
+        report = _Problems(rnd.name, sid, annotator)
+        if sid in seen:
+            report.add(None, None, "duplicate task for this sample; only the first is used")
+            problems += report.items
+            continue
+        seen.add(sid)
+        anns = list(task.get("annotations") or [])
+        if not anns:
+            continue
+        foreign = [a for a in anns if _email(a.get("completed_by")) not in (None, annotator)]
+        for a in foreign:
+            report.add(None, None, f"annotation by {_email(a['completed_by'])} in {annotator}'s project; ignored")
+        own = [a for a in anns if a not in foreign]
+        live = [a for a in own if not a.get("was_cancelled")]
+        if own and not live:
+            report.add(None, None, "skipped (cancelled) by the annotator")
+            done += 1
+        if live:
+            live.sort(key=lambda a: (a.get("updated_at") or "", a.get("id") or 0))
+            if len(live) > 1:
+                report.add(None, None, f"{len(live)} annotations; the latest is used")
+            lines, probs = parse_annotation(rnd, data, live[-1], annotator)
+            labels += lines
+            report.items += probs
+            done += 1
+        problems += report.items
+    return labels, problems, done
+
+
+# --- pull ------------------------------------------------------------------------------------
+
+@dataclass
+class PullResult:
+    round: str
+    labels: pa.Table
+    problems: pa.Table
+    snapshots: list[Path] = field(default_factory=list)
+    new_snapshots: int = 0
+    progress: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (annotator, scenario) -> (done, total)
+
+    def summary(self) -> str:
+        return (f"round {self.round}: {self.labels.num_rows} label lines, {self.problems.num_rows} problems, "
+                f"{len(self.snapshots)} exports ({self.new_snapshots} new)")
+
+
+def _sorted_table(records: list[dict], schema: pa.Schema, keys: list[str]) -> pa.Table:
+    def key(r):
+        return tuple("" if r.get(k) is None else (f"{r[k]:012d}" if isinstance(r.get(k), int) else str(r[k]))
+                     for k in keys)
+    return pa.Table.from_pylist(sorted(records, key=key), schema=schema)
+
+
+def pull_round(client: LabelStudioClient, round_name: str, data_root: str | Path,
+               annotators: list[str] | None = None, write: bool = True) -> PullResult:
+    """Export, archive, parse and validate every annotator project of a round.
+
+    Returns the labels (``schemas.LABELS``) and problems (``schemas.LABEL_PROBLEMS``) and, when
+    ``write``, stores them under ``<data root>/annotation/labels/`` (identical bytes for an
+    identical Label Studio state).
+    """
+    rnd = load_round(round_name)
+    labels, problems = [], []
+    result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
+    for project in sorted(client.projects(), key=lambda p: p.title):
+        parsed = parse_project_title(project.title)
+        if parsed is None or parsed[0] != rnd.name or (annotators and parsed[2] not in annotators):
+            continue
+        _, scenario, annotator = parsed
+        raw = client.export_snapshot(project.id)
+        path, new = archive_export(data_root, rnd.name, scenario, annotator, raw)  # before parsing
+        result.snapshots.append(path)
+        result.new_snapshots += int(new)
+        try:
+            tasks = json.loads(raw)
+        except ValueError as exc:
+            problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": annotator,
+                             "field": None, "problem": f"export {path.name} is not JSON: {exc}", "value": None})
+            continue
+        lines, probs, done = parse_export(rnd, tasks, annotator)
+        labels += lines
+        problems += probs
+        result.progress[(annotator, scenario)] = (done, len(tasks))
+    result.labels = _sorted_table(labels, schemas.LABELS, ["sample_id", "row_index", "annotator", "field"])
+    result.problems = _sorted_table(problems, schemas.LABEL_PROBLEMS,
+                                    ["sample_id", "row_index", "annotator", "field", "problem"])
+    if write:
+        store.write_parquet(result.labels, labels_path(data_root, rnd.name))
+        store.write_parquet(result.problems, problems_path(data_root, rnd.name))
+    return result
+
+
+def round_progress(client: LabelStudioClient) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """``(round, scenario, annotator) -> (done, total)`` from the live task counts."""
+    out = {}
+    for project in client.projects():
+        parsed = parse_project_title(project.title)
+        if parsed is None:
+            continue
+        tasks = client.tasks(project.id)
+        done = sum(1 for t in tasks if t.get("total_annotations", 0) or t.get("cancelled_annotations", 0))
+        out[parsed] = (done, len(tasks))
+    return out

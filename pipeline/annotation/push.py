@@ -1,0 +1,227 @@
+"""Push a round's samples to Label Studio: one project per annotator per round and scenario.
+
+Community Label Studio cannot assign tasks, so a blind round gives each of its K annotators an
+own project holding identical tasks. Pushing is idempotent: every task carries its
+``sample_id`` and the ``content_sha`` of what it shows; a re-push imports only missing
+samples, refreshes changed samples nobody has annotated yet, and reports (never touches)
+changed samples that already carry annotations. Label Studio task ids are never stored.
+
+Pre-annotations go in as inline predictions: by default the round's field values already in
+the input rows (the segmenter's draft for the transcript round, earlier gold or a release for
+later rounds); optionally a model behind an OpenAI-compatible endpoint (:mod:`.prelabel`).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from pipeline import taxonomy
+from pipeline.annotation import ls_config
+from pipeline.annotation.client import LabelStudioClient, LabelStudioError, LabelStudioUnavailable, chunks
+from pipeline.annotation.rounds import Round, load_round
+from pipeline.rows import tables_to_samples
+
+TITLE_PREFIX = "rescue"
+IMPORT_CHUNK = 100  # tasks per import request: one request per chunk, committed as a whole
+
+
+class PushError(RuntimeError):
+    """A push could not finish; the message says how far it got and that a re-run is safe."""
+
+
+def project_title(round_name: str, scenario: str, annotator: str) -> str:
+    return f"{TITLE_PREFIX}/{round_name}/{scenario}/{annotator}"
+
+
+def parse_project_title(title: str) -> tuple[str, str, str] | None:
+    """``(round, scenario, annotator)`` of a round project title, else None."""
+    parts = title.split("/")
+    if len(parts) == 4 and parts[0] == TITLE_PREFIX and parts[2] in taxonomy.SCENARIOS:
+        return parts[1], parts[2], parts[3]
+    return None
+
+
+def model_version(rnd: Round, source: str) -> str:
+    # Label Studio pre-fills only predictions whose model_version equals the project's.
+    return f"{rnd.name}-v{rnd.version}-{source}"
+
+
+# --- pre-annotation ------------------------------------------------------------------------
+
+def input_values(rnd: Round, sample: dict) -> dict[int, dict]:
+    """The round's field values present (non-null) in the input rows: the default pre-annotation."""
+    names = [f.name for f in rnd.fields]
+    return {r["row_index"]: {n: r[n] for n in names if r.get(n) is not None} for r in sample["rows"]}
+
+
+Prelabeler = Callable[[Round, dict], dict[int, dict]]  # (round, sample) -> {row_index: {field: value}}
+
+
+# --- annotators ----------------------------------------------------------------------------
+
+def list_annotators(client: LabelStudioClient) -> list[str]:
+    """Every Label Studio login except the admin whose token the pipeline uses (sorted e-mails)."""
+    me = client.whoami()["email"].lower()
+    return sorted(u["email"] for u in client.users() if u["email"].lower() != me)
+
+
+def choose_annotators(client: LabelStudioClient, rnd: Round, annotators: Sequence[str] | None,
+                      k: int | None) -> list[str]:
+    k = k or rnd.annotators
+    known = list_annotators(client)
+    chosen = list(annotators) if annotators else known
+    unknown = [a for a in chosen if a not in known]
+    if unknown:
+        raise PushError(f"not Label Studio users: {', '.join(unknown)}; add them with `rescue annotators add EMAIL`")
+    if len(chosen) < k:
+        raise PushError(f"round {rnd.name!r} needs {k} annotators, {len(chosen)} available "
+                        f"({', '.join(chosen) or 'none'}); add more with `rescue annotators add EMAIL`")
+    return chosen
+
+
+# --- push ----------------------------------------------------------------------------------
+
+@dataclass
+class PushReport:
+    round: str
+    annotators: list[str]
+    projects: dict[str, int] = field(default_factory=dict)  # title -> project id (for links)
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    changed_after_annotation: list[tuple[str, str]] = field(default_factory=list)  # (annotator, sample_id)
+    duplicates: list[tuple[str, str]] = field(default_factory=list)  # (annotator, sample_id) seen twice
+
+    def summary(self) -> str:
+        s = (f"round {self.round}: {len(self.projects)} projects for {len(self.annotators)} annotators; "
+             f"{self.created} tasks created, {self.updated} updated, {self.unchanged} unchanged")
+        if self.changed_after_annotation:
+            s += f"; {len(self.changed_after_annotation)} changed after annotation (left as they are)"
+        if self.duplicates:
+            s += f"; {len(self.duplicates)} duplicate tasks found"
+        return s
+
+
+@dataclass
+class _Prepared:
+    sample_id: str
+    data: dict
+    prediction: list[dict]
+
+
+def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: Callable[[dict], str] | None) -> _Prepared:
+    data = ls_config.build_task_data(rnd, sample, media_url(sample) if media_url else "")
+    values = prelabel(rnd, sample) if prelabel else {}
+    prediction = ls_config.values_to_results(rnd, data, values) if values else []
+    data["content_sha"] = ls_config.content_sha(data, prediction)
+    return _Prepared(sample["sample_id"], data, prediction)
+
+
+def push_round(
+    client: LabelStudioClient,
+    round_name: str,
+    samples: Sequence[dict],
+    annotators: Sequence[str] | None = None,
+    *,
+    k: int | None = None,
+    prelabel: Prelabeler | None = input_values,
+    prelabel_source: str = "input",
+    media_url: Callable[[dict], str] | None = None,
+    media_dir: str | Path | None = None,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> PushReport:
+    """Push ``samples`` (``pipeline.rows`` shape) to every chosen annotator's project of the round.
+
+    ``annotators``: e-mails (default: every registered annotator; at least ``k``, default the
+    round's ``annotators``). ``prelabel``: values for predictions (default: the input rows;
+    None for none). ``media_url``: sample -> URL shown in the Audio player (e.g.
+    ``/data/local-files/?d=media/x.wav``); ``media_dir``: absolute folder to register as the
+    projects' local storage. ``on_chunk(done, total)`` is called after each imported chunk.
+    """
+    rnd = load_round(round_name)
+    chosen = choose_annotators(client, rnd, annotators, k)
+    report = PushReport(rnd.name, chosen)
+    version = model_version(rnd, prelabel_source if prelabel else "none")
+    by_scenario: dict[str, list[_Prepared]] = {}
+    for s in sorted(samples, key=lambda s: s["sample_id"]):
+        by_scenario.setdefault(taxonomy.check_scenario(s["scenario"]), []).append(
+            _prepare(rnd, s, prelabel, media_url))
+
+    plan: list[tuple[int, list[dict]]] = []
+    try:
+        for scenario, prepared in sorted(by_scenario.items()):
+            config = ls_config.render_config(rnd, scenario)
+            for annotator in chosen:
+                title = project_title(rnd.name, scenario, annotator)
+                project = client.ensure_project(title, config, version, description=rnd.title)
+                report.projects[title] = project.id
+                if media_dir:
+                    client.add_local_storage(project.id, str(Path(media_dir).resolve()))
+                plan.append((project.id, _sync_existing(client, project.id, annotator, prepared, version, report)))
+    except LabelStudioUnavailable as exc:
+        raise PushError(f"push of round {rnd.name!r} stopped before importing: {exc}. "
+                        "Nothing was lost; restart Label Studio and run the push again.") from None
+
+    total = sum(len(tasks) for _, tasks in plan)
+    done = 0
+    for project_id, tasks in plan:
+        for chunk in chunks(tasks, IMPORT_CHUNK):
+            try:
+                client.import_tasks(project_id, chunk)
+            except LabelStudioError as exc:
+                raise PushError(
+                    f"push of round {rnd.name!r} stopped after {done} of {total} new tasks: {exc}. "
+                    "Tasks already in Label Studio and their annotations are kept; restart Label "
+                    "Studio and run the same push again - it imports only what is missing.") from None
+            done += len(chunk)
+            report.created += len(chunk)
+            if on_chunk:
+                on_chunk(done, total)
+    return report
+
+
+def _sync_existing(client: LabelStudioClient, project_id: int, annotator: str, prepared: list[_Prepared],
+                   version: str, report: PushReport) -> list[dict]:
+    """Compare the project's tasks with the prepared ones; update what may change; return new tasks."""
+    existing: dict[str, dict] = {}
+    for task in client.tasks(project_id):
+        sid = (task.get("data") or {}).get("sample_id")
+        if sid in existing:
+            report.duplicates.append((annotator, sid))
+            continue
+        existing[sid] = task
+    new = []
+    for p in prepared:
+        task = existing.get(p.sample_id)
+        if task is None:
+            task = {"data": p.data}
+            if p.prediction:
+                task["predictions"] = [{"model_version": version, "result": p.prediction}]
+            new.append(task)
+        elif task["data"].get("content_sha") == p.data["content_sha"]:
+            report.unchanged += 1
+        elif task.get("total_annotations", 0) or task.get("cancelled_annotations", 0):
+            report.changed_after_annotation.append((annotator, p.sample_id))
+        else:
+            client.update_task(task["id"], p.data)
+            client.replace_predictions(task["id"], p.prediction, version)
+            report.updated += 1
+    return new
+
+
+# --- inputs --------------------------------------------------------------------------------
+
+def load_samples(samples_path: str | Path, rows_path: str | Path) -> list[dict]:
+    """Samples from a samples table (``schemas.SAMPLES``) and a rows or draft-rows table."""
+    for p in (samples_path, rows_path):
+        if not Path(p).is_file():
+            raise FileNotFoundError(f"{p}: no such table")
+    return tables_to_samples(pq.read_table(samples_path), pq.read_table(rows_path))
+
+
+def dumps_report(report: PushReport) -> str:
+    return json.dumps(report.__dict__, indent=2, sort_keys=True)
