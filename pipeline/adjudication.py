@@ -1,0 +1,198 @@
+"""Adjudication in Label Studio: disagreements become tasks, the adjudicator's answer wins.
+
+For a round, every row where annotators disagree (``pipeline.gold.disagreements``) is put
+into an adjudication project per (round, scenario) - the same labeling config as the round,
+so the adjudicator sees the same controls. The task shows only the disagreeing rows as
+units; each annotator's answers on those rows are attached as one prediction per annotator
+(``model_version`` = annotator id), so the adjudicator can flip between them in the UI.
+
+Pull turns the adjudicators' submitted annotations into label-table lines
+(``schemas.LABELS``; ``annotator`` = adjudicator e-mail) that ``pipeline.gold.build_gold`` takes
+as ``adjudications``. Tasks are keyed by sample_id and a content hash of the disagreement,
+never by Label Studio task ids: pushing again adds only new or changed disagreements.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline import schemas
+from pipeline.gold import disagreements
+
+ADJUDICATOR_VERSION = "adjudication"  # the project's own model_version: no annotator pre-filled
+
+
+def project_title(round_name: str, scenario: str) -> str:
+    return f"rescue · adjudicate · {round_name} · {scenario}"
+
+
+@dataclass
+class PushSummary:
+    round: str
+    disagreements: int
+    tasks_created: int
+    tasks_unchanged: int
+    tasks_updated: int
+    projects: dict[str, int]
+
+
+def adjudication_tasks(rnd, labels: Any, samples: Sequence[dict]) -> dict[str, list[dict]]:
+    """scenario -> Label Studio tasks (data + one prediction per annotator) for the disagreements."""
+    from pipeline.annotation.ls_config import build_task_data, content_sha, values_to_results
+
+    by_sample: dict[str, list[dict]] = {}
+    for d in disagreements(labels, rnd):
+        by_sample.setdefault(d["sample_id"], []).append(d)
+    sample_of = {s["sample_id"]: s for s in samples}
+    out: dict[str, list[dict]] = {}
+    for sid in sorted(by_sample):
+        sample = sample_of.get(sid)
+        if sample is None:
+            raise KeyError(f"adjudication: sample {sid!r} has labels in round {rnd.name!r} but is not among the "
+                           f"samples given (the data the round was pushed from)")
+        data = build_task_data(rnd, sample)
+        rows = {d["row_index"]: d for d in by_sample[sid]}
+        data["units"] = [u for u in data["units"] if u["row_index"] in rows]
+        data["adjudicate"] = {str(ri): d["fields"] for ri, d in sorted(rows.items())}
+        annotators = sorted({a for d in rows.values() for vals in d["answers"].values() for a in vals})
+        predictions = []
+        for ann in annotators:
+            values = {ri: {f: vals[ann] for f, vals in d["answers"].items() if ann in vals} for ri, d in rows.items()}
+            predictions.append({"model_version": ann, "result": values_to_results(rnd, data, values)})
+        data["content_sha"] = content_sha(data, predictions)
+        out.setdefault(sample["scenario"], []).append({"data": data, "predictions": predictions})
+    return out
+
+
+def push(client, rnd, labels: Any, samples: Sequence[dict]) -> PushSummary:
+    """Create or refresh the adjudication projects of a round."""
+    from pipeline.annotation.ls_config import render_config
+
+    tasks_by_scenario = adjudication_tasks(rnd, labels, samples)
+    created = unchanged = updated = 0
+    projects = {}
+    for scenario, tasks in sorted(tasks_by_scenario.items()):
+        project = client.ensure_project(project_title(rnd.name, scenario), render_config(rnd, scenario),
+                                        model_version=ADJUDICATOR_VERSION,
+                                        description=f"Adjudication of round {rnd.name} v{rnd.version}: "
+                                                    f"rows where annotators disagree. Each annotator's "
+                                                    f"answer is a prediction; submit the correct one.")
+        projects[scenario] = project.id
+        existing = {t["data"].get("sample_id"): t for t in client.tasks(project.id)}
+        new = []
+        for task in tasks:
+            old = existing.get(task["data"]["sample_id"])
+            if old is None:
+                new.append(task)
+            elif old["data"].get("content_sha") == task["data"]["content_sha"]:
+                unchanged += 1
+            else:  # the disagreement changed (new labels): refresh data and predictions
+                client.update_task(old["id"], task["data"])
+                for p in client._json("GET", "/api/predictions/", "list predictions", params={"task": old["id"]}) or []:
+                    client.request("DELETE", f"/api/predictions/{p['id']}/", "delete an outdated prediction")
+                for p in task["predictions"]:
+                    client._json("POST", "/api/predictions/", "create a prediction",
+                                 json={"task": old["id"], "result": p["result"], "model_version": p["model_version"]})
+                updated += 1
+        if new:
+            client.import_tasks(project.id, new)
+            created += len(new)
+    n = sum(len(t["data"]["units"]) for ts in tasks_by_scenario.values() for t in ts)
+    return PushSummary(rnd.name, n, created, unchanged, updated, projects)
+
+
+def results_to_values(rnd, data: Mapping, result: Sequence[Mapping]) -> dict[int, dict[str, Any]]:
+    """``{row_index: {field: value}}`` from one annotation's results (inverse of
+    ``ls_config.values_to_results``), values in the row-schema form."""
+    from pipeline.annotation.ls_config import parse_control_name, result_value
+
+    units = data["units"]
+    fields = {f.name: f for f in rnd.fields}
+    out: dict[int, dict[str, Any]] = {}
+    slots: dict[tuple[int, str], dict[int, dict]] = {}
+    for item in result:
+        parsed = parse_control_name(item.get("from_name", ""))
+        if parsed is None or parsed[0] not in fields or parsed[3] >= len(units):
+            continue
+        name, slot, sub, unit = parsed
+        ri = units[unit]["row_index"]
+        f = fields[name]
+        raw = result_value(item)
+        if slot is not None:
+            slots.setdefault((ri, name), {}).setdefault(slot, {})[sub] = _typed(f.subfield(sub), raw)
+        else:
+            out.setdefault(ri, {})[name] = _typed(f, raw)
+    for (ri, name), by_slot in slots.items():
+        f = fields[name]
+        records = []
+        for slot in sorted(by_slot):
+            rec = by_slot[slot]
+            if any(s.empty_choice and rec.get(s.name) == "" for s in f.subfields):
+                continue  # "no strategy": the row stores no record
+            for s in f.subfields:
+                if s.type == "const":
+                    rec[s.name] = s.const
+            records.append(rec)
+        out.setdefault(ri, {})[name] = records
+    for u in units:  # records fields the adjudicator left empty: no record
+        for f in rnd.fields:
+            if f.type == "records":
+                out.setdefault(u["row_index"], {}).setdefault(f.name, [])
+    return out
+
+
+def _typed(f, raw: Any) -> Any:
+    if f.type == "choice":
+        v = raw[0] if isinstance(raw, list) and raw else raw
+        return "" if (f.empty_choice and v == f.empty_choice) else v
+    if f.type == "multichoice":
+        return list(raw or [])
+    if f.type == "rows":
+        return sorted(int(x) - 1 for x in raw or [])
+    if f.type == "number":
+        return int(raw) if isinstance(raw, (int, float)) and float(raw).is_integer() else raw
+    return raw
+
+
+def pull(client, rnd, scenarios: Sequence[str] = ("couple", "family")) -> pa.Table:
+    """Adjudicators' submitted answers as label-table lines (only the rows each task adjudicates).
+
+    Cancelled (skipped) annotations are ignored; when a task has several submitted annotations
+    the most recently updated one wins.
+    """
+    lines: list[dict] = []
+    for scenario in scenarios:
+        project = client.find_project(project_title(rnd.name, scenario))
+        if project is None:
+            continue
+        for task in json.loads(client.export_snapshot(project.id) or b"[]"):
+            data = task["data"]
+            anns = [a for a in task.get("annotations") or [] if not a.get("was_cancelled")]
+            if not anns:
+                continue
+            ann = max(anns, key=lambda a: (a.get("updated_at") or "", a.get("id") or 0))
+            by = ann.get("completed_by")
+            who = by.get("email") if isinstance(by, dict) else str(by)
+            values = results_to_values(rnd, data, ann.get("result") or [])
+            wanted = data.get("adjudicate") or {}
+            for ri, fields in sorted(values.items()):
+                for name, v in sorted(fields.items()):
+                    if wanted and name not in wanted.get(str(ri), []) and not _paired(rnd, name, wanted.get(str(ri))):
+                        continue
+                    lines.append({"round": rnd.name, "sample_id": data["sample_id"], "row_index": ri,
+                                  "annotator": who, "field": name, "value": json.dumps(v, ensure_ascii=False),
+                                  "annotation_id": ann.get("id"), "lead_time_s": ann.get("lead_time"),
+                                  "created_at": ann.get("created_at"), "updated_at": ann.get("updated_at")})
+    return pa.Table.from_pylist(lines, schema=schemas.LABELS)
+
+
+def _paired(rnd, name: str, disputed: list[str] | None) -> bool:
+    """Descriptive text on an adjudicated row follows the adjudicator too (gold rule 4)."""
+    if not disputed:
+        return False
+    f = rnd.field(name)
+    return f.type == "text" and not f.prefill

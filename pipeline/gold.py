@@ -1,0 +1,306 @@
+"""Gold rows from the annotation rounds, with provenance for every value.
+
+Rules, per row and field (field names are row-schema keys):
+
+1. An adjudicator's answer, when there is one, wins (``adjudicated``).
+2. All annotators gave the same value (``unanimous``).
+3. Otherwise by type: ``choice`` / ``multichoice`` / ``rows`` - the value more than half of the
+   annotators gave (``majority``); ``number`` - the median, rounded half up (``median``);
+   ``records`` - the record structure (records matched on the field's key, with their
+   choice subfields) more than half gave, numbers inside as the median (``majority``);
+   pre-filled text (the verbatim transcript) - majority.
+4. Descriptive free text (tone, reasons, emotion descriptions, strategy content) comes from a
+   reference annotator: the first (by id) whose structured answers on the row equal the gold
+   (``reference``); descriptive text alone never makes a disagreement.
+5. Anything else is ``unresolved``: ``build_gold(strict=True)`` refuses; with ``strict=False``
+   the first annotator's value is used and the provenance says so.
+
+The provenance table keeps, per (round, sample, row, field): the rule used, the annotators,
+the share of them that gave the gold value, whether it was adjudicated and by whom, and the
+gold value as JSON.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from pipeline import taxonomy
+from pipeline.agreement import clean_labels
+
+PROVENANCE = pa.schema([
+    pa.field("round", pa.string(), nullable=False),
+    pa.field("sample_id", pa.string(), nullable=False),
+    pa.field("row_index", pa.int64(), nullable=False),
+    pa.field("field", pa.string(), nullable=False),
+    pa.field("method", pa.string(), nullable=False),  # adjudicated|unanimous|majority|median|reference|unresolved|missing
+    pa.field("annotators", pa.list_(pa.string())),
+    pa.field("agreement", pa.float64()),  # share of annotators whose value equals the gold
+    pa.field("adjudicated", pa.bool_(), nullable=False),
+    pa.field("adjudicator", pa.string()),
+    pa.field("value", pa.string()),  # gold value, JSON
+])
+STRUCTURED = ("choice", "multichoice", "rows", "const")
+
+
+class UnresolvedError(ValueError):
+    """Disagreements without an adjudication; the message lists them."""
+
+
+def _c(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def _median(xs: Sequence[float]) -> int:
+    s = sorted(float(x) for x in xs)
+    n = len(s)
+    m = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    return int(math.floor(m + 0.5))
+
+
+def _majority(values: Mapping[str, Any]) -> Any | None:
+    counts = Counter(_c(v) for v in values.values())
+    text, n = counts.most_common(1)[0]
+    return json.loads(text) if n * 2 > len(values) else None
+
+
+def _structure(f, records: Any) -> str:
+    """A records value reduced to what must agree: keys and choice subfields, in key order."""
+    recs = [{s.name: r.get(s.name) for s in f.subfields if s.type in STRUCTURED} for r in (records or [])]
+    return _c(sorted(recs, key=_c))
+
+
+def _key(f, rec: dict) -> str:
+    return _c([rec.get(k) for k in f.key]) if f.key else _c({s.name: rec.get(s.name) for s in f.subfields
+                                                              if s.type in STRUCTURED})
+
+
+def is_disagreement(f, values: Mapping[str, Any]) -> bool:
+    """Whether annotators' values of one field on one row need an adjudicator (rules 2-4)."""
+    if len(values) < 2:
+        return False
+    if f.type == "number":
+        return False  # median
+    if f.type == "text":
+        return f.prefill and len({_c(v) for v in values.values()}) > 1
+    if f.type == "records":
+        structures = {_structure(f, v) for v in values.values()}
+        return len(structures) > 1
+    return len({_c(v) for v in values.values()}) > 1
+
+
+def resolve(f, values: Mapping[str, Any]) -> tuple[Any, str]:
+    """(gold value, method) from annotator -> value; method 'unresolved' when no rule decides."""
+    anns = sorted(values)
+    if len({_c(v) for v in values.values()}) == 1:
+        return values[anns[0]], "unanimous"
+    if f.type == "number":
+        nums = [v for v in values.values() if isinstance(v, (int, float))]
+        return (_median(nums), "median") if nums else (None, "unresolved")
+    if f.type == "text" and not f.prefill:
+        return values[anns[0]], "reference"
+    if f.type == "records":
+        structures = {a: _structure(f, values[a]) for a in anns}
+        top, n = Counter(structures.values()).most_common(1)[0]
+        if n * 2 <= len(anns):
+            return values[anns[0]], "unresolved"
+        holders = [a for a in anns if structures[a] == top]
+        ref = holders[0]
+        out = []
+        for rec in values[ref] or []:
+            new = dict(rec)
+            for s in f.subfields:
+                if s.type == "number":
+                    nums = [r.get(s.name) for a in holders for r in (values[a] or [])
+                            if _key(f, r) == _key(f, rec) and isinstance(r.get(s.name), (int, float))]
+                    if nums:
+                        new[s.name] = _median(nums)
+            out.append(new)
+        return out, "majority"
+    v = _majority(values)
+    return (v, "majority") if v is not None else (values[anns[0]], "unresolved")
+
+
+def _text_reference(rnd, per_field: Mapping[str, Mapping[str, Any]], gold: Mapping[str, Any]) -> str | None:
+    """The first annotator whose structured answers on a row equal the gold."""
+    anns = sorted({a for vals in per_field.values() for a in vals})
+    structured = [f for f in rnd.fields if f.type != "text"]
+    for a in anns:
+        if all(f.name not in per_field or a not in per_field[f.name]
+               or (_structure(f, per_field[f.name][a]) == _structure(f, gold.get(f.name)) if f.type == "records"
+                   else f.type == "number" or _c(per_field[f.name][a]) == _c(gold.get(f.name)))
+               for f in structured):
+            return a
+    return anns[0] if anns else None
+
+
+@dataclass
+class GoldResult:
+    samples: list[dict]
+    provenance: pa.Table
+    unresolved: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+
+def _index(labels: Any) -> dict[tuple[str, str, int], dict[str, dict[str, Any]]]:
+    """(round, sample_id, row_index) -> field -> annotator -> parsed value."""
+    if labels is None:
+        return {}
+    df = labels[0] if isinstance(labels, tuple) else clean_labels(labels)[0]
+    out: dict = {}
+    for rnd, sid, ri, ann, fld, val in zip(*(df[c].to_list() for c in
+                                               ("round", "sample_id", "row_index", "annotator", "field", "parsed"))):
+        out.setdefault((rnd, sid, ri), {}).setdefault(fld, {})[ann] = val
+    return out
+
+
+def _empty(f) -> Any:
+    return [] if f.type in ("records", "multichoice", "rows") else ("" if f.type in ("text", "choice") else None)
+
+
+def _fix_records(f, value: Any) -> Any:
+    """Records in the row-schema form: const subfields filled, numbers as int."""
+    if f.type != "records" or not isinstance(value, list):
+        return value
+    out = []
+    for rec in value:
+        rec = dict(rec)
+        for s in f.subfields:
+            if s.type == "const":
+                rec[s.name] = s.const
+            elif s.type == "number" and isinstance(rec.get(s.name), float):
+                rec[s.name] = int(math.floor(rec[s.name] + 0.5))
+        out.append(rec)
+    return out
+
+
+def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any], adjudications: Any = None,
+               strict: bool = True) -> GoldResult:
+    """Gold samples (RESCUE row shape) from base samples, the label table and adjudications.
+
+    ``base_samples``: samples in the ``pipeline.rows`` shape whose rows carry at least the draft
+    fields (row_index, start/end, primary_speaker, target, dialogue_cleaned,
+    background_dialogue); rounds are applied in their order, so a row's speaker from the
+    transcript round decides which later rounds apply to it.
+    ``adjudications``: adjudicators' answers in the label-table shape (``annotator`` = adjudicator).
+    """
+    lab = _index(labels)
+    adj = _index(adjudications)
+    rounds = sorted(rounds, key=lambda r: r.order)
+    prov: list[dict] = []
+    unresolved: list[dict] = []
+    out_samples = []
+    methods: Counter = Counter()
+    for s in base_samples:
+        scenario = s["scenario"]
+        rows = []
+        for base in sorted(s["rows"], key=lambda r: r["row_index"]):
+            row = {k: base.get(k) for k in base}
+            ri = row["row_index"]
+            for rnd in rounds:
+                if not rnd.applies(row.get("primary_speaker")):
+                    continue
+                per_field = lab.get((rnd.name, s["sample_id"], ri), {})
+                adj_field = adj.get((rnd.name, s["sample_id"], ri), {})
+                gold: dict[str, Any] = {}
+                meta: dict[str, tuple] = {}
+                for f in rnd.fields:
+                    values = per_field.get(f.name, {})
+                    if f.type == "records" and per_field and not values:
+                        values = {}
+                    adjudicator = None
+                    if f.name in adj_field:
+                        adjudicator = sorted(adj_field[f.name])[-1]
+                        value, method = adj_field[f.name][adjudicator], "adjudicated"
+                    elif not values:
+                        value, method = (row.get(f.name) if row.get(f.name) is not None else _empty(f)), "missing"
+                    else:
+                        value, method = resolve(f, values)
+                    gold[f.name] = _fix_records(f, value)
+                    meta[f.name] = (method, values, adjudicator)
+                ref = _text_reference(rnd, per_field, gold)
+                for f in rnd.fields:  # descriptive text from the reference annotator (rule 4)
+                    method, values, adjudicator = meta[f.name]
+                    if f.type == "text" and method == "reference" and ref in values:
+                        gold[f.name] = values[ref]
+                    if f.type == "records" and method == "majority" and ref is not None:
+                        gold[f.name] = _records_text_from(f, gold[f.name], per_field.get(f.name, {}).get(ref))
+                for f in rnd.fields:
+                    method, values, adjudicator = meta[f.name]
+                    value = gold[f.name]
+                    agree = (sum(1 for v in values.values() if _c(v) == _c(value)) / len(values)) if values else None
+                    if method == "unresolved":
+                        unresolved.append({"round": rnd.name, "sample_id": s["sample_id"], "row_index": ri,
+                                           "field": f.name, "values": {a: values[a] for a in sorted(values)}})
+                    methods[method] += 1
+                    prov.append({"round": rnd.name, "sample_id": s["sample_id"], "row_index": ri, "field": f.name,
+                                 "method": method, "annotators": sorted(values), "agreement": agree,
+                                 "adjudicated": method == "adjudicated", "adjudicator": adjudicator,
+                                 "value": _c(value)})
+                    row[f.name] = value
+            rows.append(_rescue_row(row, scenario))
+        out_samples.append({**{k: v for k, v in s.items() if k != "rows"}, "rows": rows})
+    if strict and unresolved:
+        head = "; ".join(f"{u['round']}/{u['sample_id']}#{u['row_index']}.{u['field']}" for u in unresolved[:10])
+        raise UnresolvedError(f"{len(unresolved)} disagreements have no adjudication (run `rescue adjudicate "
+                              f"push ROUND`, or build with strict=False): {head}")
+    summary = {"samples": len(out_samples), "rows": sum(len(s["rows"]) for s in out_samples),
+               "values": sum(methods.values()), "methods": dict(sorted(methods.items())),
+               "unresolved": len(unresolved)}
+    return GoldResult(out_samples, pa.Table.from_pylist(prov, schema=PROVENANCE), unresolved, summary)
+
+
+def _records_text_from(f, gold_records: list, ref_records: Any) -> list:
+    by_key = {_key(f, r): r for r in (ref_records or [])}
+    out = []
+    for rec in gold_records or []:
+        src = by_key.get(_key(f, rec), {})
+        out.append({**rec, **{s.name: src[s.name] for s in f.subfields if s.type == "text" and s.name in src}})
+    return out
+
+
+def _rescue_row(row: dict, scenario: str) -> dict:
+    """Fill the RESCUE row shape: therapist/client conventions and empty lists (spec §1.3, §1.5)."""
+    therapist = taxonomy.is_therapist(row.get("primary_speaker"))
+    for key in ("target", "background_dialogue", "body_posture", "facial_expressions", "self_directed_behavior",
+                "interaction_behavior", "internal_emotion", "viewpoints_attitudes", "support_strategy"):
+        if row.get(key) is None:
+            row[key] = []
+    for key in ("dialogue_cleaned", "tone_of_voice"):
+        if row.get(key) is None:
+            row[key] = ""
+    if therapist:
+        row["utterance_type"] = ""
+        if row.get("relation_cycle_state") is None:
+            row["relation_cycle_state"] = ""
+        if row.get("relation_cycle_evidence_rows") is None:
+            row["relation_cycle_evidence_rows"] = []
+    else:
+        row["support_strategy"] = []
+        row["relation_cycle_state"] = row["relation_cycle_reason"] = row["relation_cycle_evidence_rows"] = None
+        row.setdefault("utterance_type", "")
+    return row
+
+
+def disagreements(labels: Any, rnd) -> list[dict]:
+    """Rows of a round where annotators disagree on any field (rules 2-4): the adjudication work."""
+    lab = _index(labels)
+    out = []
+    for (rname, sid, ri), per_field in sorted(lab.items()):
+        if rname != rnd.name:
+            continue
+        fields = [f.name for f in rnd.fields if is_disagreement(f, per_field.get(f.name, {}))]
+        if fields:
+            out.append({"sample_id": sid, "row_index": ri, "fields": fields,
+                        "answers": {f.name: per_field.get(f.name, {}) for f in rnd.fields}})
+    return out
+
+
+def labels_frame(table: Any) -> pl.DataFrame:
+    return clean_labels(table)[0]
