@@ -194,6 +194,10 @@ def release_diff(
 
 
 # --- orchestration: stack, demo (flows/) ---------------------------------------------
+from pipeline import demo as _demo, stack as _stack  # noqa: E402  (commands live beside their logic)
+
+app.add_typer(_stack.cli, name="stack")
+app.command("demo")(_demo.demo_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

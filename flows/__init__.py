@@ -1,0 +1,152 @@
+"""Prefect flows: thin wrappers that map, cache, retry, limit concurrency and report.
+
+All logic lives in ``pipeline/``; a flow only decides what runs where and how often. The
+shared machinery is here so every flow resumes, retries and reports the same way:
+
+- ``RESUME``: the cache policy of every stage task. INPUTS + TASK_SOURCE (+ a pipeline
+  version) survives across flow runs, so a rerun after a crash recomputes only what did not
+  finish; editing a stage's task code or bumping the pipeline version invalidates it. Stage
+  inputs are content-addressed records (paths + sha256), so the key follows file CONTENT.
+  ``file_key`` hashes a file's bytes for the first stage, whose input is a raw path.
+- ``NETWORK_RETRIES``: exponential backoff for Label Studio / network calls.
+- ``gpu_slot()``: the strict global concurrency limit ``gpu`` around model inference.
+- ``settle()``: wait for ALL futures, then sort them into done / cached / failed (calling
+  ``.result()`` on the first failure would cancel the siblings and lose their work).
+- ``report()``: the per-run summary artifacts.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pipeline  # noqa: F401  (telemetry-off defaults before Prefect loads)
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
+from prefect.futures import PrefectFuture, wait
+from prefect.tasks import exponential_backoff
+
+CODE_VERSION = f"rescue-pipeline-{pipeline.__version__}"
+GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")
+
+RESUME = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=lambda ctx, params: CODE_VERSION)
+
+NETWORK_RETRIES: dict[str, Any] = dict(
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),  # 1 s, 2 s, 4 s
+    retry_jitter_factor=0.5,
+)
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_key(param: str):
+    """A cache_key_fn: the CONTENT of the file named by parameter ``param`` + the code version."""
+
+    def key(ctx, params: dict) -> str:
+        path = Path(params[param])
+        content = sha256_file(path) if path.is_file() else f"missing:{path}"
+        return hashlib.sha256(f"{ctx.task.name}|{content}|{CODE_VERSION}".encode()).hexdigest()
+
+    return key
+
+
+def file_resume(param: str):
+    """RESUME for a task whose input is a raw file path: key on the file's bytes, not its name."""
+    return CacheKeyFnPolicy(cache_key_fn=file_key(param)) + TASK_SOURCE
+
+
+@contextlib.contextmanager
+def gpu_slot():
+    """Hold one slot of the global `gpu` limit while a model runs (cache hits take none).
+
+    Strict: a missing limit is an error rather than silently unthrottled inference.
+    ``RESCUE_GPU_LIMIT=`` (empty) turns it off, e.g. for a server-less local test harness.
+    """
+    if not GPU_LIMIT:
+        yield
+        return
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency(GPU_LIMIT, occupy=1, lease_duration=60, strict=True):
+        yield
+
+
+# --- settling mapped work -------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """What happened to one item (an interview) across its chain of tasks."""
+
+    item: str
+    status: str = "done"           # done | cached | quarantined
+    reason: str = ""
+    result: Any = None
+    executed: list[str] = field(default_factory=list)   # task names that really ran
+    cached: list[str] = field(default_factory=list)     # task names served from cache
+
+
+def _reason(state) -> str:
+    try:
+        state.result(raise_on_failure=True)
+    except BaseException as exc:  # noqa: BLE001 - we report, not handle
+        text = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+    return state.message or state.name
+
+
+def settle(chains: dict[str, list[tuple[str, PrefectFuture]]]) -> list[Outcome]:
+    """Wait for every future of every item; an item is quarantined by its first failed task.
+
+    ``chains`` maps an item (interview id) to its ``(stage name, future)`` pairs in order.
+    """
+    wait([f for futures in chains.values() for _, f in futures])
+    outcomes = []
+    for item, futures in chains.items():
+        out = Outcome(item)
+        for name, fut in futures:
+            state = fut.state
+            if state.is_completed():
+                (out.cached if state.name == "Cached" else out.executed).append(name)
+            elif out.status != "quarantined":
+                out.status = "quarantined"
+                out.reason = f"{name}: {_reason(state)}" if state.is_failed() or state.is_crashed() \
+                    else f"{name}: not run ({state.name})"
+        if out.status != "quarantined":
+            out.result = futures[-1][1].result() if futures else None
+            out.status = "cached" if not out.executed else "done"
+        outcomes.append(out)
+    return sorted(outcomes, key=lambda o: o.item)
+
+
+def report(key: str, title: str, outcomes: Iterable[Outcome], extra_markdown: str = "",
+           tables: dict[str, list[dict]] | None = None) -> dict[str, int]:
+    """One markdown summary + one table per run (artifact keys: lowercase, digits, dashes)."""
+    outcomes = list(outcomes)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("done", "cached", "quarantined")}
+    lines = [f"# {title}", "", f"**{counts['done']}** done, **{counts['cached']}** cached, "
+             f"**{counts['quarantined']}** quarantined", ""]
+    bad = [o for o in outcomes if o.status == "quarantined"]
+    if bad:
+        lines += ["## Quarantined", "", "| item | reason |", "|---|---|"]
+        lines += [f"| {o.item} | {o.reason.replace('|', '/')} |" for o in bad]
+    if extra_markdown:
+        lines += ["", extra_markdown]
+    create_markdown_artifact(key=f"{key}-summary", markdown="\n".join(lines), description=title)
+    create_table_artifact(key=f"{key}-items", table=[
+        {"item": o.item, "status": o.status, "reason": o.reason,
+         "executed": ",".join(o.executed), "cached": ",".join(o.cached)} for o in outcomes])
+    for name, rows in (tables or {}).items():
+        if rows:
+            create_table_artifact(key=f"{key}-{name}", table=rows)
+    return counts

@@ -1,0 +1,334 @@
+"""The local stack: a Prefect server, a process worker and Label Studio, all on 127.0.0.1.
+
+``rescue stack up`` starts what is not running yet (idempotent), registers the work pools,
+the ``gpu`` concurrency limit and prefect.yaml's deployments; ``down`` stops what this
+module started (by the pids it recorded, never by name); ``status`` says what runs where.
+
+Everything lives under ``<data root>/stack/``: the server's own PREFECT_HOME (its SQLite
+database), pid files, logs. Task results (the resume cache) live in
+``<data root>/prefect-results`` so that a restarted server still finds them.
+Label Studio is managed by :mod:`pipeline.annotation.server` (issue #4); this module only
+calls it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.config import REPO_ROOT, Settings
+
+WORK_POOL = "rescue-cpu"          # the process pool the local worker (and compose's cpu-worker) serves
+GPU_WORK_POOL = "rescue-gpu"      # compose's GPU workers; no local worker serves it by default
+GPU_LIMIT_NAME = "gpu"            # global concurrency limit held around model inference
+SERVER_START_TIMEOUT_S = 90.0
+
+
+class StackError(RuntimeError):
+    """A stack component could not be started/stopped; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    root: Path
+
+    @property
+    def home(self) -> Path:           # PREFECT_HOME of the server and worker
+        return self.root / "stack" / "prefect-home"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "stack" / "pids"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "stack" / "logs"
+
+    @property
+    def results(self) -> Path:        # Prefect result storage = the resume cache
+        return self.root / "prefect-results"
+
+    def pid_file(self, name: str) -> Path:
+        return self.pids / f"{name}.json"
+
+    def log_file(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+
+def prefect_port() -> int:
+    return int(os.environ.get("RESCUE_PREFECT_PORT", "4200"))
+
+
+def api_url(port: int | None = None) -> str:
+    return f"http://127.0.0.1:{port or prefect_port()}/api"
+
+
+def prefect_env(data_root: Path, port: int | None = None) -> dict[str, str]:
+    """The Prefect variables every stack process and every client (CLI, demo) uses."""
+    paths = StackPaths(Path(data_root).resolve())
+    return {
+        "PREFECT_HOME": str(paths.home),
+        "PREFECT_API_URL": api_url(port),
+        "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(paths.results),
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        # GPU slots survive a server restart (in-memory leases leak on restart).
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+        "PREFECT_WORKER_QUERY_SECONDS": "2",   # deployment run -> start in ~2 s instead of ~10 s
+        "PREFECT_CLI_COLORS": "false",
+        "RESCUE_DATA_ROOT": str(paths.root),
+        "RESCUE_SOURCE_DIR": os.environ.get("RESCUE_SOURCE_DIR", str(REPO_ROOT)),  # prefect.yaml's pull step: code from local disk
+    }
+
+
+def _prefect_bin() -> str:
+    return str(Path(sys.executable).with_name("prefect"))
+
+
+# --- pid files: a pid is ours only if its start time matches what we recorded ---------------
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _read_pid(paths: StackPaths, name: str) -> int | None:
+    try:
+        rec = json.loads(paths.pid_file(name).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = int(rec["pid"])
+    return pid if _start_time(pid) == rec["start_time"] else None
+
+
+def _write_pid(paths: StackPaths, name: str, pid: int) -> None:
+    paths.pids.mkdir(parents=True, exist_ok=True)
+    tmp = paths.pid_file(name).with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": pid, "start_time": _start_time(pid)}))
+    os.replace(tmp, paths.pid_file(name))
+
+
+def _spawn(paths: StackPaths, name: str, argv: list[str], env: dict[str, str]) -> int:
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    log = open(paths.log_file(name), "ab")
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)  # own process group: `down` stops its children too
+    log.close()
+    _write_pid(paths, name, proc.pid)
+    return proc.pid
+
+
+def _stop(paths: StackPaths, name: str, timeout: float = 20.0) -> bool:
+    pid = _read_pid(paths, name)
+    paths.pid_file(name).unlink(missing_ok=True)
+    if pid is None:
+        return False
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if _start_time(pid) is None:
+                return True
+            time.sleep(0.2)
+    return True
+
+
+def _port_busy(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+# --- components ------------------------------------------------------------------------
+
+def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> None:
+    if _read_pid(paths, "prefect-server") and _healthy(env["PREFECT_API_URL"]):
+        log(f"prefect server: already running at {env['PREFECT_API_URL']}")
+        return
+    if _port_busy(port):
+        raise StackError(f"port {port} on 127.0.0.1 is taken by a process this stack did not start; "
+                         f"stop it or choose another port with RESCUE_PREFECT_PORT")
+    paths.home.mkdir(parents=True, exist_ok=True)
+    pid = _spawn(paths, "prefect-server",
+                 [_prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while not _healthy(env["PREFECT_API_URL"]):
+        if _start_time(pid) is None:
+            raise StackError(f"prefect server exited at start; see {paths.log_file('prefect-server')}")
+        if time.monotonic() > deadline:
+            raise StackError(f"prefect server not healthy after {SERVER_START_TIMEOUT_S:.0f} s; "
+                             f"see {paths.log_file('prefect-server')}")
+        time.sleep(0.5)
+    log(f"prefect server: started at {env['PREFECT_API_URL']} (pid {pid})")
+
+
+def _prefect(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([_prefect_bin(), "--no-prompt", *args], cwd=REPO_ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise StackError(f"`prefect {' '.join(args)}` failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return proc
+
+
+def register(env: dict[str, str], log=print) -> None:
+    """Work pools, the strict `gpu` limit and prefect.yaml's deployments (all idempotent)."""
+    for pool in (WORK_POOL, GPU_WORK_POOL):
+        if _prefect(env, "work-pool", "inspect", pool, check=False).returncode != 0:
+            _prefect(env, "work-pool", "create", pool, "--type", "process")
+    if _prefect(env, "gcl", "inspect", GPU_LIMIT_NAME, check=False).returncode != 0:
+        _prefect(env, "gcl", "create", GPU_LIMIT_NAME, "--limit", os.environ.get("RESCUE_GPU_SLOTS", "1"))
+    _prefect(env, "deploy", "--all")
+    log(f"prefect: pools {WORK_POOL}/{GPU_WORK_POOL}, limit '{GPU_LIMIT_NAME}', deployments from prefect.yaml registered")
+
+
+def _start_worker(paths: StackPaths, env: dict[str, str], log, limit: int) -> None:
+    if _read_pid(paths, "prefect-worker"):
+        log("prefect worker: already running")
+        return
+    pid = _spawn(paths, "prefect-worker",
+                 [_prefect_bin(), "worker", "start", "--pool", WORK_POOL, "--type", "process",
+                  "--limit", str(limit), "--name", f"rescue-local-{socket.gethostname()}"], env)
+    log(f"prefect worker: started on pool {WORK_POOL} (pid {pid}, log {paths.log_file('prefect-worker')})")
+
+
+def _label_studio():
+    try:
+        from pipeline.annotation import server
+    except ImportError as exc:  # pragma: no cover - only while issue #4 has not landed
+        raise StackError(f"Label Studio server management (pipeline.annotation.server) is missing: {exc}") from exc
+    return server
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """What flow runs need besides Prefect's variables: the Label Studio address and token."""
+    env = {"RESCUE_LABEL_STUDIO_URL": settings.label_studio_url}
+    if settings.label_studio_token:
+        env["LABEL_STUDIO_USER_TOKEN"] = settings.label_studio_token.value
+    return env
+
+
+def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker_limit: int = 4,
+       log=print) -> dict[str, str]:
+    """Start whatever is not running; returns the Prefect client variables."""
+    settings = Settings.from_env(data_root)
+    paths = StackPaths(settings.data_root.resolve())
+    port = prefect_port()
+    env = prefect_env(paths.root, port)
+    if label_studio:
+        settings = _label_studio().up(settings, log=log)
+    _start_server(paths, env, port, log)
+    register(env, log)
+    _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit)
+    return env
+
+
+def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=print) -> None:
+    settings = Settings.from_env(data_root)
+    paths = StackPaths(settings.data_root.resolve())
+    for name in ("prefect-worker", "prefect-server"):
+        log(f"{name}: {'stopped' if _stop(paths, name) else 'was not running'}")
+    if label_studio:
+        _label_studio().down(settings, log=log)
+
+
+def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
+    settings = Settings.from_env(data_root)
+    paths = StackPaths(settings.data_root.resolve())
+    url = api_url()
+    out = {
+        "prefect-server": {"state": "running" if _read_pid(paths, "prefect-server") and _healthy(url)
+                           else "stopped", "url": url.removesuffix("/api")},
+        "prefect-worker": {"state": "running" if _read_pid(paths, "prefect-worker") else "stopped",
+                           "pool": WORK_POOL},
+    }
+    try:
+        out["label-studio"] = _label_studio().status(settings)
+    except StackError as exc:
+        out["label-studio"] = {"state": "unavailable", "reason": str(exc)}
+    return out
+
+
+# --- command line: `rescue stack ...` (registered in pipeline/cli.py) -------------------
+
+import typer  # noqa: E402
+
+cli = typer.Typer(help="The local stack on 127.0.0.1: Prefect server, worker, Label Studio.",
+                  no_args_is_help=True)
+_DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data).")
+
+
+def _or_exit(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except StackError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from None
+
+
+@cli.command("up")
+def _cli_up(data_root: Path = _DATA_ROOT,
+            label_studio: bool = typer.Option(True, help="Also start Label Studio."),
+            worker_limit: int = typer.Option(4, help="Flow runs the local worker runs at once.")) -> None:
+    """Start the server, register pools/limits/deployments, start a worker (idempotent)."""
+    env = _or_exit(up, data_root, label_studio=label_studio, worker_limit=worker_limit)
+    typer.echo(f"\nPrefect UI: {env['PREFECT_API_URL'].removesuffix('/api')}\n"
+               f'Point the prefect CLI at it:  eval "$(rescue stack env)"')
+
+
+@cli.command("down")
+def _cli_down(data_root: Path = _DATA_ROOT,
+              label_studio: bool = typer.Option(True, help="Also stop Label Studio.")) -> None:
+    """Stop what `rescue stack up` started (by recorded pid)."""
+    _or_exit(down, data_root, label_studio=label_studio)
+
+
+@cli.command("status")
+def _cli_status(data_root: Path = _DATA_ROOT) -> None:
+    """What runs where; exit 1 if the Prefect server or worker is down."""
+    st = status(data_root)
+    for name, info in st.items():
+        typer.echo(f"{name:16s} " + "  ".join(f"{k}={v}" for k, v in info.items()))
+    if any(st[n]["state"] != "running" for n in ("prefect-server", "prefect-worker")):
+        raise typer.Exit(1)
+
+
+@cli.command("register")
+def _cli_register(data_root: Path = _DATA_ROOT) -> None:
+    """(Re)register pools, the `gpu` limit and prefect.yaml's deployments with the server at
+    PREFECT_API_URL (docker-compose's prefect-init runs this; also after parameter changes)."""
+    env = prefect_env(Settings.from_env(data_root).data_root)
+    _or_exit(register, {k: v for k, v in env.items() if k not in os.environ})  # compose sets its own
+
+
+@cli.command("env")
+def _cli_env(data_root: Path = _DATA_ROOT) -> None:
+    """Print `export` lines for the prefect CLI:  eval "$(rescue stack env)"."""
+    env = prefect_env(Settings.from_env(data_root).data_root)
+    for key in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):
+        typer.echo(f"export {key}={env[key]}")
