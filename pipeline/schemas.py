@@ -137,6 +137,8 @@ CATALOG = pa.schema(
         pa.field("audio_path", STR),  # relative to the data root
         pa.field("status", STR, nullable=False),  # done | quarantined
         pa.field("reason", STR),
+        pa.field("participants", STR_LIST),  # clients in speaking order (manifest); Therapist implicit
+        pa.field("subtitle_path", STR),  # relative to the data root, null when none
     ]
 )
 

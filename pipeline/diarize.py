@@ -1,0 +1,244 @@
+"""Who spoke when: pyannote diarization, RTTM files, and speaker assignment.
+
+The pipeline comes from a local directory (the offline default built by
+``rescue models prepare-offline``, or any downloaded pyannote pipeline) or from a hub id
+(production; the token is read from ``HF_TOKEN`` only and the hub must be switched on with
+``HF_HUB_OFFLINE=0``). Telemetry is off (``pipeline/__init__.py``).
+
+``assign_speakers`` gives each word/cue the speaker with the largest total overlap (whisperx's
+rule) with a sort + searchsorted sweep: O((W + T) log T) instead of one scan per word.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pipeline.config import Settings
+
+MAX_WORD_S = 1.5  # aligners stretch the word before a silence over the whole pause
+
+
+@dataclass(frozen=True)
+class Turn:
+    start: float
+    end: float
+    speaker: str
+
+
+class DiarizationError(RuntimeError):
+    pass
+
+
+def default_pipeline_dir(settings: Settings | None = None) -> Path:
+    from pipeline.models import OFFLINE_DIARIZATION
+    return (settings or Settings.from_env()).models_dir / OFFLINE_DIARIZATION
+
+
+_PIPELINES: dict[tuple[str, str], object] = {}
+
+
+def load_pipeline(source: str | Path | None = None, device: str = "cpu", settings: Settings | None = None):
+    """A pyannote ``SpeakerDiarization`` pipeline, loaded once per process.
+
+    ``source``: None (the offline default under ``Settings.models_dir``), a local pipeline
+    directory or ``config.yaml``, or a hub id such as ``pyannote/speaker-diarization-community-1``.
+    """
+    source = str(source) if source is not None else str(default_pipeline_dir(settings))
+    key = (source, device)
+    if key in _PIPELINES:
+        return _PIPELINES[key]
+    import torch
+    from pyannote.audio import Pipeline
+
+    path = Path(source)
+    if path.exists() or not _looks_like_hub_id(source):
+        if not path.exists():
+            raise DiarizationError(
+                f"diarization pipeline directory {path} does not exist; build the offline default with "
+                "`rescue models prepare-offline` (or set RESCUE_MODELS_DIR)")
+        pipeline = Pipeline.from_pretrained(path)
+    else:
+        token = os.environ.get("HF_TOKEN") or None
+        if os.environ.get("HF_HUB_OFFLINE", "1") != "0":
+            raise DiarizationError(
+                f"{source!r} is a hub id but the hub is off (HF_HUB_OFFLINE=1); set HF_HUB_OFFLINE=0 and "
+                "HF_TOKEN in the environment, or pass a local pipeline directory")
+        pipeline = Pipeline.from_pretrained(source, token=token)
+    if pipeline is None:
+        raise DiarizationError(f"could not load the diarization pipeline {source!r} (gated model without HF_TOKEN?)")
+    pipeline.to(torch.device(device))
+    _PIPELINES[key] = pipeline
+    return pipeline
+
+
+def _looks_like_hub_id(source: str) -> bool:
+    return source.count("/") == 1 and not source.startswith((".", "/"))
+
+
+def diarize_audio(
+    audio_path: str | Path,
+    num_speakers: int | None = None,
+    min_speakers: int | None = None,
+    max_speakers: int | None = None,
+    pipeline=None,
+    source: str | Path | None = None,
+    device: str = "cpu",
+) -> list[Turn]:
+    """Diarize one 16 kHz mono WAV; returns turns sorted by (start, end, speaker)."""
+    import torch
+    from pipeline.media import load_wav
+
+    pipeline = pipeline or load_pipeline(source, device)
+    samples = load_wav(audio_path)  # decode ourselves: no torchcodec dependency at run time
+    file = {"waveform": torch.from_numpy(samples[None, :]), "sample_rate": 16000, "uri": Path(audio_path).stem}
+    output = pipeline(file, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
+    annotation = getattr(output, "speaker_diarization", output)
+    turns = [Turn(round(s.start, 3), round(s.end, 3), str(label))
+             for s, _, label in annotation.itertracks(yield_label=True)]
+    return sorted(turns, key=lambda t: (t.start, t.end, t.speaker))
+
+
+# --- RTTM -------------------------------------------------------------------------------
+
+def rttm_lines(turns: Sequence[Turn], uri: str) -> list[str]:
+    return [f"SPEAKER {uri} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> {t.speaker} <NA> <NA>"
+            for t in turns]
+
+
+def write_rttm(turns: Sequence[Turn], path: str | Path, uri: str | None = None) -> Path:
+    from pipeline.store import atomic_write_text
+    path = Path(path)
+    return atomic_write_text(path, "".join(line + "\n" for line in rttm_lines(turns, uri or path.stem)))
+
+
+def read_rttm(path: str | Path) -> list[Turn]:
+    turns = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        parts = line.split()
+        if not parts or parts[0] != "SPEAKER":
+            continue
+        try:
+            start, dur = float(parts[3]), float(parts[4])
+        except (IndexError, ValueError) as exc:
+            raise DiarizationError(f"{path}:{n}: not an RTTM SPEAKER line: {line!r}") from exc
+        turns.append(Turn(start, start + dur, parts[7]))
+    return sorted(turns, key=lambda t: (t.start, t.end, t.speaker))
+
+
+def to_annotation(turns: Sequence[Turn], uri: str = "audio"):
+    from pyannote.core import Annotation, Segment
+    ann = Annotation(uri=uri)
+    for i, t in enumerate(turns):
+        ann[Segment(t.start, t.end), i] = t.speaker
+    return ann
+
+
+def der(reference: Sequence[Turn], hypothesis: Sequence[Turn], collar: float = 0.0) -> float:
+    """Diarization error rate (pyannote.metrics, optimal speaker mapping)."""
+    from pyannote.metrics.diarization import DiarizationErrorRate
+    return float(DiarizationErrorRate(collar=collar, skip_overlap=False)(
+        to_annotation(reference), to_annotation(hypothesis)))
+
+
+# --- speaker assignment -----------------------------------------------------------------
+
+def fill_word_times(starts: Sequence[float | None], ends: Sequence[float | None],
+                    max_word_s: float = MAX_WORD_S) -> tuple[np.ndarray, np.ndarray]:
+    """Give every word a time: words without timestamps (numbers, symbols) are spread evenly
+    between their timed neighbours; every word's duration is capped at ``max_word_s``."""
+    s = np.array([np.nan if v is None else v for v in starts], dtype=np.float64)
+    e = np.array([np.nan if v is None else v for v in ends], dtype=np.float64)
+    n = len(s)
+    if n == 0:
+        return s, e
+    e = np.where(np.isnan(e), s, e)
+    known = ~np.isnan(s)
+    if not known.any():
+        raise ValueError("no word has a timestamp; cannot place the words in time")
+    i = 0
+    while i < n:
+        if known[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and not known[j]:
+            j += 1
+        left = e[i - 1] if i > 0 else s[j]
+        right = s[j] if j < n else e[i - 1]
+        right = max(right, left)
+        step = (right - left) / (j - i)
+        for k in range(i, j):
+            s[k] = left + (k - i) * step
+            e[k] = s[k] + step
+        i = j
+    e = np.minimum(np.maximum(e, s), s + max_word_s)
+    return s, e
+
+
+def assign_speakers(
+    starts: np.ndarray, ends: np.ndarray, turns: Sequence[Turn], fill_nearest: bool = True
+) -> list[str | None]:
+    """Speaker of each interval [starts[i], ends[i]]: the one with the largest summed overlap.
+
+    Ties go to the speaker whose overlapping turn starts first (whisperx's order). Intervals
+    that touch no turn get the nearest turn's speaker when ``fill_nearest`` (else None); a
+    zero-length interval gets the speaker of the turn containing it.
+    """
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    if len(turns) == 0:
+        return [None] * len(starts)
+    speakers = sorted({t.speaker for t in turns})
+    overlap = np.zeros((len(starts), len(speakers)))
+    first_turn = np.full((len(starts), len(speakers)), np.inf)  # tie-break: earliest overlapping turn
+    for k, spk in enumerate(speakers):
+        seg = np.array(sorted((t.start, t.end) for t in turns if t.speaker == spk))
+        seg = _union(seg)
+        seg_s, seg_e = seg[:, 0], seg[:, 1]
+        cum = np.concatenate([[0.0], np.cumsum(seg_e - seg_s)])
+        overlap[:, k] = _covered(ends, seg_s, seg_e, cum) - _covered(starts, seg_s, seg_e, cum)
+        # first turn of this speaker that overlaps the interval: the first with end > start
+        j = np.searchsorted(seg_e, starts, side="right")
+        hit = (j < len(seg_s)) & (seg_s[np.minimum(j, len(seg_s) - 1)] < ends)
+        first_turn[hit, k] = seg_s[j[hit]]
+    best = overlap.max(axis=1)
+    defined = best > 1e-12
+    tied = np.isclose(overlap, best[:, None], rtol=0, atol=1e-12) & defined[:, None]
+    order = np.where(tied, first_turn, np.inf)
+    choice = np.argmin(order, axis=1)
+    out: list[str | None] = [speakers[c] if d else None for c, d in zip(choice, defined)]
+    if not defined.all():
+        all_s = np.array([t.start for t in turns])
+        all_e = np.array([t.end for t in turns])
+        labels = [t.speaker for t in turns]
+        for i in np.nonzero(~defined)[0]:
+            mid = (starts[i] + ends[i]) / 2
+            inside = np.nonzero((all_s <= mid) & (mid <= all_e))[0]
+            if len(inside):
+                out[i] = labels[inside[0]]
+            elif fill_nearest:
+                dist = np.minimum(np.abs(all_s - mid), np.abs(all_e - mid))
+                out[i] = labels[int(np.argmin(dist))]
+    return out
+
+
+def _union(seg: np.ndarray) -> np.ndarray:
+    merged = [list(seg[0])]
+    for s, e in seg[1:]:
+        if s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return np.array(merged)
+
+
+def _covered(t: np.ndarray, seg_s: np.ndarray, seg_e: np.ndarray, cum: np.ndarray) -> np.ndarray:
+    """Length of the speaker's (disjoint, sorted) turns before time t, vectorised over t."""
+    j = np.searchsorted(seg_s, t, side="right")  # turns starting at or before t
+    prev = np.maximum(j - 1, 0)
+    partial = np.clip(t - seg_s[prev], 0.0, seg_e[prev] - seg_s[prev])
+    return np.where(j > 0, cum[prev] + partial, 0.0)
