@@ -188,6 +188,11 @@ def release_diff(
 
 
 # --- Label Studio and annotation rounds (pipeline.annotation) ------------------------
+from pipeline.annotation import cli as _annotation_cli  # noqa: E402  (commands live beside their logic)
+
+app.add_typer(_annotation_cli.label_studio_app, name="label-studio")
+app.add_typer(_annotation_cli.annotators_app, name="annotators")
+app.add_typer(_annotation_cli.annotate_app, name="annotate")
 
 
 # --- agreement, adjudication, gold (pipeline.agreement, pipeline.gold) ---------------

@@ -1,0 +1,240 @@
+"""``rescue label-studio``, ``rescue annotators`` and ``rescue annotate`` commands.
+
+Argument parsing and printing only; the work is in the sibling modules. The API token is
+never printed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+label_studio_app = typer.Typer(help="Run the local Label Studio server (127.0.0.1, data under the data root).",
+                               no_args_is_help=True)
+annotators_app = typer.Typer(help="Annotator logins in Label Studio.", no_args_is_help=True)
+annotate_app = typer.Typer(help="Blind annotation rounds: configs, push, pull, progress.", no_args_is_help=True)
+
+DataRoot = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data).")
+
+
+def _settings(data_root: Optional[Path]):
+    from pipeline.config import Settings
+
+    return Settings.from_env(data_root)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+def _client(settings):
+    from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+
+    try:
+        return LabelStudioClient.from_settings(settings)
+    except LabelStudioError as exc:
+        _fail(str(exc))
+
+
+def _server(settings, port: Optional[int] = None):
+    from pipeline.annotation.server import LabelStudioServer, default_server
+
+    server = default_server(settings)
+    if port:
+        server = LabelStudioServer(server.data_dir, port=port, media_root=server.media_root)
+    return server
+
+
+# --- label-studio up / down / status -----------------------------------------------------------
+
+@label_studio_app.command("up")
+def ls_up(data_root: Optional[Path] = DataRoot,
+          port: Optional[int] = typer.Option(None, help="Port (default $RESCUE_LABEL_STUDIO_PORT or 8080)."),
+          timeout: float = typer.Option(300.0, help="Seconds to wait for /health.")) -> None:
+    """Start Label Studio (no-op when it already runs); admin and token from LABEL_STUDIO_* env vars."""
+    from pipeline.annotation.server import LabelStudioServerError
+
+    server = _server(_settings(data_root), port)
+    try:
+        with console.status(f"starting Label Studio on {server.url} (first start: about a minute)"):
+            status = server.start(timeout=timeout)
+    except LabelStudioServerError as exc:
+        _fail(str(exc))
+    console.print(status.describe(), highlight=False)
+
+
+@label_studio_app.command("down")
+def ls_down(data_root: Optional[Path] = DataRoot, port: Optional[int] = typer.Option(None)) -> None:
+    """Stop the Label Studio server started by `up`."""
+    server = _server(_settings(data_root), port)
+    console.print("stopped" if server.stop() else "Label Studio was not running")
+
+
+@label_studio_app.command("status")
+def ls_status(data_root: Optional[Path] = DataRoot, port: Optional[int] = typer.Option(None)) -> None:
+    """Whether the server runs and answers; exit code 1 when it is not healthy."""
+    status = _server(_settings(data_root), port).status()
+    console.print(status.describe(), highlight=False)
+    if not status.healthy:
+        raise typer.Exit(1)
+
+
+# --- annotators ----------------------------------------------------------------------------
+
+@annotators_app.command("add")
+def annotators_add(
+    email: str = typer.Argument(..., help="The annotator's e-mail (their login)."),
+    data_root: Optional[Path] = DataRoot,
+    password_env: str = typer.Option("RESCUE_ANNOTATOR_PASSWORD",
+                                     help="Environment variable holding the password; prompted when unset."),
+) -> None:
+    """Create a Label Studio login for an annotator and set their password (never printed)."""
+    from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.server import LabelStudioServerError
+
+    if "@" not in email:
+        _fail(f"{email!r} is not an e-mail address")
+    settings = _settings(data_root)
+    password = os.environ.get(password_env) or typer.prompt(f"password for {email}", hide_input=True,
+                                                            confirmation_prompt=True)
+    try:
+        user = _client(settings).create_user(email)
+        _server(settings).set_password(email, password)
+    except (LabelStudioError, LabelStudioServerError) as exc:
+        _fail(str(exc))
+    console.print(f"annotator {email} ready (Label Studio user {user['id']})", highlight=False)
+
+
+@annotators_app.command("list")
+def annotators_list(data_root: Optional[Path] = DataRoot) -> None:
+    """Registered annotators (every Label Studio login except the pipeline's admin)."""
+    from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.push import list_annotators
+
+    try:
+        for email in list_annotators(_client(_settings(data_root))):
+            console.print(email, highlight=False)
+    except LabelStudioError as exc:
+        _fail(str(exc))
+
+
+# --- annotate --------------------------------------------------------------------------------
+
+@annotate_app.command("render-configs")
+def render_configs(check: bool = typer.Option(False, help="Only report configs that differ; exit 1 if any.")) -> None:
+    """Regenerate annotation_schemas/label_studio/*.xml from the round definitions."""
+    from pipeline.annotation import ls_config
+
+    if check:
+        stale = ls_config.stale_configs()
+        for p in stale:
+            console.print(f"stale: {p}", highlight=False)
+        if stale:
+            raise typer.Exit(1)
+        console.print("all Label Studio configs match the round definitions")
+        return
+    rendered = ls_config.render_all(write=True)
+    console.print(f"{len(rendered)} configs written to {ls_config.CONFIG_DIR}", highlight=False)
+
+
+@annotate_app.command("push")
+def annotate_push(
+    round_name: str = typer.Argument(..., metavar="ROUND", help="transcript | emotion | viewpoints | relation | strategy"),
+    data_root: Optional[Path] = DataRoot,
+    samples: Optional[Path] = typer.Option(None, help="Samples table (default: the corpus's samples.parquet)."),
+    rows: Optional[Path] = typer.Option(None, help="Rows or draft-rows table (default: the corpus's rows.parquet)."),
+    annotator: Optional[list[str]] = typer.Option(None, "--annotator", "-a", help="Annotator e-mail (repeat); default all."),
+    k: Optional[int] = typer.Option(None, "-k", help="Annotators per sample (default: the round's)."),
+    prelabel: str = typer.Option("input", help="input (values in the rows) | none | model"),
+    prelabel_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL for --prelabel model."),
+    prelabel_model: Optional[str] = typer.Option(None, help="Model name for --prelabel model."),
+) -> None:
+    """Push a round's samples to every annotator's project (idempotent; safe to re-run)."""
+    from rich.progress import Progress
+
+    from pipeline.annotation import push
+    from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.prelabel import ModelPrelabeler
+    from pipeline.corpus import corpus_dir
+
+    settings = _settings(data_root)
+    cdir = corpus_dir(settings.data_root)
+    try:
+        sample_list = push.load_samples(samples or cdir / "samples.parquet", rows or cdir / "rows.parquet")
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    if prelabel == "model":
+        if not (prelabel_url and prelabel_model):
+            _fail("--prelabel model needs --prelabel-url and --prelabel-model")
+        labeler = ModelPrelabeler(prelabel_url, prelabel_model)
+        kwargs = {"prelabel": labeler, "prelabel_source": labeler.source}
+    elif prelabel in ("input", "none"):
+        labeler = None
+        kwargs = {"prelabel": push.input_values if prelabel == "input" else None, "prelabel_source": prelabel}
+    else:
+        _fail(f"--prelabel must be input, none or model, not {prelabel!r}")
+    media = settings.data_root / "media"
+    try:
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task(f"pushing {round_name}", total=None)
+            report = push.push_round(
+                _client(settings), round_name, sample_list, annotator or None, k=k,
+                media_dir=media if media.is_dir() else None,
+                on_chunk=lambda done, total: progress.update(bar, completed=done, total=total), **kwargs)
+    except (push.PushError, LabelStudioError, KeyError) as exc:
+        _fail(str(exc).strip("'\""))
+    console.print(report.summary(), highlight=False)
+    for who, sid in report.changed_after_annotation:
+        console.print(f"  [yellow]changed after annotation[/yellow]: {sid} ({who})", highlight=False)
+    if labeler and labeler.failures:
+        console.print(f"  [yellow]{len(labeler.failures)} samples without model pre-annotation[/yellow]")
+
+
+@annotate_app.command("pull")
+def annotate_pull(
+    round_name: str = typer.Argument(..., metavar="ROUND"),
+    data_root: Optional[Path] = DataRoot,
+    show: int = typer.Option(20, help="Problems to print."),
+) -> None:
+    """Archive the round's exports, then validate them into the long label table."""
+    from pipeline.annotation import pull
+    from pipeline.annotation.client import LabelStudioError
+
+    settings = _settings(data_root)
+    try:
+        with console.status(f"pulling {round_name}"):
+            result = pull.pull_round(_client(settings), round_name, settings.data_root)
+    except (LabelStudioError, KeyError) as exc:
+        _fail(str(exc).strip("'\""))
+    console.print(result.summary(), highlight=False)
+    console.print(f"labels: {pull.labels_path(settings.data_root, round_name)}", highlight=False)
+    for p in result.problems.to_pylist()[:show]:
+        where = f"{p['sample_id']} row {p['row_index']}" if p["row_index"] is not None else p["sample_id"]
+        console.print(f"  [red]{where}[/red] {p['annotator']} {p['field'] or ''}: {p['problem']}", highlight=False)
+    if result.problems.num_rows > show:
+        console.print(f"  ... {result.problems.num_rows - show} more in "
+                      f"{pull.problems_path(settings.data_root, round_name)}", highlight=False)
+
+
+@annotate_app.command("status")
+def annotate_status(data_root: Optional[Path] = DataRoot) -> None:
+    """Done / total tasks per round, scenario and annotator."""
+    from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.pull import round_progress
+    from pipeline.annotation.rounds import round_names
+
+    try:
+        progress = round_progress(_client(_settings(data_root)))
+    except LabelStudioError as exc:
+        _fail(str(exc))
+    order = {name: i for i, name in enumerate(round_names())}
+    table = Table("round", "scenario", "annotator", "done", "total")
+    for (rnd, scenario, who), (done, total) in sorted(progress.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
+        table.add_row(rnd, scenario, who, str(done), str(total))
+    console.print(table if progress else "no annotation projects yet")
