@@ -12,9 +12,14 @@ def truth_samples() -> list[dict]:
     return synth_corpus.generate(scale=0.1, seed=5)
 
 
-def draft_of(samples: list[dict]) -> list[dict]:
+def _draft_of(samples: list[dict]) -> list[dict]:
     """The samples as the transcript round gets them: timing, speaker, target and text only."""
     keep = ("row_index", "start_time", "end_time", "primary_speaker", "target", "dialogue_cleaned",
             "background_dialogue")
     return [{**{k: v for k, v in s.items() if k != "rows"}, "rows": [{k: r[k] for k in keep} for r in s["rows"]]}
             for s in samples]
+
+
+@pytest.fixture(scope="session")
+def draft_of():
+    return _draft_of
