@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-import pipeline
+from pipeline import __version__ as PIPELINE_VERSION
 from pipeline import schemas, store, taxonomy, tasks
 from pipeline.config import Settings
 from pipeline.rows import group_id_of, samples_to_tables, tables_to_samples
@@ -246,7 +246,7 @@ def build_release(
         manifest = {
             "name": "RESCUE",
             "version": version,
-            "pipeline_version": pipeline.__version__,
+            "pipeline_version": PIPELINE_VERSION,
             "source": inp.source,
             "task_settings": {"context_size": tasks.context_sizes(settings), "options": opts},
             "splits": {"method": "sha256(group_id) < dev_fraction -> dev, else test", "dev_fraction": dev_fraction,

@@ -109,7 +109,7 @@ def _sample(scenario: str, sample_id: str, group: str, clients: list[str], n_row
     for k in range(1, n_rows + 1):
         t += round(rng.uniform(0.0, 0.6), 2)
         start = round(t, 2)
-        t = start + max(0.5, round(seconds_per_row * rng.uniform(0.45, 1.35), 2))
+        t = start + max(0.5, round((seconds_per_row - 0.3) * rng.uniform(0.5, 1.5), 2))  # mean gap 0.3 s
         end = round(t, 2)
         therapist = k in positions
         row = {"start_time": start, "end_time": end, "row_index": k, "background_dialogue": [], "body_posture": [],
