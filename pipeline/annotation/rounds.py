@@ -157,6 +157,8 @@ def _parse_field(raw: dict, where: str, sibling_names: set[str] | None = None) -
     other = raw.get("distinct_from")
     if other and other not in (sibling_names or set()) and other not in schemas.ROW_KEYS:
         raise RoundDefinitionError(f"{where}: distinct_from {other!r} is neither a sibling field nor a row key")
+    if ftype == "rows":
+        values = "rows"  # choices are the sample's rows
     if ftype in ("choice", "multichoice") and values is None:
         raise RoundDefinitionError(f"{where}: a {ftype} field needs 'values'")
     subfields: tuple[Field, ...] = ()

@@ -1,0 +1,199 @@
+"""Round definitions, generated configs and the result <-> value mapping (no server needed)."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from ls_samples import make_sample, release_head
+
+from pipeline import taxonomy
+from pipeline.annotation import ls_config, push
+from pipeline.annotation.pull import parse_annotation
+from pipeline.annotation.rounds import RoundDefinitionError, load_round, parse_round, round_names
+
+
+def test_five_rounds_in_order_with_fields_from_the_taxonomy():
+    assert round_names() == ("transcript", "emotion", "viewpoints", "relation", "strategy")
+    emotion = load_round("emotion")
+    assert emotion.field("utterance_type").options("couple") == taxonomy.utterance_types()
+    rel = load_round("relation").field("relation_cycle_state")
+    for sc in taxonomy.SCENARIOS:
+        assert rel.options(sc)[:-1] == taxonomy.relation_patterns(sc)
+        assert rel.options(sc)[-1] == rel.empty_choice == "no clear pattern"
+    strat = load_round("strategy").field("support_strategy").subfield("strategy_type")
+    assert strat.labels("family") == taxonomy.support_strategies("family")
+    assert set(strat.labels("couple")) != set(strat.labels("family"))
+
+
+def test_applies_to_selects_rows_by_speaker():
+    assert load_round("transcript").applies("SPEAKER_01")
+    assert load_round("emotion").applies("Alan") and not load_round("emotion").applies("Therapist")
+    assert not load_round("emotion").applies("Couple")
+    assert load_round("relation").applies("Therapist") and not load_round("relation").applies("Alan")
+
+
+def test_every_field_declares_metric_and_threshold():
+    for name in round_names():
+        rnd = load_round(name)
+        paths = [p for p, _, _ in rnd.agreement_fields()]
+        assert paths, name
+        for _, metric, threshold in rnd.agreement_fields():
+            assert metric in ("nominal", "interval", "masi", "presence") and threshold == pytest.approx(0.667)
+    emo = dict((p, m) for p, m, _ in load_round("emotion").agreement_fields())
+    assert emo["internal_emotion.intensity"] == "interval" and emo["utterance_type"] == "nominal"
+
+
+def test_malformed_round_names_file_and_field(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: broken\nversion: 1\norder: 9\napplies_to: all\nfields:\n"
+                   "  - {name: tone, type: colour, agreement: {metric: nominal}}\n")
+    with pytest.raises(RoundDefinitionError, match=r"broken\.yaml: field 'tone': type 'colour'"):
+        parse_round(bad)
+    bad.write_text("name: broken\nversion: 1\norder: 9\napplies_to: all\nfields:\n"
+                   "  - {name: x, type: choice, values: {taxonomy: colours}}\n")
+    with pytest.raises(RoundDefinitionError, match="broken.yaml: field 'x': values"):
+        parse_round(bad)
+
+
+def test_checked_in_configs_match_the_round_definitions():
+    """Fails when a round YAML or the taxonomy changed without `rescue annotate render-configs`."""
+    assert ls_config.stale_configs() == []
+
+
+@pytest.mark.parametrize("name", ["transcript", "emotion", "viewpoints", "relation", "strategy"])
+@pytest.mark.parametrize("scenario", ["couple", "family"])
+def test_config_has_synced_media_and_one_control_per_field(name, scenario):
+    rnd = load_round(name)
+    root = ET.fromstring(ls_config.config_path(name, scenario).read_text())
+    audio = root.find("Audio")
+    paragraphs = root.find("Paragraphs")
+    assert audio.get("sync") == paragraphs.get("sync") == "media"
+    repeater = root.find("Repeater")
+    assert repeater.get("on") == "$units"
+    controls = {el.get("name"): el for el in repeater.iter() if el.get("toName")}
+    for f in rnd.fields:
+        if f.type == "records":
+            for slot in range(1, f.max_items + 1):
+                for sub in f.subfields:
+                    if sub.type != "const":
+                        assert ls_config.control_name(f.name, "{{idx}}", slot, sub.name) in controls
+        else:
+            el = controls[ls_config.control_name(f.name, "{{idx}}")]
+            assert (el.get("required") == "true") == f.required
+            if not f.is_dynamic and f.type in ("choice", "multichoice"):
+                assert tuple(c.get("value") for c in el.findall("Choice")) == f.options(scenario)
+
+
+def _samples():
+    return release_head() + [make_sample("synthetic/family_001", "family", 10)]
+
+
+@pytest.mark.parametrize("name", ["transcript", "emotion", "viewpoints", "relation", "strategy"])
+def test_values_survive_the_label_studio_round_trip(name):
+    """values -> Label Studio results -> validated values: identical, no problems."""
+    rnd = load_round(name)
+    checked = 0
+    for sample in _samples():
+        data = ls_config.build_task_data(rnd, sample)
+        values = push.input_values(rnd, sample)
+        # The release keeps the relation reason on the row before; give therapist rows their own.
+        for u in data["units"]:
+            values[u["row_index"]].setdefault("relation_cycle_reason", f"reason {u['row_index']}")
+        result = ls_config.values_to_results(rnd, data, values)
+        labels, problems = parse_annotation(rnd, data, {"id": 1, "result": result}, "a@x.test")
+        assert problems == []
+        got = {(lab["row_index"], lab["field"]): json.loads(lab["value"]) for lab in labels}
+        for u in data["units"]:
+            for f in rnd.fields:
+                want = values[u["row_index"]].get(f.name)
+                if want is None:
+                    continue
+                if f.type == "records":  # compare as the row schema holds them
+                    want = [{k: r[k] for k in r} for r in want[: f.max_items]]
+                    have = got[(u["row_index"], f.name)]
+                    assert [dict(sorted(r.items())) for r in have] == [dict(sorted(r.items())) for r in want]
+                else:
+                    assert got[(u["row_index"], f.name)] == want, (sample["sample_id"], u, f.name)
+                checked += 1
+    assert checked > 0
+
+
+def _emotion_task():
+    sample = make_sample("synthetic/couple_900", "couple", 6)
+    rnd = load_round("emotion")
+    return rnd, ls_config.build_task_data(rnd, sample)
+
+
+def _r(name, kind, value):
+    key = {"choices": "choices", "textarea": "text", "number": "number"}[kind]
+    return {"from_name": name, "to_name": "turn_0", "type": kind, "value": {key: value}}
+
+
+def test_validation_reports_each_problem_and_drops_only_that_field():
+    rnd, data = _emotion_task()
+    n_units = len(data["units"])
+    result = [
+        _r("utterance_type_0", "choices", ["sarcasm"]),                       # unknown label
+        _r("tone_of_voice_0", "textarea", ["flat"]),
+        _r("internal_emotion__1__person_0", "choices", ["Ann"]),
+        _r("internal_emotion__1__emotion_description_0", "textarea", ["feels tired"]),
+        _r("internal_emotion__1__intensity_0", "number", 11),                  # out of range
+        _r("utterance_type_1", "choices", ["request"]),                        # tone missing (required)
+        _r(f"utterance_type_{n_units + 3}", "choices", ["request"]),           # a turn that does not exist
+        _r("mood_2", "choices", ["calm"]),                                     # unknown field
+        _r("internal_emotion__1__person_2", "choices", ["Zed"]),               # not in the clip
+    ]
+    labels, problems = parse_annotation(rnd, data, {"id": 7, "result": result}, "a@x.test")
+    row0, row1, row2 = (u["row_index"] for u in data["units"][:3])
+    found = {(p["row_index"], p["field"], p["problem"].split(":")[0]) for p in problems}
+    assert (row0, "utterance_type", "unknown label") in found
+    assert (row0, "internal_emotion.intensity", "out of range [0, 10]") in found
+    assert (row1, "tone_of_voice", "missing required field") in found
+    assert (None, f"utterance_type_{n_units + 3}", "row does not exist (unit %d of %d)" % (n_units + 3, n_units)) in found
+    assert (None, "mood_2", "unknown field") in found
+    assert (row2, "internal_emotion.person", "unknown label") in found
+    got = {(lab["row_index"], lab["field"]): json.loads(lab["value"]) for lab in labels}
+    assert got[(row0, "tone_of_voice")] == "flat"          # the valid field of the same row stays
+    assert (row0, "utterance_type") not in got and (row0, "internal_emotion") not in got
+    assert got[(row1, "utterance_type")] == "request"
+    assert got[(row1, "internal_emotion")] == []           # optional and empty: an explicit empty value
+
+
+def test_self_targets_and_the_couple_rule():
+    sample = make_sample("synthetic/couple_901", "couple", 6)
+    tr = load_round("transcript")
+    data = ls_config.build_task_data(tr, sample)
+    result = [_r("dialogue_cleaned_0", "textarea", ["hi"]), _r("primary_speaker_0", "choices", ["Ann"]),
+              _r("target_0", "choices", ["Ann", "Therapist"])]
+    _, problems = parse_annotation(tr, data, {"result": result}, "a")
+    first = data["units"][0]["row_index"]
+    assert [p["problem"] for p in problems if p["field"] == "target" and p["row_index"] == first] == [
+        "self-target: Ann is also the primary_speaker"]
+
+    vp = load_round("viewpoints")
+    data = ls_config.build_task_data(vp, sample)
+    result = [_r("viewpoints_attitudes__1__source_0", "choices", ["Ben"]),
+              _r("viewpoints_attitudes__1__target_0", "choices", ["Ben"]),
+              _r("viewpoints_attitudes__1__viewpoint_0", "textarea", ["x"]),
+              _r("viewpoints_attitudes__1__attitude_0", "textarea", ["y"]),
+              _r("viewpoints_attitudes__2__source_0", "choices", ["Ben"])]   # incomplete record
+    _, problems = parse_annotation(vp, data, {"result": result}, "a")
+    problems = [p for p in problems if p["row_index"] == data["units"][0]["row_index"]]
+    kinds = sorted(p["problem"].split(":")[0] for p in problems)
+    assert kinds == ["incomplete record in slot 2", "incomplete record in slot 2", "incomplete record in slot 2",
+                     "self-target"]
+
+    st = load_round("strategy")
+    data = ls_config.build_task_data(st, sample)
+    pre = "support_strategy__1__"
+    result = [_r(pre + "strategy_type_0", "choices", ["track"]), _r(pre + "target_0", "choices", ["Couple", "Ann"]),
+              _r(pre + "strategy_content_0", "textarea", ["names the cycle"]),
+              _r(pre + "strategy_type_1", "choices", ["no strategy"]), _r(pre + "strategy_content_1", "textarea", ["x"])]
+    labels, problems = parse_annotation(st, data, {"result": result}, "a")
+    units01 = {u["row_index"] for u in data["units"][:2]}
+    problems = [p for p in problems if p["row_index"] in units01]
+    assert {p["problem"] for p in problems} == {"Couple must be the only target when used",
+                                                "strategy_content filled although no record was chosen"}
+    missing = {p["row_index"] for p in parse_annotation(st, data, {"result": []}, "a")[1]}
+    assert missing == {u["row_index"] for u in data["units"]}  # a decision is required on every row
