@@ -18,6 +18,7 @@ version fails; the directory appears atomically (built beside it, then renamed).
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import re
 from collections import Counter
@@ -29,11 +30,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline import __version__ as PIPELINE_VERSION
 from pipeline import schemas, store, taxonomy, tasks
 from pipeline.config import Settings
 from pipeline.rows import group_id_of, samples_to_tables, tables_to_samples
 
+# From the installed distribution: `import pipeline` can resolve to a namespace package
+# (editable install, cwd outside the repo) in which pipeline/__init__.py never ran.
+PIPELINE_VERSION = importlib.metadata.version("rescue-pipeline")
 VERSION_RE = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 SPLITS = ("dev", "test")
 LABEL_TASKS = ("itp", "rpp", "stp", "ssp")  # tasks with a categorical label
@@ -83,7 +86,7 @@ def load_jsonl(path: str | Path) -> ReleaseInput:
     if not path.is_file():
         raise ReleaseError(f"input file not found: {path}")
     result = load_rescue_jsonl(path)
-    source = {"kind": "rescue_jsonl", "files": {path.name: result.source_sha256 or store.sha256_file(path)},
+    source = {"kind": "rescue_jsonl", "files": {path.name: store.sha256_file(path)},
               "skipped": result.skipped}
     return ReleaseInput(result.samples, source, list(result.violations))
 
