@@ -185,6 +185,161 @@ def release_diff(
 
 
 # --- media, transcription, diarization, turns (pipeline.media, .transcribe, .diarize, .turns)
+# Heavy imports (torch, whisperx, pyannote) happen inside the commands: `rescue --help` stays fast.
+
+
+def _media_settings(data_root: Optional[Path]):
+    from pipeline.config import Settings
+    return Settings.from_env(data_root)
+
+
+def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
+    from pipeline.media import read_catalog
+    if all_:
+        return [r["sample_id"] for r in read_catalog(data_root).to_pylist() if r["status"] == "done"]
+    if not ids:
+        raise typer.BadParameter("give sample ids or --all")
+    return ids
+
+
+@app.command("ingest")
+def ingest(
+    batch_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="folder with videos + manifest.csv/.yaml"),
+    data_root: Optional[Path] = typer.Option(None, help="data root (default $RESCUE_DATA_ROOT or ./data)"),
+    min_duration: float = typer.Option(5.0, help="clips shorter than this (seconds) are quarantined"),
+) -> None:
+    """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog."""
+    from rich.console import Console
+    from rich.table import Table
+    from pipeline.media import ManifestError, ingest_batch
+
+    console = Console()
+    root = _media_settings(data_root).data_root
+    try:
+        report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration)
+    except ManifestError as exc:
+        console.print(f"[red]manifest error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2)
+    table = Table(title=f"ingest {batch_dir.name} -> {root}")
+    for col in ("sample_id", "outcome", "duration_s", "reason"):
+        table.add_column(col)
+    for row in report.rows:
+        outcome = ("cached" if row["sample_id"] in report.cached else
+                   "quarantined" if row["sample_id"] in report.quarantined else "done")
+        table.add_row(row["sample_id"], outcome, f"{row['duration_s'] or 0:.1f}", row["reason"] or "")
+    console.print(table)
+    console.print(f"done {len(report.done)}, cached {len(report.cached)}, quarantined {len(report.quarantined)}")
+
+
+@app.command("transcribe")
+def transcribe_cmd(
+    sample_ids: list[str] = typer.Argument(None, help="catalogued sample ids"),
+    all_: bool = typer.Option(False, "--all", help="every ingested sample"),
+    data_root: Optional[Path] = typer.Option(None),
+    backend: str = typer.Option("auto", help="auto | subtitles | whisperx"),
+    asr_model: Optional[str] = typer.Option(None, help="WhisperX: CTranslate2 model dir or name (large-v3)"),
+    align_model: Optional[str] = typer.Option(None, help="WhisperX: wav2vec2 alignment model dir or hub id"),
+    device: str = typer.Option("cpu"),
+    compute_type: str = typer.Option("int8"),
+    batch_size: int = typer.Option(8),
+) -> None:
+    """Transcripts (subtitle import or WhisperX) -> DATA_ROOT/transcripts/<sample_id>.json."""
+    from rich.console import Console
+    from rich.progress import track
+    from pipeline.transcribe import SubtitleError, transcribe_sample
+
+    console = Console()
+    root = _media_settings(data_root).data_root
+    failed = 0
+    for sid in track(_sample_ids(root, sample_ids, all_), description="transcribe", console=console):
+        try:
+            tr = transcribe_sample(sid, root, backend, asr_model, align_model, device, compute_type, batch_size)
+            console.print(f"{sid}: {len(tr.units)} {tr.kind}s" + "".join(f"\n  [yellow]{w}[/yellow]" for w in tr.warnings),
+                          highlight=False)
+        except (SubtitleError, ValueError, KeyError, FileNotFoundError) as exc:
+            failed += 1
+            console.print(f"[red]{sid}: {exc}[/red]", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("diarize")
+def diarize_cmd(
+    audio: str = typer.Argument(..., help="a WAV file, or a catalogued sample id"),
+    out: Optional[Path] = typer.Option(None, help="RTTM to write (default DATA_ROOT/diarization/<sample_id>.rttm)"),
+    num_speakers: Optional[int] = typer.Option(None),
+    min_speakers: Optional[int] = typer.Option(None),
+    max_speakers: Optional[int] = typer.Option(None),
+    pipeline_source: Optional[str] = typer.Option(None, "--pipeline", help="pipeline dir or hub id (default: offline)"),
+    device: str = typer.Option("cpu"),
+    data_root: Optional[Path] = typer.Option(None),
+) -> None:
+    """Who spoke when -> standard RTTM."""
+    from rich.console import Console
+    from pipeline.diarize import diarize_audio, write_rttm
+    from pipeline.turns import rttm_path
+
+    console = Console()
+    settings = _media_settings(data_root)
+    path = Path(audio)
+    if not path.is_file():
+        from pipeline.media import catalog_entry
+        entry = catalog_entry(settings.data_root, audio)
+        path = settings.data_root / entry["audio_path"]
+        if num_speakers is None and min_speakers is None and max_speakers is None:
+            num_speakers = 1 + len(entry["participants"] or [])  # therapist + manifest participants
+        out = out or rttm_path(settings.data_root, audio)
+    if out is None:
+        raise typer.BadParameter("--out is required for a plain audio file")
+    with console.status(f"diarizing {path.name}"):
+        turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, source=pipeline_source, device=device)
+    write_rttm(turns, out, uri=path.stem)
+    console.print(f"{len(turns)} turns, {len({t.speaker for t in turns})} speakers -> {out}")
+
+
+@app.command("segment")
+def segment_cmd(
+    sample_ids: list[str] = typer.Argument(None),
+    all_: bool = typer.Option(False, "--all"),
+    data_root: Optional[Path] = typer.Option(None),
+    max_pause: float = typer.Option(1.5, help="a longer pause starts a new row"),
+    max_row: float = typer.Option(30.0, help="rows longer than this are split at a sentence end"),
+) -> None:
+    """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet)."""
+    from rich.console import Console
+    from pipeline.turns import SegmenterConfig, segment_sample
+
+    console = Console()
+    root = _media_settings(data_root).data_root
+    cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
+    for sid in _sample_ids(root, sample_ids, all_):
+        try:
+            table = segment_sample(sid, root, cfg)
+            console.print(f"{sid}: {table.num_rows} draft rows", highlight=False)
+        except (FileNotFoundError, KeyError) as exc:
+            console.print(f"[red]{sid}: {exc} (run `rescue transcribe` / `rescue diarize` first)[/red]", highlight=False)
+
+
+models_app = typer.Typer(help="Local model directories (no model hub needed).", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("prepare-offline")
+def models_prepare_offline(
+    models_dir: Optional[Path] = typer.Option(None, help="default: $RESCUE_MODELS_DIR or ./models"),
+    test_models: bool = typer.Option(True, help="also build the tiny WhisperX + alignment test models"),
+) -> None:
+    """Assemble the offline pyannote pipeline (+ tiny test models); idempotent."""
+    from rich.console import Console
+    from pipeline.models import prepare_all
+
+    console = Console()
+    target = models_dir or _media_settings(None).models_dir
+    with console.status(f"preparing models in {target}"):
+        built = prepare_all(target, test_models=test_models)
+    for name, path in built.items():
+        console.print(f"{name}: {path}")
+
 
 
 # --- Label Studio and annotation rounds (pipeline.annotation) ------------------------

@@ -416,8 +416,22 @@ def build_tiny_aligner(models_dir: Path) -> Path:
     return _finish(tmp, final)
 
 
+PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
+
+
+def ensure_punkt_tab(models_dir: Path) -> Path:
+    """NLTK data for whisperx.align: empty punkt_tab files make an untrained sentence splitter
+    that still splits on . ? ! (nltk.download cannot reach its server offline)."""
+    root = Path(models_dir) / "nltk_data"
+    english = root / "tokenizers" / "punkt_tab" / "english"
+    english.mkdir(parents=True, exist_ok=True)
+    for name in PUNKT_FILES:
+        (english / name).touch()
+    return root
+
+
 def prepare_all(models_dir: Path, test_models: bool = True) -> dict[str, Path]:
-    out = {"diarization": prepare_offline_diarization(models_dir)}
+    out = {"diarization": prepare_offline_diarization(models_dir), "nltk_data": ensure_punkt_tab(models_dir)}
     if test_models:
         out["whisper"] = build_tiny_whisper(models_dir)
         out["align"] = build_tiny_aligner(models_dir)

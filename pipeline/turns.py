@@ -1,0 +1,217 @@
+"""The turn segmenter: timed units with speakers -> draft rows (``schemas.DRAFT_ROWS``).
+
+Rules (spec §2.2, in this order):
+1. units are put in time order, ties broken by (end, speaker, text): overlapping speech gives
+   the same rows on every run;
+2. consecutive units of one speaker form a run; a short run (a backchannel: at most
+   ``backchannel_max_words`` words and ``backchannel_max_s`` seconds) by someone else inside
+   another speaker's ongoing turn becomes that row's ``background_dialogue``;
+3. runs of the same speaker are merged unless the pause between them exceeds ``max_pause_s``;
+4. a row longer than ``max_row_s`` is split at the last sentence end before the limit;
+5. ``target`` is a draft: the previous row's speaker (the ongoing exchange, spec §2.4), the
+   group label for an opening therapist row. Annotators confirm it in the transcript round.
+
+Speaker labels from diarization (SPEAKER_00, ...) become names by the manifest's speaking
+order (first voice to speak = first name), unless a subtitle prefix named the speaker.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pyarrow as pa
+
+from pipeline import schemas
+from pipeline.diarize import Turn, assign_speakers, fill_word_times
+from pipeline.transcribe import Transcript, Unit
+
+THERAPIST = "Therapist"
+_SENTENCE_END = re.compile(r"[.?!…][\"')\]]*$")
+
+
+@dataclass
+class SegmenterConfig:
+    max_pause_s: float = 1.5
+    max_row_s: float = 30.0
+    backchannel_max_words: int = 3
+    backchannel_max_s: float = 1.5
+
+
+@dataclass
+class _Run:
+    speaker: str
+    units: list[Unit]
+    background: list[dict] = field(default_factory=list)
+
+    @property
+    def start(self) -> float:
+        return min(u.start for u in self.units)
+
+    @property
+    def end(self) -> float:
+        return max(u.end for u in self.units)
+
+    @property
+    def n_words(self) -> int:
+        return sum(len(u.text.split()) for u in self.units)
+
+
+def group_label(scenario: str) -> str:
+    return "Couple" if scenario == "couple" else "Family"
+
+
+def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str]) -> dict[str, str]:
+    """Map diarization labels to names: labels ordered by their first turn, zipped with the
+    speaking order. Labels beyond the order keep their SPEAKER_xx name."""
+    first: dict[str, float] = {}
+    for t in sorted(turns, key=lambda t: (t.start, t.speaker)):
+        first.setdefault(t.speaker, t.start)
+    ordered = sorted(first, key=lambda s: (first[s], s))
+    return {label: (speaking_order[i] if i < len(speaking_order) else label) for i, label in enumerate(ordered)}
+
+
+def default_speaking_order(participants: Sequence[str]) -> list[str]:
+    """Therapist first (interviews open with the therapist) unless the manifest places them."""
+    people = list(participants)
+    return people if THERAPIST in people else [THERAPIST, *people]
+
+
+def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: dict[str, str] | None = None) -> list[Unit]:
+    """Units with speakers: a speaker named by the source wins; otherwise the diarization turn
+    with the largest overlap (timeless words are interpolated, word durations capped)."""
+    units = list(units)
+    if not units:
+        return []
+    starts, ends = fill_word_times([u.start for u in units], [u.end for u in units])
+    labels = assign_speakers(starts, ends, turns) if turns else [None] * len(units)
+    out = []
+    for u, s, e, label in zip(units, starts, ends, labels):
+        speaker = u.speaker or (names or {}).get(label, label) or "SPEAKER_00"
+        out.append(Unit(round(float(s), 3), round(float(e), 3), u.text, speaker))
+    return out
+
+
+def segment_units(units: Sequence[Unit], config: SegmenterConfig | None = None) -> list[_Run]:
+    """Rules 1-4 over units that already carry speakers."""
+    cfg = config or SegmenterConfig()
+    ordered = sorted(units, key=lambda u: (u.start, u.end, u.speaker or "", u.text))
+    runs: list[_Run] = []
+    for u in ordered:
+        if runs and runs[-1].speaker == u.speaker:
+            runs[-1].units.append(u)
+        else:
+            runs.append(_Run(u.speaker, [u]))
+    # 2. backchannels: a short run between two runs of one other speaker, or inside one's span
+    kept: list[_Run] = []
+    i = 0
+    while i < len(runs):
+        run = runs[i]
+        host = kept[-1] if kept else None
+        short = run.n_words <= cfg.backchannel_max_words and run.end - run.start <= cfg.backchannel_max_s
+        if host and short and host.speaker != run.speaker:
+            resumes = i + 1 < len(runs) and runs[i + 1].speaker == host.speaker and \
+                runs[i + 1].start - run.end <= cfg.max_pause_s
+            inside = run.end <= host.end
+            if resumes or inside:
+                host.background.append({"speaker": run.speaker, "target": [host.speaker],
+                                        "content": _join(run.units)})
+                i += 1
+                continue
+        # 3. merge with the previous run of the same speaker after a short pause
+        if host and host.speaker == run.speaker and run.start - host.end <= cfg.max_pause_s:
+            host.units.extend(run.units)
+        else:
+            kept.append(_Run(run.speaker, list(run.units)))
+        i += 1
+    # 4. split long rows at sentence ends
+    rows: list[_Run] = []
+    for run in kept:
+        rows.extend(_split_long(run, cfg.max_row_s))
+    return rows
+
+
+def _split_long(run: _Run, max_row_s: float) -> list[_Run]:
+    if run.end - run.start <= max_row_s:
+        return [run]
+    out, current = [], []
+    for j, u in enumerate(run.units):
+        current.append(u)
+        too_long = current[-1].end - current[0].start >= max_row_s
+        if _SENTENCE_END.search(u.text) and j + 1 < len(run.units):
+            nxt = run.units[j + 1]
+            if too_long or nxt.end - current[0].start > max_row_s:
+                out.append(_Run(run.speaker, current))
+                current = []
+    if current:
+        out.append(_Run(run.speaker, current))
+    # background lines go to the piece whose span holds them
+    for bg in run.background:
+        out[0].background.append(bg)
+    return out
+
+
+def _join(units: Sequence[Unit]) -> str:
+    return re.sub(r"\s+", " ", " ".join(u.text for u in units)).strip()
+
+
+def draft_rows(sample_id: str, runs: Sequence[_Run], scenario: str) -> pa.Table:
+    """Runs -> a DRAFT_ROWS table (row_index is 1-based, spec §1.3)."""
+    group = group_label(scenario)
+    records = []
+    prev_speaker = None
+    for i, run in enumerate(runs):
+        if prev_speaker and prev_speaker != run.speaker:
+            target = [prev_speaker]
+        elif run.speaker == THERAPIST:
+            target = [group]
+        else:
+            target = [records[-1]["target"][0]] if records and records[-1]["target"][0] != run.speaker else [THERAPIST]
+        records.append({
+            "sample_id": sample_id, "row_index": i + 1,
+            "start_time": round(run.start, 3), "end_time": round(max(run.end, run.start + 0.001), 3),
+            "primary_speaker": run.speaker, "target": target, "dialogue_cleaned": _join(run.units),
+            "background_dialogue": run.background,
+        })
+        prev_speaker = run.speaker
+    return pa.Table.from_pylist(records, schema=schemas.DRAFT_ROWS)
+
+
+def segment(sample_id: str, transcript: Transcript, turns: Sequence[Turn], scenario: str,
+            participants: Sequence[str] = (), speaking_order: Sequence[str] | None = None,
+            config: SegmenterConfig | None = None) -> pa.Table:
+    """One interview: transcript + diarization turns -> DRAFT_ROWS table."""
+    order = list(speaking_order) if speaking_order else default_speaking_order(participants)
+    names = speaker_names(turns, order)
+    units = attribute(transcript.units, turns, names)
+    return draft_rows(sample_id, segment_units(units, config), scenario)
+
+
+def segment_sample(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None,
+                   write: bool = True) -> pa.Table:
+    """Segment a catalogued sample from its stored transcript and RTTM; writes
+    ``drafts/<sample_id>.parquet`` when ``write``."""
+    import json
+    from pipeline.diarize import read_rttm
+    from pipeline.media import catalog_entry
+    from pipeline.store import write_parquet
+    from pipeline.transcribe import transcript_path
+
+    root = Path(data_root)
+    entry = catalog_entry(root, sample_id)
+    transcript = Transcript.from_dict(json.loads(transcript_path(root, sample_id).read_text()))
+    rttm = rttm_path(root, sample_id)
+    turns = read_rttm(rttm) if rttm.exists() else []
+    table = segment(sample_id, transcript, turns, entry["scenario"], entry.get("participants") or [], config=config)
+    if write:
+        write_parquet(table, drafts_path(root, sample_id))
+    return table
+
+
+def rttm_path(data_root: str | Path, sample_id: str) -> Path:
+    return Path(data_root) / "diarization" / f"{sample_id}.rttm"
+
+
+def drafts_path(data_root: str | Path, sample_id: str) -> Path:
+    return Path(data_root) / "drafts" / f"{sample_id}.parquet"

@@ -1,0 +1,57 @@
+"""Shared fixtures for media / transcription / diarization / turn tests.
+
+Models are built once into the models dir (Settings.models_dir, normally ./models, prepared by
+scripts/setup.d/20-models.sh) and reused; heavy objects are session-scoped."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings
+
+
+def ffmpeg(*args: str) -> None:
+    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", *args], check=True, capture_output=True)
+
+
+def tone_video(path: Path, seconds: float, freq: int = 440, audio: bool = True) -> Path:
+    """A small real MP4: a coloured frame, optionally a sine tone."""
+    args = ["-f", "lavfi", "-i", f"color=c=blue:s=64x48:r=5:d={seconds}"]
+    if audio:
+        args += ["-f", "lavfi", "-i", f"sine=frequency={freq}:sample_rate=44100:duration={seconds}", "-c:a", "aac"]
+    ffmpeg(*args, "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-shortest", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def make_video():
+    return tone_video
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    from pipeline.models import prepare_all
+    target = Settings.from_env().models_dir
+    prepare_all(target, test_models=True)  # no-op when scripts/setup.d/20-models.sh already ran
+    return target
+
+
+@pytest.fixture(scope="session")
+def diar_pipeline(models_dir):
+    from pipeline.diarize import load_pipeline
+    from pipeline.models import OFFLINE_DIARIZATION
+    return load_pipeline(models_dir / OFFLINE_DIARIZATION)
+
+
+@pytest.fixture(scope="session")
+def couple(tmp_path_factory):
+    """A generated couple interview (therapist + 2) with its truth files, and its 16 kHz WAV."""
+    import json
+    from pipeline import media, synth
+    out = tmp_path_factory.mktemp("couple")
+    files = synth.make_interview(out, "couple", "couple", seed=0)
+    files["wav16"] = media.extract_wav(files["mp4"], out / "couple.16k.wav")
+    files["truth"] = json.loads(files["rows"].read_text())
+    return files
