@@ -1,0 +1,91 @@
+"""Release build speed and memory on the synthetic corpus at RESCUE scale (1x) and 10x.
+
+Each build runs in a fresh subprocess (imports included, as `rescue release build` pays
+them) reading a rows directory written beforehand; the figures are wall time and peak RSS
+(ru_maxrss) of that subprocess. Targets: 1x <= 10 s and <= 1 GiB; 10x <= 12 x the 1x time.
+
+    .venv/bin/python benchmarks/bench_release.py [--scales 1 10] [--repeat 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from pipeline import release
+inp = release.load_rows_dir(sys.argv[1])
+release.validate(inp)
+res = release.build_release(inp, "1.0.0", sys.argv[2])
+m = res.manifest
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"build_s": time.perf_counter() - t0, "cpu_s": ru.ru_utime + ru.ru_stime,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": m["statistics"]["all"]["total_turns"], "samples": m["statistics"]["all"]["samples"],
+                  "instances": sum(c["all"]["instances"] for c in m["counts"].values())}))
+"""
+
+
+def run_build(rows_dir: Path, out_root: Path) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(rows_dir), str(out_root)],
+                          capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"build failed for {rows_dir}:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["wall_s"] = wall
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", type=float, nargs="+", default=[1.0, 10.0])
+    parser.add_argument("--repeat", type=int, default=1, help="builds per scale; the best wall time is kept")
+    args = parser.parse_args()
+
+    from pipeline import release, synth_corpus
+
+    import os
+
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} "
+          "(wall time on a busy machine exceeds CPU time)", flush=True)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_release_") as tmp:
+        tmp = Path(tmp)
+        for scale in args.scales:
+            rows_dir = tmp / f"rows_x{scale:g}"
+            t = time.perf_counter()
+            release.write_rows_dir(synth_corpus.generate(scale=scale, seed=0), rows_dir)
+            print(f"[x{scale:g}] corpus generated in {time.perf_counter() - t:.1f} s (not timed below)", flush=True)
+            runs = [run_build(rows_dir, tmp / f"out_x{scale:g}_{i}") for i in range(args.repeat)]
+            best = min(runs, key=lambda r: r["wall_s"])
+            best["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
+            results[scale] = best
+            print(f"[x{scale:g}] {best['samples']} samples, {best['rows']} rows, {best['instances']} task instances: "
+                  f"wall {best['wall_s']:.2f} s (in-process {best['build_s']:.2f} s, CPU {best['cpu_s']:.2f} s), "
+                  f"peak RSS {best['peak_rss_mib']:.0f} MiB", flush=True)
+
+    if 1.0 in results:
+        one = results[1.0]
+        ok_t, ok_m = one["wall_s"] <= 10, one["peak_rss_mib"] <= 1024
+        print(f"1x target: wall <= 10 s: {'PASS' if ok_t else 'FAIL'} ({one['wall_s']:.2f} s); "
+              f"peak RSS <= 1 GiB: {'PASS' if ok_m else 'FAIL'} ({one['peak_rss_mib']:.0f} MiB)")
+        for scale, r in results.items():
+            if scale == 1.0:
+                continue
+            ratio = r["wall_s"] / one["wall_s"]
+            print(f"{scale:g}x / 1x CPU-time ratio: {r['cpu_s'] / one['cpu_s']:.2f}")
+            limit = 1.2 * scale
+            print(f"{scale:g}x / 1x wall-time ratio: {ratio:.2f} (target <= {limit:g}: "
+                  f"{'PASS' if ratio <= limit else 'FAIL'}); rows ratio {r['rows'] / one['rows']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
