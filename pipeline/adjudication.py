@@ -196,3 +196,22 @@ def _paired(rnd, name: str, disputed: list[str] | None) -> bool:
         return False
     f = rnd.field(name)
     return f.type == "text" and not f.prefill
+
+
+def adjudications_path(data_root, round_name: str):
+    """Beside the round's label table: ``<round>.adjudicated.parquet``."""
+    from pipeline.annotation.pull import labels_path
+
+    p = labels_path(data_root, round_name)
+    return p.with_name(f"{round_name}.adjudicated.parquet")
+
+
+def pull_and_store(client, data_root, round_name: str) -> tuple[pa.Table, object]:
+    """Pull a round's adjudications and write them beside its labels (deterministic bytes)."""
+    from pipeline import store
+    from pipeline.annotation.rounds import load_round
+
+    table = pull(client, load_round(round_name))
+    table = table.sort_by([("sample_id", "ascending"), ("row_index", "ascending"), ("field", "ascending"),
+                           ("annotator", "ascending")])
+    return table, store.write_parquet(table, adjudications_path(data_root, round_name))

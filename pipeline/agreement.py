@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -615,3 +616,99 @@ __all__ = [
     "RoundAgreement", "FieldAgreement", "agreement_table", "scenario_of", "confusion", "label_text",
     "DEFAULT_THRESHOLD",
 ]
+
+
+# --- gate ----------------------------------------------------------------------------------
+# A round whose measured fields do not all reach their thresholds blocks the release, unless an
+# override with a reason is recorded. Both records are small JSON files under the data root; an
+# override only counts for the exact label table it was made for (its sha256).
+
+
+def gates_dir(data_root: str | Path) -> Path:
+    return Path(data_root) / "annotation" / "gates"
+
+
+def write_gate(data_root: str | Path, report: RoundAgreement, labels_sha256: str) -> dict:
+    from pipeline import store
+
+    record = {"round": report.round, "passed": report.passed, "labels_sha256": labels_sha256,
+              "failing": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold}
+                          for f in report.failing()]}
+    store.atomic_write_text(gates_dir(data_root) / f"{report.round}.json", store.canonical_json(record))
+    return record
+
+
+def record_override(data_root: str | Path, round_name: str, reason: str, by: str) -> dict:
+    """Record that a failing round may be released anyway, and why."""
+    from datetime import datetime, timezone
+
+    from pipeline import store
+
+    if not reason.strip() or not by.strip():
+        raise ValueError("an override needs a reason and the name of who decides")
+    path = gates_dir(data_root) / f"{round_name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no gate for round {round_name!r}; run `rescue agreement {round_name}` first")
+    gate = json.loads(path.read_text(encoding="utf-8"))
+    if gate["passed"]:
+        raise ValueError(f"round {round_name!r} passed its gate; nothing to override")
+    record = {"round": round_name, "reason": reason.strip(), "by": by.strip(), "labels_sha256": gate["labels_sha256"],
+              "failing": gate["failing"], "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    store.atomic_write_text(gates_dir(data_root) / f"{round_name}.override.json", store.canonical_json(record))
+    return record
+
+
+def gate_records(data_root: str | Path) -> list[dict]:
+    """Every round's gate for the release manifest: passed, failing fields, override, blocks_release."""
+    out = []
+    d = gates_dir(data_root)
+    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+        if path.name.endswith(".override.json"):
+            continue
+        gate = json.loads(path.read_text(encoding="utf-8"))
+        ov_path = d / f"{gate['round']}.override.json"
+        override = json.loads(ov_path.read_text(encoding="utf-8")) if ov_path.is_file() else None
+        valid = bool(override) and override.get("labels_sha256") == gate["labels_sha256"]
+        out.append({**gate, "override": override, "override_valid": valid,
+                    "blocks_release": not gate["passed"] and not valid})
+    return out
+
+
+def release_blockers(data_root: str | Path) -> list[str]:
+    """One message per round that blocks a release (empty: nothing blocks)."""
+    msgs = []
+    for g in gate_records(data_root):
+        if g["blocks_release"]:
+            fields = ", ".join(f"{f['field']} alpha={_fmt(f['alpha'])} < {f['threshold']}" for f in g["failing"])
+            stale = " (the override was made for other labels)" if g["override"] and not g["override_valid"] else ""
+            msgs.append(f"round {g['round']} is below its agreement threshold: {fields}{stale}; "
+                        f"adjudicate and re-annotate, or record an override with a reason "
+                        f"(`rescue agreement {g['round']} --override REASON --by NAME`)")
+    return msgs
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+# --- the stage, as the CLI and the flows call it ---------------------------------------------
+
+
+def measure_round(data_root: str | Path, round_name: str, labels_path: str | Path | None = None) -> dict:
+    """Agreement of a pulled round: report files beside the labels, the gate record, a summary.
+
+    Returns ``{"report": RoundAgreement, "paths": {kind: Path}, "gate": dict, "summary": dict}``.
+    """
+    from pipeline import reports, store
+    from pipeline.annotation.pull import labels_path as default_labels_path
+    from pipeline.annotation.rounds import load_round
+
+    rnd = load_round(round_name)
+    path = Path(labels_path) if labels_path else default_labels_path(data_root, round_name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no label table for round {round_name!r}; run `rescue annotate pull "
+                                f"{round_name}` first")
+    report = round_agreement(path, round_name, rnd)
+    paths = reports.write_report(report, reports.report_dir(path, round_name))
+    gate = write_gate(data_root, report, store.sha256_file(path))
+    return {"report": report, "paths": paths, "gate": gate, "summary": report.summary()}

@@ -304,3 +304,53 @@ def disagreements(labels: Any, rnd) -> list[dict]:
 
 def labels_frame(table: Any) -> pl.DataFrame:
     return clean_labels(table)[0]
+
+
+def gold_dir(data_root) -> "Path":
+    from pathlib import Path
+
+    return Path(data_root) / "annotation" / "gold"
+
+
+def build_and_store(data_root, base_samples: Sequence[dict] | None = None, round_names: Sequence[str] | None = None,
+                    strict: bool = True) -> dict:
+    """``rescue gold build``: gold from every pulled round, validated, merged into the corpus.
+
+    Base samples default to the corpus (what the rounds were pushed from). Samples that break
+    V1-V12 are not merged; their violations are written beside the provenance table.
+    """
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from pipeline import corpus, store, validate
+    from pipeline.adjudication import adjudications_path
+    from pipeline.annotation.pull import labels_path
+    from pipeline.annotation.rounds import load_round
+    from pipeline.annotation.rounds import round_names as all_rounds
+
+    names = list(round_names or [n for n in all_rounds() if labels_path(data_root, n).is_file()])
+    if not names:
+        raise FileNotFoundError(f"no pulled label tables under {labels_path(data_root, 'x').parent}")
+    base = list(base_samples) if base_samples is not None else corpus.load_corpus(data_root)
+    if not base:
+        raise FileNotFoundError(f"no base samples: the corpus under {Path(data_root) / 'corpus'} is empty")
+    tables = [pq.read_table(labels_path(data_root, n)) for n in names]
+    adj = [pq.read_table(adjudications_path(data_root, n)) for n in names if adjudications_path(data_root, n).is_file()]
+    labels = pa.concat_tables(tables)
+    adjudications = pa.concat_tables(adj) if adj else None
+    labelled = set(labels.column("sample_id").to_pylist())
+    base = [s for s in base if s["sample_id"] in labelled]
+    result = build_gold(base, labels, [load_round(n) for n in names], adjudications, strict=strict)
+    violations = validate.validate_samples(result.samples)
+    bad = {v.sample_id for v in violations}
+    good = [s for s in result.samples if s["sample_id"] not in bad]
+    merged = corpus.merge_into_corpus(data_root, good)
+    out = gold_dir(data_root)
+    store.write_parquet(result.provenance, out / "provenance.parquet")
+    store.write_parquet(validate.violations_table(violations), out / "violations.parquet")
+    summary = {**result.summary, "rounds": names, "violations": len(violations), "invalid_samples": sorted(bad),
+               "corpus": {"added": len(merged.added), "replaced": len(merged.replaced),
+                          "unchanged": len(merged.unchanged)}}
+    store.atomic_write_text(out / "summary.json", store.canonical_json(summary))
+    return {"result": result, "violations": violations, "summary": summary, "dir": out}
