@@ -108,7 +108,7 @@ def release_build(
         console.print("[red]give exactly one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
         raise typer.Exit(2)
     settings = Settings.from_env(data_root)
-    steps = 2 + 6 + len(release.schemas.RELEASE_CONFIGS) + 1  # load, validate, tasks, files, manifest
+    steps = 3 + 6 + len(release.schemas.RELEASE_CONFIGS) + 1  # load, validate, tables, tasks, files, manifest
     try:
         with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
