@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="builds per scale; the best wall time is kept")
     args = parser.parse_args()
 
-    from pipeline import release, synth_corpus
+    from pipeline import rows, synth_corpus
 
     import os
 
@@ -62,7 +62,7 @@ def main() -> None:
         for scale in args.scales:
             rows_dir = tmp / f"rows_x{scale:g}"
             t = time.perf_counter()
-            release.write_rows_dir(synth_corpus.generate(scale=scale, seed=0), rows_dir)
+            rows.write_rows_dir(synth_corpus.generate(scale=scale, seed=0), rows_dir)
             print(f"[x{scale:g}] corpus generated in {time.perf_counter() - t:.1f} s (not timed below)", flush=True)
             runs = [run_build(rows_dir, tmp / f"out_x{scale:g}_{i}") for i in range(args.repeat)]
             best = min(runs, key=lambda r: r["wall_s"])

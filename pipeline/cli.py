@@ -87,7 +87,8 @@ app.add_typer(release_app, name="release")
 def release_build(
     version: str = typer.Option(..., "--version", help="Semantic version X.Y.Z; an existing version is refused."),
     input_file: Optional[Path] = typer.Option(None, "--input", help="Samples in the paper's benchmark_191.jsonl shape."),
-    rows_dir: Optional[Path] = typer.Option(None, "--rows-dir", help="Directory with samples.parquet + rows.parquet."),
+    rows_dir: Optional[Path] = typer.Option(None, "--rows-dir", help="Directory with samples.parquet + rows.parquet "
+                                            "(default: the corpus, <data root>/corpus)."),
     synthetic: bool = typer.Option(False, "--synthetic", help="Use the synthetic RESCUE-scale corpus (demo)."),
     scale: float = typer.Option(1.0, "--scale", help="Synthetic corpus size as a multiple of RESCUE's 191 samples."),
     seed: int = typer.Option(0, "--seed", help="Synthetic corpus seed."),
@@ -95,7 +96,7 @@ def release_build(
     strict: bool = typer.Option(False, "--strict", help="Refuse to build when validation finds problems."),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
-    """Build releases/<version>/ from gold rows, a RESCUE JSONL file or the synthetic corpus."""
+    """Build releases/<version>/ from the corpus (default), a rows directory, a RESCUE JSONL file or the synthetic corpus."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -104,10 +105,14 @@ def release_build(
     from pipeline.config import Settings
 
     console = Console()
-    if sum([input_file is not None, rows_dir is not None, synthetic]) != 1:
-        console.print("[red]give exactly one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
+    if sum([input_file is not None, rows_dir is not None, synthetic]) > 1:
+        console.print("[red]give at most one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
         raise typer.Exit(2)
     settings = Settings.from_env(data_root)
+    if input_file is None and rows_dir is None and not synthetic:
+        from pipeline.corpus import corpus_dir
+
+        rows_dir = corpus_dir(settings.data_root)  # default: the working corpus
     steps = 3 + 6 + len(release.schemas.RELEASE_CONFIGS) + 1  # load, validate, tables, tasks, files, manifest
     try:
         with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from pipeline import store
-from pipeline.rows import samples_to_tables, tables_to_samples
+from pipeline.rows import read_rows_dir, rows_dir_paths, write_rows_dir
 
 
 def corpus_dir(root: str | Path) -> Path:
@@ -27,19 +24,13 @@ class MergeSummary:
 
 
 def load_corpus(root: str | Path) -> list[dict]:
-    d = corpus_dir(root)
-    if not (d / "samples.parquet").exists():
+    if not rows_dir_paths(corpus_dir(root))["samples"].exists():
         return []
-    return tables_to_samples(pq.read_table(d / "samples.parquet"), pq.read_table(d / "rows.parquet"))
+    return read_rows_dir(corpus_dir(root))
 
 
 def save_corpus(root: str | Path, samples: list[dict]) -> None:
-    samples = sorted(samples, key=lambda s: s["sample_id"])
-    sample_table, row_table = samples_to_tables(samples)
-    d = corpus_dir(root)
-    # rows first: a crash between the two writes leaves samples.parquet naming only old samples.
-    store.write_parquet(row_table, d / "rows.parquet")
-    store.write_parquet(sample_table, d / "samples.parquet")
+    write_rows_dir(sorted(samples, key=lambda s: s["sample_id"]), corpus_dir(root))
 
 
 def merge_into_corpus(root: str | Path, samples: list[dict]) -> MergeSummary:

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy, tasks
 from pipeline.config import Settings
-from pipeline.rows import group_id_of, samples_to_tables, tables_to_samples
+from pipeline.rows import group_id_of, read_rows_dir, rows_dir_paths, samples_to_tables
 
 # From the installed distribution: `import pipeline` can resolve to a namespace package
 # (editable install, cwd outside the repo) in which pipeline/__init__.py never ran.
@@ -57,25 +57,12 @@ class ReleaseInput:
 
 def load_rows_dir(rows_dir: str | Path) -> ReleaseInput:
     """A gold directory with ``samples.parquet`` and ``rows.parquet`` (schemas.SAMPLES / ROWS)."""
-    rows_dir = Path(rows_dir)
-    paths = {name: rows_dir / f"{name}.parquet" for name in ("samples", "rows")}
-    for name, path in paths.items():
-        if not path.is_file():
-            raise ReleaseError(f"{rows_dir}: missing {path.name} (expected samples.parquet and rows.parquet)")
-    # ParquetFile, not read_table: the latter imports pyarrow.dataset (seconds, unused here)
-    samples_t = pq.ParquetFile(paths["samples"]).read().select(schemas.SAMPLES.names).cast(schemas.SAMPLES)
-    rows_t = pq.ParquetFile(paths["rows"]).read().select(schemas.ROWS.names).cast(schemas.ROWS)
-    source = {"kind": "rows_dir", "files": {p.name: store.sha256_file(p) for p in paths.values()}}
-    return ReleaseInput(tables_to_samples(samples_t, rows_t), source)
-
-
-def write_rows_dir(samples: Iterable[dict], rows_dir: str | Path) -> Path:
-    """Write samples as a rows directory (the inverse of :func:`load_rows_dir`)."""
-    samples_t, rows_t = samples_to_tables(samples)
-    rows_dir = Path(rows_dir)
-    store.write_parquet(samples_t, rows_dir / "samples.parquet")
-    store.write_parquet(rows_t, rows_dir / "rows.parquet")
-    return rows_dir
+    try:
+        samples = read_rows_dir(rows_dir)
+    except FileNotFoundError as exc:
+        raise ReleaseError(str(exc)) from None
+    source = {"kind": "rows_dir", "files": {p.name: store.sha256_file(p) for p in rows_dir_paths(rows_dir).values()}}
+    return ReleaseInput(samples, source)
 
 
 def load_jsonl(path: str | Path) -> ReleaseInput:

@@ -8,10 +8,12 @@ validation and export all work on this shape; Parquet holds the same data column
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from pipeline import schemas
+from pipeline import schemas, store
 
 
 def group_id_of(sample_id: str) -> str:
@@ -57,3 +59,32 @@ def tables_to_samples(samples: pa.Table, rows: pa.Table) -> list[dict]:
         s["rows"] = sorted(by_sample.get(s["sample_id"], []), key=lambda r: r["row_index"])
         out.append(s)
     return out
+
+
+def rows_dir_paths(rows_dir: str | Path) -> dict[str, Path]:
+    return {name: Path(rows_dir) / f"{name}.parquet" for name in ("samples", "rows")}
+
+
+def read_rows_dir(rows_dir: str | Path) -> list[dict]:
+    """Samples from a directory holding ``samples.parquet`` and ``rows.parquet``."""
+    paths = rows_dir_paths(rows_dir)
+    for path in paths.values():
+        if not path.is_file():
+            raise FileNotFoundError(f"{rows_dir}: missing {path.name} (expected samples.parquet and rows.parquet)")
+    # ParquetFile, not read_table: the latter imports pyarrow.dataset (seconds, unused here)
+    samples_t = pq.ParquetFile(paths["samples"]).read().select(schemas.SAMPLES.names).cast(schemas.SAMPLES)
+    rows_t = pq.ParquetFile(paths["rows"]).read().select(schemas.ROWS.names).cast(schemas.ROWS)
+    return tables_to_samples(samples_t, rows_t)
+
+
+def write_rows_dir(samples: Iterable[dict], rows_dir: str | Path) -> Path:
+    """Write samples as a rows directory (the inverse of :func:`read_rows_dir`), atomically per file.
+
+    rows.parquet goes first: a crash between the two writes leaves samples.parquet naming
+    only samples whose rows are already there.
+    """
+    samples_t, rows_t = samples_to_tables(samples)
+    paths = rows_dir_paths(rows_dir)
+    store.write_parquet(rows_t, paths["rows"])
+    store.write_parquet(samples_t, paths["samples"])
+    return Path(rows_dir)

@@ -1,0 +1,37 @@
+"""Importing the package switches telemetry off (outside the repo too) unless the operator chose."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _env_after_import(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYANNOTE_METRICS_ENABLED", "DO_NOT_TRACK", "HF_HUB_OFFLINE")}
+    env.update(extra)
+    code = "import json, os, pipeline; print(json.dumps({k: os.environ.get(k) for k in ('PYANNOTE_METRICS_ENABLED', 'DO_NOT_TRACK', 'HF_HUB_OFFLINE', 'PREFECT_SERVER_ANALYTICS_ENABLED')}))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True, check=True)
+    import json
+
+    return json.loads(out.stdout)
+
+
+def test_telemetry_is_off_by_default():
+    assert _env_after_import({}) == {"PYANNOTE_METRICS_ENABLED": "0", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
+                                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
+def test_operator_choice_wins():
+    assert _env_after_import({"HF_HUB_OFFLINE": "0"})["HF_HUB_OFFLINE"] == "0"
+
+
+def test_secret_never_prints_itself():
+    from pipeline.config import Secret, Settings
+
+    s = Secret("abcdef0123456789")
+    assert "abcdef" not in repr(s) and "abcdef" not in str(s)
+    os.environ["LABEL_STUDIO_USER_TOKEN"] = "feedfacefeedface"
+    try:
+        assert "feedface" not in repr(Settings.from_env()) and "feedface" not in str(Settings.from_env().describe())
+    finally:
+        del os.environ["LABEL_STUDIO_USER_TOKEN"]
