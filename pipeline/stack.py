@@ -7,8 +7,9 @@ module started (by the pids it recorded, never by name); ``status`` says what ru
 Everything lives under ``<data root>/stack/``: the server's own PREFECT_HOME (its SQLite
 database), pid files, logs. Task results (the resume cache) live in
 ``<data root>/prefect-results`` so that a restarted server still finds them.
-Label Studio is managed by :mod:`pipeline.annotation.server` (issue #4); this module only
-calls it.
+Label Studio is managed by :mod:`pipeline.annotation.server`; this module only calls it. Its
+admin credentials (LABEL_STUDIO_USERNAME / _PASSWORD / _USER_TOKEN) come from the environment;
+the worker gets the token so flow runs can reach Label Studio.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from pipeline.config import REPO_ROOT, Settings
 WORK_POOL = "rescue-cpu"          # the process pool the local worker (and compose's cpu-worker) serves
 GPU_WORK_POOL = "rescue-gpu"      # compose's GPU workers; no local worker serves it by default
 GPU_LIMIT_NAME = "gpu"            # global concurrency limit held around model inference
-SERVER_START_TIMEOUT_S = 90.0
+SERVER_START_TIMEOUT_S = float(os.environ.get("RESCUE_STACK_START_TIMEOUT_S", "240"))  # slow on a busy 2-core host
 
 
 class StackError(RuntimeError):
@@ -217,17 +218,26 @@ def _start_worker(paths: StackPaths, env: dict[str, str], log, limit: int) -> No
     log(f"prefect worker: started on pool {WORK_POOL} (pid {pid}, log {paths.log_file('prefect-worker')})")
 
 
-def _label_studio():
+def _label_studio(settings: Settings):
+    from pipeline.annotation.server import default_server
+
+    return default_server(settings)
+
+
+def _label_studio_up(settings: Settings, log) -> None:
+    from pipeline.annotation.server import LabelStudioServerError
+
     try:
-        from pipeline.annotation import server
-    except ImportError as exc:  # pragma: no cover - only while issue #4 has not landed
-        raise StackError(f"Label Studio server management (pipeline.annotation.server) is missing: {exc}") from exc
-    return server
+        st = _label_studio(settings).start()
+    except LabelStudioServerError as exc:
+        raise StackError(f"Label Studio: {exc}") from None
+    log(st.describe())
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
     """What flow runs need besides Prefect's variables: the Label Studio address and token."""
-    env = {"RESCUE_LABEL_STUDIO_URL": settings.label_studio_url}
+    env = {"RESCUE_LABEL_STUDIO_URL": settings.label_studio_url,
+           "RESCUE_LABEL_STUDIO_PORT": str(settings.label_studio_port)}
     if settings.label_studio_token:
         env["LABEL_STUDIO_USER_TOKEN"] = settings.label_studio_token.value
     return env
@@ -241,7 +251,7 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     port = prefect_port()
     env = prefect_env(paths.root, port)
     if label_studio:
-        settings = _label_studio().up(settings, log=log)
+        _label_studio_up(settings, log)
     _start_server(paths, env, port, log)
     register(env, log)
     _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit)
@@ -254,7 +264,7 @@ def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=
     for name in ("prefect-worker", "prefect-server"):
         log(f"{name}: {'stopped' if _stop(paths, name) else 'was not running'}")
     if label_studio:
-        _label_studio().down(settings, log=log)
+        log(f"label-studio: {'stopped' if _label_studio(settings).stop() else 'was not running'}")
 
 
 def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
@@ -267,10 +277,9 @@ def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
         "prefect-worker": {"state": "running" if _read_pid(paths, "prefect-worker") else "stopped",
                            "pool": WORK_POOL},
     }
-    try:
-        out["label-studio"] = _label_studio().status(settings)
-    except StackError as exc:
-        out["label-studio"] = {"state": "unavailable", "reason": str(exc)}
+    ls = _label_studio(settings).status()
+    out["label-studio"] = {"state": "running" if ls.healthy else ("starting" if ls.running else "stopped"),
+                           "url": ls.url}
     return out
 
 
