@@ -5,7 +5,8 @@ Rules (spec §2.2, in this order):
    the same rows on every run;
 2. consecutive units of one speaker form a run; a short run (a backchannel: at most
    ``backchannel_max_words`` words and ``backchannel_max_s`` seconds) by someone else inside
-   another speaker's ongoing turn becomes that row's ``background_dialogue``;
+   another speaker's ongoing turn becomes that row's ``background_dialogue`` (a short answer
+   to a question stays a row of its own);
 3. runs of the same speaker are merged unless the pause between them exceeds ``max_pause_s``;
 4. a row longer than ``max_row_s`` is split at the last sentence end before the limit;
 5. ``target`` is a draft: the previous row's speaker (the ongoing exchange, spec §2.4), the
@@ -24,7 +25,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from pipeline import schemas
-from pipeline.diarize import Turn, assign_speakers, fill_word_times
+from pipeline.diarize import MAX_WORD_S, Turn, assign_speakers, fill_word_times
 from pipeline.transcribe import Transcript, Unit
 
 THERAPIST = "Therapist"
@@ -78,13 +79,16 @@ def default_speaking_order(participants: Sequence[str]) -> list[str]:
     return people if THERAPIST in people else [THERAPIST, *people]
 
 
-def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: dict[str, str] | None = None) -> list[Unit]:
+def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: dict[str, str] | None = None,
+              words: bool = False) -> list[Unit]:
     """Units with speakers: a speaker named by the source wins; otherwise the diarization turn
-    with the largest overlap (timeless words are interpolated, word durations capped)."""
+    with the largest overlap. For ASR words, timeless words are interpolated and durations capped;
+    subtitle cues keep their real intervals."""
     units = list(units)
     if not units:
         return []
-    starts, ends = fill_word_times([u.start for u in units], [u.end for u in units])
+    starts, ends = fill_word_times([u.start for u in units], [u.end for u in units],
+                                   max_word_s=MAX_WORD_S if words else float("inf"))
     labels = assign_speakers(starts, ends, turns) if turns else [None] * len(units)
     out = []
     for u, s, e, label in zip(units, starts, ends, labels):
@@ -99,7 +103,7 @@ def segment_units(units: Sequence[Unit], config: SegmenterConfig | None = None) 
     ordered = sorted(units, key=lambda u: (u.start, u.end, u.speaker or "", u.text))
     runs: list[_Run] = []
     for u in ordered:
-        if runs and runs[-1].speaker == u.speaker:
+        if runs and runs[-1].speaker == u.speaker and u.start - runs[-1].end <= cfg.max_pause_s:
             runs[-1].units.append(u)
         else:
             runs.append(_Run(u.speaker, [u]))
@@ -110,7 +114,8 @@ def segment_units(units: Sequence[Unit], config: SegmenterConfig | None = None) 
         run = runs[i]
         host = kept[-1] if kept else None
         short = run.n_words <= cfg.backchannel_max_words and run.end - run.start <= cfg.backchannel_max_s
-        if host and short and host.speaker != run.speaker:
+        answers = host is not None and host.units[-1].text.rstrip().endswith("?")  # an answer is a turn
+        if host and short and host.speaker != run.speaker and not answers:
             resumes = i + 1 < len(runs) and runs[i + 1].speaker == host.speaker and \
                 runs[i + 1].start - run.end <= cfg.max_pause_s
             inside = run.end <= host.end
@@ -184,7 +189,7 @@ def segment(sample_id: str, transcript: Transcript, turns: Sequence[Turn], scena
     """One interview: transcript + diarization turns -> DRAFT_ROWS table."""
     order = list(speaking_order) if speaking_order else default_speaking_order(participants)
     names = speaker_names(turns, order)
-    units = attribute(transcript.units, turns, names)
+    units = attribute(transcript.units, turns, names, words=transcript.kind == "word")
     return draft_rows(sample_id, segment_units(units, config), scenario)
 
 
