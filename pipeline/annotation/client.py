@@ -35,6 +35,13 @@ class Project:
     title: str
     label_config: str
     model_version: str
+    description: str = ""
+
+    @property
+    def key(self) -> str:
+        """The pipeline's identity of a project: the last line of its description."""
+        lines = self.description.strip().splitlines()
+        return lines[-1].strip() if lines else ""
 
 
 class LabelStudioClient:
@@ -102,27 +109,29 @@ class LabelStudioClient:
         while True:
             body = self._json("GET", "/api/projects/", "list projects",
                               params={"page": page, "page_size": 100,
-                                      "include": "id,title,label_config,model_version"})
+                                      "include": "id,title,description,label_config,model_version"})
             items = body["results"] if isinstance(body, dict) else body
-            out += [Project(p["id"], p["title"], p.get("label_config") or "", p.get("model_version") or "")
-                    for p in items]
+            out += [Project(p["id"], p["title"], p.get("label_config") or "", p.get("model_version") or "",
+                            p.get("description") or "") for p in items]
             if not isinstance(body, dict) or not body.get("next"):
                 return out
             page += 1
 
-    def find_project(self, title: str) -> Project | None:
-        return next((p for p in self.projects() if p.title == title), None)
+    def find_project(self, key: str) -> Project | None:
+        return next((p for p in self.projects() if p.key == key), None)
 
-    def ensure_project(self, title: str, label_config: str, model_version: str = "",
+    def ensure_project(self, key: str, title: str, label_config: str, model_version: str = "",
                        description: str = "") -> Project:
-        """The project titled ``title``, created when missing, its config updated when changed."""
-        project = self.find_project(title)
+        """The project identified by ``key`` (kept as the last description line; titles are
+        limited to 50 characters), created when missing, its config updated when changed."""
+        project = self.find_project(key)
         if project is None:
+            description = f"{description}\n{key}".strip()
             body = self._json("POST", "/api/projects/", f"create project {title!r}", json={
-                "title": title, "description": description, "label_config": label_config,
+                "title": title[:50], "description": description, "label_config": label_config,
                 "model_version": model_version, "show_collab_predictions": True,
                 "maximum_annotations": 1, "show_skip_button": True})
-            return Project(body["id"], title, label_config, model_version)
+            return Project(body["id"], title[:50], label_config, model_version, description)
         changes = {}
         if project.label_config.strip() != label_config.strip():
             changes["label_config"] = label_config
@@ -130,7 +139,7 @@ class LabelStudioClient:
             changes["model_version"] = model_version
         if changes:
             self._json("PATCH", f"/api/projects/{project.id}/", f"update project {title!r}", json=changes)
-            project = Project(project.id, title, label_config, model_version)
+            project = Project(project.id, project.title, label_config, model_version, project.description)
         return project
 
     def add_local_storage(self, project_id: int, path: str, title: str = "media") -> None:

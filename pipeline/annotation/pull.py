@@ -24,7 +24,7 @@ import pyarrow as pa
 from pipeline import schemas, store, taxonomy
 from pipeline.annotation import ls_config
 from pipeline.annotation.client import LabelStudioClient
-from pipeline.annotation.push import parse_project_title
+from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.rounds import Field, Round, load_round
 
 
@@ -317,8 +317,8 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | Path
     rnd = load_round(round_name)
     labels, problems = [], []
     result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
-    for project in sorted(client.projects(), key=lambda p: p.title):
-        parsed = parse_project_title(project.title)
+    for project in sorted(client.projects(), key=lambda p: p.key):
+        parsed = parse_project_key(project.key)
         if parsed is None or parsed[0] != rnd.name or (annotators and parsed[2] not in annotators):
             continue
         _, scenario, annotator = parsed
@@ -349,7 +349,7 @@ def round_progress(client: LabelStudioClient) -> dict[tuple[str, str, str], tupl
     """``(round, scenario, annotator) -> (done, total)`` from the live task counts."""
     out = {}
     for project in client.projects():
-        parsed = parse_project_title(project.title)
+        parsed = parse_project_key(project.key)
         if parsed is None:
             continue
         tasks = client.tasks(project.id)

@@ -25,7 +25,7 @@ from pipeline.annotation.client import LabelStudioClient, LabelStudioError, Labe
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.rows import tables_to_samples
 
-TITLE_PREFIX = "rescue"
+KEY_PREFIX = "rescue-project:"
 IMPORT_CHUNK = 100  # tasks per import request: one request per chunk, committed as a whole
 
 
@@ -33,15 +33,18 @@ class PushError(RuntimeError):
     """A push could not finish; the message says how far it got and that a re-run is safe."""
 
 
-def project_title(round_name: str, scenario: str, annotator: str) -> str:
-    return f"{TITLE_PREFIX}/{round_name}/{scenario}/{annotator}"
+def project_key(round_name: str, scenario: str, annotator: str) -> str:
+    """A round project's identity (stored as the last line of its description)."""
+    return f"{KEY_PREFIX}{round_name}/{scenario}/{annotator}"
 
 
-def parse_project_title(title: str) -> tuple[str, str, str] | None:
-    """``(round, scenario, annotator)`` of a round project title, else None."""
-    parts = title.split("/")
-    if len(parts) == 4 and parts[0] == TITLE_PREFIX and parts[2] in taxonomy.SCENARIOS:
-        return parts[1], parts[2], parts[3]
+def parse_project_key(key: str) -> tuple[str, str, str] | None:
+    """``(round, scenario, annotator)`` of a round project key, else None."""
+    if not key.startswith(KEY_PREFIX):
+        return None
+    parts = key[len(KEY_PREFIX):].split("/")
+    if len(parts) == 3 and parts[1] in taxonomy.SCENARIOS:
+        return parts[0], parts[1], parts[2]
     return None
 
 
@@ -89,7 +92,7 @@ def choose_annotators(client: LabelStudioClient, rnd: Round, annotators: Sequenc
 class PushReport:
     round: str
     annotators: list[str]
-    projects: dict[str, int] = field(default_factory=dict)  # title -> project id (for links)
+    projects: dict[str, int] = field(default_factory=dict)  # project key -> project id (for links)
     created: int = 0
     updated: int = 0
     unchanged: int = 0
@@ -156,9 +159,10 @@ def push_round(
         for scenario, prepared in sorted(by_scenario.items()):
             config = ls_config.render_config(rnd, scenario)
             for annotator in chosen:
-                title = project_title(rnd.name, scenario, annotator)
-                project = client.ensure_project(title, config, version, description=rnd.title)
-                report.projects[title] = project.id
+                key = project_key(rnd.name, scenario, annotator)
+                project = client.ensure_project(key, f"{rnd.name} {scenario} {annotator}", config, version,
+                                                description=rnd.title)
+                report.projects[key] = project.id
                 if media_dir:
                     client.add_local_storage(project.id, str(Path(media_dir).resolve()))
                 plan.append((project.id, _sync_existing(client, project.id, annotator, prepared, version, report)))

@@ -1,0 +1,155 @@
+"""Push and pull against the real Label Studio server of the session."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from ls_samples import make_sample, release_head
+
+from pipeline.annotation import ls_config, pull, push
+from pipeline.annotation.client import LabelStudioAuthError, LabelStudioClient
+from pipeline.annotation.rounds import load_round
+
+pytestmark = pytest.mark.slow
+
+
+def _samples():
+    return release_head() + [make_sample("synthetic/family_001", "family", 9),
+                             make_sample("synthetic/family_002", "family", 7)]
+
+
+def _annotate(client, project_id, rnd, samples, user_id, lead_time=12.0, edit=None):
+    """Post each task's 'truth' (the input values) as the annotator's annotation."""
+    by_id = {s["sample_id"]: s for s in samples}
+    posted = {}
+    for task in client.tasks(project_id):
+        sample = by_id[task["data"]["sample_id"]]
+        values = push.input_values(rnd, sample)
+        if edit:
+            edit(task["data"], values)
+        result = ls_config.values_to_results(rnd, task["data"], values)
+        posted[sample["sample_id"]] = client.create_annotation(task["id"], result, completed_by=user_id,
+                                                              lead_time=lead_time)
+    return posted
+
+
+def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, new_annotators, ls_data_root, tmp_path):
+    samples = _samples()
+    annotators = new_annotators(2)
+    rnd = load_round("emotion")
+    report = push.push_round(ls_client, "emotion", samples, annotators)
+    n_couple = sum(s["scenario"] == "couple" for s in samples)
+    assert report.created == 2 * len(samples) and report.updated == report.unchanged == 0
+    assert sorted(report.projects) == sorted(push.project_key("emotion", sc, a)
+                                             for sc in ("couple", "family") for a in annotators)
+    # identical tasks in every annotator's project, with the input values as predictions
+    for title, pid in report.projects.items():
+        tasks = ls_client.tasks(pid)
+        assert len(tasks) == (n_couple if "/couple/" in title else len(samples) - n_couple)
+        assert all(t["total_predictions"] == 1 for t in tasks)
+
+    again = push.push_round(ls_client, "emotion", samples, annotators)
+    assert (again.created, again.updated, again.unchanged) == (0, 0, 2 * len(samples))
+
+    users = {u["email"]: u["id"] for u in ls_client.users()}
+    a, b = annotators
+    couple_a = report.projects[push.project_key("emotion", "couple", a)]
+    couple_b = report.projects[push.project_key("emotion", "couple", b)]
+
+    def disagree(data, values):  # annotator b picks another utterance type on the first unit
+        first = data["units"][0]["row_index"]
+        values[first] = dict(values[first], utterance_type="withdrawal")
+    _annotate(ls_client, couple_a, rnd, samples, users[a])
+    _annotate(ls_client, couple_b, rnd, samples, users[b], edit=disagree)
+    # b skips one family task; a annotates one family task with an out-of-range intensity
+    fam_b = ls_client.tasks(report.projects[push.project_key("emotion", "family", b)])[0]
+    ls_client.create_annotation(fam_b["id"], [], completed_by=users[b], was_cancelled=True)
+    fam_a = ls_client.tasks(report.projects[push.project_key("emotion", "family", a)])[0]
+    bad = [{"from_name": "internal_emotion__1__intensity_0", "to_name": "turn_0", "type": "number",
+            "value": {"number": 14}}]
+    ls_client.create_annotation(fam_a["id"], bad, completed_by=users[a])
+
+    root = tmp_path / "data"
+    result = pull.pull_round(ls_client, "emotion", root, annotators=annotators)
+    # raw exports archived under their sha256, byte-identical to what Label Studio returned
+    assert len(result.snapshots) == 4 and result.new_snapshots == 4
+    for path in result.snapshots:
+        assert path.name == hashlib.sha256(path.read_bytes()).hexdigest() + ".json"
+        assert json.loads(path.read_bytes())
+    labels = result.labels.to_pylist()
+    assert {r["annotator"] for r in labels} == set(annotators)
+    by_key = {(r["sample_id"], r["row_index"], r["annotator"], r["field"]): json.loads(r["value"]) for r in labels}
+    head = [s for s in samples if s["scenario"] == "couple"]
+    for s in head:
+        first = next(r for r in s["rows"] if rnd.applies(r["primary_speaker"]))
+        assert by_key[(s["sample_id"], first["row_index"], a, "utterance_type")] == first["utterance_type"]
+        assert by_key[(s["sample_id"], first["row_index"], b, "utterance_type")] == "withdrawal"
+        assert by_key[(s["sample_id"], first["row_index"], a, "internal_emotion")] == first["internal_emotion"]
+    assert all(r["lead_time_s"] == 12.0 for r in labels if r["annotator"] == a and "family" not in r["sample_id"])
+    problems = result.problems.to_pylist()
+    assert {"sample_id": fam_b["data"]["sample_id"], "annotator": b, "problem": "skipped (cancelled) by the annotator"} \
+        .items() <= next(p for p in problems if p["annotator"] == b).items()
+    fam_a_problems = {(p["field"], p["problem"]) for p in problems if p["annotator"] == a}
+    assert ("internal_emotion.intensity", "out of range [0, 10]") in fam_a_problems
+    assert ("utterance_type", "missing required field") in fam_a_problems
+    assert result.progress[(b, "family")] == (1, 2) and result.progress[(a, "couple")] == (n_couple, n_couple)
+
+    # stored tables; an unchanged state adds nothing
+    stored = pq.read_table(pull.labels_path(root, "emotion"))
+    assert stored.equals(result.labels)
+    before = pull.labels_path(root, "emotion").read_bytes()
+    again = pull.pull_round(ls_client, "emotion", root, annotators=annotators)
+    assert again.new_snapshots == 0 and len(list((root / "annotation" / "exports").rglob("*.json"))) == 4
+    assert pull.labels_path(root, "emotion").read_bytes() == before
+
+
+def test_changed_drafts_update_unannotated_tasks_and_report_annotated_ones(ls_client, new_annotators):
+    samples = [make_sample(f"synthetic/couple_{i:03d}", "couple", 8) for i in range(3)]
+    annotators = new_annotators(2)
+    rnd = load_round("transcript")
+    report = push.push_round(ls_client, "transcript", samples, annotators)
+    pid = report.projects[push.project_key("transcript", "couple", annotators[0])]
+    users = {u["email"]: u["id"] for u in ls_client.users()}
+    annotated = ls_client.find_tasks(pid, "sample_id", samples[0]["sample_id"])
+    assert len(annotated) == 1
+    data = annotated[0]["data"]
+    ls_client.create_annotation(annotated[0]["id"], ls_config.values_to_results(
+        rnd, data, push.input_values(rnd, samples[0])), completed_by=users[annotators[0]])
+
+    changed = copy.deepcopy(samples)
+    for s in changed[:2]:
+        s["rows"][1]["dialogue_cleaned"] = "a corrected draft line"
+    again = push.push_round(ls_client, "transcript", changed, annotators)
+    assert again.created == 0
+    assert again.changed_after_annotation == [(annotators[0], samples[0]["sample_id"])]
+    assert again.updated == 3 and again.unchanged == 2  # sample 0 for annotator b, sample 1 for both
+    task = ls_client.find_tasks(pid, "sample_id", samples[1]["sample_id"])[0]
+    assert task["data"]["turns"][1]["text"] == "a corrected draft line"
+    raw = json.loads(ls_client.export_snapshot(pid))
+    pred = next(t for t in raw if t["data"]["sample_id"] == samples[1]["sample_id"])["predictions"]
+    assert len(pred) == 1 and {"text": ["a corrected draft line"]} in [r["value"] for r in pred[0]["result"]]
+    kept = ls_client.find_tasks(pid, "sample_id", samples[0]["sample_id"])[0]
+    assert kept["data"]["turns"][1]["text"] == samples[0]["rows"][1]["dialogue_cleaned"]  # annotated: untouched
+    assert kept["total_annotations"] == 1
+
+
+def test_too_few_annotators_is_a_clear_error(ls_client, new_annotators):
+    one = new_annotators(1)
+    with pytest.raises(push.PushError, match="needs 2 annotators, 1 available"):
+        push.push_round(ls_client, "relation", [make_sample("synthetic/x", "couple", 4)], one)
+    with pytest.raises(push.PushError, match="not Label Studio users: nobody@rescue.test"):
+        push.push_round(ls_client, "relation", [make_sample("synthetic/x", "couple", 4)],
+                        one + ["nobody@rescue.test"])
+
+
+def test_wrong_token_gives_an_authentication_error_without_the_token(ls_server):
+    wrong = "0123456789abcdef0123456789abcdef01234567"
+    client = LabelStudioClient(ls_server.url, wrong)
+    with pytest.raises(LabelStudioAuthError) as err:
+        push.push_round(client, "emotion", [make_sample("synthetic/y", "couple", 4)])
+    message = str(err.value)
+    assert "rejected the API token" in message and "LABEL_STUDIO_USER_TOKEN" in message
+    assert wrong not in message and wrong not in repr(client)
