@@ -159,18 +159,34 @@ def extraction_command(src: str | Path, dst: str | Path) -> list[str]:
     return ffmpeg.compile(stream.global_args("-nostdin", "-v", "error"), overwrite_output=True)
 
 
+class _Extraction:
+    """A running ffmpeg extraction into a temp file; ``finish`` renames it into place (atomic)."""
+
+    def __init__(self, src: str | Path, dst: str | Path):
+        self.src, self.dst = Path(src), Path(dst)
+        self.dst.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.dst.with_name(f".{self.dst.name}.tmp.wav")
+        self.proc = subprocess.Popen(extraction_command(self.src, self.tmp), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def finish(self) -> Path:
+        _, err = self.proc.communicate()
+        if self.proc.returncode != 0 or not self.tmp.exists() or self.tmp.stat().st_size <= 44:
+            self.tmp.unlink(missing_ok=True)
+            last = (err.strip().splitlines() or ["no audio samples decoded"])[-1]
+            raise MediaError(f"{self.src.name}: audio extraction failed ({last})")
+        self.tmp.replace(self.dst)
+        return self.dst
+
+    def cancel(self) -> None:
+        self.proc.kill()
+        self.proc.communicate()
+        self.tmp.unlink(missing_ok=True)
+
+
 def extract_wav(src: str | Path, dst: str | Path) -> Path:
     """Extract the audio to ``dst`` atomically (temp file + rename)."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp.wav")
-    result = subprocess.run(extraction_command(src, tmp), capture_output=True, text=True)
-    if result.returncode != 0 or not tmp.exists() or tmp.stat().st_size <= 44:
-        tmp.unlink(missing_ok=True)
-        last = (result.stderr.strip().splitlines() or ["no audio samples decoded"])[-1]
-        raise MediaError(f"{Path(src).name}: audio extraction failed ({last})")
-    tmp.replace(dst)
-    return dst
+    return _Extraction(src, dst).finish()
 
 
 def load_wav(path: str | Path) -> np.ndarray:
@@ -250,10 +266,17 @@ def ingest_video(
         if (root / wav_rel).exists():  # same content under another sample id or an earlier run
             meta = {"duration_s": wav_duration(root / wav_rel)}
         else:
-            meta = probe(video)
-            if meta["duration_s"] < min_duration_s:
-                raise MediaError(f"{video.name}: too short ({meta['duration_s']:.2f} s < {min_duration_s:g} s)")
-            extract_wav(video, root / wav_rel)
+            # extraction runs while ffprobe inspects the file: probing costs no extra wall time
+            job = _Extraction(video, root / wav_rel) if video.stat().st_size else None
+            try:
+                meta = probe(video)
+                if meta["duration_s"] < min_duration_s:
+                    raise MediaError(f"{video.name}: too short ({meta['duration_s']:.2f} s < {min_duration_s:g} s)")
+            except MediaError:
+                if job:
+                    job.cancel()
+                raise
+            job.finish()
             meta["duration_s"] = wav_duration(root / wav_rel)
         if meta["duration_s"] < min_duration_s:
             raise MediaError(f"{video.name}: too short ({meta['duration_s']:.2f} s of audio < {min_duration_s:g} s)")

@@ -1,0 +1,60 @@
+"""Real diarization with the offline default pipeline (real pyannote code, real weights that ship
+in packages) on real and synthetic speech; and the subtitle path end to end."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import diarize, transcribe, turns
+
+pytestmark = pytest.mark.slow
+
+
+def sample_dir() -> Path:
+    import pyannote.audio
+    return Path(pyannote.audio.__file__).parent / "sample"
+
+
+def test_pyannote_sample_call_der(diar_pipeline):
+    reference = diarize.read_rttm(sample_dir() / "sample.rttm")
+    hypothesis = diarize.diarize_audio(sample_dir() / "sample.wav", num_speakers=2, pipeline=diar_pipeline)
+    assert len({t.speaker for t in hypothesis}) == 2
+    score = diarize.der(reference, hypothesis, collar=0.0)
+    print(f"DER pyannote sample (2 speakers, collar 0): {score:.3f}")
+    assert score <= 0.25
+
+
+def test_couple_interview_der_and_subtitle_rows(diar_pipeline, couple):
+    reference = diarize.read_rttm(couple["rttm"])
+    hypothesis = diarize.diarize_audio(couple["wav16"], num_speakers=3, pipeline=diar_pipeline)
+    score = diarize.der(reference, hypothesis)
+    print(f"DER synthetic couple interview: {score:.3f}")
+    assert score <= 0.10
+
+    truth = couple["truth"]
+    transcript = transcribe.parse_subtitles(couple["srt"], truth["duration_s"])
+    table = turns.segment("synthetic/couple", transcript, hypothesis, "couple", truth["participants"])
+    got = [(r["primary_speaker"], r["dialogue_cleaned"]) for r in table.to_pylist()]
+    expected = [(r["primary_speaker"], r["dialogue_cleaned"]) for r in truth["rows"]]
+    matched = len(set(got) & set(expected))
+    print(f"subtitle path rows matching the script: {matched}/{len(expected)} (got {len(got)} rows)")
+    assert matched >= 0.9 * len(expected) and abs(len(got) - len(expected)) <= 0.1 * len(expected)
+    # the therapist's backchannel inside a client row is background, not a row of its own
+    backchannels = [r for r in truth["rows"] if r["background_dialogue"]]
+    rows = {r["dialogue_cleaned"]: r for r in table.to_pylist()}
+    for r in backchannels:
+        assert rows[r["dialogue_cleaned"]]["background_dialogue"] == r["background_dialogue"]
+
+
+def test_cli_diarize_writes_rttm(tmp_path, models_dir, diar_pipeline):
+    from typer.testing import CliRunner
+    from pipeline.cli import app
+
+    out = tmp_path / "sample.rttm"
+    result = CliRunner().invoke(app, ["diarize", str(sample_dir() / "sample.wav"), "--num-speakers", "2",
+                                      "--out", str(out), "--pipeline", str(models_dir / "diarization-offline")])
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    assert lines and all(line.startswith("SPEAKER sample 1 ") and len(line.split()) == 10 for line in lines)
+    assert len({line.split()[7] for line in lines}) == 2
