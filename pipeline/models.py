@@ -96,6 +96,9 @@ class DVectorEmbedding(Model):
     def forward(self, waveforms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         out = []
         for b in range(waveforms.shape[0]):
+            if weights is not None and float((weights[b] > 0.5).float().mean()) * waveforms.shape[-1] < 0.3 * 16000:
+                out.append(torch.full((self.HIDDEN,), float("nan")))  # speaker (nearly) silent in this chunk
+                continue
             mels = self._mels(waveforms[b, 0])
             if weights is not None:
                 w = weights[b]
