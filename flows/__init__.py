@@ -51,12 +51,15 @@ def sha256_file(path: str | Path) -> str:
 
 
 def file_key(param: str):
-    """A cache_key_fn: the CONTENT of the file named by parameter ``param`` + the code version."""
+    """A cache_key_fn: the CONTENT of the file named by parameter ``param``, the other
+    parameters (e.g. the data root the result was written to) and the code version."""
+    from prefect.utilities.hashing import hash_objects
 
     def key(ctx, params: dict) -> str:
         path = Path(params[param])
         content = sha256_file(path) if path.is_file() else f"missing:{path}"
-        return hashlib.sha256(f"{ctx.task.name}|{content}|{CODE_VERSION}".encode()).hexdigest()
+        rest = {k: v for k, v in params.items() if k != param}
+        return hash_objects(ctx.task.name, content, rest, CODE_VERSION, raise_on_failure=True)
 
     return key
 
@@ -150,3 +153,26 @@ def report(key: str, title: str, outcomes: Iterable[Outcome], extra_markdown: st
         if rows:
             create_table_artifact(key=f"{key}-{name}", table=rows)
     return counts
+
+
+def ensure_infrastructure(pools: Iterable[str], gpu_limit: str, gpu_slots: int) -> list[str]:
+    """Create the process work pools and the global GPU limit if missing (one client, one
+    process: `rescue stack register` calls this instead of several `prefect` CLI runs)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    made = []
+    with get_client(sync_client=True) as client:
+        for pool in pools:
+            try:
+                client.read_work_pool(pool)
+            except ObjectNotFound:
+                client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+                made.append(f"pool {pool}")
+        try:
+            client.read_global_concurrency_limit_by_name(gpu_limit)
+        except ObjectNotFound:
+            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=gpu_limit, limit=gpu_slots))
+            made.append(f"limit {gpu_limit}={gpu_slots}")
+    return made

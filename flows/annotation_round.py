@@ -1,11 +1,21 @@
-"""`annotation-round`: pull a finished round -> validate -> agreement -> adjudication -> next round.
+"""`annotation-round`: close a round and open the next one.
 
-Pull archives the raw Label Studio export before parsing (append-only); invalid results
-are reported, never dropped silently; agreement is computed per field and published as
-table artifacts; disagreements go to an adjudication project; once the round is adjudicated
-the next round's tasks are pushed. Label Studio calls retry with exponential backoff.
+1. pull (:func:`pipeline.annotation.pull.pull_round`): archive every annotator's export, then
+   validate it into the long label table (problems reported, never dropped silently);
+2. agreement (:func:`pipeline.agreement.measure_round`): alpha/kappa per field, report files,
+   the release gate; published as table artifacts;
+3. adjudication (:mod:`pipeline.adjudication`): disagreements go to the round's adjudication
+   projects; answers already given are pulled;
+4. once nothing is left unresolved: gold rows (:func:`pipeline.gold.build_and_store`, merged
+   into the corpus) and the NEXT round pushed from the corpus.
+
+Run it when annotators are done; run it again after adjudication. Every step is idempotent
+(content-addressed archives, pushes keyed on sample_id + content hash), and every Label
+Studio call retries with exponential backoff.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 
@@ -13,43 +23,113 @@ from flows import NETWORK_RETRIES, Outcome, report
 from pipeline.config import Settings
 
 
+def _client(data_root: str):
+    from pipeline.annotation.client import LabelStudioClient
+
+    return LabelStudioClient.from_settings(Settings.from_env(data_root))
+
+
 @task(name="pull-round", **NETWORK_RETRIES)
-def pull(round_name: str, data_root: str):
+def pull(round_name: str, data_root: str) -> dict:
     from pipeline.annotation import pull as ls_pull
 
-    return ls_pull.pull_round(round_name, Settings.from_env(data_root))
+    res = ls_pull.pull_round(_client(data_root), round_name, data_root)
+    return {"labels": res.labels.num_rows, "problems": res.problems.to_pylist(), "summary": res.summary(),
+            "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()}}
 
 
 @task(name="agreement")
-def agreement(round_name: str, labels, data_root: str):
+def agreement(round_name: str, data_root: str) -> dict:
     from pipeline import agreement as ag
 
-    return ag.round_report(round_name, labels, Settings.from_env(data_root))
+    out = ag.measure_round(data_root, round_name)
+    rep = out["report"]
+    fields = [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold,
+               "units": f.n_units, "percent_agreement": f.percent_agreement, "fleiss_kappa": f.fleiss_kappa,
+               "passed": f.passed} for f in rep.fields]
+    return {"passed": rep.passed, "fields": fields, "report": {k: str(v) for k, v in out["paths"].items()}}
 
 
 @task(name="push-adjudication", **NETWORK_RETRIES)
-def push_adjudication(round_name: str, report_, data_root: str):
+def push_adjudication(round_name: str, data_root: str) -> dict:
+    import pyarrow.parquet as pq
+
+    from pipeline import adjudication, corpus
+    from pipeline.annotation.pull import labels_path
+    from pipeline.annotation.rounds import load_round
+
+    s = adjudication.push(_client(data_root), load_round(round_name), pq.read_table(labels_path(data_root, round_name)),
+                          corpus.load_corpus(data_root))
+    return {"disagreements": s.disagreements, "created": s.tasks_created, "updated": s.tasks_updated}
+
+
+@task(name="pull-adjudication", **NETWORK_RETRIES)
+def pull_adjudication(round_name: str, data_root: str) -> int:
     from pipeline import adjudication
 
-    return adjudication.push_adjudication(round_name, report_, Settings.from_env(data_root))
+    table, _ = adjudication.pull_and_store(_client(data_root), data_root, round_name)
+    return len(set(zip(table.column("sample_id").to_pylist(), table.column("row_index").to_pylist())))
+
+
+@task(name="gold")
+def gold_rows(data_root: str) -> dict | None:
+    """Gold from every pulled round; None while disagreements wait for adjudication."""
+    from pipeline import gold
+
+    try:
+        return gold.build_and_store(data_root, strict=True)["summary"]
+    except gold.UnresolvedError as exc:
+        get_run_logger().info("gold waits for adjudication: %s", exc)
+        return None
 
 
 @task(name="push-next-round", **NETWORK_RETRIES)
-def push_next(round_name: str, data_root: str):
+def push_next(next_round: str, data_root: str) -> dict:
+    from pipeline import corpus, media
     from pipeline.annotation import push
 
-    return push.push_next_round(round_name, Settings.from_env(data_root))
+    root = Path(data_root)
+    audio = {r["sample_id"]: r["audio_path"] for r in media.read_catalog(root).to_pylist() if r["audio_path"]}
+    samples = [s for s in corpus.load_corpus(root) if s["sample_id"] in audio]
+    rep = push.push_round(_client(data_root), next_round, samples, media_dir=root / "media",
+                          media_url=lambda s: f"/data/local-files/?d={audio[s['sample_id']]}")
+    return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
+
+
+def next_round_of(round_name: str) -> str | None:
+    from pipeline.annotation.rounds import round_names
+
+    names = list(round_names())
+    if round_name not in names:
+        raise ValueError(f"unknown round {round_name!r}; rounds: {', '.join(names)}")
+    i = names.index(round_name)
+    return names[i + 1] if i + 1 < len(names) else None
 
 
 @flow(name="annotation-round", log_prints=True)
-def annotation_round_flow(round_name: str, data_root: str | None = None, push_next_round: bool = True) -> dict:
-    """Close ``round_name``: pull, validate, measure agreement, adjudicate, open the next round."""
+def annotation_round_flow(round_name: str, data_root: str | None = None, open_next: bool = True) -> dict:
+    """Close ``round_name`` (pull, validate, agreement, adjudication) and, when everything is
+    resolved, build gold rows and push the next round."""
+    logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
-    labels = pull(round_name, root)
-    rep = agreement(round_name, labels, root)
-    adj = push_adjudication(round_name, rep, root)
-    nxt = push_next(round_name, root) if push_next_round else None
-    report(f"round-{round_name}", f"Round {round_name}", [Outcome(round_name, result=rep)],
-           extra_markdown=f"Adjudication: {adj}\n\nNext round: {nxt}")
-    get_run_logger().info("round %s closed", round_name)
-    return {"adjudication": adj, "next": nxt}
+    nxt = next_round_of(round_name)
+    pulled = pull(round_name, root)
+    agr = agreement(round_name, root)
+    adj = push_adjudication(round_name, root)
+    adjudicated = pull_adjudication(round_name, root) if adj["disagreements"] else 0
+    gold = gold_rows(root)
+    opened = push_next(nxt, root) if gold is not None and open_next and nxt else None
+
+    status = "done" if gold is not None else "waiting"
+    lines = [pulled["summary"], "",
+             f"Agreement gate: **{'pass' if agr['passed'] else 'FAIL'}**; report: `{Path(agr['report'].get('html', '')).name}`",
+             f"Disagreeing rows: {adj['disagreements']} ({adjudicated} adjudicated)",
+             f"Gold: {gold['rows']} rows" if gold else "Gold: waiting for adjudication - run this flow again when done",
+             f"Next round `{nxt}`: {opened['created']} new tasks" if opened else "No round opened."]
+    report(f"round-{round_name}", f"Round {round_name}", [Outcome(round_name, "done" if gold else "cached",
+                                                                  reason="" if gold else "waiting for adjudication")],
+           extra_markdown="\n".join(lines),
+           tables={"agreement": agr["fields"], "problems": pulled["problems"][:500]})
+    logger.info("round %s: %s", round_name, status)
+    return {"round": round_name, "status": status, "passed": agr["passed"], "disagreements": adj["disagreements"],
+            "gold": gold, "next": opened, "report": agr["report"]}

@@ -92,6 +92,7 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
     skips the round trip when nothing changed."""
     import pyarrow.parquet as pq
 
+    from pipeline import corpus
     from pipeline.annotation import push
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.rows import group_id_of
@@ -107,6 +108,10 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
                         "participants": d["participants"], "source_file": None, "duration_s": d["duration_s"],
                         "rows": rows})
         audio[d["sample_id"]] = d["audio_path"]
+    # The rounds are pushed from the corpus (adjudication and gold read their base samples
+    # there): new interviews enter it as drafts; a sample already there (maybe with gold) stays.
+    known = {s["sample_id"] for s in corpus.load_corpus(root)}
+    corpus.merge_into_corpus(root, [s for s in samples if s["sample_id"] not in known])
     rep = push.push_round(LabelStudioClient.from_settings(Settings.from_env(root)), FIRST_ROUND, samples,
                           annotators or None, media_dir=root / "media",
                           media_url=lambda s: f"/data/local-files/?d={audio[s['sample_id']]}")

@@ -199,11 +199,13 @@ def _prefect(env: dict[str, str], *args: str, check: bool = True) -> subprocess.
 
 def register(env: dict[str, str], log=print) -> None:
     """Work pools, the strict `gpu` limit and prefect.yaml's deployments (all idempotent)."""
-    for pool in (WORK_POOL, GPU_WORK_POOL):
-        if _prefect(env, "work-pool", "inspect", pool, check=False).returncode != 0:
-            _prefect(env, "work-pool", "create", pool, "--type", "process")
-    if _prefect(env, "gcl", "inspect", GPU_LIMIT_NAME, check=False).returncode != 0:
-        _prefect(env, "gcl", "create", GPU_LIMIT_NAME, "--limit", os.environ.get("RESCUE_GPU_SLOTS", "1"))
+    code = ("import sys; from flows import ensure_infrastructure; "
+            "print(', '.join(ensure_infrastructure(sys.argv[1].split(','), sys.argv[2], int(sys.argv[3]))))")
+    proc = subprocess.run([sys.executable, "-c", code, f"{WORK_POOL},{GPU_WORK_POOL}", GPU_LIMIT_NAME,
+                           os.environ.get("RESCUE_GPU_SLOTS", "1")], cwd=REPO_ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise StackError(f"creating work pools / the gpu limit failed:\n{proc.stderr[-3000:]}")
     _prefect(env, "deploy", "--all")
     log(f"prefect: pools {WORK_POOL}/{GPU_WORK_POOL}, limit '{GPU_LIMIT_NAME}', deployments from prefect.yaml registered")
 
