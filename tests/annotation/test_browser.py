@@ -1,0 +1,144 @@
+"""An annotator logs in with a real browser (headless Debian Chromium driven by Playwright),
+fills in a task of every round, submits, and the saved annotation is read back through the API
+and validated. Screenshots of each round go to test-output/screenshots/."""
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import time
+
+import pytest
+from ls_samples import make_sample
+from typer.testing import CliRunner
+
+from pipeline.annotation import ls_config, pull, push
+from pipeline.annotation.rounds import load_round, round_names
+from pipeline.cli import app
+from pipeline.config import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
+
+
+def _fill(page, rnd, data, values) -> None:
+    """Fill every control of every unit with ``values`` ({row_index: {field: value}})."""
+    triggers = page.locator(".lsf-choices [data-testid=select-trigger]")
+    k = 0  # select controls appear in config order: unit by unit, field by field, slot by slot
+
+    def control(f, name, value):
+        nonlocal k
+        if f.type == "const":
+            return
+        if f.type in ("choice", "multichoice", "rows"):
+            items = value if isinstance(value, list) else [value]
+            if f.type == "rows":
+                items = [str(v + 1) for v in items]
+            if f.type == "choice" and value == "" and f.empty_choice:
+                items = [f.empty_choice]
+            items = [v for v in items if v not in ("", None)]
+            if items:
+                triggers.nth(k).click()
+                for v in items:
+                    page.locator(f"[data-testid=select-popup] [data-testid='select-option-{v}']").click()
+                if f.type != "choice":
+                    page.keyboard.press("Escape")
+            k += 1
+        elif f.type == "text" and value:
+            box = page.locator(f"textarea[name='{name}']")
+            box.fill(value)
+            box.press("Shift+Enter")  # TextArea results are added on Shift+Enter
+        elif f.type == "number" and value is not None:
+            page.locator(f"input[type=number][name='{name}']").fill(str(value))
+            page.keyboard.press("Tab")
+
+    for i, u in enumerate(data["units"]):
+        row = values.get(u["row_index"], {})
+        for f in rnd.fields:
+            if f.type != "records":
+                control(f, ls_config.control_name(f.name, i), row.get(f.name))
+                continue
+            records = row.get(f.name) or []
+            for slot in range(1, f.max_items + 1):
+                rec = records[slot - 1] if slot <= len(records) else {}
+                if f.required and slot == 1 and not records:  # an explicit "none" decision
+                    rec = {s.name: "" for s in f.subfields if s.empty_choice}
+                for sub in f.subfields:
+                    control(sub, ls_config.control_name(f.name, i, slot, sub.name), rec.get(sub.name))
+
+
+def _truth(rnd, sample) -> dict[int, dict]:
+    values = push.input_values(rnd, sample)
+    for ri, row in values.items():
+        if "dialogue_cleaned" in row:
+            row["dialogue_cleaned"] = f"corrected line {ri}"
+    return values
+
+
+def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_client, ls_data_root, monkeypatch):
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+    email, password = f"browser-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
+    monkeypatch.setenv("RESCUE_ANNOTATOR_PASSWORD", password)
+    monkeypatch.setenv("RESCUE_LABEL_STUDIO_PORT", str(ls_server.port))
+    monkeypatch.setenv("RESCUE_LABEL_STUDIO_URL", ls_server.url)
+    added = CliRunner().invoke(app, ["annotators", "add", email, "--data-root", str(ls_data_root)])
+    assert added.exit_code == 0, added.output
+    assert password not in added.output
+
+    media = ls_data_root / "media"
+    media.mkdir(exist_ok=True)
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=20",
+                    "-ar", "16000", "-ac", "1", str(media / "browser.wav")], check=True)
+    sample = make_sample("synthetic/browser_001", "couple", 4)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 2000})
+        page.goto(f"{ls_server.url}/user/login/")
+        page.fill("input[name=email]", email)
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/user/login" not in url, timeout=60_000)
+        try:
+            for name in round_names():
+                rnd = load_round(name)
+                report = push.push_round(ls_client, name, [sample], [email], k=1, prelabel=None,
+                                         media_url=lambda s: "/data/local-files/?d=media/browser.wav",
+                                         media_dir=media)
+                pid = report.projects[push.project_key(name, "couple", email)]
+                task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
+                page.goto(f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
+                page.wait_for_selector(".lsf-choices [data-testid=select-trigger]", timeout=120_000)
+                truth = _truth(rnd, sample)
+                _fill(page, rnd, task["data"], truth)
+                page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+                page.get_by_role("button", name="Submit").click()
+                deadline = time.monotonic() + 60
+                while not ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]["total_annotations"]:
+                    assert time.monotonic() < deadline, f"round {name}: the annotation was not saved"
+                    time.sleep(0.5)
+
+                # read back through the API: validated, by this annotator, equal to what was typed
+                result = pull.pull_round(ls_client, name, ls_data_root, annotators=[email], write=False)
+                assert result.problems.to_pylist() == [], name
+                got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
+                assert {r["annotator"] for r in result.labels.to_pylist()} == {email}
+                for u in task["data"]["units"]:
+                    for f in rnd.fields:
+                        want = truth[u["row_index"]].get(f.name)
+                        if f.type == "records":
+                            want = [dict(r, provider="Therapist") if f.name == "support_strategy" else r
+                                    for r in want[: f.max_items]]
+                            assert sorted(map(json.dumps, map(lambda r: dict(sorted(r.items())), got[(u["row_index"], f.name)]))) \
+                                == sorted(map(json.dumps, map(lambda r: dict(sorted(r.items())), want))), (name, u)
+                        else:
+                            assert got[(u["row_index"], f.name)] == want, (name, u, f.name)
+        finally:
+            browser.close()
