@@ -84,14 +84,14 @@ def gold_rows(data_root: str) -> dict | None:
 
 
 @task(name="push-next-round", **NETWORK_RETRIES)
-def push_next(next_round: str, data_root: str) -> dict:
+def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> dict:
     from pipeline import corpus, media
     from pipeline.annotation import push
 
     root = Path(data_root)
     audio = {r["sample_id"]: r["audio_path"] for r in media.read_catalog(root).to_pylist() if r["audio_path"]}
     samples = [s for s in corpus.load_corpus(root) if s["sample_id"] in audio]
-    rep = push.push_round(_client(data_root), next_round, samples, media_dir=root / "media",
+    rep = push.push_round(_client(data_root), next_round, samples, annotators or None, media_dir=root / "media",
                           media_url=lambda s: f"/data/local-files/?d={audio[s['sample_id']]}")
     return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
 
@@ -106,10 +106,12 @@ def next_round_of(round_name: str) -> str | None:
     return names[i + 1] if i + 1 < len(names) else None
 
 
-@flow(name="annotation-round", log_prints=True)
-def annotation_round_flow(round_name: str, data_root: str | None = None, open_next: bool = True) -> dict:
+@flow(name="annotation-round", log_prints=True, persist_result=True)
+def annotation_round_flow(round_name: str, data_root: str | None = None, open_next: bool = True,
+                          annotators: list[str] | None = None) -> dict:
     """Close ``round_name`` (pull, validate, agreement, adjudication) and, when everything is
-    resolved, build gold rows and push the next round."""
+    resolved, build gold rows and push the next round (to ``annotators``, default: every
+    Label Studio user but the pipeline's admin)."""
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
     nxt = next_round_of(round_name)
@@ -118,7 +120,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     adj = push_adjudication(round_name, root)
     adjudicated = pull_adjudication(round_name, root) if adj["disagreements"] else 0
     gold = gold_rows(root)
-    opened = push_next(nxt, root) if gold is not None and open_next and nxt else None
+    opened = push_next(nxt, root, annotators) if gold is not None and open_next and nxt else None
 
     status = "done" if gold is not None else "waiting"
     lines = [pulled["summary"], "",

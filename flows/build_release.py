@@ -1,4 +1,4 @@
-"""`build-release`: gold rows (or a paper-format JSONL) -> a versioned, immutable release.
+"""`build-release`: the corpus of gold rows (or a paper-format JSONL) -> a versioned, immutable release.
 
 The logic is :func:`pipeline.release.build_release`; this flow loads the input, builds, and
 publishes the summary. A rerun after a crash is safe: a release that already exists with the
@@ -14,16 +14,18 @@ from prefect import flow, get_run_logger, task
 
 from flows import report, Outcome
 from pipeline import release, store
+from pipeline.corpus import corpus_dir
 from pipeline.config import Settings
 
 
 def load_input(source: str, data_root: Path) -> release.ReleaseInput:
-    """``source``: a gold directory (samples.parquet + rows.parquet), a RESCUE .jsonl, or
-    ``synthetic`` / ``synthetic:<scale>``; default: the gold rows under the data root."""
+    """``source``: a rows directory (samples.parquet + rows.parquet), a RESCUE .jsonl, or
+    ``synthetic`` / ``synthetic:<scale>``; default: the corpus under the data root (gold rows
+    are merged into it)."""
     if source.startswith("synthetic"):
         scale = float(source.split(":", 1)[1]) if ":" in source else 1.0
         return release.load_synthetic(scale=scale)
-    path = Path(source) if source else data_root / "gold"
+    path = Path(source) if source else corpus_dir(data_root)
     if path.suffix == ".jsonl":
         return release.load_jsonl(path)
     return release.load_rows_dir(path)
@@ -46,10 +48,10 @@ def build(source: str, version: str, data_root: str, dev_fraction: float) -> dic
     return {"path": str(result.path), "manifest": result.manifest, "reused": False}
 
 
-@flow(name="build-release", log_prints=True)
+@flow(name="build-release", log_prints=True, persist_result=True)
 def build_release_flow(version: str, source: str = "", dev_fraction: float = 0.0,
                        data_root: str | None = None) -> str:
-    """Build release ``version`` (X.Y.Z) from ``source`` (default: <data root>/gold)."""
+    """Build release ``version`` (X.Y.Z) from ``source`` (default: the corpus under the data root)."""
     root = Settings.from_env(data_root).data_root.resolve()
     out = build(source, version, str(root), dev_fraction)
     manifest = out["manifest"]

@@ -128,7 +128,7 @@ def read_batch(batch_dir: Path) -> list[dict]:
              "subtitles": str(batch_dir / e.subtitles) if e.subtitles else None} for e in entries]
 
 
-@flow(name="ingest-batch", log_prints=True)
+@flow(name="ingest-batch", log_prints=True, persist_result=True)
 def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str = "auto",
                       asr_model: str | None = None, align_model: str | None = None,
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,

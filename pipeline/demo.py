@@ -2,19 +2,22 @@
 
 One command on a fresh machine (after scripts/setup.sh): start the local stack (Prefect
 server + worker + Label Studio on 127.0.0.1), generate synthetic couple and family
-interviews, run the `ingest-batch` deployment, let simulated annotators work every round in
-the real Label Studio, close each round with the `annotation-round` deployment, assemble
-gold rows and build a release with the `build-release` deployment. It prints where the
-release and the agreement report are.
+interviews (:mod:`pipeline.synth`), run the `ingest-batch` deployment, let SIMULATED
+annotators (:mod:`pipeline.simulate`) answer every round in the real Label Studio, close each
+round with the `annotation-round` deployment (a simulated adjudicator settles disagreements),
+and build a release with the `build-release` deployment. It prints where the release and
+the agreement reports are.
 
-It is a demo: the interviews are synthetic and the annotators simulated. Real batches use
-the very same deployments (docs/OPERATIONS.md). The demo has its own data root
-(``<data root>/demo`` by default) so it never touches real data.
+It is a demo: the interviews are synthetic, the annotators simulated, and the "truth" they
+answer from is drawn at random (valid values of every round's fields). Real batches use the
+very same deployments (docs/OPERATIONS.md). The demo keeps its own data root
+(``<data root>/demo`` by default) and, when the environment has no Label Studio admin
+credentials, makes throw-away ones there (``stack/demo-credentials.env``, mode 0600).
 """
 from __future__ import annotations
 
-import json
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +28,11 @@ import typer
 from pipeline.config import Settings
 
 DEMO_RELEASE = "0.1.0"
+ANNOTATOR_ERROR = 0.1          # simulated annotators' error rate per field
+BATCH = [  # synthetic interviews: (name, scenario, seed)
+    ("session01", "couple", 1), ("session02", "family", 2), ("session03", "couple", 3), ("session04", "family", 4),
+]
+CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN")
 
 
 @dataclass
@@ -32,28 +40,109 @@ class DemoResult:
     data_root: Path
     release: Path | None = None
     agreement_reports: list[Path] = field(default_factory=list)
+    rounds: dict[str, dict] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def run_deployment(name: str, parameters: dict, env: dict[str, str], timeout_s: float = 1800) -> object:
+def demo_credentials(root: Path) -> dict[str, str]:
+    """The environment's Label Studio admin credentials, else the demo's own throw-away ones."""
+    if all(os.environ.get(v) for v in CREDENTIAL_VARS):
+        return {v: os.environ[v] for v in CREDENTIAL_VARS}
+    path = root / "stack" / "demo-credentials.env"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"LABEL_STUDIO_USERNAME=demo-admin@example.org\nLABEL_STUDIO_PASSWORD={secrets.token_urlsafe(18)}\n"
+                     f"LABEL_STUDIO_USER_TOKEN={secrets.token_hex(20)}\n")
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def run_deployment(name: str, parameters: dict, timeout_s: float = 3600):
     """Run a deployment through the server and the worker; raise unless it completed."""
-    os.environ.update(env)  # the Prefect client reads PREFECT_API_URL at import/settings time
     from prefect.deployments import run_deployment as _run
 
     flow_run = _run(name, parameters=parameters, timeout=timeout_s)
     if not flow_run.state.is_completed():
-        raise RuntimeError(f"deployment {name} ended {flow_run.state.name}: {flow_run.state.message}; "
-                           f"see the Prefect UI at {env['PREFECT_API_URL'].removesuffix('/api')}/runs")
-    return flow_run
+        raise RuntimeError(f"deployment {name} ended {flow_run.state.name}: {flow_run.state.message} "
+                           f"(flow run {flow_run.name}; see the Prefect UI)")
+    return flow_run.state.result()
 
 
-def run(data_root: str | Path | None = None, *, interviews: int = 4, seed: int = 0,
+def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
+    """sample_id -> the sample with every round's fields filled with valid random values:
+    what the simulated annotators answer from. The transcript round keeps the drafts."""
+    from pipeline.annotation.rounds import load_round, round_names
+    from pipeline.simulate import SimulatedAnnotator
+
+    truth = {}
+    for s in samples:
+        s = {**s, "rows": [dict(r) for r in s["rows"]]}
+        for name in round_names():
+            rnd = load_round(name)
+            if name == "transcript":
+                continue
+            draw = SimulatedAnnotator("demo-truth", error_rates={"*": 1.0}, seed=seed)
+            for ri, values in (draw.answer_sample(rnd, s) or {}).items():
+                s["rows"][ri].update(values)
+        truth[s["sample_id"]] = s
+    return truth
+
+
+def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int) -> int:
+    """Every annotator project of the round answered by a simulated annotator."""
+    from pipeline.annotation.push import parse_project_key
+    from pipeline.annotation.rounds import load_round
+    from pipeline.simulate import SimulatedAnnotator
+
+    rnd = load_round(round_name)
+    users = {u["email"]: u["id"] for u in client.users()}
+    posted = 0
+    for project in client.projects():
+        parsed = parse_project_key(project.key or "")
+        if not parsed or parsed[0] != round_name:
+            continue
+        who = parsed[2]
+        sim = SimulatedAnnotator(who.split("@")[0], error_rates={"*": ANNOTATOR_ERROR}, seed=seed)
+        done = {t["data"]["sample_id"] for t in client.tasks(project.id) if t.get("total_annotations")}
+        todo = {sid: s for sid, s in truth.items() if sid not in done}
+        posted += sim.annotate_tasks(client, project.id, rnd, todo, completed_by=users.get(who))
+    return posted
+
+
+def adjudicate_round(client, round_name: str, truth: dict[str, dict], adjudicator: str) -> int:
+    """A simulated adjudicator answers every open adjudication task from the truth."""
+    from pipeline.adjudication import project_key
+    from pipeline.annotation.ls_config import values_to_results
+    from pipeline.annotation.rounds import load_round
+
+    rnd = load_round(round_name)
+    uid = next((u["id"] for u in client.users() if u["email"] == adjudicator), None)
+    posted = 0
+    for scenario in ("couple", "family"):
+        project = client.find_project(project_key(round_name, scenario))
+        if project is None:
+            continue
+        for task in client.tasks(project.id):
+            if task.get("total_annotations"):
+                continue
+            data, sample = task["data"], truth[task["data"]["sample_id"]]
+            wanted = {u["row_index"] for u in data.get("units", [])}
+            values = {r["row_index"]: {f.name: r.get(f.name) for f in rnd.fields}
+                      for r in sample["rows"] if r["row_index"] in wanted}
+            client.create_annotation(task["id"], values_to_results(rnd, data, values), completed_by=uid)
+            posted += 1
+    return posted
+
+
+def run(data_root: str | Path | None = None, *, interviews: int = len(BATCH), seed: int = 0,
         log: Callable[[str], None] = print) -> DemoResult:
     from pipeline import stack
 
     base = Settings.from_env(data_root).data_root
     root = (base / "demo" if data_root is None else base).resolve()
     result = DemoResult(root)
+    os.environ.update(demo_credentials(root))
 
     def step(name: str, fn):
         t0 = time.perf_counter()
@@ -62,50 +151,67 @@ def run(data_root: str | Path | None = None, *, interviews: int = 4, seed: int =
         result.timings[name] = time.perf_counter() - t0
         return out
 
-    env = step("stack up", lambda: stack.up(root, log=log))
+    os.environ.update(step("stack up (Prefect server, worker, Label Studio)", lambda: stack.up(root, log=log)))
+    settings = Settings.from_env(root)
 
-    from pipeline import synth
+    from pipeline import corpus, synth
+    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.annotation.rounds import load_round, round_names
 
-    batch_dir = root / "batches" / "demo-batch"
-    step("synthesize interviews", lambda: synth.generate_batch(batch_dir, n=interviews, seed=seed))
-    step("ingest-batch", lambda: run_deployment("ingest-batch/default", {"batch_dir": str(batch_dir),
-                                                                      "data_root": str(root)}, env))
+    client = LabelStudioClient.from_settings(settings)
+    k = max(load_round(n).annotators for n in round_names())
+    annotators = [f"sim-annotator{i + 1}@example.org" for i in range(k)]
+    adjudicator = "sim-adjudicator@example.org"
+    step("simulated annotator accounts", lambda: [client.create_user(e) for e in [*annotators, adjudicator]])
 
-    from pipeline import simulate
-    from pipeline.annotation import rounds
+    batch_dir = root / "batches" / "demo"
+    if not (batch_dir / "manifest.csv").is_file():
+        step("synthesize interviews", lambda: synth.make_batch(batch_dir, [
+            {"name": n, "scenario": sc, "seed": sd + seed, "n_rows": 10, "group": f"demo_{sc}"}
+            for n, sc, sd in BATCH[:interviews]]))
+    step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
+        "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators}))
 
-    for round_name in rounds.round_names():
-        step(f"simulated annotators: {round_name}",
-             lambda r=round_name: simulate.annotate_round(r, Settings.from_env(root), seed=seed))
-        step(f"annotation-round: {round_name}",
-             lambda r=round_name: run_deployment("annotation-round/default",
-                                                 {"round_name": r, "data_root": str(root)}, env))
+    truth = demo_truth(corpus.load_corpus(root), seed)
+    for name in round_names():
+        step(f"simulated annotators: {name}", lambda n=name: annotate_round(client, n, truth, seed))
+        out = step(f"annotation-round: {name}", lambda n=name: run_deployment(
+            "annotation-round/default", {"round_name": n, "data_root": str(root), "annotators": annotators}))
+        if out["status"] == "waiting":
+            step(f"simulated adjudicator: {name}", lambda n=name: adjudicate_round(client, n, truth, adjudicator))
+            out = step(f"annotation-round (after adjudication): {name}", lambda n=name: run_deployment(
+                "annotation-round/default", {"round_name": n, "data_root": str(root), "annotators": annotators}))
+        result.rounds[name] = out
+        result.agreement_reports += [Path(p) for p in out.get("report", {}).values()]
 
-    from pipeline import gold
-
-    step("gold rows", lambda: gold.build_gold(root))
-    step("build-release", lambda: run_deployment(
-        "build-release/default", {"version": DEMO_RELEASE, "data_root": str(root)}, env))
-    result.release = root / "releases" / DEMO_RELEASE
-    result.agreement_reports = sorted((root / "agreement").glob("**/*.md")) if (root / "agreement").is_dir() else []
+    path = step("build-release", lambda: run_deployment("build-release/default", {
+        "version": DEMO_RELEASE, "data_root": str(root)}))
+    result.release = Path(path)
     return result
 
 
 def demo_command(
     data_root: Path = typer.Option(None, help="Data root of the demo (default: <RESCUE_DATA_ROOT or ./data>/demo)."),
-    interviews: int = typer.Option(4, help="Synthetic interviews to generate (couples and families)."),
+    interviews: int = typer.Option(len(BATCH), min=1, max=len(BATCH), help="Synthetic interviews to generate."),
     seed: int = typer.Option(0, help="Seed of the synthetic interviews and simulated annotators."),
 ) -> None:
     """DEMO: synthetic interviews -> ingest -> simulated annotators in a real Label Studio ->
-    agreement -> gold -> a versioned release, all through the Prefect deployments."""
-    typer.secho("RESCUE pipeline DEMO - synthetic interviews, simulated annotators "
-                "(real batches: see docs/OPERATIONS.md)", bold=True)
-    res = run(data_root, interviews=interviews, seed=seed)
-    total = sum(res.timings.values())
-    typer.echo("\n".join(f"  {k:45s} {v:7.1f} s" for k, v in res.timings.items()))
-    typer.echo(f"  {'total':45s} {total:7.1f} s")
+    agreement -> adjudication -> gold -> a versioned release, all through the Prefect deployments."""
+    typer.secho("RESCUE pipeline DEMO - synthetic interviews and SIMULATED annotators "
+                "(real batches: docs/OPERATIONS.md)", bold=True)
+    try:
+        res = run(data_root, interviews=interviews, seed=seed)
+    except Exception as exc:  # noqa: BLE001 - one clear line, details are in the Prefect UI / logs
+        typer.secho(f"demo failed: {type(exc).__name__}: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from None
+    typer.echo("\n".join(f"  {k:52s} {v:7.1f} s" for k, v in res.timings.items()))
+    typer.echo(f"  {'total':52s} {sum(res.timings.values()):7.1f} s")
+    for name, out in res.rounds.items():
+        typer.echo(f"  round {name:12s} agreement gate {'pass' if out['passed'] else 'FAIL'}, "
+                   f"{out['disagreements']} disagreeing rows adjudicated")
     typer.secho(f"\nRelease:           {res.release}", fg="green")
-    for rep in res.agreement_reports:
+    for rep in sorted(set(res.agreement_reports)):
         typer.secho(f"Agreement report:  {rep}", fg="green")
-    typer.echo(json.dumps({"stack": "still running - stop it with: rescue stack down --data-root "
-                                    f"{res.data_root}"}))
+    typer.echo(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}   "
+               f"Label Studio: {Settings.from_env(res.data_root).label_studio_url}\n"
+               f"Stop the demo stack with: rescue stack down --data-root {res.data_root}")

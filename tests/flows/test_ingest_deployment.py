@@ -84,13 +84,18 @@ def items_artifact(stack, run_id: str) -> dict[str, dict]:
     return {row["item"]: row for row in data}
 
 
-def transcript_tasks(stack, prefix: str) -> dict[str, list[dict]]:
-    """Label Studio tasks of the transcript round per project, only this test's samples."""
+def transcript_tasks(stack, prefix: str) -> dict[tuple[str, str], list[dict]]:
+    """Label Studio tasks of the transcript round per (annotator, scenario) project, only
+    this test's samples."""
+    from pipeline.annotation.push import parse_project_key
+
     client = stack.client()
     out = {}
     for project in client.projects():
-        if project.title.startswith("transcript"):
-            out[project.title] = [t for t in client.tasks(project.id) if t["data"]["sample_id"].startswith(prefix)]
+        parsed = parse_project_key(project.key or "")
+        if parsed and parsed[0] == "transcript":
+            out[(parsed[2], parsed[1])] = [t for t in client.tasks(project.id)
+                                           if t["data"]["sample_id"].startswith(prefix)]
     return out
 
 
@@ -121,9 +126,9 @@ def test_ingest_batch_deployment_lands_drafts_in_label_studio(stack, annotators,
 
     tasks = transcript_tasks(stack, "deploy_test/")
     per_annotator = Counter()
-    for title, ts in tasks.items():
+    for (annotator, _scenario), ts in tasks.items():
         for t in ts:
-            per_annotator[title.rsplit("/", 1)[-1].strip()] += 1
+            per_annotator[annotator] += 1
             assert (root / "drafts" / f"{t['data']['sample_id']}.parquet").is_file()
             assert t["data"]["turns"], "a task without draft turns"
             assert all(turn["text"] for turn in t["data"]["turns"])
@@ -193,9 +198,9 @@ def test_crash_mid_batch_then_rerun_redoes_only_unfinished(stack, annotators, tm
     assert third.returncode == 0
     assert {r["status"] for r in items_artifact(stack, flow_run_id(third.stdout)).values()} == {"cached"}
     tasks = transcript_tasks(stack, "crash_test/")
-    for title, ts in tasks.items():
-        sids = [t["data"]["sample_id"] for t in ts]
-        assert sorted(sids) == sorted(ids), f"{title}: duplicate or missing tasks: {Counter(sids)}"
+    for who in ANNOTATORS:
+        sids = [t["data"]["sample_id"] for (a, _), ts in tasks.items() if a == who for t in ts]
+        assert sorted(sids) == sorted(ids), f"{who}: duplicate or missing tasks: {Counter(sids)}"
 
     # 4. same bytes as an uninterrupted run (other data root: its own cache keys; its push
     #    meets the same tasks and must leave them alone)
