@@ -263,7 +263,7 @@ def transcribe_cmd(
                           highlight=False)
         except (SubtitleError, ValueError, KeyError, FileNotFoundError) as exc:
             failed += 1
-            console.print(f"[red]{sid}: {exc}[/red]", highlight=False)
+            console.print(f"[red]{sid}: {exc}[/red]", highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
 
@@ -287,12 +287,12 @@ def diarize_cmd(
     console = Console()
     settings = _media_settings(data_root)
     path = Path(audio)
-    if not path.is_file():
+    if not path.is_file():  # a sample id: its WAV from the catalog, therapist + participants speakers
         from pipeline.media import catalog_entry
         entry = catalog_entry(settings.data_root, audio)
         path = settings.data_root / entry["audio_path"]
-        if num_speakers is None and min_speakers is None and max_speakers is None:
-            num_speakers = 1 + len(entry["participants"] or [])  # therapist + manifest participants
+        if num_speakers is None and min_speakers is None and max_speakers is None and entry["participants"]:
+            num_speakers = 1 + len(entry["participants"])
         out = out or rttm_path(settings.data_root, audio)
     if out is None:
         raise typer.BadParameter("--out is required for a plain audio file")

@@ -12,7 +12,7 @@ implicit. ``subtitles`` is optional (SRT/VTT beside the video).
 Data root layout (``Settings.data_root``)::
 
     media/<sha256>.wav           16 kHz mono PCM, one per distinct source file (content addressed)
-    subtitles/<sha256>.<ext>     copies of the subtitle files (the data root is self-contained)
+    subtitles/<sha256>/<name>    copies of the subtitle files (the data root is self-contained)
     catalog.parquet              schemas.CATALOG, one line per sample_id
 
 A file that cannot be used (missing, empty, corrupt, no audio, too short) gets a catalog line
@@ -290,7 +290,7 @@ def ingest_video(
 def _copy_subtitles(src: Path, root: Path) -> str:
     if not src.exists():
         raise MediaError(f"{src.name}: subtitle file not found")
-    rel = f"subtitles/{sha256_file(src)}{src.suffix.lower()}"
+    rel = f"subtitles/{sha256_file(src)}/{src.name}"  # content addressed; the name stays for messages
     if not (root / rel).exists():
         atomic_write_bytes(root / rel, src.read_bytes())
     return rel

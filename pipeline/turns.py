@@ -45,6 +45,7 @@ class _Run:
     speaker: str
     units: list[Unit]
     background: list[dict] = field(default_factory=list)
+    heard_until: float = 0.0  # end of the last backchannel inside this run (the floor was not silent)
 
     @property
     def start(self) -> float:
@@ -122,10 +123,11 @@ def segment_units(units: Sequence[Unit], config: SegmenterConfig | None = None) 
             if resumes or inside:
                 host.background.append({"speaker": run.speaker, "target": [host.speaker],
                                         "content": _join(run.units)})
+                host.heard_until = max(host.heard_until, run.end)
                 i += 1
                 continue
         # 3. merge with the previous run of the same speaker after a short pause
-        if host and host.speaker == run.speaker and run.start - host.end <= cfg.max_pause_s:
+        if host and host.speaker == run.speaker and run.start - max(host.end, host.heard_until) <= cfg.max_pause_s:
             host.units.extend(run.units)
         else:
             kept.append(_Run(run.speaker, list(run.units)))
