@@ -26,8 +26,13 @@ from pipeline.gold import disagreements
 ADJUDICATOR_VERSION = "adjudication"  # the project's own model_version: no annotator pre-filled
 
 
+def project_key(round_name: str, scenario: str) -> str:
+    """An adjudication project's identity (Label Studio keeps it in the project description)."""
+    return f"rescue-adjudication:{round_name}/{scenario}"
+
+
 def project_title(round_name: str, scenario: str) -> str:
-    return f"rescue · adjudicate · {round_name} · {scenario}"
+    return f"Adjudicate {round_name} ({scenario})"
 
 
 @dataclass
@@ -76,7 +81,8 @@ def push(client, rnd, labels: Any, samples: Sequence[dict]) -> PushSummary:
     created = unchanged = updated = 0
     projects = {}
     for scenario, tasks in sorted(tasks_by_scenario.items()):
-        project = client.ensure_project(project_title(rnd.name, scenario), render_config(rnd, scenario),
+        project = client.ensure_project(project_key(rnd.name, scenario), project_title(rnd.name, scenario),
+                                        render_config(rnd, scenario),
                                         model_version=ADJUDICATOR_VERSION,
                                         description=f"Adjudication of round {rnd.name} v{rnd.version}: "
                                                     f"rows where annotators disagree. Each annotator's "
@@ -166,7 +172,7 @@ def pull(client, rnd, scenarios: Sequence[str] = ("couple", "family")) -> pa.Tab
     """
     lines: list[dict] = []
     for scenario in scenarios:
-        project = client.find_project(project_title(rnd.name, scenario))
+        project = client.find_project(project_key(rnd.name, scenario))
         if project is None:
             continue
         for task in json.loads(client.export_snapshot(project.id) or b"[]"):

@@ -116,6 +116,54 @@ def alpha_from_counts(counts: np.ndarray, distance: np.ndarray) -> float:
     return 1.0 - float((o * distance).sum()) / d_e
 
 
+def alpha_from_codes(codes: np.ndarray, distance: np.ndarray) -> float:
+    """Krippendorff's alpha from a units x coders matrix of value codes (-1 = missing).
+
+    Same coefficient as :func:`alpha_from_counts`, computed from the coder pairs inside each
+    unit (O(units x coders^2)) instead of a units x values count matrix (O(units x values^2)):
+    set-valued fields can have thousands of distinct values.
+    """
+    codes = np.asarray(codes)
+    present = codes >= 0
+    m = present.sum(axis=1)
+    keep = m >= 2
+    if not keep.any():
+        return math.nan
+    codes, present, m = codes[keep], present[keep], m[keep]
+    w = 1.0 / (m - 1.0)
+    V = distance.shape[0]
+    n_v = np.bincount(codes[present], minlength=V).astype(np.float64)
+    n = n_v.sum()
+    d_o = 0.0
+    A = codes.shape[1]
+    for i in range(A):
+        for j in range(A):
+            if i != j:
+                both = present[:, i] & present[:, j]
+                d_o += float((w[both] * distance[codes[both, i], codes[both, j]]).sum())
+    d_e = float(n_v @ distance @ n_v - (n_v * np.diag(distance)).sum()) / (n - 1.0)
+    if d_e <= 0:
+        return math.nan
+    return 1.0 - d_o / d_e
+
+
+def masi_matrix(sets: list[frozenset]) -> np.ndarray:
+    """Pairwise MASI distances of a list of sets, vectorised over a membership matrix."""
+    items = {x: k for k, x in enumerate(sorted({x for s in sets for x in s}, key=str))}
+    mem = np.zeros((len(sets), max(1, len(items))), dtype=np.float32)
+    for r, s in enumerate(sets):
+        for x in s:
+            mem[r, items[x]] = 1.0
+    size = mem.sum(axis=1).astype(np.float64)
+    inter = (mem @ mem.T).astype(np.float64)
+    union = size[:, None] + size[None, :] - inter
+    jaccard = np.divide(inter, union, out=np.ones_like(inter), where=union > 0)
+    a_in_b = inter == size[:, None]
+    b_in_a = inter == size[None, :]
+    mono = np.where(a_in_b & b_in_a, 1.0, np.where(a_in_b | b_in_a, 2 / 3, np.where(inter > 0, 1 / 3, 0.0)))
+    return 1.0 - jaccard * mono
+
+
 def masi_distance(a: frozenset, b: frozenset) -> float:
     """MASI distance (Passonneau 2006): 1 - Jaccard * monotonicity."""
     if a == b:
@@ -136,10 +184,7 @@ def distance_matrix(domain: list, metric: Metric) -> np.ndarray:
         v = np.asarray(domain, dtype=np.float64)
         return (v[:, None] - v[None, :]) ** 2
     if metric == "masi":
-        d = np.zeros((n, n))
-        for i, j in combinations(range(n), 2):
-            d[i, j] = d[j, i] = masi_distance(domain[i], domain[j])
-        return d
+        return masi_matrix(list(domain))
     raise ValueError(f"unknown metric {metric!r}")
 
 
@@ -238,7 +283,10 @@ class Coded:
     def alpha(self, unit_mask: np.ndarray | None = None, annotator_idx: Iterable[int] | None = None) -> float:
         if not self.domain:
             return math.nan
-        return alpha_from_counts(self.counts(unit_mask, annotator_idx), self.distance)
+        codes = self.codes if unit_mask is None else self.codes[unit_mask]
+        if annotator_idx is not None:
+            codes = codes[:, list(annotator_idx)]
+        return alpha_from_codes(codes, self.distance)
 
 
 def read_labels(path_or_table: Any) -> pl.DataFrame:
@@ -275,13 +323,23 @@ def clean_labels(labels: Any) -> tuple[pl.DataFrame, list[dict]]:
                 })
         df = df.unique(subset=key, keep="first", maintain_order=True).sort("_pos").drop("_pos")
     parsed, bad = [], []
-    for i, (raw, rec) in enumerate(zip(df["value"].to_list(), df.select(key).iter_rows(named=True))):
+    scalars: dict[str, Any] = {}  # most values are a few repeated labels: parse each once
+    for i, raw in enumerate(df["value"].to_list()):
+        if raw in scalars:
+            parsed.append(scalars[raw])
+            continue
         try:
-            parsed.append(None if raw is None else json.loads(raw))
+            v = None if raw is None else json.loads(raw)
         except (TypeError, ValueError) as exc:
             parsed.append(None)
             bad.append(i)
-            issues.append({"kind": "bad_json", **rec, "message": f"value is not JSON ({exc}): {str(raw)[:60]!r}"})
+            rec = df.row(i, named=True)
+            issues.append({"kind": "bad_json", **{k: rec[k] for k in key},
+                           "message": f"value is not JSON ({exc}): {str(raw)[:60]!r}"})
+            continue
+        if not isinstance(v, (list, dict)):
+            scalars[raw] = v
+        parsed.append(v)
     df = df.with_columns(pl.Series("parsed", parsed, dtype=pl.Object))
     if bad:
         df = df.with_row_index("_i").filter(~pl.col("_i").is_in(bad)).drop("_i")
@@ -444,11 +502,8 @@ def per_label(coded: Coded) -> list[dict]:
     present = coded.codes >= 0
     for lab, name in zip(labels, names):
         binary = np.where(present, member(lab).astype(np.int32), -1)
-        counts = np.zeros((binary.shape[0], 2))
-        u, a = np.nonzero(binary >= 0)
-        np.add.at(counts, (u, binary[u, a]), 1.0)
-        out.append({"label": name, "n": int(counts[:, 1].sum()),
-                    "alpha": _nan_to_none(alpha_from_counts(counts, 1.0 - np.eye(2)))})
+        out.append({"label": name, "n": int((binary == 1).sum()),
+                    "alpha": _nan_to_none(alpha_from_codes(binary, 1.0 - np.eye(2)))})
     return out
 
 
@@ -503,18 +558,21 @@ class FieldAgreement:
 
 def field_agreement(coded: Coded, round_name: str, threshold: float,
                     scenarios: Mapping[str, str] | None = None) -> FieldAgreement:
-    counts = coded.counts()
-    m = counts.sum(axis=1)
+    codes = coded.codes
+    present = codes >= 0
+    m = present.sum(axis=1)
     pairable = m >= 2
-    a = alpha_from_counts(counts, coded.distance) if coded.domain else math.nan
+    a = coded.alpha()
     # percent agreement: share of agreeing coder pairs within each pairable unit, averaged
-    agree_pairs = (counts * (counts - 1)).sum(axis=1)
-    all_pairs = m * (m - 1)
-    pct = float((agree_pairs[pairable] / all_pairs[pairable]).mean()) if pairable.any() else math.nan
-    unan = float((counts[pairable].max(axis=1) == m[pairable]).mean()) if pairable.any() else math.nan
+    agree = np.zeros(len(codes))
+    for i, j in combinations(range(codes.shape[1]), 2):
+        agree += present[:, i] & present[:, j] & (codes[:, i] == codes[:, j])
+    all_pairs = m * (m - 1) / 2.0
+    pct = float((agree[pairable] / all_pairs[pairable]).mean()) if pairable.any() else math.nan
+    unan = float((agree[pairable] == all_pairs[pairable]).mean()) if pairable.any() else math.nan
     fk = math.nan
     if coded.metric in ("nominal", "presence") and pairable.any():
-        fk = fleiss_kappa(counts[pairable])
+        fk = fleiss_kappa(coded.counts(pairable))
     pairs = pairwise(coded)
     scen = []
     scen_of = [(scenarios or {}).get(u[0]) or scenario_of(u[0]) for u in coded.units]

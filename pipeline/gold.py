@@ -53,7 +53,21 @@ class UnresolvedError(ValueError):
     """Disagreements without an adjudication; the message lists them."""
 
 
-def _c(v: Any) -> str:
+def _c(v: Any) -> Any:
+    """A hashable, orderable key of a JSON value: equal keys <=> equal JSON (dict key order aside)."""
+    if isinstance(v, list):
+        return ("list", tuple(_c(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple(sorted((k, _c(x)) for k, x in v.items())))
+    return (type(v).__name__, v)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality (Python's == on parsed JSON; top-level True/1 kept apart; 5 == 5.0 inside records)."""
+    return type(a) is type(b) and a == b
+
+
+def _json(v: Any) -> str:
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
@@ -66,14 +80,14 @@ def _median(xs: Sequence[float]) -> int:
 
 def _majority(values: Mapping[str, Any]) -> Any | None:
     counts = Counter(_c(v) for v in values.values())
-    text, n = counts.most_common(1)[0]
-    return json.loads(text) if n * 2 > len(values) else None
+    key, n = counts.most_common(1)[0]
+    return next(v for v in values.values() if _c(v) == key) if n * 2 > len(values) else None
 
 
 def _structure(f, records: Any) -> str:
     """A records value reduced to what must agree: keys and choice subfields, in key order."""
     recs = [{s.name: r.get(s.name) for s in f.subfields if s.type in STRUCTURED} for r in (records or [])]
-    return _c(sorted(recs, key=_c))
+    return tuple(sorted(_c(r) for r in recs))
 
 
 def _key(f, rec: dict) -> str:
@@ -98,8 +112,9 @@ def is_disagreement(f, values: Mapping[str, Any]) -> bool:
 def resolve(f, values: Mapping[str, Any]) -> tuple[Any, str]:
     """(gold value, method) from annotator -> value; method 'unresolved' when no rule decides."""
     anns = sorted(values)
-    if len({_c(v) for v in values.values()}) == 1:
-        return values[anns[0]], "unanimous"
+    first = values[anns[0]]
+    if all(_same(values[a], first) for a in anns[1:]):
+        return first, "unanimous"
     if f.type == "number":
         nums = [v for v in values.values() if isinstance(v, (int, float))]
         return (_median(nums), "median") if nums else (None, "unresolved")
@@ -234,7 +249,7 @@ def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any],
                 for f in rnd.fields:
                     method, values, adjudicator = meta[f.name]
                     value = gold[f.name]
-                    agree = (sum(1 for v in values.values() if _c(v) == _c(value)) / len(values)) if values else None
+                    agree = (sum(1 for v in values.values() if _same(v, value)) / len(values)) if values else None
                     if method == "unresolved":
                         unresolved.append({"round": rnd.name, "sample_id": s["sample_id"], "row_index": ri,
                                            "field": f.name, "values": {a: values[a] for a in sorted(values)}})
@@ -242,7 +257,7 @@ def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any],
                     prov.append({"round": rnd.name, "sample_id": s["sample_id"], "row_index": ri, "field": f.name,
                                  "method": method, "annotators": sorted(values), "agreement": agree,
                                  "adjudicated": method == "adjudicated", "adjudicator": adjudicator,
-                                 "value": _c(value)})
+                                 "value": _json(value)})
                     row[f.name] = value
             rows.append(_rescue_row(row, scenario))
         out_samples.append({**{k: v for k, v in s.items() if k != "rows"}, "rows": rows})

@@ -1,0 +1,101 @@
+"""End to end through a real Label Studio: push a round, SIMULATED annotators answer through the
+API at a known error rate, pull, measure, gate, adjudicate in Label Studio, build gold."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from pipeline import adjudication, agreement, gold, simulate
+from pipeline.annotation import pull, push
+from pipeline.annotation.rounds import load_round
+from pipeline.simulate import SimulatedAnnotator
+
+ERROR = 0.3
+# Monte Carlo SD of alpha at ~500 units, 3 annotators, k=7: about 0.02; 0.08 is 4 SD.
+TOLERANCE = 0.08
+
+
+@pytest.mark.slow
+def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
+    rnd = load_round("relation")
+    f = rnd.field("relation_cycle_state")
+    labels = list(f.labels("couple")) + [""]
+    k = len(labels)
+    rng = random.Random(11)
+    truth = []
+    for copy in range(2):  # ~530 therapist rows: enough units for the tolerance above
+        for s in truth_samples:
+            if s["scenario"] != "couple":
+                continue
+            rows = [dict(r, relation_cycle_state=rng.choice(labels)) if r["primary_speaker"] == "Therapist" else r
+                    for r in s["rows"]]
+            truth.append({**s, "sample_id": f"{s['sample_id']}-{copy}", "rows": rows})
+    by_id = {s["sample_id"]: s for s in truth}
+
+    # annotator i errs to the label i+1 places on: two annotators never agree on a wrong label
+    shift = lambda i: {"relation_cycle_state": {t: {labels[(labels.index(t) + i) % k]: 1.0} for t in labels}}  # noqa: E731
+    sims = [SimulatedAnnotator(f"a{i}", {"relation_cycle_state": ERROR}, shift(i + 1), seed=i) for i in range(3)]
+    emails = [f"{a.name}@agreement.test" for a in sims]
+    for e in emails:
+        ls_client.create_user(e)
+    users = {u["email"]: u["id"] for u in ls_client.users()}
+    report = push.push_round(ls_client, "relation", truth, emails, k=3, prelabel=None)
+    for a, e in zip(sims, emails):
+        pid = report.projects[push.project_key("relation", "couple", e)]
+        assert a.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=users[e]) == len(truth)
+    # a cancelled task: a2 skips one more sample (cancelled annotations carry no labels)
+    root = tmp_path / "data"
+    labels_table = pull.pull_round(ls_client, "relation", root, annotators=emails).labels
+    assert labels_table.num_rows > 0
+
+    out = agreement.measure_round(root, "relation")
+    fa = next(x for x in out["report"].fields if x.field == "relation_cycle_state")
+    confusions = []
+    for i in range(3):
+        c = (1 - ERROR) * np.eye(k)
+        for t in range(k):
+            c[t, (t + i + 1) % k] += ERROR
+        confusions.append(c)
+    expected = simulate.expected_alpha(np.full(k, 1 / k), confusions, 1 - np.eye(k))
+    assert fa.n_pairable >= 400
+    assert abs(fa.alpha - expected) < TOLERANCE, (fa.alpha, expected)
+    # the gate trips at the round's configured threshold (0.667 in relation.yaml)
+    assert fa.threshold == f.threshold == 0.667 and expected < fa.threshold
+    assert fa.passed is False and out["gate"]["passed"] is False
+    assert agreement.gate_records(root)[0]["blocks_release"] is True
+    assert (root / "annotation" / "labels" / "relation.agreement" / "report.html").is_file()
+
+    # adjudication in Label Studio: every disagreement becomes a task with one prediction per annotator
+    todo = gold.disagreements(labels_table, rnd)
+    assert todo
+    pushed = adjudication.push(ls_client, rnd, labels_table, truth)
+    assert pushed.disagreements == len(todo) and pushed.tasks_created == len({d["sample_id"] for d in todo})
+    pid = pushed.projects["couple"]
+    task = ls_client.tasks(pid)[0]
+    preds = ls_client._json("GET", "/api/predictions/", "list predictions", params={"task": task["id"]})
+    assert sorted(p["model_version"] for p in preds) == sorted(emails)
+    again = adjudication.push(ls_client, rnd, labels_table, truth)
+    assert again.tasks_created == 0 and again.tasks_unchanged == pushed.tasks_created
+
+    ls_client.create_user("sim-adjudicator@agreement.test")
+    adj_user = {u["email"]: u["id"] for u in ls_client.users()}["sim-adjudicator@agreement.test"]
+    judge = SimulatedAnnotator("adjudicator")  # answers the truth
+    assert judge.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=adj_user) == pushed.tasks_created
+    adjudicated, _ = adjudication.pull_and_store(ls_client, root, "relation")
+    adj_rows = set(zip(adjudicated.column("sample_id").to_pylist(), adjudicated.column("row_index").to_pylist()))
+    assert adj_rows == {(d["sample_id"], d["row_index"]) for d in todo}  # every disagreement resolved
+    assert set(adjudicated.column("annotator").to_pylist()) == {"sim-adjudicator@agreement.test"}
+
+    res = gold.build_gold(truth, labels_table, [rnd], adjudicated, strict=True)
+    assert res.unresolved == []
+    prov = {(p["sample_id"], p["row_index"], p["field"]): p for p in res.provenance.to_pylist()}
+    for s in res.samples:
+        for r in s["rows"]:
+            if r["primary_speaker"] != "Therapist":
+                continue
+            t = next(x for x in by_id[s["sample_id"]]["rows"] if x["row_index"] == r["row_index"])
+            p = prov[(s["sample_id"], r["row_index"], "relation_cycle_state")]
+            assert r["relation_cycle_state"] == t["relation_cycle_state"], p  # truth wherever agreed or adjudicated
+            assert p["adjudicated"] == ((s["sample_id"], r["row_index"]) in adj_rows)
