@@ -87,7 +87,7 @@ def render_config(rnd: Round, scenario: str) -> str:
         '  <Paragraphs name="dialogue" value="$turns" layout="dialogue" nameKey="speaker"'
         ' textKey="text" sync="media"/>',
         '  <Repeater on="$units" indexFlag="{{idx}}">',
-        '    <View style="border-top: 1px solid #ccc; padding-top: 6px; margin-top: 6px">',
+        '    <View idAttr="unit_{{idx}}" style="border-top: 1px solid #ccc; padding-top: 6px; margin-top: 6px">',
         '      <Text name="turn_{{idx}}" value="$units[{{idx}}].text"/>',
     ]
     for field in rnd.fields:

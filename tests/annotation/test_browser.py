@@ -27,8 +27,8 @@ SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 def _fill(page, rnd, data, values) -> None:
     """Fill every control of every unit with ``values`` ({row_index: {field: value}})."""
-    triggers = page.locator(".lsf-choices [data-testid=select-trigger]")
-    k = 0  # select controls appear in config order: unit by unit, field by field, slot by slot
+    k = 0  # within a unit, select controls appear in config order: field by field, slot by slot
+    triggers = None
 
     def control(f, name, value):
         nonlocal k
@@ -57,6 +57,9 @@ def _fill(page, rnd, data, values) -> None:
             page.keyboard.press("Tab")
 
     for i, u in enumerate(data["units"]):
+        unit = page.locator(f"#unit_{i}")  # the Repeater renders lazily: bring each unit into view
+        unit.scroll_into_view_if_needed()
+        triggers, k = unit.locator(".lsf-choices [data-testid^=select-trigger]"), 0
         row = values.get(u["row_index"], {})
         for f in rnd.fields:
             if f.type != "records":
@@ -95,7 +98,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
     media.mkdir(exist_ok=True)
     subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=20",
                     "-ar", "16000", "-ac", "1", str(media / "browser.wav")], check=True)
-    sample = make_sample("synthetic/browser_001", "couple", 4)
+    sample = make_sample("synthetic/browser_001", "couple", 6)  # therapist rows 3 (no strategy), 6 (a strategy)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
     with playwright.sync_playwright() as pw:
