@@ -691,7 +691,9 @@ def write_gate(data_root: str | Path, report: RoundAgreement, labels_sha256: str
 
     record = {"round": report.round, "passed": report.passed, "labels_sha256": labels_sha256,
               "failing": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold}
-                          for f in report.failing()]}
+                          for f in report.failing()],
+              "fields": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold,
+                          "n_units": f.n_units, "n_annotators": f.n_annotators} for f in report.fields]}
     store.atomic_write_text(gates_dir(data_root) / f"{report.round}.json", store.canonical_json(record))
     return record
 

@@ -107,3 +107,23 @@ def test_undefined_alpha_is_none_and_does_not_pass():
     data = {"a": ["x", "x", "x"], "b": ["x", "x", "x"]}
     (f,) = agreement.round_agreement(label_table(data), "r", [FieldRule("x", "nominal")]).fields
     assert f.alpha is None and f.passed is None and f.percent_agreement == 1.0
+
+
+def test_pair_based_alpha_equals_count_based_alpha_for_every_metric():
+    """The production path (alpha_from_codes, per coder pair) equals the coincidence-matrix form."""
+    rng = np.random.default_rng(11)
+    sets = [frozenset(rng.choice(6, size=rng.integers(0, 4), replace=False).tolist()) for _ in range(12)]
+    for metric, domain in (("nominal", list(range(5))), ("interval", [0.0, 1.0, 2.5, 7.0, 10.0]), ("masi", sets)):
+        d = agreement.distance_matrix(domain, metric)
+        codes = rng.integers(0, len(domain), size=(150, 4))
+        codes[:75, 1:] = codes[:75, :1]
+        codes[rng.random(codes.shape) < 0.25] = -1
+        counts = np.zeros((150, len(domain)))
+        for u, row in enumerate(codes):
+            for c in row[row >= 0]:
+                counts[u, c] += 1
+        assert agreement.alpha_from_codes(codes, d) == pytest.approx(agreement.alpha_from_counts(counts, d), abs=1e-12)
+    m = agreement.masi_matrix(sets)
+    for i, a in enumerate(sets):
+        for j, b in enumerate(sets):
+            assert m[i, j] == pytest.approx(agreement.masi_distance(a, b))
