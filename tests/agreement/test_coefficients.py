@@ -67,7 +67,7 @@ def test_masi_distance_and_alpha_match_nltk():
             if s and t:
                 assert agreement.masi_distance(s, t) == pytest.approx(masi_distance(set(s), set(t)))
     rng = np.random.default_rng(3)
-    truth = [sets[i] for i in rng.integers(1, len(sets), size=60)]
+    truth = [sets[i] for i in rng.integers(1, len(sets), size=30)]
     data = {}
     for ann in ("a1", "a2", "a3"):
         data[ann] = [sorted(t if rng.random() > 0.3 else sets[rng.integers(1, len(sets))]) for t in truth]

@@ -36,7 +36,9 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
 
     # annotator i errs to the label i+1 places on: two annotators never agree on a wrong label
     shift = lambda i: {"relation_cycle_state": {t: {labels[(labels.index(t) + i) % k]: 1.0} for t in labels}}  # noqa: E731
-    sims = [SimulatedAnnotator(f"a{i}", {"relation_cycle_state": ERROR}, shift(i + 1), seed=i) for i in range(3)]
+    sims = [SimulatedAnnotator(f"a{i}", {"relation_cycle_state": ERROR}, shift(i + 1), seed=i,
+                               coverage=0.85 if i == 2 else 1.0)  # a2 skips (cancels) some tasks
+            for i in range(3)]
     emails = [f"{a.name}@agreement.test" for a in sims]
     for e in emails:
         ls_client.create_user(e)
@@ -44,8 +46,13 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     report = push.push_round(ls_client, "relation", truth, emails, k=3, prelabel=None)
     for a, e in zip(sims, emails):
         pid = report.projects[push.project_key("relation", "couple", e)]
-        assert a.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=users[e]) == len(truth)
-    # a cancelled task: a2 skips one more sample (cancelled annotations carry no labels)
+        done = a.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=users[e])
+        assert done == sum(a.does(s["sample_id"]) for s in truth)
+    skipped = [t for t in ls_client.tasks(report.projects[push.project_key("relation", "couple", emails[2])])
+               if not sims[2].does(t["data"]["sample_id"])]
+    assert skipped
+    for t in skipped:  # what the Skip button sends
+        ls_client.create_annotation(t["id"], [], completed_by=users[emails[2]], was_cancelled=True)
     root = tmp_path / "data"
     labels_table = pull.pull_round(ls_client, "relation", root, annotators=emails).labels
     assert labels_table.num_rows > 0
@@ -66,6 +73,12 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     assert fa.passed is False and out["gate"]["passed"] is False
     assert agreement.gate_records(root)[0]["blocks_release"] is True
     assert (root / "annotation" / "labels" / "relation.agreement" / "report.html").is_file()
+    # the half-done annotator is named, with what is missing; alpha uses what exists
+    missing = [i for i in out["report"].issues if i["kind"] == "missing"]
+    assert [i["annotator"] for i in missing] == [emails[2]]
+    assert f"in {len(skipped)} samples" in missing[0]["message"]
+    cov = {a["annotator"]: a["coverage"] for a in fa.annotators}
+    assert cov[emails[0]] == 1.0 and cov[emails[2]] < 1.0
 
     # adjudication in Label Studio: every disagreement becomes a task with one prediction per annotator
     todo = gold.disagreements(labels_table, rnd)
