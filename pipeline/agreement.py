@@ -354,17 +354,21 @@ def _observations(fdf: pl.DataFrame, rule: FieldRule) -> Iterable[tuple[tuple[st
         for sid, ri, ann, val in rows:
             yield (sid, ri, ""), ann, val
         return
+    sub, key = rule.sub, rule.key
+    is_key = sub in key
     for sid, ri, ann, val in rows:
-        records = [r for r in (val or []) if isinstance(r, dict)]
-        if not records:
+        if not val:
             continue  # no record: missing for this subfield (presence is measured on the field)
-        if rule.sub in rule.key:
-            found = [r.get(rule.sub) for r in records]
+        records = [r for r in val if isinstance(r, dict)]
+        if not records:
+            continue
+        if is_key:
+            found = [r.get(sub) for r in records]
             yield (sid, ri, ""), ann, found[0] if len(found) == 1 else sorted(found, key=_canonical_str)
             continue
         for pos, r in enumerate(records):
-            part = json.dumps([r.get(k) for k in rule.key], ensure_ascii=False) if rule.key else str(pos)
-            yield (sid, ri, part), ann, r.get(rule.sub)
+            part = "\x1f".join(str(r.get(k)) for k in key) if key else str(pos)
+            yield (sid, ri, part), ann, r.get(sub)
 
 
 def _canonical_str(v: Any) -> str:
