@@ -43,10 +43,15 @@ def _fill(page, rnd, data, values) -> None:
             items = [v for v in items if v not in ("", None)]
             if items:
                 triggers.nth(k).click()
+                popup = page.locator("[data-testid=select-popup][data-state=open]")
                 for v in items:
-                    page.locator(f"[data-testid=select-popup] [data-testid='select-option-{v}']").click()
-                if f.type != "choice":
+                    # a dispatched click: the popup may still be animating or re-rendering
+                    option = popup.locator(f"[data-testid='select-option-{v}']")
+                    option.wait_for(state="attached")
+                    option.dispatch_event("click")
+                if popup.count():
                     page.keyboard.press("Escape")
+                page.wait_for_function("!document.querySelector('[data-testid=select-popup]')")
             k += 1
         elif f.type == "text" and value:
             box = page.locator(f"textarea[name='{name}']")
