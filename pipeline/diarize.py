@@ -65,8 +65,9 @@ def load_pipeline(source: str | Path | None = None, device: str = "cpu", setting
         token = os.environ.get("HF_TOKEN") or None
         if os.environ.get("HF_HUB_OFFLINE", "1") != "0":
             raise DiarizationError(
-                f"{source!r} is a hub id but the hub is off (HF_HUB_OFFLINE=1); set HF_HUB_OFFLINE=0 and "
-                "HF_TOKEN in the environment, or pass a local pipeline directory")
+                f"{source!r} is no local directory, and as a hub id it needs the hub, which is off "
+                "(HF_HUB_OFFLINE=1): set HF_HUB_OFFLINE=0 and HF_TOKEN in the environment, or pass a local "
+                "pipeline directory (`rescue models prepare-offline` builds the offline default)")
         pipeline = Pipeline.from_pretrained(source, token=token)
     if pipeline is None:
         raise DiarizationError(f"could not load the diarization pipeline {source!r} (gated model without HF_TOKEN?)")

@@ -79,37 +79,44 @@ class DVectorEmbedding(Model):
                           return_complex=True).abs().pow(2)
         return (self.mel_fb @ spec).T  # (frames, mels)
 
-    def _embed_frames(self, mels: torch.Tensor) -> torch.Tensor:
+    def _partials(self, mels: torch.Tensor) -> torch.Tensor:
+        """1.6 s windows spread evenly over the active frames (Resemblyzer's partial utterances)."""
         n = mels.shape[0]
-        if n < self.PARTIAL:
-            starts = [0]
-        else:
-            starts = list(range(0, n - self.PARTIAL + 1, self.PARTIAL // 2))
-        parts = torch.stack([_pad_to(mels[s:s + self.PARTIAL], self.PARTIAL) if n >= self.PARTIAL
-                             else mels for s in starts])
-        _, (hidden, _) = self.lstm(parts)
-        raw = torch.relu(self.linear(hidden[-1]))
-        raw = raw / raw.norm(dim=1, keepdim=True).clamp_min(1e-8)
-        mean = raw.mean(0)
-        return mean / mean.norm().clamp_min(1e-8)
+        if n <= self.PARTIAL:
+            return _pad_to(mels, self.PARTIAL)[None]
+        k = max(1, round(n / self.PARTIAL))
+        starts = torch.linspace(0, n - self.PARTIAL, k).round().long().tolist()
+        return torch.stack([mels[s:s + self.PARTIAL] for s in starts])
 
     def forward(self, waveforms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-        out = []
-        for b in range(waveforms.shape[0]):
+        batch = waveforms.shape[0]
+        parts, owner = [], []
+        for b in range(batch):
             if weights is not None and float((weights[b] > 0.5).float().mean()) * waveforms.shape[-1] < 0.3 * 16000:
-                out.append(torch.full((self.HIDDEN,), float("nan")))  # speaker (nearly) silent in this chunk
-                continue
+                continue  # speaker (nearly) silent in this chunk: no voice print (NaN below)
             mels = self._mels(waveforms[b, 0])
             if weights is not None:
                 w = weights[b]
                 idx = torch.clamp((torch.arange(mels.shape[0]) * w.shape[0]) // mels.shape[0],
                                   max=w.shape[0] - 1)
                 mels = mels[w[idx] > 0.5]
-            if mels.shape[0] < 30:  # < 0.3 s of speech: no reliable voice print
-                out.append(torch.full((self.HIDDEN,), float("nan")))
+            if mels.shape[0] < 30:  # < 0.3 s of speech
                 continue
-            out.append(self._embed_frames(mels))
-        return torch.stack(out)
+            p = self._partials(mels)
+            parts.append(p)
+            owner += [b] * p.shape[0]
+        out = torch.full((batch, self.HIDDEN), float("nan"))
+        if not parts:
+            return out
+        # one LSTM call for every partial of the batch: batched matmuls are far cheaper on CPU
+        _, (hidden, _) = self.lstm(torch.cat(parts))
+        raw = torch.relu(self.linear(hidden[-1]))
+        raw = raw / raw.norm(dim=1, keepdim=True).clamp_min(1e-8)
+        owner_t = torch.tensor(owner)
+        for b in sorted(set(owner)):
+            mean = raw[owner_t == b].mean(0)
+            out[b] = mean / mean.norm().clamp_min(1e-8)
+        return out
 
 
 def _pad_to(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -235,7 +242,7 @@ def prepare_offline_diarization(models_dir: Path, resemblyzer_wheel: Path | None
                 "embedding": "$model/embedding",
                 "plda": "$model/plda",
                 "clustering": "AgglomerativeClustering",
-                "embedding_batch_size": 16,
+                "embedding_batch_size": 32,
                 "segmentation_batch_size": 16,
             },
         },

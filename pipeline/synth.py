@@ -28,8 +28,11 @@ from pipeline.store import atomic_write_text
 
 RATE = 22050  # espeak-ng's output rate
 
-# Distinct espeak-ng voices (variant + pitch); the therapist always gets the first.
-VOICES = [("en-us+m3", 35), ("en-us+f2", 75), ("en-gb+m1", 20), ("en-us+f5", 90), ("en-gb-scotland+m4", 55)]
+# Distinct espeak-ng voices (variant + pitch); the therapist always gets the first. Chosen by the
+# cosine similarity of their d-vectors (0.51-0.74 across voices vs 0.84-0.91 within): many espeak
+# variants (m1 vs m3, f2 vs f5) sound alike to a speaker encoder.
+VOICES = [("en-us+m3", 35), ("en-us+f2", 75), ("en-us+klatt3", 40), ("en-gb-x-rp+f4", 60),
+          ("en-gb-scotland+m4", 55)]
 
 THERAPIST_LINES = [
     "What brings you both here today?", "How did that feel for you?", "Can you say more about that?",

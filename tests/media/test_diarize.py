@@ -58,3 +58,11 @@ def test_cli_diarize_writes_rttm(tmp_path, models_dir, diar_pipeline):
     lines = out.read_text().splitlines()
     assert lines and all(line.startswith("SPEAKER sample 1 ") and len(line.split()) == 10 for line in lines)
     assert len({line.split()[7] for line in lines}) == 2
+
+
+def test_pipeline_source_errors_are_clear(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(diarize.DiarizationError, match="HF_HUB_OFFLINE=0 and HF_TOKEN"):
+        diarize.load_pipeline("pyannote/speaker-diarization-community-1")
+    with pytest.raises(diarize.DiarizationError, match="does not exist; build the offline default"):
+        diarize.load_pipeline(tmp_path / "nowhere")
