@@ -2,10 +2,14 @@
 stack (server + process worker + Label Studio), on synthetic interviews (real espeak-ng speech,
 real ffmpeg, the real offline pyannote pipeline), then checks the drafts in Label Studio.
 
-Crash test: a run is killed with SIGKILL mid-batch; the rerun recomputes only what had not
-finished (per-interview executed/cached lists from the run's summary artifact, and the drafts'
-files untouched), creates no duplicate Label Studio task, and ends with the same bytes as an
-uninterrupted run (drafts, corpus and a release built from it).
+One synthetic batch (three interviews and a broken video) is ingested twice:
+- into data root "crashed": the flow-run process is killed with SIGKILL mid-batch, then the
+  run is repeated; only the interviews that had not finished are computed again (per-interview
+  executed/cached lists from the runs' summary artifacts; the finished drafts' files are not
+  rewritten), a third run is all cache, and no Label Studio task exists twice;
+- into data root "clean", uninterrupted: its drafts are in Label Studio (the same tasks, none
+  added), the broken video is quarantined with its reason, and every byte (drafts, transcripts,
+  RTTMs, audio, corpus and a release built from it) equals the crashed-and-resumed root's.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ STAGES = ("ingest", "transcript", "diarize", "segment")
 def make_batch(path: Path, group: str, n: int) -> list[str]:
     from pipeline import synth
 
-    specs = [{"name": f"s{i}", "scenario": "couple" if i % 2 == 0 else "family", "seed": i, "n_rows": 5,
+    specs = [{"name": f"s{i}", "scenario": "couple" if i % 2 == 0 else "family", "seed": i, "n_rows": 6,
               "group": group} for i in range(n)]
     synth.make_batch(path, specs)
     return [f"{group}/s{i}" for i in range(n)]
@@ -108,37 +112,6 @@ def tree_digest(root: Path, *subdirs: str) -> dict[str, str]:
     return out
 
 
-def test_ingest_batch_deployment_lands_drafts_in_label_studio(stack, annotators, tmp_path):
-    batch = tmp_path / "batch"
-    ids = make_batch(batch, "deploy_test", 2)
-    (batch / "broken.mp4").write_bytes(b"this is not a video")
-    with open(batch / "manifest.csv", "a") as fh:
-        fh.write("deploy_test/broken,couple,broken.mp4,Ann;Bob,\n")
-    root = tmp_path / "data"
-
-    proc = run_ingest(stack, batch, root)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-
-    items = items_artifact(stack, flow_run_id(proc.stdout))
-    assert {i: items[i]["status"] for i in ids} == {i: "done" for i in ids}
-    assert items["deploy_test/broken"]["status"] == "quarantined"
-    assert "broken.mp4" in items["deploy_test/broken"]["reason"]
-
-    tasks = transcript_tasks(stack, "deploy_test/")
-    per_annotator = Counter()
-    for (annotator, _scenario), ts in tasks.items():
-        for t in ts:
-            per_annotator[annotator] += 1
-            assert (root / "drafts" / f"{t['data']['sample_id']}.parquet").is_file()
-            assert t["data"]["turns"], "a task without draft turns"
-            assert all(turn["text"] for turn in t["data"]["turns"])
-            assert t["data"]["media_url"].startswith("/data/local-files/?d=media/")
-    # every good interview reached both annotators' projects exactly once; the broken one none
-    assert per_annotator == Counter({a: len(ids) for a in ANNOTATORS})
-    sids = [t["data"]["sample_id"] for ts in tasks.values() for t in ts]
-    assert sorted(set(sids)) == sorted(ids)
-
-
 def _flow_run_pid(run_id: str) -> int | None:
     """The process running this flow run: the worker puts its id in the child's environment."""
     needle = f"PREFECT__FLOW_RUN_ID={run_id}".encode()
@@ -152,66 +125,103 @@ def _flow_run_pid(run_id: str) -> int | None:
     return None
 
 
-def _segment_done(root: Path, ids: list[str]) -> set[str]:
+def _drafted(root: Path, ids: list[str]) -> set[str]:
     return {i for i in ids if (root / "drafts" / f"{i}.parquet").exists()}
 
 
-def test_crash_mid_batch_then_rerun_redoes_only_unfinished(stack, annotators, tmp_path):
-    n = 4
-    batch = tmp_path / "batch"
-    ids = make_batch(batch, "crash_test", n)
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory) -> tuple[Path, list[str]]:
+    path = tmp_path_factory.mktemp("batch")
+    ids = make_batch(path, "flowtest", 3)
+    (path / "broken.mp4").write_bytes(b"this is not a video")
+    with open(path / "manifest.csv", "a") as fh:
+        fh.write("flowtest/broken,couple,broken.mp4,Ann;Bob,\n")
+    return path, ids
 
-    # 1. start, then SIGKILL the flow-run process once some (not all) interviews are segmented
-    root = tmp_path / "crashed"
-    proc = run_ingest(stack, batch, root, "--param", "max_workers=1", watch=False)
+
+@pytest.fixture(scope="module")
+def crashed(stack, annotators, batch, tmp_path_factory) -> dict:
+    """Start a run, SIGKILL its process once some (not all) interviews are drafted, rerun."""
+    path, ids = batch
+    root = tmp_path_factory.mktemp("crashed")
+    proc = run_ingest(stack, path, root, "--param", "max_workers=1", watch=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = flow_run_id(proc.stdout)
-    deadline = time.monotonic() + 600
-    pid = None
+    deadline, pid = time.monotonic() + 900, None
     while time.monotonic() < deadline:
         pid = pid or _flow_run_pid(run_id)
-        if pid and 1 <= len(_segment_done(root, ids)) < n:
+        if pid and 1 <= len(_drafted(root, ids)) < len(ids):
             os.kill(pid, signal.SIGKILL)
             break
         time.sleep(0.2)
     else:
         pytest.fail(f"flow run {run_id} never reached the middle of the batch")
-    finished_before = _segment_done(root, ids)
-    assert 1 <= len(finished_before) < n
-    mtimes = {i: (root / "drafts" / f"{i}.parquet").stat().st_mtime_ns for i in finished_before}
-    assert not any(transcript_tasks(stack, "crash_test/").values()), \
-        "nothing is pushed before the whole batch is drafted"
+    finished = _drafted(root, ids)
+    assert 1 <= len(finished) < len(ids)
+    mtimes = {i: (root / "drafts" / f"{i}.parquet").stat().st_mtime_ns for i in finished}
+    pushed_early = transcript_tasks(stack, "flowtest/")
 
-    # 2. rerun: only the unfinished interviews are computed again
-    rerun = run_ingest(stack, batch, root, "--param", "max_workers=1")
+    rerun = run_ingest(stack, path, root, "--param", "max_workers=1")
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    items = items_artifact(stack, flow_run_id(rerun.stdout))
-    for i in ids:
-        if i in finished_before:
-            assert items[i]["status"] == "cached" and items[i]["executed"] == "", items[i]
-            assert (root / "drafts" / f"{i}.parquet").stat().st_mtime_ns == mtimes[i], f"{i} was recomputed"
-        else:
-            assert "segment" in items[i]["executed"].split(","), items[i]
+    return {"root": root, "ids": ids, "finished": finished, "mtimes": mtimes, "pushed_early": pushed_early,
+            "rerun": items_artifact(stack, flow_run_id(rerun.stdout))}
 
-    # 3. a third run is all cache and still creates no Label Studio task twice
-    third = run_ingest(stack, batch, root)
-    assert third.returncode == 0
-    assert {r["status"] for r in items_artifact(stack, flow_run_id(third.stdout)).values()} == {"cached"}
-    tasks = transcript_tasks(stack, "crash_test/")
+
+def test_rerun_after_sigkill_recomputes_only_unfinished_interviews(crashed):
+    root, items = crashed["root"], crashed["rerun"]
+    assert not any(crashed["pushed_early"].values()), "nothing is pushed before the whole batch is drafted"
+    for i in crashed["ids"]:
+        if i in crashed["finished"]:
+            assert items[i]["status"] == "cached" and items[i]["executed"] == "", items[i]
+            assert (root / "drafts" / f"{i}.parquet").stat().st_mtime_ns == crashed["mtimes"][i], f"{i} recomputed"
+        else:
+            assert items[i]["status"] == "done" and "segment" in items[i]["executed"].split(","), items[i]
+    assert items["flowtest/broken"]["status"] == "quarantined"
+
+
+def test_third_run_is_all_cache_and_label_studio_has_no_duplicates(stack, batch, crashed):
+    path, ids = batch
+    third = run_ingest(stack, path, crashed["root"])
+    assert third.returncode == 0, third.stdout[-4000:]
+    items = items_artifact(stack, flow_run_id(third.stdout))
+    assert {i: items[i]["status"] for i in ids} == {i: "cached" for i in ids}
+    tasks = transcript_tasks(stack, "flowtest/")
     for who in ANNOTATORS:
         sids = [t["data"]["sample_id"] for (a, _), ts in tasks.items() if a == who for t in ts]
         assert sorted(sids) == sorted(ids), f"{who}: duplicate or missing tasks: {Counter(sids)}"
 
-    # 4. same bytes as an uninterrupted run (other data root: its own cache keys; its push
-    #    meets the same tasks and must leave them alone)
+
+def test_uninterrupted_deployment_run_drafts_in_label_studio_and_same_bytes(stack, batch, crashed, tmp_path):
+    path, ids = batch
+    before = transcript_tasks(stack, "flowtest/")
     clean = tmp_path / "clean"
-    ok = run_ingest(stack, batch, clean)
-    assert ok.returncode == 0, ok.stdout[-4000:]
-    assert transcript_tasks(stack, "crash_test/") == tasks
-    assert tree_digest(root, "drafts", "transcripts", "diarization", "media", "corpus") == \
-        tree_digest(clean, "drafts", "transcripts", "diarization", "media", "corpus")
+    proc = run_ingest(stack, path, clean)               # the operator's command, --watch
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+    items = items_artifact(stack, flow_run_id(proc.stdout))
+    assert {i: items[i]["status"] for i in ids} == {i: "done" for i in ids}
+    assert items["flowtest/broken"]["status"] == "quarantined"
+    assert "broken.mp4" in items["flowtest/broken"]["reason"]
+
+    # the draft turns are in Label Studio: every good interview once per annotator, none added
+    tasks = transcript_tasks(stack, "flowtest/")
+    assert tasks == before
+    per_annotator = Counter()
+    for (annotator, scenario), ts in tasks.items():
+        for t in ts:
+            per_annotator[annotator] += 1
+            assert t["data"]["scenario"] == scenario
+            assert t["data"]["turns"] and all(turn["text"] for turn in t["data"]["turns"])
+            assert t["data"]["media_url"].startswith("/data/local-files/?d=media/")
+            assert (clean / "drafts" / f"{t['data']['sample_id']}.parquet").is_file()
+    assert per_annotator == Counter({a: len(ids) for a in ANNOTATORS})
+
+    # crashed-and-resumed == uninterrupted, byte for byte, up to a release
+    root = crashed["root"]
+    parts = ("drafts", "transcripts", "diarization", "media", "corpus")
+    assert tree_digest(root, *parts) == tree_digest(clean, *parts)
     for r in (root, clean):
         rel = stack.prefect("deployment", "run", "build-release/default", "--param", "version=0.1.0",
-                            "--param", f"source={r / 'corpus'}", "--param", f"data_root={r}", "--watch")
+                            "--param", f"data_root={r}", "--watch")
         assert rel.returncode == 0, rel.stdout[-4000:]
-    assert tree_digest(root, "releases") == tree_digest(clean, "releases")
+    assert tree_digest(root, "releases") and tree_digest(root, "releases") == tree_digest(clean, "releases")
