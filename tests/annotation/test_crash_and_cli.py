@@ -1,6 +1,7 @@
 """The server dies in the middle of a push; the CLI's server and status commands."""
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -41,13 +42,16 @@ def test_server_killed_mid_push_fails_clearly_and_a_rerun_completes(ls_server, l
     assert "did not answer" in message
 
     again = push.push_round(ls_client, "emotion", samples, annotators)
-    assert again.created == 220 - 40 and again.unchanged == 20 and not again.duplicates
+    assert again.created == 220 - 40 and again.unchanged == 2 * 10 + 40 and not again.duplicates
     for pid in again.projects.values():
         ids = [t["data"]["sample_id"] for t in ls_client.tasks(pid)]
         assert sorted(ids) == sorted(s["sample_id"] for s in samples)  # every sample exactly once
     kept = ls_client.find_tasks(pid_a, "sample_id", samples[0]["sample_id"])
     assert len(kept) == 1 and kept[0]["total_annotations"] == 1
-    assert str(saved["id"]) in str(kept[0]["annotations_ids"])
+    exported = json.loads(ls_client.export_snapshot(pid_a))
+    annotated = [t for t in exported if t["annotations"]]
+    assert [(t["data"]["sample_id"], t["annotations"][0]["id"], t["annotations"][0]["result"]) for t in annotated] \
+        == [(samples[0]["sample_id"], saved["id"], saved["result"])]
 
 
 def _env(monkeypatch, ls_server):
@@ -90,6 +94,7 @@ def test_cli_wrong_token_is_an_auth_error_that_hides_the_token(ls_server, ls_dat
 
 def test_cli_push_pull_status_on_the_corpus(ls_server, ls_client, new_annotators, tmp_path, monkeypatch):
     _env(monkeypatch, ls_server)
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps tables at the terminal width
     root = tmp_path / "data"
     corpus.save_corpus(root, [make_sample("synthetic/cli_001", "couple", 6), make_sample("synthetic/cli_002", "family", 5)])
     a, b = new_annotators(2)
@@ -104,7 +109,8 @@ def test_cli_push_pull_status_on_the_corpus(ls_server, ls_client, new_annotators
     assert pulled.exit_code == 0 and "0 label lines" in pulled.output
     status = runner.invoke(app, ["annotate", "status", "--data-root", str(root)])
     lines = [line for line in status.output.splitlines() if a in line or b in line]
-    assert any("relation" in line and "family" in line and "0" in line and "1" in line for line in lines)
+    cells = sorted(tuple(c.strip() for c in line.strip("│ ").split("│")) for line in lines)
+    assert cells == sorted([("relation", sc, who, "0", "1") for sc in ("couple", "family") for who in (a, b)])
     bad = runner.invoke(app, ["annotate", "push", "colours", *args])
     assert bad.exit_code == 1 and "no annotation round 'colours'" in bad.output
 
