@@ -83,8 +83,9 @@ def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
             if name == "transcript":
                 continue
             draw = SimulatedAnnotator("demo-truth", error_rates={"*": 1.0}, seed=seed)
+            by_index = {r["row_index"]: r for r in s["rows"]}
             for ri, values in (draw.answer_sample(rnd, s) or {}).items():
-                s["rows"][ri].update(values)
+                by_index[ri].update(values)
         truth[s["sample_id"]] = s
     return truth
 

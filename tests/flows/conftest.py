@@ -15,6 +15,11 @@ import pytest
 
 from pipeline.config import REPO_ROOT, Settings
 
+# `import flows` must find the repository's package, not this tests/flows folder (which
+# pytest's rootdir handling would otherwise offer as a namespace package).
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
 
 def free_port() -> int:
     with socket.socket() as s:
