@@ -140,10 +140,10 @@ def batch(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def crashed(stack, annotators, batch, tmp_path_factory) -> dict:
+def crashed(stack, annotators, batch) -> dict:
     """Start a run, SIGKILL its process once some (not all) interviews are drafted, rerun."""
     path, ids = batch
-    root = tmp_path_factory.mktemp("crashed")
+    root = stack.root / "crashed"  # under the stack's data root: Label Studio serves media from there
     proc = run_ingest(stack, path, root, "--param", "max_workers=1", watch=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = flow_run_id(proc.stdout)
@@ -191,10 +191,10 @@ def test_third_run_is_all_cache_and_label_studio_has_no_duplicates(stack, batch,
         assert sorted(sids) == sorted(ids), f"{who}: duplicate or missing tasks: {Counter(sids)}"
 
 
-def test_uninterrupted_deployment_run_drafts_in_label_studio_and_same_bytes(stack, batch, crashed, tmp_path):
+def test_uninterrupted_deployment_run_drafts_in_label_studio_and_same_bytes(stack, batch, crashed):
     path, ids = batch
     before = transcript_tasks(stack, "flowtest/")
-    clean = tmp_path / "clean"
+    clean = stack.root / "clean"
     proc = run_ingest(stack, path, clean)               # the operator's command, --watch
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
