@@ -204,6 +204,16 @@ class LabelStudioClient:
         return self._json("POST", f"/api/tasks/{task_id}/annotations/", "create an annotation", json=payload)
 
     # --- export --------------------------------------------------------------------------
+    def export_tasks(self, project_id: int) -> bytes:
+        """Every task of a project with its annotations, as raw JSON bytes (synchronous export).
+
+        About twice as fast as a snapshot export; annotations name their user by id
+        (``completed_by``), predictions are given by id.
+        """
+        r = self.request("GET", f"/api/projects/{project_id}/export", f"export project {project_id}",
+                         params={"exportType": "JSON", "download_all_tasks": "true"})
+        return r.content
+
     def export_snapshot(self, project_id: int, timeout: float = 600.0) -> bytes:
         """A snapshot export (JSON, every task, users as objects) as raw bytes."""
         snap = self._json("POST", f"/api/projects/{project_id}/exports/", "create an export snapshot", json={

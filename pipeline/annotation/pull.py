@@ -1,7 +1,7 @@
 """Pull a round back from Label Studio: archive the raw export, then parse and validate it.
 
-For every annotator project of the round (see :mod:`.push`) a snapshot export is taken and
-written, unchanged and before any parsing, to
+For every annotator project of the round (see :mod:`.push`) an export of all its tasks is
+taken and written, unchanged and before any parsing, to
 ``<data root>/annotation/exports/<round>/<scenario>/<annotator>/<sha256>.json`` (content
 addressed, append-only: an identical state is not written twice). Then every annotation is
 checked against the round definition - Label Studio itself accepts anything through its API -
@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from pipeline.annotation import ls_config
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.rounds import Field, Round, load_round
+
+
+EXPORT_WORKERS = 3
 
 
 def annotation_dir(data_root: str | Path) -> Path:
@@ -241,14 +245,19 @@ def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -
     return labels, problems.items
 
 
-def _email(completed_by) -> str | None:
-    if isinstance(completed_by, dict):
-        return completed_by.get("email")
-    return None
+def parse_export(rnd: Round, tasks: list[dict], annotator: str,
+                 users: dict[int, str] | None = None) -> tuple[list[dict], list[dict], int]:
+    """Label lines, problems and the number of done tasks of one annotator project's export.
 
+    ``users`` maps Label Studio user ids to e-mails (exports may name users by id only).
+    """
+    users = users or {}
 
-def parse_export(rnd: Round, tasks: list[dict], annotator: str) -> tuple[list[dict], list[dict], int]:
-    """Label lines, problems and the number of done tasks of one annotator project's export."""
+    def _email(completed_by) -> str | None:
+        if isinstance(completed_by, dict):
+            return completed_by.get("email")
+        return users.get(completed_by)
+
     labels, problems, done = [], [], 0
     seen: set[str] = set()
     for task in tasks:
@@ -317,12 +326,17 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | Path
     rnd = load_round(round_name)
     labels, problems = [], []
     result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
+    users = {u["id"]: u["email"] for u in client.users()}
+    wanted = []
     for project in sorted(client.projects(), key=lambda p: p.key):
         parsed = parse_project_key(project.key)
         if parsed is None or parsed[0] != rnd.name or (annotators and parsed[2] not in annotators):
             continue
-        _, scenario, annotator = parsed
-        raw = client.export_snapshot(project.id)
+        wanted.append((project, parsed))
+    # The server serialises exports slowly (seconds per large project): ask for a few at once.
+    with ThreadPoolExecutor(EXPORT_WORKERS) as pool:
+        exports = list(pool.map(lambda item: client.export_tasks(item[0].id), wanted))
+    for (project, (_, scenario, annotator)), raw in zip(wanted, exports):
         path, new = archive_export(data_root, rnd.name, scenario, annotator, raw)  # before parsing
         result.snapshots.append(path)
         result.new_snapshots += int(new)
@@ -332,7 +346,7 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | Path
             problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": annotator,
                              "field": None, "problem": f"export {path.name} is not JSON: {exc}", "value": None})
             continue
-        lines, probs, done = parse_export(rnd, tasks, annotator)
+        lines, probs, done = parse_export(rnd, tasks, annotator, users)
         labels += lines
         problems += probs
         result.progress[(annotator, scenario)] = (done, len(tasks))
