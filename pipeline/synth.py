@@ -126,8 +126,10 @@ def render(out_dir: str | Path, name: str, participants: list[str], script: list
         for i, row in enumerate(script):
             if i:
                 same = script[i - 1].speaker == row.speaker
-                t += 2.2 if same else rng.uniform(0.35, 0.8)  # same speaker again: a long pause splits rows
-                t -= row.overlap_s
+                if row.overlap_s:
+                    t -= row.overlap_s  # an interruption: starts before the previous row ends
+                else:
+                    t += 2.2 if same else rng.uniform(0.35, 0.8)  # same speaker again: a long pause splits rows
             start = t
             background = []
             for j, sentence in enumerate(row.sentences):
