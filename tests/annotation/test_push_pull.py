@@ -153,3 +153,64 @@ def test_wrong_token_gives_an_authentication_error_without_the_token(ls_server):
     message = str(err.value)
     assert "rejected the API token" in message and "LABEL_STUDIO_USER_TOKEN" in message
     assert wrong not in message and wrong not in repr(client)
+
+
+class _StandInModel:
+    """A STAND-IN for an LLM behind an OpenAI-compatible /chat/completions endpoint (no model can
+    run here): it answers each row with a fixed utterance type, once with an invalid label."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        prompts = self.prompts = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server API
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = body["messages"][0]["content"]
+                prompts.append(prompt)
+                rows = json.loads(prompt.split("Dialogue:\n", 1)[1])
+                answer = {"rows": [{"row_index": r["row_index"], "utterance_type": "request" if r["row_index"] != 2
+                                    else "sarcasm", "tone_of_voice": "even"} for r in rows]}
+                out = json.dumps({"choices": [{"message": {"content": json.dumps(answer)}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_model_pre_annotation_from_an_openai_compatible_endpoint(ls_client, new_annotators):
+    from pipeline.annotation.prelabel import ModelPrelabeler
+
+    model = _StandInModel()
+    try:
+        labeler = ModelPrelabeler(model.url, "stand-in")
+        samples = [make_sample("synthetic/model_001", "couple", 6)]
+        annotators = new_annotators(2)
+        report = push.push_round(ls_client, "emotion", samples, annotators, prelabel=labeler,
+                                 prelabel_source=labeler.source)
+        broken = ModelPrelabeler("http://127.0.0.1:9/v1", "unreachable", timeout=2)
+        assert broken(load_round("emotion"), samples[0]) == {} and broken.failures  # the push would go on
+    finally:
+        model.server.shutdown()
+    assert len(model.prompts) == 1 and "utterance_type: one of" in model.prompts[0] and "accusation" in model.prompts[0]
+    pid = report.projects[push.project_key("emotion", "couple", annotators[0])]
+    project = next(p for p in ls_client.projects() if p.id == pid)
+    assert project.model_version == "emotion-v1-model-stand-in"
+    task = json.loads(ls_client.export_snapshot(pid))[0]
+    pred = task["predictions"][0]
+    assert pred["model_version"] == project.model_version  # Label Studio pre-fills only this version
+    values = {(r["from_name"], tuple(r["value"].get("choices") or r["value"].get("text"))) for r in pred["result"]}
+    units = {u["row_index"]: i for i, u in enumerate(task["data"]["units"])}
+    assert ("utterance_type_%d" % units[1], ("request",)) in values
+    assert not any(name == "utterance_type_%d" % units[2] for name, _ in values)  # the invalid label is dropped
+    assert ("tone_of_voice_%d" % units[2], ("even",)) in values
