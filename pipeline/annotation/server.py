@@ -79,12 +79,9 @@ class LabelStudioServer:
         except (OSError, ValueError):
             return None
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
+            return pid if self._alive(pid) else None
+        except PermissionError:  # alive, owned by someone else
             return pid
-        return pid
 
     def healthy(self, timeout: float = 2.0) -> bool:
         try:
