@@ -200,6 +200,7 @@ def annotate_push(
 def annotate_pull(
     round_name: str = typer.Argument(..., metavar="ROUND"),
     data_root: Optional[Path] = DataRoot,
+    annotator: Optional[list[str]] = typer.Option(None, "--annotator", "-a", help="Only these annotators (repeat)."),
     show: int = typer.Option(20, help="Problems to print."),
 ) -> None:
     """Archive the round's exports, then validate them into the long label table."""
@@ -209,7 +210,7 @@ def annotate_pull(
     settings = _settings(data_root)
     try:
         with console.status(f"pulling {round_name}"):
-            result = pull.pull_round(_client(settings), round_name, settings.data_root)
+            result = pull.pull_round(_client(settings), round_name, settings.data_root, annotators=annotator or None)
     except (LabelStudioError, KeyError) as exc:
         _fail(str(exc).strip("'\""))
     console.print(result.summary(), highlight=False)

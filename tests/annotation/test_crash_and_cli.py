@@ -105,8 +105,8 @@ def test_cli_push_pull_status_on_the_corpus(ls_server, ls_client, new_annotators
     assert "4 projects for 2 annotators; 4 tasks created" in " ".join(pushed.output.split())
     again = runner.invoke(app, ["annotate", "push", "relation", *args])
     assert "0 tasks created, 0 updated, 4 unchanged" in " ".join(again.output.split())
-    pulled = runner.invoke(app, ["annotate", "pull", "relation", "--data-root", str(root)])
-    assert pulled.exit_code == 0 and "0 label lines" in pulled.output
+    pulled = runner.invoke(app, ["annotate", "pull", "relation", *args])
+    assert pulled.exit_code == 0 and "0 label lines, 0 problems, 4 exports (4 new)" in pulled.output
     status = runner.invoke(app, ["annotate", "status", "--data-root", str(root)])
     lines = [line for line in status.output.splitlines() if a in line or b in line]
     cells = sorted(tuple(c.strip() for c in line.strip("│ ").split("│")) for line in lines)
