@@ -183,7 +183,7 @@ def run(data_root: str | Path | None = None, *, interviews: int = len(BATCH), se
             out = step(f"annotation-round (after adjudication): {name}", lambda n=name: run_deployment(
                 "annotation-round/default", {"round_name": n, "data_root": str(root), "annotators": annotators}))
         result.rounds[name] = out
-        result.agreement_reports += [Path(p) for p in out.get("report", {}).values()]
+        result.agreement_reports += [Path(p) for p in out.get("report", {}).values() if str(p).endswith(".html")]
 
     path = step("build-release", lambda: run_deployment("build-release/default", {
         "version": DEMO_RELEASE, "data_root": str(root)}))
