@@ -64,12 +64,16 @@ def group_label(scenario: str) -> str:
     return "Couple" if scenario == "couple" else "Family"
 
 
-def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str]) -> dict[str, str]:
-    """Map diarization labels to names: labels ordered by their first turn, zipped with the
-    speaking order. Labels beyond the order keep their SPEAKER_xx name."""
-    first: dict[str, float] = {}
+def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn_s: float = 1.0) -> dict[str, str]:
+    """Map diarization labels to names: labels ordered by their first turn of at least
+    ``min_turn_s`` (a stray fragment must not reorder them), zipped with the speaking order.
+    Labels beyond the order keep their SPEAKER_xx name."""
+    first: dict[str, tuple[int, float]] = {}
     for t in sorted(turns, key=lambda t: (t.start, t.speaker)):
-        first.setdefault(t.speaker, t.start)
+        if t.end - t.start >= min_turn_s:
+            first.setdefault(t.speaker, (0, t.start))
+    for t in sorted(turns, key=lambda t: (t.start, t.speaker)):
+        first.setdefault(t.speaker, (1, t.start))  # only fragments: after the real speakers
     ordered = sorted(first, key=lambda s: (first[s], s))
     return {label: (speaking_order[i] if i < len(speaking_order) else label) for i, label in enumerate(ordered)}
 

@@ -52,6 +52,11 @@ def test_overlaps_are_ordered_deterministically():
     assert a == b and [r[0] for r in a] == ["A", "C", "B"]
 
 
+def test_a_stray_fragment_does_not_reorder_speakers():
+    turns = [Turn(0.0, 0.2, "SPEAKER_01"), Turn(0.3, 3, "SPEAKER_00"), Turn(3.5, 6, "SPEAKER_01")]
+    assert speaker_names(turns, ["Therapist", "Alan"]) == {"SPEAKER_00": "Therapist", "SPEAKER_01": "Alan"}
+
+
 def test_speaker_names_follow_speaking_order():
     turns = [Turn(0, 1, "SPEAKER_02"), Turn(1, 2, "SPEAKER_00"), Turn(2, 3, "SPEAKER_01"), Turn(4, 5, "SPEAKER_03")]
     assert speaker_names(turns, ["Therapist", "Alan", "Evelyn"]) == {
