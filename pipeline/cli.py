@@ -113,6 +113,10 @@ def release_build(
         from pipeline.corpus import corpus_dir
 
         rows_dir = corpus_dir(settings.data_root)  # default: the working corpus
+        if not rows_dir.is_dir():
+            console.print(f"[red]no corpus yet at {rows_dir}[/red]: import one (`rescue import-rescue FILE`), build gold "
+                          "rows (`rescue gold build`), or pass --input / --rows-dir / --synthetic")
+            raise typer.Exit(1)
     steps = 3 + 6 + len(release.schemas.RELEASE_CONFIGS) + 1  # load, validate, tables, tasks, files, manifest
     try:
         with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

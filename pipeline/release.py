@@ -204,6 +204,15 @@ def build_release(
         raise ReleaseError("no samples to release (the input was empty or every sample was invalid)")
     if strict and inp.problems:
         raise ReleaseError(f"{len(inp.problems)} validation problems and --strict given; first: {inp.problems[0]}")
+    # Agreement gates of the annotation rounds behind this corpus: a failing round blocks the
+    # release unless an override with a reason was recorded (which the manifest then carries).
+    from pipeline import agreement
+
+    blockers = agreement.release_blockers(data_root)
+    if blockers:
+        raise ReleaseError("agreement gates block this release:\n  " + "\n  ".join(blockers))
+    gates = [{"round": g["round"], "passed": g["passed"], "fields": g["fields"],
+              "override": g["override"] if g["override_valid"] else None} for g in agreement.gate_records(data_root)]
     step = on_step or (lambda _msg: None)
 
     samples = sorted(inp.samples, key=lambda s: s["sample_id"])
@@ -246,6 +255,7 @@ def build_release(
             "counts": {t: _count_by_scenario(tables[t]) for t in tasks.TASKS},
             "label_distributions": {t: _label_distribution(t, tables[t]) for t in tasks.TASKS},
             "validation": {"problems": sum(problems.values()), "by_rule": dict(sorted(problems.items()))},
+            "agreement_gates": gates,
         }
         store.atomic_write_text(tmp / "manifest.json", store.canonical_json(manifest))
         store.atomic_write_text(tmp / "README.md", dataset_card(manifest))

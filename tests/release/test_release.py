@@ -144,3 +144,22 @@ def test_paper_er_vp_jsonl_shapes(head_input, tmp_path):
     assert n == len(lines) == er.num_rows
     assert lines[0]["gold_internal_emotion"] == "feels mischaracterized and a need to justify her reactions"
     assert lines[0]["gold_intensity_score"] == 7 and [c["row_index"] for c in lines[0]["prior_context"]] == [1, 2, 3, 4, 5]
+
+
+def test_failing_agreement_gate_blocks_until_an_override_is_recorded(head_input, tmp_path):
+    from pipeline import agreement
+
+    gate = {"round": "emotion", "passed": False, "labels_sha256": "ab" * 32,
+            "failing": [{"field": "utterance_type", "metric": "nominal", "alpha": 0.41, "threshold": 0.667}],
+            "fields": [{"field": "utterance_type", "metric": "nominal", "alpha": 0.41, "threshold": 0.667,
+                        "n_units": 40, "n_annotators": 2}]}
+    store.atomic_write_text(agreement.gates_dir(tmp_path) / "emotion.json", store.canonical_json(gate))
+    with pytest.raises(release.ReleaseError, match="round emotion is below its agreement threshold"):
+        release.build_release(head_input, "1.0.0", tmp_path)
+    assert not (tmp_path / "releases" / "1.0.0").exists()
+
+    agreement.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
+    res = release.build_release(head_input, "1.0.0", tmp_path)
+    [carried] = res.manifest["agreement_gates"]
+    assert carried["round"] == "emotion" and carried["passed"] is False
+    assert carried["override"]["reason"] == "pilot round; guidelines revised for the next batch"

@@ -29,5 +29,9 @@ def test_build_synthetic_then_refuse_then_diff(tmp_path, head_path):
     report = json.loads(diff.output)
     assert report["samples"]["added"] == 3 and report["samples"]["removed"] == manifest["statistics"]["all"]["samples"]
 
-    bad = runner.invoke(app, ["release", "build", "--version", "0.3.0", "--data-root", str(tmp_path)])
-    assert bad.exit_code == 2 and "exactly one of" in bad.output
+    both = runner.invoke(app, ["release", "build", "--version", "0.3.0", "--synthetic", "--input", str(head_path),
+                               "--data-root", str(tmp_path)])
+    assert both.exit_code == 2 and "at most one of" in both.output
+    # no input given: the corpus is the default, and an empty data root has none yet
+    empty = runner.invoke(app, ["release", "build", "--version", "0.3.0", "--data-root", str(tmp_path)])
+    assert empty.exit_code == 1 and "no corpus yet" in empty.output
