@@ -182,6 +182,14 @@ def run(data_root: str | Path | None = None, *, interviews: int = len(BATCH), se
             step(f"simulated adjudicator: {name}", lambda n=name: adjudicate_round(client, n, truth, adjudicator))
             out = step(f"annotation-round (after adjudication): {name}", lambda n=name: run_deployment(
                 "annotation-round/default", {"round_name": n, "data_root": str(root), "annotators": annotators}))
+        if not out["passed"]:
+            # A handful of synthetic rows gives an unstable alpha; say so in the release's manifest
+            # instead of pretending the gate passed (real rounds are adjudicated or re-annotated).
+            from pipeline import agreement
+
+            agreement.record_override(root, name, "DEMO: simulated annotators on a few synthetic interviews; "
+                                      "too few units for a stable alpha", "rescue demo")
+            out = {**out, "overridden": True}
         result.rounds[name] = out
         result.agreement_reports += [Path(p) for p in out.get("report", {}).values() if str(p).endswith(".html")]
 
@@ -208,7 +216,8 @@ def demo_command(
     typer.echo("\n".join(f"  {k:52s} {v:7.1f} s" for k, v in res.timings.items()))
     typer.echo(f"  {'total':52s} {sum(res.timings.values()):7.1f} s")
     for name, out in res.rounds.items():
-        typer.echo(f"  round {name:12s} agreement gate {'pass' if out['passed'] else 'FAIL'}, "
+        gate = "pass" if out["passed"] else "FAIL (overridden for the demo, recorded in the manifest)"
+        typer.echo(f"  round {name:12s} agreement gate {gate}, "
                    f"{out['disagreements']} disagreeing rows adjudicated")
     typer.secho(f"\nRelease:           {res.release}", fg="green")
     for rep in sorted(set(res.agreement_reports)):
