@@ -143,8 +143,11 @@ def turn_id(sample: dict, row_index: int) -> str:
     return "%s__row%d" % (PurePosixPath(sample["sample_id"]).name, row_index)
 
 
-def row_instance_id(sample_id: str, row_index: int) -> str:
-    return f"{sample_id}__row{row_index}"
+def instance_keys(sample: dict, row_index: int) -> dict:
+    """The key columns every row-anchored task table starts with (schemas.TASK_KEY_FIELDS)."""
+    sid = sample["sample_id"]
+    return {"sample_id": sid, "scenario": sample["scenario"], "row_index": row_index,
+            "instance_id": f"{sid}__row{row_index}"}
 
 
 def group_id(sample: dict) -> str:

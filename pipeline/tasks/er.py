@@ -11,7 +11,7 @@ import math
 import re
 
 from pipeline import taxonomy
-from pipeline.tasks.common import current_row_fields, group_id, pick_evenly, prior_context, row_instance_id
+from pipeline.tasks.common import current_row_fields, group_id, instance_keys, pick_evenly, prior_context
 
 DEFAULT_OPTIONS = {"min_words": 5, "checkpoints": 5, "start_ratio": 0.3}
 _WORD = re.compile(r"[A-Za-z0-9']+")
@@ -63,10 +63,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, min_words: in
         k = row["row_index"]
         out.append(
             {
-                "sample_id": sample["sample_id"],
-                "scenario": sample["scenario"],
-                "row_index": k,
-                "instance_id": row_instance_id(sample["sample_id"], k),
+                **instance_keys(sample, k),
                 "group_id": group_id(sample),
                 **current_row_fields(row, inputs[k - 1]),
                 "prior_context": prior_context(inputs, k, context_size),

@@ -7,7 +7,7 @@ label first on request errors is an evaluation bug and has no counterpart here.
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import prior_context, row_instance_id, turn_id
+from pipeline.tasks.common import instance_keys, prior_context, turn_id
 
 DEFAULT_OPTIONS = {"speaker_filter": "therapist"}  # or "any" (same set on RESCUE data)
 
@@ -26,10 +26,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, speaker_filte
         k = row["row_index"]
         out.append(
             {
-                "sample_id": sample["sample_id"],
-                "scenario": sample["scenario"],
-                "row_index": k,
-                "instance_id": row_instance_id(sample["sample_id"], k),
+                **instance_keys(sample, k),
                 "turn_id": turn_id(sample, k),
                 "target_primary_speaker": row["primary_speaker"],
                 "participants": list(sample.get("participants") or []),

@@ -7,7 +7,7 @@ label. The candidate set is per sample (:func:`common.candidate_target_labels`).
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import candidate_target_labels, prior_context, row_instance_id, support_target, turn_id
+from pipeline.tasks.common import candidate_target_labels, instance_keys, prior_context, support_target, turn_id
 
 DEFAULT_OPTIONS: dict = {}
 
@@ -25,10 +25,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int) -> list[dict]
         k = row["row_index"]
         out.append(
             {
-                "sample_id": sample["sample_id"],
-                "scenario": sample["scenario"],
-                "row_index": k,
-                "instance_id": row_instance_id(sample["sample_id"], k),
+                **instance_keys(sample, k),
                 "turn_id": turn_id(sample, k),
                 "target_primary_speaker": row["primary_speaker"],
                 "participants": list(sample.get("participants") or []),

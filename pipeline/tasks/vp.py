@@ -7,7 +7,7 @@ sample, picked evenly; no early cutoff and no word minimum.
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import current_row_fields, group_id, pick_evenly, prior_context, row_instance_id
+from pipeline.tasks.common import current_row_fields, group_id, instance_keys, pick_evenly, prior_context
 
 DEFAULT_OPTIONS = {"checkpoints": 5}
 
@@ -57,10 +57,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, checkpoints: 
         k = row["row_index"]
         out.append(
             {
-                "sample_id": sample["sample_id"],
-                "scenario": sample["scenario"],
-                "row_index": k,
-                "instance_id": row_instance_id(sample["sample_id"], k),
+                **instance_keys(sample, k),
                 "group_id": group_id(sample),
                 "participants": participants,
                 **current_row_fields(row, inputs[k - 1]),
