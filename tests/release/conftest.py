@@ -23,3 +23,11 @@ def head_input(head_path) -> release.ReleaseInput:
     inp = release.load_jsonl(head_path)
     release.validate(inp)
     return inp
+
+
+@pytest.fixture()
+def small_input() -> release.ReleaseInput:
+    """A few synthetic samples (couple and family): for release mechanics that need no real data."""
+    inp = release.load_synthetic(scale=0.05, seed=3)
+    release.validate(inp)
+    return inp

@@ -40,6 +40,24 @@ def test_layout_manifest_and_card(head_input, head_path, tmp_path):
     assert card.startswith("---\n") and "- config_name: itp" in card and "path: data/itp/test.parquet" in card
 
 
+def test_synthetic_rebuild_is_byte_identical_with_a_dev_split(tmp_path):
+    for root in ("a", "b"):
+        release.build_release(release.load_synthetic(scale=0.2, seed=3), "1.0.0", tmp_path / root, dev_fraction=0.5)
+    a = _files(tmp_path / "a" / "releases" / "1.0.0")
+    b = _files(tmp_path / "b" / "releases" / "1.0.0")
+    assert a == b and any("/dev.parquet" in name for name in a) and any("/test.parquet" in name for name in a)
+
+
+def test_synthetic_release_loads_with_datasets_and_polars(small_input, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    res = release.build_release(small_input, "1.0.0", tmp_path)
+    for config in ("samples", "rows", "itp", "rpp", "stp", "ssp", "er", "vp"):
+        ds = datasets.load_dataset(str(res.path), config, cache_dir=str(tmp_path / "hf_cache"))["test"]
+        assert ds.num_rows == res.manifest["files"][f"data/{config}/test.parquet"]["rows"] > 0
+    df = pl.read_parquet(res.path / "data" / "itp" / "test.parquet")
+    assert set(df["label"].unique()) == {"yes", "no"}
+
+
 def test_rebuild_is_byte_identical(head_path, tmp_path):
     for root in ("a", "b"):
         inp = release.load_jsonl(head_path)
@@ -50,19 +68,19 @@ def test_rebuild_is_byte_identical(head_path, tmp_path):
     assert a.keys() == b.keys() and a == b
 
 
-def test_existing_version_is_refused_and_nothing_is_left_behind(head_input, tmp_path):
-    release.build_release(head_input, "1.0.0", tmp_path)
+def test_existing_version_is_refused_and_nothing_is_left_behind(small_input, tmp_path):
+    release.build_release(small_input, "1.0.0", tmp_path)
     before = _files(tmp_path / "releases" / "1.0.0")
     with pytest.raises(store.AlreadyExists, match="1.0.0 already exists"):
-        release.build_release(head_input, "1.0.0", tmp_path)
+        release.build_release(small_input, "1.0.0", tmp_path)
     assert _files(tmp_path / "releases" / "1.0.0") == before
     with pytest.raises(release.ReleaseError, match="X.Y.Z"):
-        release.build_release(head_input, "v1", tmp_path)
+        release.build_release(small_input, "v1", tmp_path)
     assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == ["1.0.0"]  # no temp dirs
 
 
-def test_failed_build_leaves_no_release(head_input, tmp_path):
-    broken = copy.deepcopy(head_input)
+def test_failed_build_leaves_no_release(small_input, tmp_path):
+    broken = copy.deepcopy(small_input)
     broken.samples.append(copy.deepcopy(broken.samples[0]))  # duplicate sample_id
     with pytest.raises(release.ReleaseError, match="more than once"):
         release.build_release(broken, "2.0.0", tmp_path)
@@ -146,7 +164,7 @@ def test_paper_er_vp_jsonl_shapes(head_input, tmp_path):
     assert lines[0]["gold_intensity_score"] == 7 and [c["row_index"] for c in lines[0]["prior_context"]] == [1, 2, 3, 4, 5]
 
 
-def test_failing_agreement_gate_blocks_until_an_override_is_recorded(head_input, tmp_path):
+def test_failing_agreement_gate_blocks_until_an_override_is_recorded(small_input, tmp_path):
     from pipeline import agreement
 
     gate = {"round": "emotion", "passed": False, "labels_sha256": "ab" * 32,
@@ -155,11 +173,11 @@ def test_failing_agreement_gate_blocks_until_an_override_is_recorded(head_input,
                         "n_units": 40, "n_annotators": 2}]}
     store.atomic_write_text(agreement.gates_dir(tmp_path) / "emotion.json", store.canonical_json(gate))
     with pytest.raises(release.ReleaseError, match="round emotion is below its agreement threshold"):
-        release.build_release(head_input, "1.0.0", tmp_path)
+        release.build_release(small_input, "1.0.0", tmp_path)
     assert not (tmp_path / "releases" / "1.0.0").exists()
 
     agreement.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
-    res = release.build_release(head_input, "1.0.0", tmp_path)
+    res = release.build_release(small_input, "1.0.0", tmp_path)
     [carried] = res.manifest["agreement_gates"]
     assert carried["round"] == "emotion" and carried["passed"] is False
     assert carried["override"]["reason"] == "pilot round; guidelines revised for the next batch"
