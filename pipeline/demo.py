@@ -62,7 +62,7 @@ def run_deployment(name: str, parameters: dict, timeout_s: float = 3600):
     """Run a deployment through the server and the worker; raise unless it completed."""
     from prefect.deployments import run_deployment as _run
 
-    flow_run = _run(name, parameters=parameters, timeout=timeout_s)
+    flow_run = _run(name, parameters=parameters, timeout=timeout_s, poll_interval=1)  # default 5 s per run
     if not flow_run.state.is_completed():
         raise RuntimeError(f"deployment {name} ended {flow_run.state.name}: {flow_run.state.message} "
                            f"(flow run {flow_run.name}; see the Prefect UI)")
