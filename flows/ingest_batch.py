@@ -114,7 +114,7 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
     corpus.merge_into_corpus(root, [s for s in samples if s["sample_id"] not in known])
     rep = push.push_round(LabelStudioClient.from_settings(Settings.from_env(root)), FIRST_ROUND, samples,
                           annotators or None, media_dir=root / "media",
-                          media_url=lambda s: f"/data/local-files/?d={audio[s['sample_id']]}")
+                          media_url=lambda s: push.local_media_url(audio[s["sample_id"]]))
     return {"round": FIRST_ROUND, "created": rep.created, "projects": sorted(rep.projects),
             "annotators": list(rep.annotators)}
 

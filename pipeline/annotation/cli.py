@@ -185,7 +185,7 @@ def annotate_push(
             bar = progress.add_task(f"pushing {round_name}", total=None)
             report = push.push_round(
                 _client(settings), round_name, sample_list, annotator or None, k=k,
-                media_dir=media if media.is_dir() else None,
+                media_dir=media if media.is_dir() else None, media_url=push.catalog_media_urls(settings.data_root),
                 on_chunk=lambda done, total: progress.update(bar, completed=done, total=total), **kwargs)
     except (push.PushError, LabelStudioError, KeyError) as exc:
         _fail(str(exc).strip("'\""))

@@ -116,6 +116,20 @@ class _Prepared:
     prediction: list[dict]
 
 
+def local_media_url(audio_path: str) -> str:
+    """Label Studio's URL for a file under the data root (its local-files document root)."""
+    return f"/data/local-files/?d={audio_path}"
+
+
+def catalog_media_urls(data_root: str | Path) -> Callable[[dict], str]:
+    """sample -> the Audio player's URL of its extracted WAV, from the ingest catalog ("" if none)."""
+    from pipeline.media import read_catalog
+
+    audio = {r["sample_id"]: r["audio_path"] for r in read_catalog(data_root).to_pylist()
+             if r["status"] == "done" and r["audio_path"]}
+    return lambda sample: local_media_url(audio[sample["sample_id"]]) if sample["sample_id"] in audio else ""
+
+
 def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: Callable[[dict], str] | None) -> _Prepared:
     data = ls_config.build_task_data(rnd, sample, media_url(sample) if media_url else "")
     values = prelabel(rnd, sample) if prelabel else {}
