@@ -161,19 +161,19 @@ def empty_table(schema: pa.Schema) -> pa.Table:
 # key, metadata known before the turn, or model input. Context rows carry input fields only
 # (never internal_emotion, viewpoints_attitudes, support_strategy, relation_*, utterance_type).
 
+# The audible/visible cue fields of a row: model input in every modality (types from BASE_ROW_FIELDS).
+_CUE_FIELDS = [f for f in BASE_ROW_FIELDS if f.name in (
+    "background_dialogue", "tone_of_voice", "body_posture", "facial_expressions", "self_directed_behavior",
+    "interaction_behavior")]
+
 CONTEXT_ROW = pa.struct(
     [
-        ("row_index", pa.int64()),
-        ("timestamp", STR),  # "%.3f-%.3f" % (start_time, end_time), as the paper's scripts
-        ("primary_speaker", STR),
-        ("target", STR_LIST),
-        ("dialogue_cleaned", STR),
-        ("background_dialogue", pa.list_(BACKGROUND_DIALOGUE)),
-        ("tone_of_voice", STR),
-        ("body_posture", pa.list_(PERSON_DESCRIPTION)),
-        ("facial_expressions", pa.list_(PERSON_DESCRIPTION)),
-        ("self_directed_behavior", pa.list_(PERSON_DESCRIPTION)),
-        ("interaction_behavior", pa.list_(INTERACTION_BEHAVIOR)),
+        pa.field("row_index", pa.int64()),
+        pa.field("timestamp", STR),  # "%.3f-%.3f" % (start_time, end_time), as the paper's scripts
+        pa.field("primary_speaker", STR),
+        pa.field("target", STR_LIST),
+        pa.field("dialogue_cleaned", STR),
+        *_CUE_FIELDS,
     ]
 )
 CONTEXT_ROW_KEYS: tuple[str, ...] = tuple(f.name for f in CONTEXT_ROW)
@@ -186,12 +186,7 @@ _CURRENT_ROW = [
     pa.field("speaker", STR),
     pa.field("target", STR_LIST),
     pa.field("dialogue", STR),
-    pa.field("background_dialogue", pa.list_(BACKGROUND_DIALOGUE)),
-    pa.field("tone_of_voice", STR),
-    pa.field("body_posture", pa.list_(PERSON_DESCRIPTION)),
-    pa.field("facial_expressions", pa.list_(PERSON_DESCRIPTION)),
-    pa.field("self_directed_behavior", pa.list_(PERSON_DESCRIPTION)),
-    pa.field("interaction_behavior", pa.list_(INTERACTION_BEHAVIOR)),
+    *_CUE_FIELDS,
 ]
 
 ITP = pa.schema(
