@@ -24,10 +24,14 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET_FRESH_S, TARGET_WARM_S = 600, 180
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+def timed_ok(argv: list[str], env: dict[str, str]) -> float:
+    """Seconds the command took; on failure print its output tail and exit with its status."""
     t0 = time.perf_counter()
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
-    return time.perf_counter() - t0, proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:]
+    if proc.returncode:
+        print(proc.stdout[-3000:] + proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(proc.returncode)  # the caller's `finally` still stops the stack
+    return time.perf_counter() - t0
 
 
 def main() -> int:
@@ -44,23 +48,13 @@ def main() -> int:
         shutil.rmtree(REPO / ".label-studio", ignore_errors=True)
     results = {}
     try:
-        setup_s, rc, out = timed(["bash", "scripts/setup.sh"], env)
-        if rc:
-            print(out, file=sys.stderr)
-            return rc
+        setup = ["bash", "scripts/setup.sh"]
         demo = [str(REPO / ".venv/bin/rescue"), "demo", "--data-root", str(root), "--interviews", str(args.interviews)]
-        fresh_s, rc, out = timed(demo, env)
-        if rc:
-            print(out, file=sys.stderr)
-            return rc
+        setup_s, fresh_s = timed_ok(setup, env), timed_ok(demo, env)
         results["fresh"] = {"setup_s": round(setup_s, 1), "demo_s": round(fresh_s, 1),
                             "total_s": round(setup_s + fresh_s, 1), "target_s": TARGET_FRESH_S}
         print(json.dumps({"run": "fresh", **results["fresh"]}))
-        setup2_s, _, _ = timed(["bash", "scripts/setup.sh"], env)
-        warm_s, rc, out = timed(demo, env)
-        if rc:
-            print(out, file=sys.stderr)
-            return rc
+        setup2_s, warm_s = timed_ok(setup, env), timed_ok(demo, env)
         results["warm"] = {"setup_s": round(setup2_s, 1), "demo_s": round(warm_s, 1),
                            "total_s": round(setup2_s + warm_s, 1), "target_s": TARGET_WARM_S}
         print(json.dumps({"run": "already set up", **results["warm"]}))

@@ -143,6 +143,13 @@ def turn_id(sample: dict, row_index: int) -> str:
     return "%s__row%d" % (PurePosixPath(sample["sample_id"]).name, row_index)
 
 
+def therapist_turn_keys(sample: dict, row_index: int) -> dict:
+    """Key columns of the therapist-turn tasks (RPP, STP, SSP): the row keys, the paper's
+    turn_id and the sample's participants."""
+    return {**instance_keys(sample, row_index), "turn_id": turn_id(sample, row_index),
+            "participants": list(sample.get("participants") or [])}
+
+
 def instance_keys(sample: dict, row_index: int) -> dict:
     """The key columns every row-anchored task table starts with (schemas.TASK_KEY_FIELDS)."""
     sid = sample["sample_id"]

@@ -7,7 +7,7 @@ label first on request errors is an evaluation bug and has no counterpart here.
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import instance_keys, prior_context, turn_id
+from pipeline.tasks.common import prior_context, therapist_turn_keys
 
 DEFAULT_OPTIONS = {"speaker_filter": "therapist"}  # or "any" (same set on RESCUE data)
 
@@ -26,10 +26,8 @@ def instances(sample: dict, inputs: list[dict], context_size: int, speaker_filte
         k = row["row_index"]
         out.append(
             {
-                **instance_keys(sample, k),
-                "turn_id": turn_id(sample, k),
+                **therapist_turn_keys(sample, k),
                 "target_primary_speaker": row["primary_speaker"],
-                "participants": list(sample.get("participants") or []),
                 "candidate_relation_labels": list(labels),
                 "prior_context": prior_context(inputs, k, context_size),
                 "label": state,

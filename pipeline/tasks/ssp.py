@@ -8,7 +8,7 @@ context window is given too (the scripts' ``--include-target-internal-emotion``)
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import instance_keys, prior_context, support_target, turn_id
+from pipeline.tasks.common import prior_context, support_target, therapist_turn_keys
 
 DEFAULT_OPTIONS = {"include_target_emotion": False}
 
@@ -47,9 +47,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, include_targe
         k = row["row_index"]
         out.append(
             {
-                **instance_keys(sample, k),
-                "turn_id": turn_id(sample, k),
-                "participants": list(sample.get("participants") or []),
+                **therapist_turn_keys(sample, k),
                 "known_support_target": target,
                 "candidate_strategy_labels": list(strategies),
                 "target_internal_emotion": (

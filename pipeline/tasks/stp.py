@@ -7,7 +7,7 @@ label. The candidate set is per sample (:func:`common.candidate_target_labels`).
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import candidate_target_labels, instance_keys, prior_context, support_target, turn_id
+from pipeline.tasks.common import candidate_target_labels, prior_context, support_target, therapist_turn_keys
 
 DEFAULT_OPTIONS: dict = {}
 
@@ -25,10 +25,8 @@ def instances(sample: dict, inputs: list[dict], context_size: int) -> list[dict]
         k = row["row_index"]
         out.append(
             {
-                **instance_keys(sample, k),
-                "turn_id": turn_id(sample, k),
+                **therapist_turn_keys(sample, k),
                 "target_primary_speaker": row["primary_speaker"],
-                "participants": list(sample.get("participants") or []),
                 # Gold is always in the set (the set scans every therapist row's targets);
                 # appended defensively as the scripts do.
                 "candidate_target_labels": candidates if gold in candidates else candidates + [gold],
