@@ -71,10 +71,8 @@ def diarize(ingested: dict, data_root: str, diarization: str | None, device: str
     with _load_lock:
         model = dz.load_pipeline(diarization, device, Settings.from_env(root))
     with gpu_slot():
-        turns = dz.diarize_audio(root / ingested["audio_path"], num_speakers=1 + len(ingested["participants"] or []),
-                                 pipeline=model, device=device)
-    path = dz.write_rttm(turns, rttm_path(root, sid), uri=Path(ingested["audio_path"]).stem)
-    return {"sample_id": sid, "sha256": sha256_file(path)}
+        dz.diarize_sample(sid, root, pipeline=model, device=device)
+    return {"sample_id": sid, "sha256": sha256_file(rttm_path(root, sid))}
 
 
 @task(name="segment", cache_policy=RESUME)

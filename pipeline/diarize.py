@@ -246,7 +246,8 @@ def _covered(t: np.ndarray, seg_s: np.ndarray, seg_e: np.ndarray, cum: np.ndarra
 
 
 def diarize_sample(sample_id: str, data_root: str | Path, num_speakers: int | None = None,
-                   source: str | Path | None = None, device: str = "cpu", write: bool = True) -> list[Turn]:
+                   source: str | Path | None = None, device: str = "cpu", write: bool = True,
+                   pipeline=None) -> list[Turn]:
     """Diarize a catalogued sample; the speaker count defaults to therapist + manifest participants.
     Writes ``diarization/<sample_id>.rttm`` under the data root when ``write``."""
     from pipeline.media import catalog_entry
@@ -258,7 +259,8 @@ def diarize_sample(sample_id: str, data_root: str | Path, num_speakers: int | No
         raise DiarizationError(f"{sample_id}: quarantined at ingest ({entry['reason']})")
     if num_speakers is None and entry.get("participants"):
         num_speakers = 1 + len(entry["participants"])
-    turns = diarize_audio(root / entry["audio_path"], num_speakers=num_speakers, source=source, device=device)
+    turns = diarize_audio(root / entry["audio_path"], num_speakers=num_speakers, pipeline=pipeline, source=source,
+                          device=device)
     if write:
         write_rttm(turns, rttm_path(root, sample_id), uri=Path(sample_id).name)
     return turns
