@@ -25,13 +25,19 @@ FIND_LINKS=()
 [ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
 
 stamp=.venv/.rescue-setup
-want="$(cat pyproject.toml scripts/overrides.txt | sha256sum | cut -d' ' -f1)"
+BYTECODE=v1  # bump to rebuild: the stamp also covers how the venv is built
+want="$( (cat pyproject.toml scripts/overrides.txt; echo "bytecode $BYTECODE") | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: building .venv (python 3.11)"
   [ -x .venv/bin/python ] || uv venv -q -p 3.11 .venv
   uv pip install -q -p .venv/bin/python "${FIND_LINKS[@]}" --override scripts/overrides.txt -e '.[test]'
   # torchaudio's compiled part only loads beside a CUDA torch; whisperx and pyannote use its Python part.
   rm -f .venv/lib/python3.11/site-packages/torchaudio/lib/_torchaudio.so
+  # Precompiled bytecode: with PYTHONDONTWRITEBYTECODE=1 (set on these machines) every new
+  # process would otherwise recompile torch/transformers/prefect from source, ~20 s each
+  # (each Prefect flow run, each CLI call in the tests).
+  echo "setup: compiling .venv bytecode"
+  .venv/bin/python -m compileall -q -j 0 .venv/lib/python3.11/site-packages >/dev/null || true
   echo "$want" > "$stamp"
 fi
 

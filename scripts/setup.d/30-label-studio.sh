@@ -20,6 +20,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$LS_VERSION" ] || [ ! -x "$VENV/
   echo "$LS_VERSION" > "$stamp"
 fi
 
+# Precompiled bytecode (see scripts/setup.sh): the server starts a few seconds sooner.
+if [ ! -f "$VENV/.bytecode-v1" ]; then
+  "$VENV/bin/python" -m compileall -q -j 0 "$VENV/lib/python3.11/site-packages" >/dev/null || true
+  touch "$VENV/.bytecode-v1"
+fi
+
 # A migrated, empty database: a new server copies it instead of running Label Studio's ~200
 # migrations on its first start (35 s on an idle machine, minutes on a busy one). No users are
 # in it; the admin is created from the environment on first start as usual.
