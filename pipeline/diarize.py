@@ -3,7 +3,8 @@
 The pipeline comes from a local directory (the offline default built by
 ``rescue models prepare-offline``, or any downloaded pyannote pipeline) or from a hub id
 (production; the token is read from ``HF_TOKEN`` only and the hub must be switched on with
-``HF_HUB_OFFLINE=0``). Telemetry is off (``pipeline/__init__.py``).
+``HF_HUB_OFFLINE=0``). Telemetry is off (``pipeline/__init__.py``). pyannote's output is then
+refined (silences cut out of turns, pieces re-clustered by voice print; ``refine_turns``).
 
 ``assign_speakers`` gives each word/cue the speaker with the largest total overlap (whisperx's
 rule) with a sort + searchsorted sweep: O((W + T) log T) instead of one scan per word.
@@ -88,8 +89,10 @@ def diarize_audio(
     pipeline=None,
     source: str | Path | None = None,
     device: str = "cpu",
+    refine: bool = True,
 ) -> list[Turn]:
-    """Diarize one 16 kHz mono WAV; returns turns sorted by (start, end, speaker)."""
+    """Diarize one 16 kHz mono WAV; returns turns sorted by (start, end, speaker).
+    ``refine``: the silence cut + re-clustering below (on by default)."""
     import torch
     from pipeline.media import load_wav
 
@@ -98,9 +101,149 @@ def diarize_audio(
     file = {"waveform": torch.from_numpy(samples[None, :]), "sample_rate": 16000, "uri": Path(audio_path).stem}
     output = pipeline(file, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
     annotation = getattr(output, "speaker_diarization", output)
-    turns = [Turn(round(s.start, 3), round(s.end, 3), str(label))
-             for s, _, label in annotation.itertracks(yield_label=True)]
+    turns = _sorted([Turn(round(s.start, 3), round(s.end, 3), str(label))
+                     for s, _, label in annotation.itertracks(yield_label=True)])
+    if refine and turns:
+        turns = refine_turns(samples, turns, lambda w: embed_segments(pipeline, samples, w),
+                             num_speakers or len({t.speaker for t in turns}))
+    return turns
+
+
+def _sorted(turns: Sequence[Turn]) -> list[Turn]:
     return sorted(turns, key=lambda t: (t.start, t.end, t.speaker))
+
+
+# --- refinement: cut silences out of turns, re-cluster single-speaker pieces ---------------
+#
+# pyannote works on 10-s chunks with a segmentation model that smears over short pauses and,
+# on voices it finds similar, splits one voice between local speakers. Two cheap passes fix
+# most of that: (1) stretches an energy detector finds silent are cut out of every turn, and
+# (2) every remaining piece long enough for a voice print is embedded with the pipeline's own
+# embedding model and the pieces are clustered again (duration-weighted spherical k-means,
+# seeded restarts: deterministic). Measured (tests/media/test_diarize.py): synthetic couple
+# interview DER 0.34 -> 0.01-0.02, family 0.33-0.41 -> 0.04-0.05, pyannote's sample.wav 0.063 -> 0.061.
+
+FRAME_S = 0.01
+SILENCE_ABOVE_FLOOR_DB = 10.0  # silent: quieter than noise floor + 10 dB ...
+SILENCE_BELOW_PEAK_DB = 50.0   # ... or than the loud speech level - 50 dB, whichever is higher
+MIN_SILENCE_S = 0.25           # shorter gaps are pauses inside speech (commas, stops)
+MIN_PIECE_S = 0.3              # shortest piece that gets a voice print of its own
+KMEANS_RESTARTS = 50
+
+
+def speech_frames(samples: np.ndarray, rate: int = 16000) -> np.ndarray:
+    """Per 10-ms frame: True where there is sound above the recording's own noise floor."""
+    hop = int(rate * FRAME_S)
+    n = len(samples) // hop
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    db = 10 * np.log10((samples[: n * hop].reshape(n, hop).astype(np.float64) ** 2).mean(1) + 1e-12)
+    floor, peak = np.percentile(db, 5), np.percentile(db, 99)
+    return db > max(floor + SILENCE_ABOVE_FLOOR_DB, peak - SILENCE_BELOW_PEAK_DB)
+
+
+def cut_silences(turns: Sequence[Turn], speech: np.ndarray, min_silence_s: float = MIN_SILENCE_S) -> list[Turn]:
+    """Turns with every silent stretch of at least ``min_silence_s`` removed (pieces < 50 ms dropped)."""
+    edges = np.diff(np.concatenate([[1], speech.astype(np.int8), [1]]))
+    silences = [(s * FRAME_S, e * FRAME_S) for s, e in zip(np.nonzero(edges == -1)[0], np.nonzero(edges == 1)[0])
+                if (e - s) * FRAME_S >= min_silence_s]
+    silence_ends = np.array([e for _, e in silences])
+    out = []
+    for t in turns:
+        pieces, cursor = [], t.start
+        for s, e in silences[np.searchsorted(silence_ends, t.start, side="right"):]:
+            if s >= t.end:
+                break
+            if s > cursor:
+                pieces.append((cursor, s))
+            cursor = max(cursor, e)
+        if cursor < t.end:
+            pieces.append((cursor, t.end))
+        out += [Turn(round(float(a), 3), round(float(b), 3), t.speaker) for a, b in pieces if b - a >= 0.05]
+    return _sorted(out)
+
+
+def embed_segments(pipeline, samples: np.ndarray, spans: Sequence[tuple[float, float]],
+                   rate: int = 16000, batch: int = 16) -> np.ndarray:
+    """Unit-length voice prints of ``spans`` (seconds) with the pipeline's embedding model;
+    rows of NaN where a span holds too little speech. Spans of similar length are padded into
+    one batch with a mask (one model call per batch: ~20x faster than one call per span on CPU)."""
+    import torch
+    out = np.full((len(spans), 0), np.nan)
+    order = sorted(range(len(spans)), key=lambda i: spans[i][1] - spans[i][0])
+    for first in range(0, len(order), batch):
+        group = order[first: first + batch]
+        clips = [samples[int(spans[i][0] * rate): int(spans[i][1] * rate)] for i in group]
+        n = max(len(c) for c in clips)
+        waves = torch.zeros(len(clips), 1, n)
+        masks = torch.zeros(len(clips), n)
+        for j, c in enumerate(clips):
+            waves[j, 0, : len(c)] = torch.from_numpy(np.ascontiguousarray(c))
+            masks[j, : len(c)] = 1.0
+        prints = np.asarray(pipeline._embedding(waves, masks=masks), dtype=np.float64)
+        if out.shape[1] == 0:
+            out = np.full((len(spans), prints.shape[1]), np.nan)
+        out[group] = prints
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms > 0, norms, 1.0)
+
+
+def spherical_kmeans(points: np.ndarray, weights: np.ndarray, k: int, restarts: int = KMEANS_RESTARTS,
+                     seed: int = 0) -> np.ndarray:
+    """Cluster unit vectors by cosine (k-means++ seeding, best of ``restarts``); labels 0..k-1."""
+    rng = np.random.default_rng(seed)
+    p = weights / weights.sum()
+    best_cost, best = np.inf, np.zeros(len(points), dtype=int)
+    for _ in range(restarts):
+        chosen = [rng.choice(len(points), p=p)]
+        for _ in range(k - 1):
+            far = weights * np.maximum(1 - (points @ points[chosen].T).max(1), 0) ** 2
+            chosen.append(rng.choice(len(points), p=far / far.sum()) if far.sum() > 0 else rng.choice(len(points)))
+        centres = points[chosen]
+        for _ in range(100):
+            labels = (points @ centres.T).argmax(1)
+            new = np.array([(points[labels == c] * weights[labels == c, None]).sum(0) if (labels == c).any()
+                            else centres[c] for c in range(k)])
+            new /= np.linalg.norm(new, axis=1, keepdims=True)
+            if np.allclose(new, centres):
+                break
+            centres = new
+        cost = float((weights * (1 - (points @ centres.T).max(1))).sum())
+        if cost < best_cost - 1e-9:
+            best_cost, best = cost, labels.copy()
+    return best
+
+
+def refine_turns(samples: np.ndarray, turns: Sequence[Turn], embed, num_speakers: int) -> list[Turn]:
+    """Silence-trimmed turns whose pieces are re-clustered into ``num_speakers`` voices.
+
+    ``embed(spans)`` returns unit voice prints (NaN rows for too little speech). Clusters take
+    the pyannote label they overlap most (so names stay stable); pieces too short for a voice
+    print keep pyannote's label."""
+    from scipy.optimize import linear_sum_assignment
+
+    pieces = cut_silences(turns, speech_frames(samples))
+    idx = [i for i, t in enumerate(pieces) if t.end - t.start >= MIN_PIECE_S]
+    prints = embed([(pieces[i].start, pieces[i].end) for i in idx]) if idx else np.zeros((0, 1))
+    ok = ~np.isnan(prints).any(axis=1)
+    idx, prints = [i for i, good in zip(idx, ok) if good], prints[ok]
+    if num_speakers < 2 or len(idx) <= num_speakers:
+        return pieces
+    weights = np.array([pieces[i].end - pieces[i].start for i in idx])
+    clusters = spherical_kmeans(prints, weights, num_speakers)
+    labels = sorted({t.speaker for t in pieces})
+    overlap = np.zeros((num_speakers, len(labels)))
+    for i, c, w in zip(idx, clusters, weights):
+        overlap[c, labels.index(pieces[i].speaker)] += w
+    rows, cols = linear_sum_assignment(-overlap)
+    name = {int(r): labels[c] for r, c in zip(rows, cols)}
+    spare = (f"SPEAKER_{n:02d}" for n in range(100) if f"SPEAKER_{n:02d}" not in labels)
+    for c in range(num_speakers):
+        name.setdefault(c, next(spare))
+    relabelled = list(pieces)
+    for i, c in zip(idx, clusters):
+        relabelled[i] = Turn(pieces[i].start, pieces[i].end, name[int(c)])
+    return _sorted(relabelled)
 
 
 # --- RTTM -------------------------------------------------------------------------------

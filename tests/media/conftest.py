@@ -45,13 +45,22 @@ def diar_pipeline(models_dir):
     return load_pipeline(models_dir / OFFLINE_DIARIZATION)
 
 
+def _interview(out: Path, scenario: str, seed: int) -> dict:
+    import json
+    from pipeline import media, synth
+    files = synth.make_interview(out, scenario, scenario, seed=seed)
+    files["wav16"] = media.extract_wav(files["mp4"], out / f"{scenario}.16k.wav")
+    files["truth"] = json.loads(files["rows"].read_text())
+    return files
+
+
 @pytest.fixture(scope="session")
 def couple(tmp_path_factory):
     """A generated couple interview (therapist + 2) with its truth files, and its 16 kHz WAV."""
-    import json
-    from pipeline import media, synth
-    out = tmp_path_factory.mktemp("couple")
-    files = synth.make_interview(out, "couple", "couple", seed=0)
-    files["wav16"] = media.extract_wav(files["mp4"], out / "couple.16k.wav")
-    files["truth"] = json.loads(files["rows"].read_text())
-    return files
+    return _interview(tmp_path_factory.mktemp("couple"), "couple", seed=0)
+
+
+@pytest.fixture(scope="session")
+def family(tmp_path_factory):
+    """A generated family interview (therapist + 3) with its truth files, and its 16 kHz WAV."""
+    return _interview(tmp_path_factory.mktemp("family"), "family", seed=0)
