@@ -283,27 +283,31 @@ def diarize_cmd(
     device: str = typer.Option("cpu"),
     data_root: Optional[Path] = typer.Option(None),
 ) -> None:
-    """Who spoke when -> standard RTTM."""
+    """Who spoke when -> standard RTTM. Enrolled voices (`rescue voices`) name their speakers."""
     from rich.console import Console
-    from pipeline.diarize import diarize_audio, write_rttm
-    from pipeline.turns import rttm_path
+    from pipeline import voices
+    from pipeline.diarize import diarize_audio, diarize_sample, load_pipeline, write_rttm
+    from pipeline.media import load_wav
 
     console = Console()
     settings = _media_settings(data_root)
     path = Path(audio)
-    if not path.is_file():  # a sample id: its WAV from the catalog, therapist + participants speakers
-        from pipeline.media import catalog_entry
-        entry = catalog_entry(settings.data_root, audio)
-        path = settings.data_root / entry["audio_path"]
-        if num_speakers is None and min_speakers is None and max_speakers is None and entry["participants"]:
-            num_speakers = 1 + len(entry["participants"])
-        out = out or rttm_path(settings.data_root, audio)
-    if out is None:
-        raise typer.BadParameter("--out is required for a plain audio file")
     with console.status(f"diarizing {path.name}"):
-        turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, source=pipeline_source, device=device)
-    write_rttm(turns, out, uri=path.stem)
-    console.print(f"{len(turns)} turns, {len({t.speaker for t in turns})} speakers -> {out}")
+        model = load_pipeline(pipeline_source, device, settings)
+        if path.is_file():
+            if out is None:
+                raise typer.BadParameter("--out is required for a plain audio file")
+            turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, pipeline=model, device=device)
+            if voices.voices_dir(settings.data_root).is_dir():
+                turns, _ = voices.name_speakers(load_wav(path), turns, model, settings.data_root)
+            write_rttm(turns, out, uri=path.stem)
+        else:  # a sample id: its WAV from the catalog, therapist + participants speakers
+            turns = diarize_sample(audio, settings.data_root, num_speakers, pipeline=model, device=device,
+                                   min_speakers=min_speakers, max_speakers=max_speakers, write=out is None)
+            if out is not None:
+                write_rttm(turns, out, uri=Path(audio).name)
+    console.print(f"{len(turns)} turns, {len({t.speaker for t in turns})} speakers -> "
+                  f"{out or 'DATA_ROOT/diarization/' + audio + '.rttm'}")
 
 
 @app.command("segment")
@@ -327,6 +331,58 @@ def segment_cmd(
             console.print(f"{sid}: {table.num_rows} draft rows", highlight=False)
         except (FileNotFoundError, KeyError) as exc:
             console.print(f"[red]{sid}: {exc} (run `rescue transcribe` / `rescue diarize` first)[/red]", highlight=False)
+
+
+voices_app = typer.Typer(help="Enrolled voices: diarized speakers named by voice (pipeline.voices).",
+                         no_args_is_help=True)
+app.add_typer(voices_app, name="voices")
+
+
+@voices_app.command("enroll")
+def voices_enroll(
+    name: str = typer.Argument(..., help="the speaker's name as rows show it, e.g. Therapist or a participant"),
+    files: list[Path] = typer.Argument(..., help="clean recordings of this one voice (any audio/video ffmpeg reads)"),
+    data_root: Optional[Path] = typer.Option(None),
+    pipeline_source: Optional[str] = typer.Option(None, "--pipeline", help="the diarization pipeline whose "
+                                                  "embedding model makes the print (default: offline)"),
+    device: str = typer.Option("cpu"),
+) -> None:
+    """Store NAME's voice print (DATA_ROOT/voices/NAME.json); replaces an earlier one."""
+    from rich.console import Console
+    from pipeline.diarize import load_pipeline
+    from pipeline.voices import VoiceError, enroll
+
+    settings = _media_settings(data_root)
+    try:
+        voice = enroll(name, files, settings.data_root, load_pipeline(pipeline_source, device, settings))
+    except VoiceError as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[red]{exc}[/red]", highlight=False)
+        raise typer.Exit(1)
+    Console().print(f"{voice.name}: {voice.seconds:.1f} s of speech from {len(files)} file(s), model {voice.model}",
+                    highlight=False)
+
+
+@voices_app.command("list")
+def voices_list(data_root: Optional[Path] = typer.Option(None)) -> None:
+    """Enrolled voices: name, seconds of speech, model."""
+    from rich.console import Console
+    from pipeline.voices import load_voices
+
+    console = Console()
+    enrolled = load_voices(_media_settings(data_root).data_root)
+    for v in enrolled:
+        console.print(f"{v.name}\t{v.seconds:.1f} s\t{v.model}\t{len(v.sources)} file(s)", highlight=False)
+    if not enrolled:
+        console.print("no enrolled voices")
+
+
+@voices_app.command("remove")
+def voices_remove(name: str, data_root: Optional[Path] = typer.Option(None)) -> None:
+    """Delete NAME's voice print."""
+    from pipeline.voices import remove
+    if not remove(name, _media_settings(data_root).data_root):
+        raise typer.BadParameter(f"no enrolled voice named {name!r}")
+    typer.echo(f"removed {name}")
 
 
 models_app = typer.Typer(help="Local model directories (no model hub needed).", no_args_is_help=True)

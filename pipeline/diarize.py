@@ -390,20 +390,27 @@ def _covered(t: np.ndarray, seg_s: np.ndarray, seg_e: np.ndarray, cum: np.ndarra
 
 def diarize_sample(sample_id: str, data_root: str | Path, num_speakers: int | None = None,
                    source: str | Path | None = None, device: str = "cpu", write: bool = True,
-                   pipeline=None) -> list[Turn]:
+                   pipeline=None, min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
     """Diarize a catalogued sample; the speaker count defaults to therapist + manifest participants.
-    Writes ``diarization/<sample_id>.rttm`` under the data root when ``write``."""
-    from pipeline.media import catalog_entry
-    from pipeline.turns import rttm_path
+    Speakers whose voice is enrolled (``pipeline.voices``) get their names. Writes
+    ``diarization/<sample_id>.rttm`` under the data root when ``write``."""
+    from pipeline import voices
+    from pipeline.media import catalog_entry, load_wav
+    from pipeline.turns import THERAPIST, rttm_path
 
     root = Path(data_root)
     entry = catalog_entry(root, sample_id)
     if entry["status"] != "done":
         raise DiarizationError(f"{sample_id}: quarantined at ingest ({entry['reason']})")
-    if num_speakers is None and entry.get("participants"):
-        num_speakers = 1 + len(entry["participants"])
-    turns = diarize_audio(root / entry["audio_path"], num_speakers=num_speakers, pipeline=pipeline, source=source,
-                          device=device)
+    participants = list(entry.get("participants") or [])
+    if num_speakers is None and min_speakers is None and max_speakers is None and participants:
+        num_speakers = 1 + len(participants)
+    pipeline = pipeline or load_pipeline(source, device)
+    audio = root / entry["audio_path"]
+    turns = diarize_audio(audio, num_speakers, min_speakers, max_speakers, pipeline=pipeline, device=device)
+    if voices.voices_dir(root).is_dir():
+        candidates = [THERAPIST, *participants] if participants else None
+        turns, _ = voices.name_speakers(load_wav(audio), turns, pipeline, root, candidates)
     if write:
         write_rttm(turns, rttm_path(root, sample_id), uri=Path(sample_id).name)
     return turns

@@ -182,6 +182,23 @@ def render(out_dir: str | Path, name: str, participants: list[str], script: list
     return files
 
 
+def speak_lines(path: str | Path, voice_index: int, sentences: list[str], pause_s: float = 0.4) -> Path:
+    """A WAV of the ``voice_index``-th speaker's voice of every interview (0 = the therapist)
+    reading ``sentences``: enrolment recordings (``rescue voices enroll``) for tests and the demo."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gap = np.zeros(int(pause_s * RATE), dtype=np.float32)
+    with tempfile.TemporaryDirectory() as tmpd:
+        parts = [p for text in sentences for p in (_speak(text, *VOICES[voice_index % len(VOICES)], Path(tmpd)), gap)]
+    audio = np.concatenate([gap, *parts])
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
 def make_interview(out_dir: str | Path, name: str, scenario: str = "couple", seed: int = 0, n_rows: int = 16,
                    participants: list[str] | None = None, prefix_speakers: bool = False,
                    make_video: bool = True) -> dict[str, Path]:

@@ -12,8 +12,9 @@ Rules (spec §2.2, in this order):
 5. ``target`` is a draft: the previous row's speaker (the ongoing exchange, spec §2.4), the
    group label for an opening therapist row. Annotators confirm it in the transcript round.
 
-Speaker labels from diarization (SPEAKER_00, ...) become names by the manifest's speaking
-order (first voice to speak = first name), unless a subtitle prefix named the speaker.
+Speaker labels from diarization (SPEAKER_00, ...) become names by enrolled voice
+(``pipeline.voices``, already in the RTTM) or else by the manifest's speaking order (first voice
+to speak = first name left), unless a subtitle prefix named the speaker.
 """
 from __future__ import annotations
 
@@ -65,17 +66,22 @@ def group_label(scenario: str) -> str:
 
 
 def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn_s: float = 1.0) -> dict[str, str]:
-    """Map diarization labels to names: labels ordered by their first turn of at least
-    ``min_turn_s`` (a stray fragment must not reorder them), zipped with the speaking order.
-    Labels beyond the order keep their SPEAKER_xx name."""
+    """Map diarization labels to names. A label that already is a name of the speaking order
+    (an enrolled voice named it: ``pipeline.voices``) keeps it; the other labels, ordered by
+    their first turn of at least ``min_turn_s`` (a stray fragment must not reorder them), are
+    zipped with the names left. Labels beyond the order keep their SPEAKER_xx name."""
+    named = {t.speaker for t in turns if t.speaker in speaking_order}
+    left = [name for name in speaking_order if name not in named]
     first: dict[str, tuple[int, float]] = {}
     for t in sorted(turns, key=lambda t: (t.start, t.speaker)):
-        if t.end - t.start >= min_turn_s:
+        if t.end - t.start >= min_turn_s and t.speaker not in named:
             first.setdefault(t.speaker, (0, t.start))
     for t in sorted(turns, key=lambda t: (t.start, t.speaker)):
-        first.setdefault(t.speaker, (1, t.start))  # only fragments: after the real speakers
+        if t.speaker not in named:
+            first.setdefault(t.speaker, (1, t.start))  # only fragments: after the real speakers
     ordered = sorted(first, key=lambda s: (first[s], s))
-    return {label: (speaking_order[i] if i < len(speaking_order) else label) for i, label in enumerate(ordered)}
+    return {name: name for name in named} | {
+        label: (left[i] if i < len(left) else label) for i, label in enumerate(ordered)}
 
 
 def default_speaking_order(participants: Sequence[str]) -> list[str]:

@@ -1,0 +1,189 @@
+"""Enrolled voices: name diarized speakers by their voice instead of by speaking order.
+
+``rescue voices enroll NAME FILE...`` turns a few clean recordings of one person (any audio or
+video ffmpeg reads) into a voice print: the duration-weighted mean of the voice prints of its
+speech stretches, made by the diarization pipeline's own embedding model. Prints are stored as
+``<data root>/voices/<NAME>.json`` together with the model they came from (prints of different
+models cannot be compared) and the sha256 of their sources.
+
+After diarization (``diarize.diarize_sample``) every speaker label gets the print of its turns;
+labels and enrolled names are paired one to one (Hungarian assignment on cosine similarity) and
+a pair counts only above ``MATCH_THRESHOLD`` and ``MATCH_MARGIN`` ahead of the label's next-best
+enrolled voice. Names so found are written into the RTTM; the turn
+segmenter maps the labels still unnamed by speaking order (``turns.speaker_names``).
+
+Voice prints are biometric data of private interviews: they stay under the data root like the
+media, and are never logged or released.
+"""
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pipeline.diarize import MIN_PIECE_S, FRAME_S, Turn, embed_segments, speech_frames
+
+VOICES_DIR = "voices"
+# Offline d-vector on synthetic voices, enrolment text different from the interview's: same voice
+# 0.64-0.94, another voice 0.40-0.81. A pair needs both a floor and a clear lead over the label's
+# next-best enrolled voice; an unclear label is left to the speaking order.
+MATCH_THRESHOLD = 0.70
+MATCH_MARGIN = 0.05
+MIN_ENROLL_S = 3.0      # less speech than this gives an unstable print
+MAX_SPAN_S = 10.0       # long speech stretches are embedded in pieces of at most this length
+_NAME = re.compile(r"^[\w][\w .'-]{0,63}$")
+
+
+class VoiceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class VoicePrint:
+    name: str
+    vector: np.ndarray
+    model: str
+    seconds: float
+    sources: tuple[str, ...]  # sha256 of each enrolled file
+
+
+def voices_dir(data_root: str | Path) -> Path:
+    return Path(data_root) / VOICES_DIR
+
+
+def model_identity(pipeline) -> str:
+    """Which embedding model made a print (class and dimension)."""
+    emb = pipeline._embedding
+    inner = getattr(emb, "model_", emb)
+    return f"{type(inner).__name__}/{emb.dimension}"
+
+
+def speech_spans(samples: np.ndarray, min_s: float = MIN_PIECE_S, max_s: float = MAX_SPAN_S) -> list[tuple[float, float]]:
+    """Stretches of speech (``diarize.speech_frames``), long ones cut into pieces of <= ``max_s``."""
+    frames = speech_frames(samples)
+    edges = np.diff(np.concatenate([[0], frames.astype(np.int8), [0]]))
+    spans = []
+    for s, e in zip(np.nonzero(edges == 1)[0] * FRAME_S, np.nonzero(edges == -1)[0] * FRAME_S):
+        while e - s >= min_s:
+            spans.append((float(s), float(min(e, s + max_s))))
+            s += max_s
+    return spans
+
+
+def weighted_print(prints: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+    ok = ~np.isnan(prints).any(axis=1)
+    if not ok.any():
+        return None
+    mean = (prints[ok] * weights[ok, None]).sum(0)
+    return mean / np.linalg.norm(mean)
+
+
+def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeline) -> VoicePrint:
+    """Make and store ``name``'s voice print from ``files``; replaces an earlier print of ``name``."""
+    from pipeline import media
+    from pipeline.store import atomic_write_text, sha256_file
+
+    if not _NAME.match(name):
+        raise VoiceError(f"{name!r} is not a usable speaker name (letters, digits, space, . ' - ; at most 64)")
+    if not files:
+        raise VoiceError(f"{name}: no recordings given")
+    prints, weights, sources = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, f in enumerate(files):
+            path = Path(f)
+            if not path.is_file():
+                raise VoiceError(f"{path}: no such file")
+            try:
+                samples = media.load_wav(media.extract_wav(path, Path(tmp) / f"{n}.wav"))
+            except Exception as exc:  # ffmpeg's own message names the problem
+                raise VoiceError(f"{path}: cannot read its audio ({exc})") from exc
+            spans = speech_spans(samples)
+            if spans:
+                prints.append(embed_segments(pipeline, samples, spans))
+                weights += [b - a for a, b in spans]
+            sources.append(sha256_file(path))
+    seconds = float(sum(weights))
+    vector = weighted_print(np.vstack(prints), np.array(weights)) if prints else None
+    if vector is None or seconds < MIN_ENROLL_S:
+        raise VoiceError(f"{name}: only {seconds:.1f} s of speech in {', '.join(map(str, files))}; "
+                         f"enrolment needs at least {MIN_ENROLL_S:.0f} s")
+    voice = VoicePrint(name, vector, model_identity(pipeline), round(seconds, 2), tuple(sources))
+    atomic_write_text(voices_dir(data_root) / f"{name}.json", json.dumps({
+        "name": name, "model": voice.model, "seconds": voice.seconds, "sources": list(voice.sources),
+        "vector": [round(float(v), 7) for v in vector]}, indent=1))
+    return voice
+
+
+def load_voices(data_root: str | Path) -> list[VoicePrint]:
+    out = []
+    for path in sorted(voices_dir(data_root).glob("*.json")):
+        try:
+            d = json.loads(path.read_text())
+            out.append(VoicePrint(d["name"], np.array(d["vector"], dtype=np.float64), d["model"],
+                                  float(d["seconds"]), tuple(d["sources"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise VoiceError(f"{path}: not a voice print ({exc}); re-enrol with `rescue voices enroll`") from exc
+    return out
+
+
+def remove(name: str, data_root: str | Path) -> bool:
+    path = voices_dir(data_root) / f"{name}.json"
+    if path.exists():
+        path.unlink()
+        return True
+    return False
+
+
+def speaker_prints(samples: np.ndarray, turns: Sequence[Turn], pipeline) -> dict[str, np.ndarray]:
+    """One print per diarization label, from its turns of at least ``MIN_PIECE_S``."""
+    spans = [(t.start, min(t.end, t.start + MAX_SPAN_S)) for t in turns if t.end - t.start >= MIN_PIECE_S]
+    labels = [t.speaker for t in turns if t.end - t.start >= MIN_PIECE_S]
+    if not spans:
+        return {}
+    prints = embed_segments(pipeline, samples, spans)
+    weights = np.array([b - a for a, b in spans])
+    out = {}
+    for label in sorted(set(labels)):
+        mine = np.array([lab == label for lab in labels])
+        vector = weighted_print(prints[mine], weights[mine])
+        if vector is not None:
+            out[label] = vector
+    return out
+
+
+def match(prints: dict[str, np.ndarray], voices: Sequence[VoicePrint], threshold: float = MATCH_THRESHOLD,
+          margin: float = MATCH_MARGIN) -> dict[str, str]:
+    """Label -> enrolled name, one to one (Hungarian on cosine similarity); a pair counts only with
+    similarity >= ``threshold`` and at least ``margin`` above the label's next-best voice."""
+    from scipy.optimize import linear_sum_assignment
+    if not prints or not voices:
+        return {}
+    labels = sorted(prints)
+    sim = np.array([[float(prints[lab] @ v.vector) for v in voices] for lab in labels])
+    rows, cols = linear_sum_assignment(-sim)
+    out = {}
+    for r, c in zip(rows, cols):
+        runner_up = max((sim[r, k] for k in range(len(voices)) if k != c), default=-1.0)
+        if sim[r, c] >= threshold and sim[r, c] - runner_up >= margin:
+            out[labels[r]] = voices[c].name
+    return out
+
+
+def name_speakers(samples: np.ndarray, turns: Sequence[Turn], pipeline, data_root: str | Path,
+                  candidates: Sequence[str] | None = None) -> tuple[list[Turn], dict[str, str]]:
+    """Turns with labels renamed by enrolled voice (only ``candidates`` when given: the interview's
+    therapist and participants). Returns the turns (sorted like ``diarize_audio``'s) and the
+    label -> name mapping used."""
+    model = model_identity(pipeline)
+    voices = [v for v in load_voices(data_root)
+              if v.model == model and (candidates is None or v.name in candidates)]
+    if not voices:
+        return list(turns), {}
+    mapping = match(speaker_prints(samples, turns, pipeline), voices)
+    renamed = [Turn(t.start, t.end, mapping.get(t.speaker, t.speaker)) for t in turns]
+    return sorted(renamed, key=lambda t: (t.start, t.end, t.speaker)), mapping
