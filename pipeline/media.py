@@ -264,7 +264,7 @@ def ingest_video(
                 and previous.get("scenario") == scenario):
             return previous, "cached"
         if (root / wav_rel).exists():  # same content under another sample id or an earlier run
-            meta = {"duration_s": wav_duration(root / wav_rel)}
+            meta = probe(video)
         else:
             # extraction runs while ffprobe inspects the file: probing costs no extra wall time
             job = _Extraction(video, root / wav_rel) if video.stat().st_size else None
@@ -277,10 +277,12 @@ def ingest_video(
                     job.cancel()
                 raise
             job.finish()
-            meta["duration_s"] = wav_duration(root / wav_rel)
-        if meta["duration_s"] < min_duration_s:
-            raise MediaError(f"{video.name}: too short ({meta['duration_s']:.2f} s of audio < {min_duration_s:g} s)")
-        row.update(duration_s=round(meta["duration_s"], 3), audio_path=wav_rel, status="done")
+        duration = wav_duration(root / wav_rel)  # what was decoded, not what the container claims
+        if duration < min_duration_s:
+            raise MediaError(f"{video.name}: too short ({duration:.2f} s of audio < {min_duration_s:g} s)")
+        row.update(duration_s=round(duration, 3), audio_path=wav_rel, status="done", media_format=meta["format"],
+                   audio_codec=meta["audio_codec"], source_sample_rate=meta["sample_rate"],
+                   source_channels=meta["channels"], has_video=meta["has_video"])
         return row, "done"
     except (MediaError, OSError) as exc:
         row["reason"] = str(exc)

@@ -139,6 +139,12 @@ CATALOG = pa.schema(
         pa.field("reason", STR),
         pa.field("participants", STR_LIST),  # clients in speaking order (manifest); Therapist implicit
         pa.field("subtitle_path", STR),  # relative to the data root, null when none
+        # ffprobe's facts about the source (null when quarantined before probing)
+        pa.field("media_format", STR),
+        pa.field("audio_codec", STR),
+        pa.field("source_sample_rate", pa.int32()),
+        pa.field("source_channels", pa.int32()),
+        pa.field("has_video", pa.bool_()),
     ]
 )
 

@@ -54,6 +54,10 @@ def test_batch_quarantines_each_bad_file_and_keeps_going(batch, tmp_path):
         assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
         assert abs(w.getnframes() / 16000 - 6.0) < 0.1
     assert abs(good["duration_s"] - 6.0) < 0.1
+    # ffprobe's facts about the source (tone_video: AAC 44.1 kHz mono beside H.264)
+    assert (good["audio_codec"], good["source_sample_rate"], good["source_channels"], good["has_video"]) == (
+        "aac", 44100, 1, True)
+    assert "mp4" in good["media_format"]
     assert all(catalog[k]["status"] == "quarantined" and catalog[k]["reason"] for k in reasons)
     assert "/" not in good["source_name"]  # no absolute paths in the catalog
 
