@@ -160,7 +160,7 @@ def ensure_infrastructure(pools: Iterable[str], gpu_limit: str, gpu_slots: int) 
     process: `rescue stack register` calls this instead of several `prefect` CLI runs)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, WorkPoolCreate
-    from prefect.exceptions import ObjectNotFound
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
     made = []
     with get_client(sync_client=True) as client:
@@ -168,8 +168,11 @@ def ensure_infrastructure(pools: Iterable[str], gpu_limit: str, gpu_slots: int) 
             try:
                 client.read_work_pool(pool)
             except ObjectNotFound:
-                client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
-                made.append(f"pool {pool}")
+                try:
+                    client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+                    made.append(f"pool {pool}")
+                except ObjectAlreadyExists:  # a worker starting at the same time made it
+                    pass
         try:
             client.read_global_concurrency_limit_by_name(gpu_limit)
         except ObjectNotFound:

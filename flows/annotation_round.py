@@ -19,7 +19,9 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 
-from flows import NETWORK_RETRIES, Outcome, report
+from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy
+
+from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, report, sha256_file
 from pipeline.config import Settings
 
 
@@ -38,7 +40,21 @@ def pull(round_name: str, data_root: str) -> dict:
             "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()}}
 
 
-@task(name="agreement")
+def _agreement_key(ctx, params: dict) -> str:
+    """Agreement is a function of the pulled labels and the round's definition: the second run
+    of a round (after adjudication) reuses the first run's figures unless a label changed."""
+    from prefect.utilities.hashing import hash_objects
+
+    from pipeline.annotation.pull import labels_path
+    from pipeline.annotation.rounds import load_round
+
+    labels = labels_path(params["data_root"], params["round_name"])
+    content = sha256_file(labels) if labels.is_file() else "missing"
+    return hash_objects("agreement", content, sha256_file(load_round(params["round_name"]).source), params,
+                        CODE_VERSION, raise_on_failure=True)
+
+
+@task(name="agreement", cache_policy=CacheKeyFnPolicy(cache_key_fn=_agreement_key) + TASK_SOURCE)
 def agreement(round_name: str, data_root: str) -> dict:
     from pipeline import agreement as ag
 

@@ -13,15 +13,19 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 
 from flows import report, Outcome
-from pipeline import release, store
-from pipeline.corpus import corpus_dir
 from pipeline.config import Settings
 
+# pipeline.release (polars, pyarrow, the task builders) is imported inside the task: every flow
+# run is a new process, and its start should not pay for imports the flow body does not need yet.
 
-def load_input(source: str, data_root: Path) -> release.ReleaseInput:
+
+def load_input(source: str, data_root: Path):
     """``source``: a rows directory (samples.parquet + rows.parquet), a RESCUE .jsonl, or
     ``synthetic`` / ``synthetic:<scale>``; default: the corpus under the data root (gold rows
-    are merged into it)."""
+    are merged into it). Returns a :class:`pipeline.release.ReleaseInput`."""
+    from pipeline import release
+    from pipeline.corpus import corpus_dir
+
     if source.startswith("synthetic"):
         scale = float(source.split(":", 1)[1]) if ":" in source else 1.0
         return release.load_synthetic(scale=scale)
@@ -33,6 +37,8 @@ def load_input(source: str, data_root: Path) -> release.ReleaseInput:
 
 @task(name="build-release")
 def build(source: str, version: str, data_root: str, dev_fraction: float) -> dict:
+    from pipeline import release, store
+
     root = Path(data_root)
     inp = load_input(source, root)
     release.validate(inp)

@@ -32,6 +32,10 @@ ANNOTATOR_ERROR = 0.1          # simulated annotators' error rate per field
 BATCH = [  # synthetic interviews: (name, scenario, seed)
     ("session01", "couple", 1), ("session02", "family", 2), ("session03", "couple", 3), ("session04", "family", 4),
 ]
+# One couple and one family interview of 8 rows (~25-30 s of speech each) show every scenario
+# and every round; diarization time grows with the audio, so more is only slower, not richer.
+DEMO_INTERVIEWS = 2
+DEMO_ROWS = 8
 CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN")
 
 
@@ -62,7 +66,7 @@ def run_deployment(name: str, parameters: dict, timeout_s: float = 3600):
     """Run a deployment through the server and the worker; raise unless it completed."""
     from prefect.deployments import run_deployment as _run
 
-    flow_run = _run(name, parameters=parameters, timeout=timeout_s, poll_interval=1)  # default 5 s per run
+    flow_run = _run(name, parameters=parameters, timeout=timeout_s, poll_interval=0.5)  # default 5 s per run
     if not flow_run.state.is_completed():
         raise RuntimeError(f"deployment {name} ended {flow_run.state.name}: {flow_run.state.message} "
                            f"(flow run {flow_run.name}; see the Prefect UI)")
@@ -136,7 +140,7 @@ def adjudicate_round(client, round_name: str, truth: dict[str, dict], adjudicato
     return posted
 
 
-def run(data_root: str | Path | None = None, *, interviews: int = len(BATCH), seed: int = 0,
+def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEWS, seed: int = 0,
         log: Callable[[str], None] = print) -> DemoResult:
     from pipeline import stack
 
@@ -152,24 +156,31 @@ def run(data_root: str | Path | None = None, *, interviews: int = len(BATCH), se
         result.timings[name] = time.perf_counter() - t0
         return out
 
-    os.environ.update(step("stack up (Prefect server, worker, Label Studio)", lambda: stack.up(root, log=log)))
-    settings = Settings.from_env(root)
+    from concurrent.futures import ThreadPoolExecutor
 
     from pipeline import corpus, synth
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.annotation.rounds import load_round, round_names
+
+    # The interviews are synthesized (espeak-ng, ffmpeg) while the stack starts: neither needs the other.
+    batch_dir = root / "batches" / "demo"
+    with ThreadPoolExecutor(1) as pool:
+        synthesized = None
+        if not (batch_dir / "manifest.csv").is_file():
+            synthesized = pool.submit(synth.make_batch, batch_dir, [
+                {"name": n, "scenario": sc, "seed": sd + seed, "n_rows": DEMO_ROWS, "group": f"demo_{sc}"}
+                for n, sc, sd in BATCH[:interviews]])
+        os.environ.update(step("stack up (Prefect server, worker, Label Studio)"
+                               + (" + synthesize interviews" if synthesized else ""), lambda: stack.up(root, log=log)))
+        if synthesized:
+            step("synthesize interviews (rest)", synthesized.result)
+    settings = Settings.from_env(root)
 
     client = LabelStudioClient.from_settings(settings)
     k = max(load_round(n).annotators for n in round_names())
     annotators = [f"sim-annotator{i + 1}@example.org" for i in range(k)]
     adjudicator = "sim-adjudicator@example.org"
     step("simulated annotator accounts", lambda: [client.create_user(e) for e in [*annotators, adjudicator]])
-
-    batch_dir = root / "batches" / "demo"
-    if not (batch_dir / "manifest.csv").is_file():
-        step("synthesize interviews", lambda: synth.make_batch(batch_dir, [
-            {"name": n, "scenario": sc, "seed": sd + seed, "n_rows": 10, "group": f"demo_{sc}"}
-            for n, sc, sd in BATCH[:interviews]]))
     step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
         "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators}))
 
@@ -201,7 +212,8 @@ def run(data_root: str | Path | None = None, *, interviews: int = len(BATCH), se
 
 def demo_command(
     data_root: Path = typer.Option(None, help="Data root of the demo (default: <RESCUE_DATA_ROOT or ./data>/demo)."),
-    interviews: int = typer.Option(len(BATCH), min=1, max=len(BATCH), help="Synthetic interviews to generate."),
+    interviews: int = typer.Option(DEMO_INTERVIEWS, min=1, max=len(BATCH),
+                                   help="Synthetic interviews to generate (alternately couple and family)."),
     seed: int = typer.Option(0, help="Seed of the synthetic interviews and simulated annotators."),
 ) -> None:
     """DEMO: synthetic interviews -> ingest -> simulated annotators in a real Label Studio ->
