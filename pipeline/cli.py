@@ -216,6 +216,7 @@ def ingest(
     batch_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="folder with videos + manifest.csv/.yaml"),
     data_root: Optional[Path] = typer.Option(None, help="data root (default $RESCUE_DATA_ROOT or ./data)"),
     min_duration: float = typer.Option(5.0, help="clips shorter than this (seconds) are quarantined"),
+    jobs: Optional[int] = typer.Option(None, min=1, help="videos at a time (default: one per core, at most 4)"),
 ) -> None:
     """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog."""
     from rich.console import Console
@@ -225,7 +226,7 @@ def ingest(
     console = Console()
     root = _media_settings(data_root).data_root
     try:
-        report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration)
+        report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration, jobs=jobs)
     except ManifestError as exc:
         console.print(f"[red]manifest error:[/red] {exc}", highlight=False)
         raise typer.Exit(2)

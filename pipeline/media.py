@@ -22,9 +22,12 @@ with ``status=quarantined`` and the reason; the batch goes on. Re-ingesting an u
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 import subprocess
+import threading
 import wave
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -258,35 +261,50 @@ def ingest_video(
         if subtitles:
             row["subtitle_path"] = _copy_subtitles(Path(subtitles), root)
         wav_rel = f"media/{digest}.wav"
-        if (previous and previous.get("status") == "done" and previous.get("sha256") == digest
-                and (root / wav_rel).exists() and previous.get("subtitle_path") == row["subtitle_path"]
-                and list(previous.get("participants") or []) == row["participants"]
-                and previous.get("scenario") == scenario):
-            return previous, "cached"
-        if (root / wav_rel).exists():  # same content under another sample id or an earlier run
-            meta = probe(video)
-        else:
-            # extraction runs while ffprobe inspects the file: probing costs no extra wall time
-            job = _Extraction(video, root / wav_rel) if video.stat().st_size else None
-            try:
-                meta = probe(video)
-                if meta["duration_s"] < min_duration_s:
-                    raise MediaError(f"{video.name}: too short ({meta['duration_s']:.2f} s < {min_duration_s:g} s)")
-            except MediaError:
-                if job:
-                    job.cancel()
-                raise
-            job.finish()
-        duration = wav_duration(root / wav_rel)  # what was decoded, not what the container claims
-        if duration < min_duration_s:
-            raise MediaError(f"{video.name}: too short ({duration:.2f} s of audio < {min_duration_s:g} s)")
-        row.update(duration_s=round(duration, 3), audio_path=wav_rel, status="done", media_format=meta["format"],
-                   audio_codec=meta["audio_codec"], source_sample_rate=meta["sample_rate"],
-                   source_channels=meta["channels"], has_video=meta["has_video"])
-        return row, "done"
+        with _lock_for(wav_rel):  # one extraction per content even when a batch holds the file twice
+            return _ingest_content(video, root, row, wav_rel, previous, min_duration_s)
     except (MediaError, OSError) as exc:
         row["reason"] = str(exc)
         return row, "quarantined"
+
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_for(key: str) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(key, threading.Lock())
+
+
+def _ingest_content(video: Path, root: Path, row: dict, wav_rel: str, previous: dict | None,
+                    min_duration_s: float) -> tuple[dict, str]:
+    if (previous and previous.get("status") == "done" and previous.get("sha256") == row["sha256"]
+            and (root / wav_rel).exists() and previous.get("subtitle_path") == row["subtitle_path"]
+            and list(previous.get("participants") or []) == row["participants"]
+            and previous.get("scenario") == row["scenario"]):
+        return previous, "cached"
+    if (root / wav_rel).exists():  # same content under another sample id or an earlier run
+        meta = probe(video)
+    else:
+        # extraction runs while ffprobe inspects the file: probing costs no extra wall time
+        job = _Extraction(video, root / wav_rel) if video.stat().st_size else None
+        try:
+            meta = probe(video)
+            if meta["duration_s"] < min_duration_s:
+                raise MediaError(f"{video.name}: too short ({meta['duration_s']:.2f} s < {min_duration_s:g} s)")
+        except MediaError:
+            if job:
+                job.cancel()
+            raise
+        job.finish()
+    duration = wav_duration(root / wav_rel)  # what was decoded, not what the container claims
+    if duration < min_duration_s:
+        raise MediaError(f"{video.name}: too short ({duration:.2f} s of audio < {min_duration_s:g} s)")
+    row.update(duration_s=round(duration, 3), audio_path=wav_rel, status="done", media_format=meta["format"],
+               audio_codec=meta["audio_codec"], source_sample_rate=meta["sample_rate"],
+               source_channels=meta["channels"], has_video=meta["has_video"])
+    return row, "done"
 
 
 def _copy_subtitles(src: Path, root: Path) -> str:
@@ -298,32 +316,46 @@ def _copy_subtitles(src: Path, root: Path) -> str:
     return rel
 
 
+def default_jobs() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def ingest_batch(batch_dir: str | Path, data_root: str | Path, progress: bool = False,
-                 min_duration_s: float = MIN_DURATION_S) -> IngestReport:
-    """Ingest every manifest entry of a batch; the catalog is rewritten (atomically) after each video,
-    so an interrupted batch keeps everything already done."""
+                 min_duration_s: float = MIN_DURATION_S, jobs: int | None = None) -> IngestReport:
+    """Ingest every manifest entry of a batch, ``jobs`` videos at a time (default: one per core, at
+    most 4; each is one ffmpeg process). The catalog is rewritten (atomically) after each video,
+    so an interrupted batch keeps everything already done. The report lists samples in manifest order."""
     batch_dir, root = Path(batch_dir), Path(data_root)
     entries = read_manifest(find_manifest(batch_dir))
     catalog = {r["sample_id"]: r for r in read_catalog(root).to_pylist()}
-    report = IngestReport()
+    previous = dict(catalog)
+    outcomes: dict[str, tuple[dict, str]] = {}
+
+    def one(entry: ManifestEntry) -> tuple[ManifestEntry, dict, str]:
+        subs = batch_dir / entry.subtitles if entry.subtitles else None
+        return (entry, *ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, root,
+                                     entry.participants, subs, previous.get(entry.sample_id), min_duration_s))
+
     from rich.progress import Progress
-    with Progress(disable=not progress, transient=False) as bar:
+    with Progress(disable=not progress, transient=False) as bar, \
+            ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
         task = bar.add_task(f"ingest {batch_dir.name}", total=len(entries))
-        for entry in entries:
-            subs = batch_dir / entry.subtitles if entry.subtitles else None
-            row, outcome = ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, root,
-                                        entry.participants, subs, catalog.get(entry.sample_id), min_duration_s)
-            report.rows.append(row)
-            if outcome == "quarantined":
-                report.quarantined[entry.sample_id] = row["reason"]
-            elif outcome == "cached":
-                report.cached.append(entry.sample_id)
-            else:
-                report.done.append(entry.sample_id)
+        for entry, row, outcome in pool.map(one, entries):
+            outcomes[entry.sample_id] = (row, outcome)
             if outcome != "cached":
                 catalog[entry.sample_id] = row
                 write_catalog(root, catalog)
             bar.advance(task)
+    report = IngestReport()
+    for entry in entries:
+        row, outcome = outcomes[entry.sample_id]
+        report.rows.append(row)
+        if outcome == "quarantined":
+            report.quarantined[entry.sample_id] = row["reason"]
+        elif outcome == "cached":
+            report.cached.append(entry.sample_id)
+        else:
+            report.done.append(entry.sample_id)
     return report
 
 

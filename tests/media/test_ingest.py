@@ -101,3 +101,20 @@ def test_extraction_command_is_16k_mono_pcm():
     assert cmd[0] == "ffmpeg" and "-vn" in cmd
     assert cmd[cmd.index("-ar") + 1] == "16000" and cmd[cmd.index("-ac") + 1] == "1"
     assert cmd[cmd.index("-acodec") + 1] == "pcm_s16le"
+
+
+def test_parallel_ingest_extracts_shared_content_once(tmp_path, make_video):
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    make_video(batch / "a.mp4", 6.0)
+    (batch / "copy.mp4").write_bytes((batch / "a.mp4").read_bytes())  # same content, second sample id
+    make_video(batch / "b.mp4", 6.0, freq=660)
+    (batch / "manifest.csv").write_text("sample_id,scenario,video,participants,subtitles\n"
+                                        "g/a,couple,a.mp4,A;B,\ng/copy,couple,copy.mp4,A;B,\ng/b,couple,b.mp4,A;B,\n")
+    root = tmp_path / "data"
+    report = media.ingest_batch(batch, root, jobs=3)
+    assert report.done == ["g/a", "g/copy", "g/b"] and not report.quarantined
+    catalog = {r["sample_id"]: r for r in media.read_catalog(root).to_pylist()}
+    assert catalog["g/a"]["audio_path"] == catalog["g/copy"]["audio_path"] != catalog["g/b"]["audio_path"]
+    assert sorted(p.name for p in (root / "media").iterdir()) == sorted(
+        {catalog["g/a"]["audio_path"][6:], catalog["g/b"]["audio_path"][6:]})  # no temp files left
