@@ -18,8 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-
-from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy
+from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
 from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, report, sha256_file
 from pipeline.config import Settings
@@ -31,11 +30,13 @@ def _client(data_root: str):
     return LabelStudioClient.from_settings(Settings.from_env(data_root))
 
 
-@task(name="pull-round", **NETWORK_RETRIES)
-def pull(round_name: str, data_root: str) -> dict:
+# Pulls and gold read state that changes outside the run (Label Studio, the label tables): never
+# cached, not even within a run (a paused run pulls the adjudication again after resuming).
+@task(name="pull-round", cache_policy=NO_CACHE, **NETWORK_RETRIES)
+def pull(round_name: str, data_root: str, annotators: list[str] | None = None) -> dict:
     from pipeline.annotation import pull as ls_pull
 
-    res = ls_pull.pull_round(_client(data_root), round_name, data_root)
+    res = ls_pull.pull_round(_client(data_root), round_name, data_root, annotators or None)
     return {"labels": res.labels.num_rows, "problems": res.problems.to_pylist(), "summary": res.summary(),
             "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()}}
 
@@ -79,7 +80,7 @@ def push_adjudication(round_name: str, data_root: str) -> dict:
     return {"disagreements": s.disagreements, "created": s.tasks_created, "updated": s.tasks_updated}
 
 
-@task(name="pull-adjudication", **NETWORK_RETRIES)
+@task(name="pull-adjudication", cache_policy=NO_CACHE, **NETWORK_RETRIES)
 def pull_adjudication(round_name: str, data_root: str) -> int:
     from pipeline import adjudication
 
@@ -87,7 +88,7 @@ def pull_adjudication(round_name: str, data_root: str) -> int:
     return len(set(zip(table.column("sample_id").to_pylist(), table.column("row_index").to_pylist())))
 
 
-@task(name="gold")
+@task(name="gold", cache_policy=NO_CACHE)
 def gold_rows(data_root: str) -> dict | None:
     """Gold from every pulled round; None while disagreements wait for adjudication."""
     from pipeline import gold
@@ -124,18 +125,33 @@ def next_round_of(round_name: str) -> str | None:
 
 @flow(name="annotation-round", log_prints=True, persist_result=True)
 def annotation_round_flow(round_name: str, data_root: str | None = None, open_next: bool = True,
-                          annotators: list[str] | None = None) -> dict:
+                          annotators: list[str] | None = None, wait_for_adjudication_s: int = 0) -> dict:
     """Close ``round_name`` (pull, validate, agreement, adjudication) and, when everything is
-    resolved, build gold rows and push the next round (to ``annotators``, default: every
-    Label Studio user but the pipeline's admin)."""
+    resolved, build gold rows and push the next round. ``annotators``: whose projects are
+    pulled and who gets the next round (default: every Label Studio user but the pipeline's admin).
+
+    With disagreements left to adjudicate the run ends "waiting" (run it again when the
+    adjudicator is done), or, with ``wait_for_adjudication_s`` > 0, PAUSES until it is resumed
+    (the Resume button in the Prefect UI, or ``prefect.flow_runs.resume_flow_run``), then pulls
+    the adjudication and carries on: one run per round instead of two. A pause that is not
+    resumed in time fails the run; nothing is lost, run it again after adjudication."""
+    from prefect.flow_runs import pause_flow_run
+
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
     nxt = next_round_of(round_name)
-    pulled = pull(round_name, root)
+    pulled = pull(round_name, root, annotators)
     agr = agreement(round_name, root)
     adj = push_adjudication(round_name, root)
     adjudicated = pull_adjudication(round_name, root) if adj["disagreements"] else 0
     gold = gold_rows(root)
+    if gold is None and wait_for_adjudication_s > 0:
+        logger.info("round %s: %d disagreeing rows wait for adjudication; resume this run when they are done "
+                    "(waiting at most %d s)", round_name, adj["disagreements"], wait_for_adjudication_s)
+        # The paused run asks the server whether it was resumed: every second for short waits.
+        pause_flow_run(timeout=wait_for_adjudication_s, poll_interval=1 if wait_for_adjudication_s <= 900 else 10)
+        adjudicated = pull_adjudication(round_name, root)
+        gold = gold_rows(root)
     opened = push_next(nxt, root, annotators) if gold is not None and open_next and nxt else None
 
     status = "done" if gold is not None else "waiting"

@@ -36,6 +36,7 @@ BATCH = [  # synthetic interviews: (name, scenario, seed)
 # and every round; diarization time grows with the audio, so more is only slower, not richer.
 DEMO_INTERVIEWS = 2
 DEMO_ROWS = 8
+ADJUDICATION_WAIT_S = 600      # a round's run pauses at most this long for the simulated adjudicator
 CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN")
 
 
@@ -62,15 +63,37 @@ def demo_credentials(root: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
-def run_deployment(name: str, parameters: dict, timeout_s: float = 3600):
-    """Run a deployment through the server and the worker; raise unless it completed."""
-    from prefect.deployments import run_deployment as _run
+def start_deployment(name: str, parameters: dict):
+    """A flow run of deployment ``name``, for the worker to pick up; returns its id."""
+    from prefect.deployments import run_deployment
 
-    flow_run = _run(name, parameters=parameters, timeout=timeout_s, poll_interval=0.5)  # default 5 s per run
-    if not flow_run.state.is_completed():
-        raise RuntimeError(f"deployment {name} ended {flow_run.state.name}: {flow_run.state.message} "
-                           f"(flow run {flow_run.name}; see the Prefect UI)")
-    return flow_run.state.result()
+    return run_deployment(name, parameters=parameters, timeout=0).id
+
+
+def wait_flow_run(flow_run_id, *, until_paused: bool = False, timeout_s: float = 3600):
+    """Poll the server until the run is final (or paused, with ``until_paused``); raise unless
+    it completed (or paused)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            run = client.read_flow_run(flow_run_id)
+            if run.state and (run.state.is_final() or (until_paused and run.state.is_paused())):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"flow run {run.name} still {run.state.name if run.state else '?'} "
+                                   f"after {timeout_s:.0f} s (see the Prefect UI)")
+            time.sleep(0.5)  # prefect's run_deployment polls every 5 s by default
+    if not (run.state.is_completed() or run.state.is_paused()):
+        raise RuntimeError(f"flow run {run.name} of deployment {run.deployment_id} ended {run.state.name}: "
+                           f"{run.state.message} (see the Prefect UI)")
+    return run
+
+
+def run_deployment(name: str, parameters: dict, timeout_s: float = 3600):
+    """Run a deployment through the server and the worker; its result, unless it did not complete."""
+    return wait_flow_run(start_deployment(name, parameters), timeout_s=timeout_s).state.result()
 
 
 def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
@@ -94,8 +117,8 @@ def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
     return truth
 
 
-def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int) -> int:
-    """Every annotator project of the round answered by a simulated annotator."""
+def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int, annotators: list[str] | None = None) -> int:
+    """Every annotator project of the round (of ``annotators``, default all) answered by a simulated annotator."""
     from pipeline.annotation.push import parse_project_key
     from pipeline.annotation.rounds import load_round
     from pipeline.simulate import SimulatedAnnotator
@@ -105,7 +128,7 @@ def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int) -
     posted = 0
     for project in client.projects():
         parsed = parse_project_key(project.key or "")
-        if not parsed or parsed[0] != round_name:
+        if not parsed or parsed[0] != round_name or (annotators and parsed[2] not in annotators):
             continue
         who = parsed[2]
         sim = SimulatedAnnotator(who.split("@")[0], error_rates={"*": ANNOTATOR_ERROR}, seed=seed)
@@ -184,15 +207,23 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
     step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
         "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators}))
 
+    from prefect.flow_runs import resume_flow_run
+
     truth = demo_truth(corpus.load_corpus(root), seed)
     for name in round_names():
-        step(f"simulated annotators: {name}", lambda n=name: annotate_round(client, n, truth, seed))
-        out = step(f"annotation-round: {name}", lambda n=name: run_deployment(
-            "annotation-round/default", {"round_name": n, "data_root": str(root), "annotators": annotators}))
-        if out["status"] == "waiting":
+        step(f"simulated annotators: {name}", lambda n=name: annotate_round(client, n, truth, seed, annotators))
+        # One run per round: it pauses while the simulated adjudicator works, then goes on.
+        run_id = start_deployment("annotation-round/default", {
+            "round_name": name, "data_root": str(root), "annotators": annotators,
+            "wait_for_adjudication_s": ADJUDICATION_WAIT_S})
+        fr = step(f"annotation-round: {name}", lambda: wait_flow_run(run_id, until_paused=True))
+        if fr.state.is_paused():
             step(f"simulated adjudicator: {name}", lambda n=name: adjudicate_round(client, n, truth, adjudicator))
-            out = step(f"annotation-round (after adjudication): {name}", lambda n=name: run_deployment(
-                "annotation-round/default", {"round_name": n, "data_root": str(root), "annotators": annotators}))
+            resume_flow_run(run_id)
+            fr = step(f"annotation-round: {name}, resumed", lambda: wait_flow_run(run_id))
+        out = fr.state.result()
+        if out["status"] != "done":
+            raise RuntimeError(f"round {name} still waits for adjudication after the simulated adjudicator")
         if not out["passed"]:
             # A handful of synthetic rows gives an unstable alpha; say so in the release's manifest
             # instead of pretending the gate passed (real rounds are adjudicated or re-annotated).

@@ -1,0 +1,106 @@
+"""`annotation-round` through the real stack (server + process worker + Label Studio): simulated
+annotators answer the transcript round of one synthetic interview, the round's run pauses while
+disagreements wait for adjudication, and once resumed it builds gold and opens the next round.
+A second run of the same round reuses the agreement figures (same labels) and opens nothing twice.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# Own annotator accounts: their projects hold only this module's sample (the Label Studio
+# server is shared with the other orchestration tests).
+ANNOTATORS = ["round-a@example.org", "round-b@example.org"]
+ADJUDICATOR = "round-adjudicator@example.org"
+SAMPLE = "roundtest/r0"
+
+
+@contextmanager
+def prefect_at(stack):
+    from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: stack.env["PREFECT_API_URL"],
+                             PREFECT_RESULTS_LOCAL_STORAGE_PATH: stack.env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]}):
+        yield
+
+
+@pytest.fixture(scope="module")
+def drafted(stack, tmp_path_factory):
+    """One family interview ingested by the `ingest-batch` deployment: its transcript round is in
+    Label Studio for ANNOTATORS."""
+    from pipeline import synth
+
+    client = stack.client()
+    for email in [*ANNOTATORS, ADJUDICATOR]:
+        client.create_user(email)
+    batch = tmp_path_factory.mktemp("round-batch")
+    synth.make_batch(batch, [{"name": "r0", "scenario": "family", "seed": 5, "n_rows": 6, "group": "roundtest"}])
+    root = stack.root / "rounds"
+    proc = stack.prefect("deployment", "run", "ingest-batch/default", "--param", f"batch_dir={batch}",
+                         "--param", f"data_root={root}", "--param", f"annotators={json.dumps(ANNOTATORS)}", "--watch")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return root
+
+
+def round_tasks(stack, round_name: str) -> dict[str, list[str]]:
+    from pipeline.annotation.push import parse_project_key
+
+    client = stack.client()
+    out = {}
+    for project in client.projects():
+        parsed = parse_project_key(project.key or "")
+        if parsed and parsed[0] == round_name and parsed[2] in ANNOTATORS:
+            out[parsed[2]] = [t["data"]["sample_id"] for t in client.tasks(project.id)]
+    return out
+
+
+def task_states(run_id) -> dict[str, list[str]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+    out: dict[str, list[str]] = {}
+    for t in sorted(runs, key=lambda t: t.expected_start_time):
+        out.setdefault(t.name.rsplit("-", 1)[0], []).append(t.state.name)
+    return out
+
+
+def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_round(stack, drafted):
+    from prefect.flow_runs import resume_flow_run
+
+    from pipeline import corpus, demo
+
+    client = stack.client()
+    truth = demo.demo_truth(corpus.load_corpus(drafted), seed=0)
+    assert demo.annotate_round(client, "transcript", truth, seed=0, annotators=ANNOTATORS) == len(ANNOTATORS)
+    params = {"round_name": "transcript", "data_root": str(drafted), "annotators": ANNOTATORS}
+    with prefect_at(stack):
+        run_id = demo.start_deployment("annotation-round/default", {**params, "wait_for_adjudication_s": 300})
+        paused = demo.wait_flow_run(run_id, until_paused=True, timeout_s=600)
+        assert paused.state.is_paused(), paused.state
+        assert round_tasks(stack, "emotion") == {}, "the next round opens only after adjudication"
+        assert demo.adjudicate_round(client, "transcript", truth, ADJUDICATOR) >= 1
+        resume_flow_run(run_id)
+        out = demo.wait_flow_run(run_id, timeout_s=600).state.result()
+        assert out["status"] == "done" and out["disagreements"] >= 1, out
+        assert out["gold"]["rows"] >= 1
+        assert out["next"]["round"] == "emotion" and out["next"]["created"] == len(ANNOTATORS), out["next"]
+        assert round_tasks(stack, "emotion") == {a: [SAMPLE] for a in ANNOTATORS}
+        states = task_states(run_id)
+        assert states["pull-adjudication"] == ["Completed", "Completed"], states  # pulled again after resuming
+        assert states["gold"] == ["Completed", "Completed"], states
+
+        # The same round again (e.g. an operator's rerun): agreement is served from the cache
+        # (the labels did not change), gold is complete at once, nothing is pushed twice.
+        again_id = demo.start_deployment("annotation-round/default", params)
+        again = demo.wait_flow_run(again_id, timeout_s=600).state.result()
+    assert again["status"] == "done" and again["next"]["created"] == 0, again
+    with prefect_at(stack):
+        states = task_states(again_id)
+    assert states["agreement"] == ["Cached"], states
+    assert round_tasks(stack, "emotion") == {a: [SAMPLE] for a in ANNOTATORS}
