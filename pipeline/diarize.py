@@ -336,13 +336,17 @@ def assign_speakers(
     ends = np.asarray(ends, dtype=np.float64)
     if len(turns) == 0:
         return [None] * len(starts)
-    speakers = sorted({t.speaker for t in turns})
+    all_s = np.fromiter((t.start for t in turns), np.float64, len(turns))
+    all_e = np.fromiter((t.end for t in turns), np.float64, len(turns))
+    labels = [t.speaker for t in turns]
+    speakers = sorted(set(labels))
+    label_k = np.searchsorted(np.array(speakers), np.array(labels))
     overlap = np.zeros((len(starts), len(speakers)))
     first_turn = np.full((len(starts), len(speakers)), np.inf)  # tie-break: earliest overlapping turn
-    for k, spk in enumerate(speakers):
-        seg = np.array(sorted((t.start, t.end) for t in turns if t.speaker == spk))
-        seg = _union(seg)
-        seg_s, seg_e = seg[:, 0], seg[:, 1]
+    for k in range(len(speakers)):
+        s_k, e_k = all_s[label_k == k], all_e[label_k == k]
+        order = np.lexsort((e_k, s_k))
+        seg_s, seg_e = _union(s_k[order], e_k[order])
         cum = np.concatenate([[0.0], np.cumsum(seg_e - seg_s)])
         overlap[:, k] = _covered(ends, seg_s, seg_e, cum) - _covered(starts, seg_s, seg_e, cum)
         # first turn of this speaker that overlaps the interval: the first with end > start
@@ -352,32 +356,26 @@ def assign_speakers(
     best = overlap.max(axis=1)
     defined = best > 1e-12
     tied = np.isclose(overlap, best[:, None], rtol=0, atol=1e-12) & defined[:, None]
-    order = np.where(tied, first_turn, np.inf)
-    choice = np.argmin(order, axis=1)
-    out: list[str | None] = [speakers[c] if d else None for c, d in zip(choice, defined)]
-    if not defined.all():
-        all_s = np.array([t.start for t in turns])
-        all_e = np.array([t.end for t in turns])
-        labels = [t.speaker for t in turns]
-        for i in np.nonzero(~defined)[0]:
-            mid = (starts[i] + ends[i]) / 2
-            inside = np.nonzero((all_s <= mid) & (mid <= all_e))[0]
-            if len(inside):
-                out[i] = labels[inside[0]]
-            elif fill_nearest:
-                dist = np.minimum(np.abs(all_s - mid), np.abs(all_e - mid))
-                out[i] = labels[int(np.argmin(dist))]
+    choice = np.argmin(np.where(tied, first_turn, np.inf), axis=1)
+    names = np.array(speakers, dtype=object)[choice]
+    names[~defined] = None
+    out: list[str | None] = names.tolist()
+    for i in np.nonzero(~defined)[0]:
+        mid = (starts[i] + ends[i]) / 2
+        inside = np.nonzero((all_s <= mid) & (mid <= all_e))[0]
+        if len(inside):
+            out[i] = labels[inside[0]]
+        elif fill_nearest:
+            dist = np.minimum(np.abs(all_s - mid), np.abs(all_e - mid))
+            out[i] = labels[int(np.argmin(dist))]
     return out
 
 
-def _union(seg: np.ndarray) -> np.ndarray:
-    merged = [list(seg[0])]
-    for s, e in seg[1:]:
-        if s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    return np.array(merged)
+def _union(seg_s: np.ndarray, seg_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge sorted intervals that overlap or touch (vectorised: running maximum of the ends)."""
+    run_end = np.maximum.accumulate(seg_e)
+    first = np.nonzero(np.concatenate([[True], seg_s[1:] > run_end[:-1]]))[0]
+    return seg_s[first], np.maximum.reduceat(seg_e, first)
 
 
 def _covered(t: np.ndarray, seg_s: np.ndarray, seg_e: np.ndarray, cum: np.ndarray) -> np.ndarray:
