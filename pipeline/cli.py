@@ -283,6 +283,8 @@ def diarize_cmd(
     pipeline_source: Optional[str] = typer.Option(None, "--pipeline", help="pipeline dir or hub id (default: offline)"),
     device: str = typer.Option("cpu"),
     data_root: Optional[Path] = typer.Option(None),
+    refine: bool = typer.Option(True, "--refine/--no-refine",
+                                help="cut silences out of pyannote's turns and re-cluster them by voice print"),
 ) -> None:
     """Who spoke when -> standard RTTM. Enrolled voices (`rescue voices`) name their speakers."""
     from rich.console import Console
@@ -298,13 +300,15 @@ def diarize_cmd(
         if path.is_file():
             if out is None:
                 raise typer.BadParameter("--out is required for a plain audio file")
-            turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, pipeline=model, device=device)
+            turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, pipeline=model, device=device,
+                                  refine=refine)
             if voices.voices_dir(settings.data_root).is_dir():
                 turns, _ = voices.name_speakers(load_wav(path), turns, model, settings.data_root)
             write_rttm(turns, out, uri=path.stem)
         else:  # a sample id: its WAV from the catalog, therapist + participants speakers
             turns = diarize_sample(audio, settings.data_root, num_speakers, pipeline=model, device=device,
-                                   min_speakers=min_speakers, max_speakers=max_speakers, write=out is None)
+                                   min_speakers=min_speakers, max_speakers=max_speakers, write=out is None,
+                                   refine=refine)
             if out is not None:
                 write_rttm(turns, out, uri=Path(audio).name)
     console.print(f"{len(turns)} turns, {len({t.speaker for t in turns})} speakers -> "

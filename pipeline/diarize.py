@@ -104,7 +104,7 @@ def diarize_audio(
     turns = _sorted([Turn(round(s.start, 3), round(s.end, 3), str(label))
                      for s, _, label in annotation.itertracks(yield_label=True)])
     if refine and turns:
-        turns = refine_turns(samples, turns, lambda w: embed_segments(pipeline, samples, w),
+        turns = refine_turns(samples, turns, lambda spans: embed_segments(pipeline, samples, spans),
                              num_speakers or len({t.speaker for t in turns}))
     return turns
 
@@ -388,7 +388,8 @@ def _covered(t: np.ndarray, seg_s: np.ndarray, seg_e: np.ndarray, cum: np.ndarra
 
 def diarize_sample(sample_id: str, data_root: str | Path, num_speakers: int | None = None,
                    source: str | Path | None = None, device: str = "cpu", write: bool = True,
-                   pipeline=None, min_speakers: int | None = None, max_speakers: int | None = None) -> list[Turn]:
+                   pipeline=None, min_speakers: int | None = None, max_speakers: int | None = None,
+                   refine: bool = True) -> list[Turn]:
     """Diarize a catalogued sample; the speaker count defaults to therapist + manifest participants.
     Speakers whose voice is enrolled (``pipeline.voices``) get their names. Writes
     ``diarization/<sample_id>.rttm`` under the data root when ``write``."""
@@ -405,7 +406,8 @@ def diarize_sample(sample_id: str, data_root: str | Path, num_speakers: int | No
         num_speakers = 1 + len(participants)
     pipeline = pipeline or load_pipeline(source, device)
     audio = root / entry["audio_path"]
-    turns = diarize_audio(audio, num_speakers, min_speakers, max_speakers, pipeline=pipeline, device=device)
+    turns = diarize_audio(audio, num_speakers, min_speakers, max_speakers, pipeline=pipeline, device=device,
+                          refine=refine)
     if voices.voices_dir(root).is_dir():
         candidates = [THERAPIST, *participants] if participants else None
         turns, _ = voices.name_speakers(load_wav(audio), turns, pipeline, root, candidates)
