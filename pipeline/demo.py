@@ -4,9 +4,9 @@ One command on a fresh machine (after scripts/setup.sh): start the local stack (
 server + worker + Label Studio on 127.0.0.1), generate synthetic couple and family
 interviews (:mod:`pipeline.synth`), run the `ingest-batch` deployment, let SIMULATED
 annotators (:mod:`pipeline.simulate`) answer every round in the real Label Studio, close each
-round with the `annotation-round` deployment (a simulated adjudicator settles disagreements),
-and build a release with the `build-release` deployment. It prints where the release and
-the agreement reports are.
+round with one run of the `annotation-round` deployment (it pauses while a simulated
+adjudicator settles the disagreements, and is resumed), and build a release with the
+`build-release` deployment. It prints where the release and the agreement reports are.
 
 It is a demo: the interviews are synthetic, the annotators simulated, and the "truth" they
 answer from is drawn at random (valid values of every round's fields). Real batches use the
@@ -193,10 +193,10 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
             synthesized = pool.submit(synth.make_batch, batch_dir, [
                 {"name": n, "scenario": sc, "seed": sd + seed, "n_rows": DEMO_ROWS, "group": f"demo_{sc}"}
                 for n, sc, sd in BATCH[:interviews]])
-        os.environ.update(step("stack up (Prefect server, worker, Label Studio)"
-                               + (" + synthesize interviews" if synthesized else ""), lambda: stack.up(root, log=log)))
+        os.environ.update(step("stack up (Prefect, worker, Label Studio)" + (" + synthesis" if synthesized else ""),
+                               lambda: stack.up(root, log=log)))
         if synthesized:
-            step("synthesize interviews (rest)", synthesized.result)
+            step("synthesis (what outlasted the stack start)", synthesized.result)
     settings = Settings.from_env(root)
 
     client = LabelStudioClient.from_settings(settings)
