@@ -58,18 +58,19 @@ def test_refinement_is_what_meets_the_target(diar_pipeline, couple, couple_diari
     assert refined_score < raw_score / 2
 
 
-@pytest.mark.parametrize("interview, target", [("couple", 0.9), ("family", 0.85)])
-def test_subtitle_path_rows(request, row_match, interview, target):
+@pytest.mark.parametrize("interview", ["couple", "family"])
+def test_subtitle_path_rows(request, row_match, interview):
     """Diarized subtitle path: rows match the script's rows (speaker and text) for >= 90% of rows
-    (the couple acceptance target; family: 15/17 measured, the interruption row is merged into the
-    row it interrupts), every subtitle word lands in exactly one row, speakers are names."""
+    (17/17 on both; another family seed gives 15/17: an interruption that starts inside the
+    interrupted sentence stays in that row), every subtitle word lands in exactly one row,
+    speakers are names."""
     files, diarized = request.getfixturevalue(interview), request.getfixturevalue(f"{interview}_diarized")
     truth = files["truth"]
     transcript = transcribe.parse_subtitles(files["srt"], truth["duration_s"])
     rows = turns.segment(f"synthetic/{interview}", transcript, diarized, interview, truth["participants"]).to_pylist()
     share = row_match(rows, truth["rows"])
     print(f"{interview}: subtitle path rows matching the script: {share:.0%} of {len(truth['rows'])}")
-    assert share >= target
+    assert share >= 0.9
     assert {r["primary_speaker"] for r in rows} <= {"Therapist", *truth["participants"]}
     words = lambda rs: sorted(w for r in rs for w in (r["dialogue_cleaned"] + " " + " ".join(
         b["content"] for b in r["background_dialogue"])).split())

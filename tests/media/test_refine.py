@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.diarize import (Turn, cut_silences, refine_turns, speech_frames, spherical_kmeans)
+from pipeline.diarize import (Turn, cut_silences, refine_turns, speech_frames, spherical_kmeans,
+                              split_voice_changes)
 
 RATE = 16000
 
@@ -60,3 +61,20 @@ def test_refine_turns_moves_a_mislabelled_piece_and_keeps_names():
     refined = refine_turns(audio, turns, embed, num_speakers=2)
     assert [(t.start, t.end, t.speaker) for t in refined] == [
         (0.0, 2.0, "SPEAKER_00"), (2.5, 4.0, "SPEAKER_01"), (4.5, 6.5, "SPEAKER_01"), (7.0, 8.5, "SPEAKER_00")]
+
+
+def test_split_voice_changes_finds_an_interruption_without_a_pause():
+    # 0-3 s voice A, 3-6 s voice B inside one piece labelled A; a 2-s piece is left alone
+    voice = {"A": np.array([1.0, 0.0]), "B": np.array([0.0, 1.0])}
+
+    def embed(spans):  # the window's print is the voice at its centre (stands in for the model)
+        return np.array([voice["A"] if (a + b) / 2 < 3.0 or a >= 10 else voice["B"] for a, b in spans])
+
+    pieces = [Turn(0.0, 6.0, "A"), Turn(10.0, 12.0, "B")]
+    out = split_voice_changes(pieces, embed, voice)
+    assert [t.speaker for t in out] == ["A", "B", "B"]
+    assert abs(out[0].end - 3.0) <= 0.5 and out[1].start == out[0].end and out[1].end == 6.0
+    assert out[2] == Turn(10.0, 12.0, "B")
+    # one odd window in a long piece is noise, not a change
+    odd = lambda spans: np.array([voice["B"] if abs(a - 2.0) < 1e-6 else voice["A"] for a, _ in spans])
+    assert split_voice_changes([Turn(0.0, 6.0, "A")], odd, voice) == [Turn(0.0, 6.0, "A")]
