@@ -145,11 +145,15 @@ def speech_frames(samples: np.ndarray, rate: int = 16000) -> np.ndarray:
     return db > max(floor + SILENCE_ABOVE_FLOOR_DB, peak - SILENCE_BELOW_PEAK_DB)
 
 
+def frame_runs(mask: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) in seconds of every run of True frames."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return [(s * FRAME_S, e * FRAME_S) for s, e in zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0])]
+
+
 def cut_silences(turns: Sequence[Turn], speech: np.ndarray, min_silence_s: float = MIN_SILENCE_S) -> list[Turn]:
     """Turns with every silent stretch of at least ``min_silence_s`` removed (pieces < 50 ms dropped)."""
-    edges = np.diff(np.concatenate([[1], speech.astype(np.int8), [1]]))
-    silences = [(s * FRAME_S, e * FRAME_S) for s, e in zip(np.nonzero(edges == -1)[0], np.nonzero(edges == 1)[0])
-                if (e - s) * FRAME_S >= min_silence_s]
+    silences = [(s, e) for s, e in frame_runs(~speech) if e - s >= min_silence_s]
     silence_ends = np.array([e for _, e in silences])
     out = []
     for t in turns:
@@ -247,12 +251,16 @@ def refine_turns(samples: np.ndarray, turns: Sequence[Turn], embed, num_speakers
     relabelled = list(pieces)
     for i, c in zip(idx, clusters):
         relabelled[i] = Turn(pieces[i].start, pieces[i].end, name[int(c)])
-    centres = {name[c]: _mean_print(prints[clusters == c], weights[clusters == c]) for c in set(clusters.tolist())}
+    centres = {name[c]: mean_print(prints[clusters == c], weights[clusters == c]) for c in set(clusters.tolist())}
     return split_voice_changes(relabelled, embed, centres)
 
 
-def _mean_print(prints: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    mean = (prints * weights[:, None]).sum(0)
+def mean_print(prints: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+    """Duration-weighted mean of unit voice prints (NaN rows skipped), unit length; None if none."""
+    ok = ~np.isnan(prints).any(axis=1)
+    if not ok.any():
+        return None
+    mean = (prints[ok] * weights[ok, None]).sum(0)
     return mean / np.linalg.norm(mean)
 
 

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.diarize import MIN_PIECE_S, FRAME_S, Turn, embed_segments, speech_frames
+from pipeline.diarize import MIN_PIECE_S, Turn, embed_segments, frame_runs, mean_print, speech_frames
 
 VOICES_DIR = "voices"
 # Offline d-vector on synthetic voices, enrolment text different from the interview's: same voice
@@ -65,22 +65,12 @@ def model_identity(pipeline) -> str:
 
 def speech_spans(samples: np.ndarray, min_s: float = MIN_PIECE_S, max_s: float = MAX_SPAN_S) -> list[tuple[float, float]]:
     """Stretches of speech (``diarize.speech_frames``), long ones cut into pieces of <= ``max_s``."""
-    frames = speech_frames(samples)
-    edges = np.diff(np.concatenate([[0], frames.astype(np.int8), [0]]))
     spans = []
-    for s, e in zip(np.nonzero(edges == 1)[0] * FRAME_S, np.nonzero(edges == -1)[0] * FRAME_S):
+    for s, e in frame_runs(speech_frames(samples)):
         while e - s >= min_s:
             spans.append((float(s), float(min(e, s + max_s))))
             s += max_s
     return spans
-
-
-def weighted_print(prints: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
-    ok = ~np.isnan(prints).any(axis=1)
-    if not ok.any():
-        return None
-    mean = (prints[ok] * weights[ok, None]).sum(0)
-    return mean / np.linalg.norm(mean)
 
 
 def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeline) -> VoicePrint:
@@ -108,7 +98,7 @@ def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeli
                 weights += [b - a for a, b in spans]
             sources.append(sha256_file(path))
     seconds = float(sum(weights))
-    vector = weighted_print(np.vstack(prints), np.array(weights)) if prints else None
+    vector = mean_print(np.vstack(prints), np.array(weights)) if prints else None
     if vector is None or seconds < MIN_ENROLL_S:
         raise VoiceError(f"{name}: only {seconds:.1f} s of speech in {', '.join(map(str, files))}; "
                          f"enrolment needs at least {MIN_ENROLL_S:.0f} s")
@@ -150,7 +140,7 @@ def speaker_prints(samples: np.ndarray, turns: Sequence[Turn], pipeline) -> dict
     out = {}
     for label in sorted(set(labels)):
         mine = np.array([lab == label for lab in labels])
-        vector = weighted_print(prints[mine], weights[mine])
+        vector = mean_print(prints[mine], weights[mine])
         if vector is not None:
             out[label] = vector
     return out
