@@ -32,7 +32,7 @@ ANNOTATOR_ERROR = 0.1          # simulated annotators' error rate per field
 BATCH = [  # synthetic interviews: (name, scenario, seed)
     ("session01", "couple", 1), ("session02", "family", 2), ("session03", "couple", 3), ("session04", "family", 4),
 ]
-# One couple and one family interview of 8 rows (~25-30 s of speech each) show every scenario
+# One couple and one family interview of 8 rows (~30 s of speech each) show every scenario
 # and every round; diarization time grows with the audio, so more is only slower, not richer.
 DEMO_INTERVIEWS = 2
 DEMO_ROWS = 8
@@ -117,8 +117,10 @@ def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
     return truth
 
 
-def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int, annotators: list[str] | None = None) -> int:
-    """Every annotator project of the round (of ``annotators``, default all) answered by a simulated annotator."""
+def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int,
+                   annotators: list[str] | None = None) -> int:
+    """Every annotator project of the round (of ``annotators``, default all) answered by a
+    simulated annotator."""
     from pipeline.annotation.push import parse_project_key
     from pipeline.annotation.rounds import load_round
     from pipeline.simulate import SimulatedAnnotator

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
-import shutil
 import subprocess
 import sys
 import threading
@@ -206,14 +206,6 @@ def _seed_database(paths: StackPaths) -> None:
     tmp = db.with_suffix(".tmp")
     shutil.copyfile(PREFECT_TEMPLATE_DB, tmp)
     os.replace(tmp, db)
-
-
-def _prefect(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([_prefect_bin(), "--no-prompt", *args], cwd=REPO_ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise StackError(f"`prefect {' '.join(args)}` failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return proc
 
 
 def register(env: dict[str, str], log=print) -> None:
