@@ -102,14 +102,14 @@ def gold_rows(data_root: str) -> dict | None:
 
 @task(name="push-next-round", **NETWORK_RETRIES)
 def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> dict:
-    from pipeline import corpus, media
+    from pipeline import corpus
     from pipeline.annotation import push
 
     root = Path(data_root)
-    audio = {r["sample_id"]: r["audio_path"] for r in media.read_catalog(root).to_pylist() if r["audio_path"]}
-    samples = [s for s in corpus.load_corpus(root) if s["sample_id"] in audio]
+    media_url = push.catalog_media_urls(root)
+    samples = [s for s in corpus.load_corpus(root) if media_url(s)]  # interviews ingested here
     rep = push.push_round(_client(data_root), next_round, samples, annotators or None, media_dir=root / "media",
-                          media_url=lambda s: f"/data/local-files/?d={audio[s['sample_id']]}")
+                          media_url=media_url)
     return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
 
 
