@@ -11,7 +11,7 @@ ingest, every annotation round, the release.
 - fresh: `scripts/setup.sh` then the demo. With --fresh-venv the set-up first deletes .venv
   and .label-studio and rebuilds them (package downloads come from uv's cache when warm).
   Only use --fresh-venv in a checkout nobody else uses, e.g. a clone:
-      git clone /work/main /tmp/fresh-demo && cd /tmp/fresh-demo && python3 benchmarks/bench_demo.py --fresh-venv
+      git clone . /tmp/fresh-demo && cd /tmp/fresh-demo && python3 benchmarks/bench_demo.py --fresh-venv
 - already set up: `scripts/setup.sh` again (an idempotent no-op: seconds) then the demo in
   another new data root, after the first run's stack was stopped.
 
