@@ -63,7 +63,9 @@ def transcript(ingested: dict, data_root: str, backend: str, asr_model: str | No
 
 
 @task(name="diarize", cache_policy=RESUME)
-def diarize(ingested: dict, data_root: str, diarization: str | None, device: str) -> dict:
+def diarize(ingested: dict, data_root: str, diarization: str | None, device: str, voices: str = "") -> dict:
+    """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
+    from the voices under the data root)."""
     from pipeline import diarize as dz
     from pipeline.turns import rttm_path
 
@@ -142,6 +144,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     interviews = read_batch(batch)
     logger.info("%d interviews in %s", len(interviews), batch.name)
 
+    from pipeline import voices
+    enrolled = voices.fingerprint(root)  # enrolling a voice re-runs diarization (names by voice)
     chains = {}
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
         for iv in interviews:
@@ -150,7 +154,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
             f_tr = runner.submit(transcript, {"ingested": f_in, "data_root": root, "backend": backend,
                                               "asr_model": asr_model, "align_model": align_model, "device": device})
             f_dz = runner.submit(diarize, {"ingested": f_in, "data_root": root, "diarization": diarization,
-                                           "device": device})
+                                           "device": device, "voices": enrolled})
             f_sg = runner.submit(segment, {"ingested": f_in, "transcribed": f_tr, "diarized": f_dz, "data_root": root})
             chains[iv["sample_id"]] = [("ingest", f_in), ("transcript", f_tr), ("diarize", f_dz), ("segment", f_sg)]
         outcomes = settle(chains)

@@ -121,6 +121,17 @@ def load_voices(data_root: str | Path) -> list[VoicePrint]:
     return out
 
 
+def fingerprint(data_root: str | Path) -> str:
+    """Changes whenever a voice is enrolled, replaced or removed ("" when none are): part of the
+    ingest flow's cache key for diarization, so a rerun names speakers by the current voices."""
+    import hashlib
+    digest = hashlib.sha256()
+    paths = sorted(voices_dir(data_root).glob("*.json"))
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest() if paths else ""
+
+
 def remove(name: str, data_root: str | Path) -> bool:
     path = voices_dir(data_root) / f"{name}.json"
     if path.exists():

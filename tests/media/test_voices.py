@@ -86,3 +86,15 @@ def test_enrol_errors_name_the_file(tmp_path, models_dir, make_video):
     result = runner.invoke(app, ["voices", "enroll", "../etc", str(short), *base])
     assert result.exit_code == 1 and "not a usable speaker name" in result.output
     assert not (tmp_path / "data" / "voices").exists() or not list((tmp_path / "data" / "voices").iterdir())
+
+
+def test_fingerprint_follows_the_enrolled_voices(tmp_path):
+    assert voices.fingerprint(tmp_path) == ""
+    folder = voices.voices_dir(tmp_path)
+    folder.mkdir()
+    (folder / "Ann.json").write_text('{"name": "Ann"}')
+    first = voices.fingerprint(tmp_path)
+    (folder / "Ann.json").write_text('{"name": "Ann", "again": 1}')  # re-enrolled
+    second = voices.fingerprint(tmp_path)
+    (folder / "Ann.json").unlink()
+    assert first and second and first != second and voices.fingerprint(tmp_path) == ""
