@@ -275,8 +275,10 @@ def transcribe_cmd(
 
 @app.command("diarize")
 def diarize_cmd(
-    audio: str = typer.Argument(..., help="a WAV file, or a catalogued sample id"),
-    out: Optional[Path] = typer.Option(None, help="RTTM to write (default DATA_ROOT/diarization/<sample_id>.rttm)"),
+    targets: list[str] = typer.Argument(None, help="WAV files and/or catalogued sample ids"),
+    all_: bool = typer.Option(False, "--all", help="every ingested sample"),
+    out: Optional[Path] = typer.Option(None, help="RTTM to write, for ONE target (default: a sample's "
+                                       "DATA_ROOT/diarization/<sample_id>.rttm, a file's <file>.rttm)"),
     num_speakers: Optional[int] = typer.Option(None),
     min_speakers: Optional[int] = typer.Option(None),
     max_speakers: Optional[int] = typer.Option(None),
@@ -286,33 +288,50 @@ def diarize_cmd(
     refine: bool = typer.Option(True, "--refine/--no-refine",
                                 help="cut silences out of pyannote's turns and re-cluster them by voice print"),
 ) -> None:
-    """Who spoke when -> standard RTTM. Enrolled voices (`rescue voices`) name their speakers."""
+    """Who spoke when -> standard RTTM. A sample's speaker count defaults to therapist +
+    participants; enrolled voices (`rescue voices`) name their speakers."""
     from rich.console import Console
+    from rich.progress import track
     from pipeline import voices
-    from pipeline.diarize import diarize_audio, diarize_sample, load_pipeline, write_rttm
-    from pipeline.media import load_wav
+    from pipeline.diarize import DiarizationError, diarize_audio, diarize_sample, load_pipeline, write_rttm
+    from pipeline.media import MediaError, load_wav
+    from pipeline.turns import rttm_path
 
     console = Console()
     settings = _media_settings(data_root)
-    path = Path(audio)
-    with console.status(f"diarizing {path.name}"):
+    items = list(targets or [])
+    if all_:
+        items += _sample_ids(settings.data_root, [], True)
+    if not items:
+        raise typer.BadParameter("give WAV files, sample ids or --all")
+    if out is not None and len(items) > 1:
+        raise typer.BadParameter("--out names one RTTM: give one target")
+    with console.status("loading the diarization pipeline"):
         model = load_pipeline(pipeline_source, device, settings)
-        if path.is_file():
-            if out is None:
-                raise typer.BadParameter("--out is required for a plain audio file")
-            turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, pipeline=model, device=device,
-                                  refine=refine)
-            if voices.voices_dir(settings.data_root).is_dir():
-                turns, _ = voices.name_speakers(load_wav(path), turns, model, settings.data_root)
-            write_rttm(turns, out, uri=path.stem)
-        else:  # a sample id: its WAV from the catalog, therapist + participants speakers
-            turns = diarize_sample(audio, settings.data_root, num_speakers, pipeline=model, device=device,
-                                   min_speakers=min_speakers, max_speakers=max_speakers, write=out is None,
-                                   refine=refine)
-            if out is not None:
-                write_rttm(turns, out, uri=Path(audio).name)
-    console.print(f"{len(turns)} turns, {len({t.speaker for t in turns})} speakers -> "
-                  f"{out or 'DATA_ROOT/diarization/' + audio + '.rttm'}")
+    failed = 0
+    for item in track(items, description="diarize", console=console):
+        path = Path(item)
+        try:
+            if path.is_file():
+                turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, pipeline=model,
+                                      device=device, refine=refine)
+                if voices.voices_dir(settings.data_root).is_dir():
+                    turns, _ = voices.name_speakers(load_wav(path), turns, model, settings.data_root)
+                target = write_rttm(turns, out or path.with_suffix(".rttm"), uri=path.stem)
+            else:  # a sample id: its WAV from the catalog
+                turns = diarize_sample(item, settings.data_root, num_speakers, pipeline=model, device=device,
+                                       min_speakers=min_speakers, max_speakers=max_speakers, write=out is None,
+                                       refine=refine)
+                target = write_rttm(turns, out, uri=path.name) if out else rttm_path(settings.data_root, item)
+            console.print(f"{item}: {len(turns)} turns, {len({t.speaker for t in turns})} speakers -> {target}",
+                          highlight=False, soft_wrap=True)
+        except (DiarizationError, MediaError, KeyError, FileNotFoundError) as exc:
+            failed += 1
+            reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # KeyError quotes itself
+            console.print(f"[red]{item}: {reason}[/red]", highlight=False, soft_wrap=True)
+    console.print(f"diarized {len(items) - failed}, failed {failed}")
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("segment")

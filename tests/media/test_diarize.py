@@ -87,10 +87,14 @@ def test_cli_diarize_writes_rttm(tmp_path, models_dir, diar_pipeline):
     with wave.open(str(sample_dir() / "sample.wav")) as src, wave.open(str(tmp_path / "sample.wav"), "wb") as dst:
         dst.setparams(src.getparams())
         dst.writeframes(src.readframes(12 * 16000))  # the first 12 s hold both voices; keeps the test short
-    out = tmp_path / "sample.rttm"
-    result = CliRunner().invoke(app, ["diarize", str(tmp_path / "sample.wav"), "--num-speakers", "2",
-                                      "--out", str(out), "--pipeline", str(models_dir / "diarization-offline")])
-    assert result.exit_code == 0, result.output
+    out = tmp_path / "sample.rttm"  # the default next to a plain file
+    # a bad target is reported by name and the others are still diarized
+    result = CliRunner().invoke(app, ["diarize", "no/such_sample", str(tmp_path / "sample.wav"), "--num-speakers", "2",
+                                      "--pipeline", str(models_dir / "diarization-offline"),
+                                      "--data-root", str(tmp_path / "data")])
+    assert result.exit_code == 1, result.output
+    assert "no/such_sample: 'no/such_sample' is not in the catalog" in result.output
+    assert "diarized 1, failed 1" in result.output
     lines = out.read_text().splitlines()
     assert lines and all(line.startswith("SPEAKER sample 1 ") and len(line.split()) == 10 for line in lines)
     assert len({line.split()[7] for line in lines}) == 2
