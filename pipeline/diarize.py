@@ -116,7 +116,7 @@ def _sorted(turns: Sequence[Turn]) -> list[Turn]:
 # --- refinement: cut silences out of turns, re-cluster single-speaker pieces ---------------
 #
 # pyannote works on 10-s chunks with a segmentation model that smears over short pauses and,
-# on voices it finds similar, splits one voice between local speakers. Two cheap passes fix
+# on voices it finds similar, splits one voice between local speakers. Three cheap passes fix
 # most of that: (1) stretches an energy detector finds silent are cut out of every turn,
 # (2) every remaining piece long enough for a voice print is embedded with the pipeline's own
 # embedding model and the pieces are clustered again (duration-weighted spherical k-means,
@@ -174,7 +174,7 @@ def embed_segments(pipeline, samples: np.ndarray, spans: Sequence[tuple[float, f
                    rate: int = 16000, batch: int = 16) -> np.ndarray:
     """Unit-length voice prints of ``spans`` (seconds) with the pipeline's embedding model;
     rows of NaN where a span holds too little speech. Spans of similar length are padded into
-    one batch with a mask (one model call per batch: ~20x faster than one call per span on CPU)."""
+    one batch with a mask (one model call per batch; 31 spans on CPU: 11.0 s one by one, 1.6 s batched)."""
     import torch
     out = np.full((len(spans), 0), np.nan)
     order = sorted(range(len(spans)), key=lambda i: spans[i][1] - spans[i][0])
