@@ -99,7 +99,7 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
     from pipeline.turns import drafts_path
 
     root = Path(data_root)
-    samples, audio = [], {}
+    samples = []
     for d in sorted(drafted, key=lambda d: d["sample_id"]):
         rows = pq.read_table(drafts_path(root, d["sample_id"])).to_pylist()
         for r in rows:
@@ -107,14 +107,13 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
         samples.append({"sample_id": d["sample_id"], "scenario": d["scenario"], "group_id": group_id_of(d["sample_id"]),
                         "participants": d["participants"], "source_file": None, "duration_s": d["duration_s"],
                         "rows": rows})
-        audio[d["sample_id"]] = d["audio_path"]
     # The rounds are pushed from the corpus (adjudication and gold read their base samples
     # there): new interviews enter it as drafts; a sample already there (maybe with gold) stays.
     known = {s["sample_id"] for s in corpus.load_corpus(root)}
     corpus.merge_into_corpus(root, [s for s in samples if s["sample_id"] not in known])
     rep = push.push_round(LabelStudioClient.from_settings(Settings.from_env(root)), FIRST_ROUND, samples,
                           annotators or None, media_dir=root / "media",
-                          media_url=lambda s: push.local_media_url(audio[s["sample_id"]]))
+                          media_url=push.catalog_media_urls(root))
     return {"round": FIRST_ROUND, "created": rep.created, "projects": sorted(rep.projects),
             "annotators": list(rep.annotators)}
 

@@ -101,7 +101,7 @@ def diarize_audio(
     file = {"waveform": torch.from_numpy(samples[None, :]), "sample_rate": 16000, "uri": Path(audio_path).stem}
     output = pipeline(file, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
     annotation = getattr(output, "speaker_diarization", output)
-    turns = _sorted([Turn(round(s.start, 3), round(s.end, 3), str(label))
+    turns = sort_turns([Turn(round(s.start, 3), round(s.end, 3), str(label))
                      for s, _, label in annotation.itertracks(yield_label=True)])
     if refine and turns:
         turns = refine_turns(samples, turns, lambda spans: embed_segments(pipeline, samples, spans),
@@ -109,7 +109,8 @@ def diarize_audio(
     return turns
 
 
-def _sorted(turns: Sequence[Turn]) -> list[Turn]:
+def sort_turns(turns: Sequence[Turn]) -> list[Turn]:
+    """The one order of turns everywhere (RTTM files, refinement, naming): start, end, speaker."""
     return sorted(turns, key=lambda t: (t.start, t.end, t.speaker))
 
 
@@ -167,7 +168,7 @@ def cut_silences(turns: Sequence[Turn], speech: np.ndarray, min_silence_s: float
         if cursor < t.end:
             pieces.append((cursor, t.end))
         out += [Turn(round(float(a), 3), round(float(b), 3), t.speaker) for a, b in pieces if b - a >= 0.05]
-    return _sorted(out)
+    return sort_turns(out)
 
 
 def embed_segments(pipeline, samples: np.ndarray, spans: Sequence[tuple[float, float]],
@@ -279,7 +280,7 @@ def split_voice_changes(pieces: Sequence[Turn], embed, centres: dict[str, np.nda
                 windows.append((float(a), float(a) + WINDOW_S))
                 owner.append(i)
     if not windows:
-        return _sorted(pieces)
+        return sort_turns(pieces)
     prints = embed(windows)
     nearest = np.where(np.isnan(prints).any(axis=1), -1, (np.nan_to_num(prints) @ centre.T).argmax(axis=1))
     owner_a = np.array(owner)
@@ -297,7 +298,7 @@ def split_voice_changes(pieces: Sequence[Turn], embed, centres: dict[str, np.nda
                 out.append(Turn(start, cut, votes[j - 1]))
                 start = cut
         out.append(Turn(start, t.end, votes[-1]))
-    return _sorted(out)
+    return sort_turns(out)
 
 
 # --- RTTM -------------------------------------------------------------------------------
@@ -324,7 +325,7 @@ def read_rttm(path: str | Path) -> list[Turn]:
         except (IndexError, ValueError) as exc:
             raise DiarizationError(f"{path}:{n}: not an RTTM SPEAKER line: {line!r}") from exc
         turns.append(Turn(start, start + dur, parts[7]))
-    return sorted(turns, key=lambda t: (t.start, t.end, t.speaker))
+    return sort_turns(turns)
 
 
 def to_annotation(turns: Sequence[Turn], uri: str = "audio"):

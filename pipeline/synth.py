@@ -155,13 +155,8 @@ def render(out_dir: str | Path, name: str, participants: list[str], script: list
         for start, audio in pieces:
             k = int(round(start * RATE))
             mix[k: k + len(audio)] += audio
-        mix = np.clip(mix, -1, 1)
         files = {"wav": out_dir / f"{name}.wav"}
-        with wave.open(str(files["wav"]), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(RATE)
-            w.writeframes((mix * 32767).astype("<i2").tobytes())
+        _write_wav(files["wav"], mix)
         if make_video:
             files["mp4"] = out_dir / f"{name}.mp4"
             subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
@@ -190,7 +185,11 @@ def speak_lines(path: str | Path, voice_index: int, sentences: list[str], pause_
     gap = np.zeros(int(pause_s * RATE), dtype=np.float32)
     with tempfile.TemporaryDirectory() as tmpd:
         parts = [p for text in sentences for p in (_speak(text, *VOICES[voice_index % len(VOICES)], Path(tmpd)), gap)]
-    audio = np.concatenate([gap, *parts])
+    return _write_wav(path, np.concatenate([gap, *parts]))
+
+
+def _write_wav(path: Path, audio: np.ndarray) -> Path:
+    """Mono 16-bit PCM at espeak's rate; samples beyond [-1, 1] are clipped."""
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)

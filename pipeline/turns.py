@@ -73,12 +73,12 @@ def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn
     named = {t.speaker for t in turns if t.speaker in speaking_order}
     left = [name for name in speaking_order if name not in named]
     first: dict[str, tuple[int, float]] = {}
-    for t in sorted(turns, key=lambda t: (t.start, t.speaker)):
-        if t.end - t.start >= min_turn_s and t.speaker not in named:
+    in_time = sorted((t for t in turns if t.speaker not in named), key=lambda t: (t.start, t.speaker))
+    for t in in_time:
+        if t.end - t.start >= min_turn_s:
             first.setdefault(t.speaker, (0, t.start))
-    for t in sorted(turns, key=lambda t: (t.start, t.speaker)):
-        if t.speaker not in named:
-            first.setdefault(t.speaker, (1, t.start))  # only fragments: after the real speakers
+    for t in in_time:
+        first.setdefault(t.speaker, (1, t.start))  # only fragments: after the real speakers
     ordered = sorted(first, key=lambda s: (first[s], s))
     return {name: name for name in named} | {
         label: (left[i] if i < len(left) else label) for i, label in enumerate(ordered)}

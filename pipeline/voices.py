@@ -26,7 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.diarize import MIN_PIECE_S, Turn, embed_segments, frame_runs, mean_print, speech_frames
+from pipeline.diarize import (MIN_PIECE_S, Turn, embed_segments, frame_runs, mean_print, sort_turns,
+                              speech_frames)
 
 VOICES_DIR = "voices"
 # Offline d-vector on synthetic voices, enrolment text different from the interview's: same voice
@@ -187,4 +188,4 @@ def name_speakers(samples: np.ndarray, turns: Sequence[Turn], pipeline, data_roo
         return list(turns), {}
     mapping = match(speaker_prints(samples, turns, pipeline), voices)
     renamed = [Turn(t.start, t.end, mapping.get(t.speaker, t.speaker)) for t in turns]
-    return sorted(renamed, key=lambda t: (t.start, t.end, t.speaker)), mapping
+    return sort_turns(renamed), mapping
