@@ -1,7 +1,7 @@
 """Agreement + gold at RESCUE scale: 7,079 rows x 5 rounds x 3 annotators.
 
 Target: agreement for every round and field plus the gold build in <= 10 s on 2 cores.
-The label table comes from SIMULATED annotators (pipeline.simulate) over the synthetic
+The label table comes from SIMULATED annotators (pipeline.synthetic.annotators) over the synthetic
 RESCUE-scale corpus; making it is not timed. Prints the figures.
 
     .venv/bin/python benchmarks/bench_agreement.py [--scale 1.0] [--annotators 3]
@@ -14,9 +14,12 @@ import time
 
 import pyarrow as pa
 
-from pipeline import agreement, gold, schemas, synth_corpus
+from pipeline import schemas
+from pipeline.quality import agreement
+from pipeline.quality import gold
+from pipeline.synthetic import corpus as synth_corpus
 from pipeline.annotation.rounds import load_round, round_names
-from pipeline.simulate import SimulatedAnnotator
+from pipeline.synthetic.annotators import SimulatedAnnotator
 
 TARGET_S = 10.0
 

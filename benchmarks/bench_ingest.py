@@ -1,4 +1,4 @@
-"""Ingest throughput and overhead: pipeline.media.ingest_batch vs the bare ffmpeg command.
+"""Ingest throughput and overhead: pipeline.media.ingest.ingest_batch vs the bare ffmpeg command.
 
 Makes N AAC/H.264 videos of M minutes (speech-like noise), then times (a) the bare extraction
 command (ffmpeg -> 16 kHz mono WAV) over all files, (b) ingest_batch into a fresh data root
@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from pipeline import media
+    from pipeline.media import ingest as media
 
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)

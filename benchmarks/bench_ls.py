@@ -1,6 +1,6 @@
 """Push and pull a RESCUE-sized round through a real Label Studio server; prints seconds.
 
-191 synthetic samples (~37 rows each, ``pipeline.synth_corpus``) are pushed to two annotators'
+191 synthetic samples (~37 rows each, ``pipeline.synthetic.corpus``) are pushed to two annotators'
 projects of the transcript round (every row is a unit) with predictions; every task is then
 annotated through the API (not timed: that stands for the annotators' work) and the round is
 pulled: snapshot export, raw archive, parse and validation into the long label table.
@@ -26,7 +26,7 @@ from pipeline.annotation import ls_config, pull, push  # noqa: E402
 from pipeline.annotation.client import LabelStudioClient  # noqa: E402
 from pipeline.annotation.rounds import load_round  # noqa: E402
 from pipeline.annotation.server import LabelStudioServer  # noqa: E402
-from pipeline.synth_corpus import generate  # noqa: E402
+from pipeline.synthetic.corpus import generate  # noqa: E402
 
 
 def _free_port() -> int:

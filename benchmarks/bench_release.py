@@ -19,7 +19,7 @@ from pathlib import Path
 CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
-from pipeline import release
+from pipeline.benchmark import release
 inp = release.load_rows_dir(sys.argv[1])
 release.validate(inp)
 res = release.build_release(inp, "1.0.0", sys.argv[2])
@@ -50,7 +50,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="builds per scale; the best wall time is kept")
     args = parser.parse_args()
 
-    from pipeline import rows, synth_corpus
+    from pipeline import rows
+    from pipeline.synthetic import corpus as synth_corpus
 
     import os
 

@@ -2,11 +2,11 @@
 
 1. pull (:func:`pipeline.annotation.pull.pull_round`): archive every annotator's export, then
    validate it into the long label table (problems reported, never dropped silently);
-2. agreement (:func:`pipeline.agreement.measure_round`): alpha/kappa per field, report files,
+2. agreement (:func:`pipeline.quality.agreement.measure_round`): alpha/kappa per field, report files,
    the release gate; published as table artifacts;
-3. adjudication (:mod:`pipeline.adjudication`): disagreements go to the round's adjudication
+3. adjudication (:mod:`pipeline.quality.adjudication`): disagreements go to the round's adjudication
    projects; answers already given are pulled;
-4. once nothing is left unresolved: gold rows (:func:`pipeline.gold.build_and_store`, merged
+4. once nothing is left unresolved: gold rows (:func:`pipeline.quality.gold.build_and_store`, merged
    into the corpus) and the NEXT round pushed from the corpus.
 
 Run it when annotators are done; run it again after adjudication. Every step is idempotent
@@ -57,7 +57,7 @@ def _agreement_key(ctx, params: dict) -> str:
 
 @task(name="agreement", cache_policy=CacheKeyFnPolicy(cache_key_fn=_agreement_key) + TASK_SOURCE)
 def agreement(round_name: str, data_root: str) -> dict:
-    from pipeline import agreement as ag
+    from pipeline.quality import agreement as ag
 
     out = ag.measure_round(data_root, round_name)
     rep = out["report"]
@@ -71,7 +71,8 @@ def agreement(round_name: str, data_root: str) -> dict:
 def push_adjudication(round_name: str, data_root: str) -> dict:
     import pyarrow.parquet as pq
 
-    from pipeline import adjudication, corpus
+    from pipeline import corpus
+    from pipeline.quality import adjudication
     from pipeline.annotation.pull import labels_path
     from pipeline.annotation.rounds import load_round
 
@@ -82,7 +83,7 @@ def push_adjudication(round_name: str, data_root: str) -> dict:
 
 @task(name="pull-adjudication", cache_policy=NO_CACHE, **NETWORK_RETRIES)
 def pull_adjudication(round_name: str, data_root: str) -> int:
-    from pipeline import adjudication
+    from pipeline.quality import adjudication
 
     table, _ = adjudication.pull_and_store(_client(data_root), data_root, round_name)
     return len(set(zip(table.column("sample_id").to_pylist(), table.column("row_index").to_pylist())))
@@ -91,7 +92,7 @@ def pull_adjudication(round_name: str, data_root: str) -> int:
 @task(name="gold", cache_policy=NO_CACHE)
 def gold_rows(data_root: str) -> dict | None:
     """Gold from every pulled round; None while disagreements wait for adjudication."""
-    from pipeline import gold
+    from pipeline.quality import gold
 
     try:
         return gold.build_and_store(data_root, strict=True)["summary"]

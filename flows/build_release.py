@@ -1,6 +1,6 @@
 """`build-release`: the corpus of gold rows (or a paper-format JSONL) -> a versioned, immutable release.
 
-The logic is :func:`pipeline.release.build_release`; this flow loads the input, builds, and
+The logic is :func:`pipeline.benchmark.release.build_release`; this flow loads the input, builds, and
 publishes the summary. A rerun after a crash is safe: a release that already exists with the
 same source hashes counts as done (releases are write-once; a different source under an
 existing version is an error).
@@ -15,15 +15,15 @@ from prefect import flow, get_run_logger, task
 from flows import report, Outcome
 from pipeline.config import Settings
 
-# pipeline.release (polars, pyarrow, the task builders) is imported inside the task: every flow
+# pipeline.benchmark.release (polars, pyarrow, the task builders) is imported inside the task: every flow
 # run is a new process, and its start should not pay for imports the flow body does not need yet.
 
 
 def load_input(source: str, data_root: Path):
     """``source``: a rows directory (samples.parquet + rows.parquet), a RESCUE .jsonl, or
     ``synthetic`` / ``synthetic:<scale>``; default: the corpus under the data root (gold rows
-    are merged into it). Returns a :class:`pipeline.release.ReleaseInput`."""
-    from pipeline import release
+    are merged into it). Returns a :class:`pipeline.benchmark.release.ReleaseInput`."""
+    from pipeline.benchmark import release
     from pipeline.corpus import corpus_dir
 
     if source.startswith("synthetic"):
@@ -37,7 +37,8 @@ def load_input(source: str, data_root: Path):
 
 @task(name="build-release")
 def build(source: str, version: str, data_root: str, dev_fraction: float) -> dict:
-    from pipeline import release, store
+    from pipeline import store
+    from pipeline.benchmark import release
 
     root = Path(data_root)
     inp = load_input(source, root)

@@ -1,9 +1,9 @@
 """`ingest-batch`: a batch folder (videos + manifest) -> draft turns in Label Studio.
 
-Per interview: ingest (:func:`pipeline.media.ingest_video`: probe, sha256, 16 kHz wav) ->
-transcript (:func:`pipeline.transcribe.transcribe_sample`: subtitles or WhisperX) and diarize
-(:func:`pipeline.diarize.diarize_audio`), side by side -> segment
-(:func:`pipeline.turns.segment_sample`: draft rows). Then the drafts of every interview that
+Per interview: ingest (:func:`pipeline.media.ingest.ingest_video`: probe, sha256, 16 kHz wav) ->
+transcript (:func:`pipeline.media.transcribe.transcribe_sample`: subtitles or WhisperX) and diarize
+(:func:`pipeline.media.diarize.diarize_audio`), side by side -> segment
+(:func:`pipeline.media.turns.segment_sample`: draft rows). Then the drafts of every interview that
 made it are pushed as the `transcript` round (:func:`pipeline.annotation.push.push_round`,
 idempotent: keyed on sample_id + content hash, never on Label Studio ids).
 
@@ -30,7 +30,7 @@ _load_lock = threading.Lock()        # diarize.load_pipeline caches per process;
 
 @task(name="ingest", cache_policy=file_resume("video"))
 def ingest(video: str, entry: dict, data_root: str) -> dict:
-    from pipeline import media
+    from pipeline.media import ingest as media
 
     root = Path(data_root)
     with _catalog_lock:
@@ -51,7 +51,7 @@ def ingest(video: str, entry: dict, data_root: str) -> dict:
 @task(name="transcript", cache_policy=RESUME)
 def transcript(ingested: dict, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
                device: str) -> dict:
-    from pipeline import transcribe
+    from pipeline.media import transcribe
 
     sid = ingested["sample_id"]
     if backend == "subtitles" or (backend == "auto" and ingested["subtitle_path"]):
@@ -66,8 +66,8 @@ def transcript(ingested: dict, data_root: str, backend: str, asr_model: str | No
 def diarize(ingested: dict, data_root: str, diarization: str | None, device: str, voices: str = "") -> dict:
     """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
     from the voices under the data root)."""
-    from pipeline import diarize as dz
-    from pipeline.turns import rttm_path
+    from pipeline.media import diarize as dz
+    from pipeline.media.turns import rttm_path
 
     sid, root = ingested["sample_id"], Path(data_root)
     with _load_lock:
@@ -79,7 +79,7 @@ def diarize(ingested: dict, data_root: str, diarization: str | None, device: str
 
 @task(name="segment", cache_policy=RESUME)
 def segment(ingested: dict, transcribed: dict, diarized: dict, data_root: str) -> dict:
-    from pipeline import turns
+    from pipeline.media import turns
 
     sid = ingested["sample_id"]
     table = turns.segment_sample(sid, data_root)
@@ -96,7 +96,7 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
     from pipeline.annotation import push
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.rows import group_id_of
-    from pipeline.turns import drafts_path
+    from pipeline.media.turns import drafts_path
 
     root = Path(data_root)
     samples = []
@@ -119,7 +119,7 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
 
 
 def read_batch(batch_dir: Path) -> list[dict]:
-    from pipeline import media
+    from pipeline.media import ingest as media
 
     entries = media.read_manifest(media.find_manifest(batch_dir))
     return [{"sample_id": e.sample_id, "scenario": e.scenario, "video": str(batch_dir / e.video),
@@ -143,7 +143,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     interviews = read_batch(batch)
     logger.info("%d interviews in %s", len(interviews), batch.name)
 
-    from pipeline import voices
+    from pipeline.media import voices
     enrolled = voices.fingerprint(root)  # enrolling a voice re-runs diarization (names by voice)
     chains = {}
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:

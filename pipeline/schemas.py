@@ -4,7 +4,7 @@ Rows follow the RESCUE row schema (spec §1.3) with nested lists stored as Parqu
 ``list<struct>``. One deliberate difference from the published JSONL: the relation label
 lives on the therapist row it annotates (``relation_cycle_state`` / ``_reason`` /
 ``_evidence_rows``, the names the paper's RPP script reads). The release's shifted copy on
-the preceding row (``relation_pattern*``) is derived on export (``pipeline.rescue_format``).
+the preceding row (``relation_pattern*``) is derived on export (``pipeline.benchmark.paper_format``).
 Evidence rows keep the release's 0-based positions.
 """
 from __future__ import annotations
@@ -162,7 +162,7 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
-# ==== Task tables (pipeline.tasks) and releases (pipeline.release) ===================
+# ==== Task tables (pipeline.benchmark.tasks) and releases (pipeline.benchmark.release) ===================
 # Convention: columns whose name starts with ``label`` hold gold; every other column is a
 # key, metadata known before the turn, or model input. Context rows carry input fields only
 # (never internal_emotion, viewpoints_attitudes, support_strategy, relation_*, utterance_type).

@@ -3,7 +3,7 @@
 Every check runs to the end and returns *all* violations as ``Violation`` records
 (sample_id, row_index, rule, message) instead of stopping at the first. Rules that are
 about the published JSONL layout (V1 key presence, V12 the shifted relation copy) are
-checked where that layout is read, in ``pipeline.rescue_format``; this module checks the
+checked where that layout is read, in ``pipeline.benchmark.paper_format``; this module checks the
 sample shape of ``pipeline.rows`` (relation label on the therapist row).
 """
 from __future__ import annotations

@@ -44,7 +44,7 @@ def test_import_reports_bad_rows_and_keeps_the_rest(tmp_path, benchmark_head_pat
 
 
 def test_merge_replaces_changed_samples_only(tmp_path, benchmark_head_path):
-    from pipeline.rescue_format import load_rescue_jsonl
+    from pipeline.benchmark.paper_format import load_rescue_jsonl
 
     samples = load_rescue_jsonl(benchmark_head_path).samples
     corpus.merge_into_corpus(tmp_path, samples[:2])

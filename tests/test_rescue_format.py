@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import json
 
-from pipeline import rescue_format as rf
+from pipeline.benchmark import paper_format as rf
 
 
 def test_real_head_imports_without_violations_and_round_trips_byte_exact(benchmark_head_path):

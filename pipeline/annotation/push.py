@@ -123,7 +123,7 @@ def local_media_url(audio_path: str) -> str:
 
 def catalog_media_urls(data_root: str | Path) -> Callable[[dict], str]:
     """sample -> the Audio player's URL of its extracted WAV, from the ingest catalog ("" if none)."""
-    from pipeline.media import read_catalog
+    from pipeline.media.ingest import read_catalog
 
     audio = {r["sample_id"]: r["audio_path"] for r in read_catalog(data_root).to_pylist()
              if r["status"] == "done" and r["audio_path"]}

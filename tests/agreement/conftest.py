@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import synth_corpus
+from pipeline.synthetic import corpus as synth_corpus
 
 
 @pytest.fixture(scope="session")

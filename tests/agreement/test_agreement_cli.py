@@ -6,11 +6,13 @@ import json
 import pyarrow as pa
 from typer.testing import CliRunner
 
-from pipeline import agreement, corpus, gold, schemas, store
+from pipeline import corpus, schemas, store
+from pipeline.quality import agreement
+from pipeline.quality import gold
 from pipeline.annotation.pull import labels_path
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
-from pipeline.simulate import SimulatedAnnotator
+from pipeline.synthetic.annotators import SimulatedAnnotator
 
 
 def _write_round(root, name, samples, error):

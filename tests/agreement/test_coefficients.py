@@ -9,8 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline import agreement, schemas
-from pipeline.agreement import FieldRule
+from pipeline import schemas
+from pipeline.quality import agreement
+from pipeline.quality.agreement import FieldRule
 
 NA = None
 # Krippendorff (2011) "Computing Krippendorff's Alpha-Reliability", section C: 4 observers x 12 units,

@@ -6,9 +6,11 @@ import json
 import pyarrow as pa
 import pytest
 
-from pipeline import gold, schemas, simulate, validate
+from pipeline import schemas, validate
+from pipeline.quality import gold
+from pipeline.synthetic import annotators as simulate
 from pipeline.annotation.rounds import load_round, round_names
-from pipeline.simulate import SimulatedAnnotator
+from pipeline.synthetic.annotators import SimulatedAnnotator
 
 NOMINAL = ("utterance_type", "relation_cycle_state")
 
@@ -106,7 +108,7 @@ def test_median_for_intensity_and_rules():
 
 def test_results_round_trip_through_label_studio_shapes(truth_samples):
     """adjudication.results_to_values inverts ls_config.values_to_results for every round."""
-    from pipeline import adjudication
+    from pipeline.quality import adjudication
     from pipeline.annotation.ls_config import build_task_data, values_to_results
 
     for name in round_names():

@@ -7,10 +7,13 @@ import random
 import numpy as np
 import pytest
 
-from pipeline import adjudication, agreement, gold, simulate
+from pipeline.quality import adjudication
+from pipeline.quality import agreement
+from pipeline.quality import gold
+from pipeline.synthetic import annotators as simulate
 from pipeline.annotation import pull, push
 from pipeline.annotation.rounds import load_round
-from pipeline.simulate import SimulatedAnnotator
+from pipeline.synthetic.annotators import SimulatedAnnotator
 
 ERROR = 0.3
 # Monte Carlo SD of alpha at ~500 units, 3 annotators, k=7: about 0.02; 0.08 is 4 SD.

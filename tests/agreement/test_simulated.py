@@ -6,9 +6,10 @@ import random
 import numpy as np
 import pytest
 
-from pipeline import agreement, simulate
+from pipeline.quality import agreement
+from pipeline.synthetic import annotators as simulate
 from pipeline.annotation.rounds import load_round
-from pipeline.simulate import SimulatedAnnotator
+from pipeline.synthetic.annotators import SimulatedAnnotator
 
 # Monte Carlo over 400 repetitions (k=7, 3 annotators, 400 units) gave a standard deviation of
 # alpha of 0.017 (e=0.1) to 0.023 (e=0.3); 0.08 is about 4 standard deviations.

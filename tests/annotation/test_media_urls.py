@@ -1,7 +1,8 @@
 """The Audio player's URL of each sample comes from the ingest catalog (CLI and flow alike)."""
 from __future__ import annotations
 
-from pipeline import media, schemas
+from pipeline import schemas
+from pipeline.media import ingest as media
 from pipeline.annotation.push import catalog_media_urls
 
 

@@ -1,6 +1,6 @@
 """Fixtures of the orchestration tests: a REAL local stack (Prefect server + process worker +
 Label Studio on 127.0.0.1, free ports) under a temporary data root with its own
-PREFECT_HOME and result storage, started once per session through `pipeline.stack`."""
+PREFECT_HOME and result storage, started once per session through `ops.stack`."""
 from __future__ import annotations
 
 import os
@@ -50,7 +50,7 @@ class Stack:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory) -> Stack:
-    from pipeline import stack as st
+    from ops import stack as st
 
     root = tmp_path_factory.mktemp("stack-data")
     env = {

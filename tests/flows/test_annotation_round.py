@@ -32,7 +32,7 @@ def prefect_at(stack):
 def drafted(stack, tmp_path_factory):
     """One family interview ingested by the `ingest-batch` deployment: its transcript round is in
     Label Studio for ANNOTATORS."""
-    from pipeline import synth
+    from pipeline.synthetic import interviews as synth
 
     client = stack.client()
     for email in [*ANNOTATORS, ADJUDICATOR]:
@@ -73,7 +73,8 @@ def task_states(run_id) -> dict[str, list[str]]:
 def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_round(stack, drafted):
     from prefect.flow_runs import resume_flow_run
 
-    from pipeline import corpus, demo
+    from pipeline import corpus
+    from ops import demo
 
     client = stack.client()
     truth = demo.demo_truth(corpus.load_corpus(drafted), seed=0)

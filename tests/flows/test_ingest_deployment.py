@@ -30,7 +30,7 @@ STAGES = ("ingest", "transcript", "diarize", "segment")
 
 
 def make_batch(path: Path, group: str, n: int) -> list[str]:
-    from pipeline import synth
+    from pipeline.synthetic import interviews as synth
 
     specs = [{"name": f"s{i}", "scenario": "couple" if i % 2 == 0 else "family", "seed": i, "n_rows": 6,
               "group": group} for i in range(n)]

@@ -32,7 +32,7 @@ def make_video():
 
 @pytest.fixture(scope="session")
 def models_dir() -> Path:
-    from pipeline.models import prepare_all
+    from pipeline.media.models import prepare_all
     target = Settings.from_env().models_dir
     prepare_all(target, test_models=True)  # no-op when scripts/setup.d/20-models.sh already ran
     return target
@@ -40,14 +40,15 @@ def models_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def diar_pipeline(models_dir):
-    from pipeline.diarize import load_pipeline
-    from pipeline.models import OFFLINE_DIARIZATION
+    from pipeline.media.diarize import load_pipeline
+    from pipeline.media.models import OFFLINE_DIARIZATION
     return load_pipeline(models_dir / OFFLINE_DIARIZATION)
 
 
 def _interview(out: Path, scenario: str, seed: int) -> dict:
     import json
-    from pipeline import media, synth
+    from pipeline.media import ingest as media
+    from pipeline.synthetic import interviews as synth
     files = synth.make_interview(out, scenario, scenario, seed=seed)
     files["wav16"] = media.extract_wav(files["mp4"], out / f"{scenario}.16k.wav")
     files["truth"] = json.loads(files["rows"].read_text())

@@ -8,7 +8,7 @@ import shutil
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from pipeline import synth
+from pipeline.synthetic import interviews as synth
 from pipeline.cli import app
 
 

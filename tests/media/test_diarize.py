@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import diarize, transcribe, turns
+from pipeline.media import diarize
+from pipeline.media import transcribe
+from pipeline.media import turns
 
 pytestmark = pytest.mark.slow
 

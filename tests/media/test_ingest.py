@@ -5,7 +5,7 @@ import wave
 
 import pytest
 
-from pipeline import media
+from pipeline.media import ingest as media
 
 MANIFEST = """sample_id,scenario,video,participants,subtitles
 grp_a/good,couple,good.mp4,Alan;Evelyn,

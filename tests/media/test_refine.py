@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.diarize import (Turn, cut_silences, refine_turns, speech_frames, spherical_kmeans,
+from pipeline.media.diarize import (Turn, cut_silences, refine_turns, speech_frames, spherical_kmeans,
                               split_voice_changes)
 
 RATE = 16000

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.transcribe import SubtitleError, parse_subtitles
+from pipeline.media.transcribe import SubtitleError, parse_subtitles
 
 SRT = """1
 00:00:01,000 --> 00:00:03,500

@@ -1,9 +1,9 @@
 """The turn segmenter on hand-made units: speaker changes, pauses, backchannels, long rows, overlaps."""
 from __future__ import annotations
 
-from pipeline.diarize import Turn
-from pipeline.transcribe import Transcript, Unit
-from pipeline.turns import SegmenterConfig, segment, segment_units, speaker_names
+from pipeline.media.diarize import Turn
+from pipeline.media.transcribe import Transcript, Unit
+from pipeline.media.turns import SegmenterConfig, segment, segment_units, speaker_names
 
 
 def U(s, e, text, who):

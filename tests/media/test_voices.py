@@ -9,9 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from pipeline import synth, voices
+from pipeline.synthetic import interviews as synth
+from pipeline.media import voices
 from pipeline.cli import app
-from pipeline.diarize import read_rttm
+from pipeline.media.diarize import read_rttm
 
 
 def enrolment_lines(truth: dict, therapist: bool, n: int = 4) -> list[str]:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import diarize, media, synth, transcribe, turns
-from pipeline.models import TINY_ALIGN, TINY_WHISPER
+from pipeline.media import diarize
+from pipeline.media import ingest as media
+from pipeline.synthetic import interviews as synth
+from pipeline.media import transcribe
+from pipeline.media import turns
+from pipeline.media.models import TINY_ALIGN, TINY_WHISPER
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import release
+from pipeline.benchmark import release
 
 REPO = Path(__file__).resolve().parents[2]
 HEAD = REPO.parent / "shared" / "data" / "rescue" / "benchmark_head.jsonl"

@@ -9,7 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import release, schemas, store, synth_corpus
+from pipeline import schemas, store
+from pipeline.benchmark import release
+from pipeline.synthetic import corpus as synth_corpus
 
 S1 = "alan_and_evelyn/001_s01e01_ct25_segment04"
 
@@ -146,7 +148,7 @@ def test_load_with_datasets_and_polars(head_input, tmp_path):
 
 
 def test_paper_er_vp_jsonl_shapes(head_input, tmp_path):
-    from pipeline import tasks
+    from pipeline.benchmark import tasks
     from pipeline.rows import samples_to_tables
 
     samples_t, _ = samples_to_tables(head_input.samples)
@@ -165,7 +167,7 @@ def test_paper_er_vp_jsonl_shapes(head_input, tmp_path):
 
 
 def test_failing_agreement_gate_blocks_until_an_override_is_recorded(small_input, tmp_path):
-    from pipeline import agreement
+    from pipeline.quality import agreement
 
     gate = {"round": "emotion", "passed": False, "labels_sha256": "ab" * 32,
             "failing": [{"field": "utterance_type", "metric": "nominal", "alpha": 0.41, "threshold": 0.667}],

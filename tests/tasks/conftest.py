@@ -38,7 +38,7 @@ def load_head() -> list[dict]:
     if not HEAD.exists():
         pytest.skip(f"published RESCUE sample file not found at {HEAD} (needs the shared data checkout)")
     try:  # the lead's importer, once it exists, is the one source of this conversion
-        from pipeline.rescue_format import load_rescue_jsonl
+        from pipeline.benchmark.paper_format import load_rescue_jsonl
     except ImportError:  # pragma: no cover - before the importer existed
         with open(HEAD, encoding="utf-8") as fh:
             return [_convert_release_sample(json.loads(line)) for line in fh if line.strip()]

@@ -8,8 +8,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from pipeline import schemas, tasks
-from pipeline.tasks.common import even_sample, pick_evenly
+from pipeline import schemas
+from pipeline.benchmark import tasks
+from pipeline.benchmark.tasks.common import even_sample, pick_evenly
 
 S1 = "alan_and_evelyn/001_s01e01_ct25_segment04"
 

@@ -5,7 +5,8 @@ from collections import Counter
 
 import pytest
 
-from pipeline import synth_corpus, taxonomy
+from pipeline import taxonomy
+from pipeline.synthetic import corpus as synth_corpus
 from pipeline.validate import validate_samples
 
 

@@ -8,7 +8,7 @@ context window is given too (the scripts' ``--include-target-internal-emotion``)
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import prior_context, support_target, therapist_turn_keys
+from pipeline.benchmark.tasks.common import prior_context, support_target, therapist_turn_keys
 
 DEFAULT_OPTIONS = {"include_target_emotion": False}
 

@@ -7,7 +7,7 @@ with :func:`even_sample`; a sample without a positive or without a negative give
 from __future__ import annotations
 
 from pipeline.taxonomy import is_therapist
-from pipeline.tasks.common import even_sample, prior_context
+from pipeline.benchmark.tasks.common import even_sample, prior_context
 
 DEFAULT_OPTIONS = {"max_per_class": 0}  # the scripts' --max-candidates-per-class-per-sample
 

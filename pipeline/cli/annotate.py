@@ -13,13 +13,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.cli.app import DataRoot
+
 console = Console()
 label_studio_app = typer.Typer(help="Run the local Label Studio server (127.0.0.1, data under the data root).",
                                no_args_is_help=True)
 annotators_app = typer.Typer(help="Annotator logins in Label Studio.", no_args_is_help=True)
 annotate_app = typer.Typer(help="Blind annotation rounds: configs, push, pull, progress.", no_args_is_help=True)
 
-DataRoot = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data).")
 
 
 def _settings(data_root: Optional[Path]):

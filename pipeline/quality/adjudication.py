@@ -1,13 +1,13 @@
 """Adjudication in Label Studio: disagreements become tasks, the adjudicator's answer wins.
 
-For a round, every row where annotators disagree (``pipeline.gold.disagreements``) is put
+For a round, every row where annotators disagree (``pipeline.quality.gold.disagreements``) is put
 into an adjudication project per (round, scenario) - the same labeling config as the round,
 so the adjudicator sees the same controls. The task shows only the disagreeing rows as
 units; each annotator's answers on those rows are attached as one prediction per annotator
 (``model_version`` = annotator id), so the adjudicator can flip between them in the UI.
 
 Pull turns the adjudicators' submitted annotations into label-table lines
-(``schemas.LABELS``; ``annotator`` = adjudicator e-mail) that ``pipeline.gold.build_gold`` takes
+(``schemas.LABELS``; ``annotator`` = adjudicator e-mail) that ``pipeline.quality.gold.build_gold`` takes
 as ``adjudications``. Tasks are keyed by sample_id and a content hash of the disagreement,
 never by Label Studio task ids: pushing again adds only new or changed disagreements.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline import schemas
-from pipeline.gold import disagreements
+from pipeline.quality.gold import disagreements
 
 ADJUDICATOR_VERSION = "adjudication"  # the project's own model_version: no annotator pre-filled
 

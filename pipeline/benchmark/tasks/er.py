@@ -11,7 +11,7 @@ import math
 import re
 
 from pipeline import taxonomy
-from pipeline.tasks.common import current_row_fields, group_id, instance_keys, pick_evenly, prior_context
+from pipeline.benchmark.tasks.common import current_row_fields, group_id, instance_keys, pick_evenly, prior_context
 
 DEFAULT_OPTIONS = {"min_words": 5, "checkpoints": 5, "start_ratio": 0.3}
 _WORD = re.compile(r"[A-Za-z0-9']+")

@@ -254,7 +254,7 @@ def prepare_offline_diarization(models_dir: Path, resemblyzer_wheel: Path | None
         "Offline pyannote diarization pipeline assembled by `rescue models prepare-offline`.\n"
         "segmentation: pyannote segmentation model bundled in the whisperx wheel.\n"
         "embedding: Resemblyzer 0.1.4 d-vector encoder (Apache-2.0) wrapped as "
-        "pipeline.models.DVectorEmbedding.\nplda: identity (unused by agglomerative clustering).\n")
+        "pipeline.media.models.DVectorEmbedding.\nplda: identity (unused by agglomerative clustering).\n")
     return _finish(tmp, final)
 
 

@@ -7,7 +7,7 @@ sample, picked evenly; no early cutoff and no word minimum.
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import current_row_fields, group_id, instance_keys, pick_evenly, prior_context
+from pipeline.benchmark.tasks.common import current_row_fields, group_id, instance_keys, pick_evenly, prior_context
 
 DEFAULT_OPTIONS = {"checkpoints": 5}
 

@@ -32,7 +32,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline import taxonomy
-from pipeline.agreement import clean_labels
+from pipeline.quality.agreement import clean_labels
 
 PROVENANCE = pa.schema([
     pa.field("round", pa.string(), nullable=False),
@@ -339,7 +339,7 @@ def build_and_store(data_root, base_samples: Sequence[dict] | None = None, round
     import pyarrow.parquet as pq
 
     from pipeline import corpus, store, validate
-    from pipeline.adjudication import adjudications_path
+    from pipeline.quality.adjudication import adjudications_path
     from pipeline.annotation.pull import labels_path
     from pipeline.annotation.rounds import load_round
     from pipeline.annotation.rounds import round_names as all_rounds

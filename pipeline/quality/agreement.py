@@ -763,7 +763,8 @@ def measure_round(data_root: str | Path, round_name: str, labels_path: str | Pat
 
     Returns ``{"report": RoundAgreement, "paths": {kind: Path}, "gate": dict, "summary": dict}``.
     """
-    from pipeline import reports, store
+    from pipeline import store
+    from pipeline.quality import reports
     from pipeline.annotation.pull import labels_path as default_labels_path
     from pipeline.annotation.rounds import load_round
 

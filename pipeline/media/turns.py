@@ -13,7 +13,7 @@ Rules (spec §2.2, in this order):
    group label for an opening therapist row. Annotators confirm it in the transcript round.
 
 Speaker labels from diarization (SPEAKER_00, ...) become names by enrolled voice
-(``pipeline.voices``, already in the RTTM) or else by the manifest's speaking order (first voice
+(``pipeline.media.voices``, already in the RTTM) or else by the manifest's speaking order (first voice
 to speak = first name left), unless a subtitle prefix named the speaker.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Sequence
 import pyarrow as pa
 
 from pipeline import schemas
-from pipeline.diarize import MAX_WORD_S, Turn, assign_speakers, fill_word_times
-from pipeline.transcribe import Transcript, Unit
+from pipeline.media.diarize import MAX_WORD_S, Turn, assign_speakers, fill_word_times
+from pipeline.media.transcribe import Transcript, Unit
 
 THERAPIST = "Therapist"
 _SENTENCE_END = re.compile(r"[.?!…][\"')\]]*$")
@@ -67,7 +67,7 @@ def group_label(scenario: str) -> str:
 
 def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn_s: float = 1.0) -> dict[str, str]:
     """Map diarization labels to names. A label that already is a name of the speaking order
-    (an enrolled voice named it: ``pipeline.voices``) keeps it; the other labels, ordered by
+    (an enrolled voice named it: ``pipeline.media.voices``) keeps it; the other labels, ordered by
     their first turn of at least ``min_turn_s`` (a stray fragment must not reorder them), are
     zipped with the names left. Labels beyond the order keep their SPEAKER_xx name."""
     named = {t.speaker for t in turns if t.speaker in speaking_order}
@@ -210,10 +210,10 @@ def segment_sample(sample_id: str, data_root: str | Path, config: SegmenterConfi
     """Segment a catalogued sample from its stored transcript and RTTM; writes
     ``drafts/<sample_id>.parquet`` when ``write``."""
     import json
-    from pipeline.diarize import read_rttm
-    from pipeline.media import catalog_entry
+    from pipeline.media.diarize import read_rttm
+    from pipeline.media.ingest import catalog_entry
     from pipeline.store import write_parquet
-    from pipeline.transcribe import transcript_path
+    from pipeline.media.transcribe import transcript_path
 
     root = Path(data_root)
     entry = catalog_entry(root, sample_id)

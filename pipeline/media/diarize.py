@@ -35,7 +35,7 @@ class DiarizationError(RuntimeError):
 
 
 def default_pipeline_dir(settings: Settings | None = None) -> Path:
-    from pipeline.models import OFFLINE_DIARIZATION
+    from pipeline.media.models import OFFLINE_DIARIZATION
     return (settings or Settings.from_env()).models_dir / OFFLINE_DIARIZATION
 
 
@@ -94,7 +94,7 @@ def diarize_audio(
     """Diarize one 16 kHz mono WAV; returns turns sorted by (start, end, speaker).
     ``refine``: the silence cut + re-clustering below (on by default)."""
     import torch
-    from pipeline.media import load_wav
+    from pipeline.media.ingest import load_wav
 
     pipeline = pipeline or load_pipeline(source, device)
     samples = load_wav(audio_path)  # decode ourselves: no torchcodec dependency at run time
@@ -446,11 +446,11 @@ def diarize_sample(sample_id: str, data_root: str | Path, num_speakers: int | No
                    pipeline=None, min_speakers: int | None = None, max_speakers: int | None = None,
                    refine: bool = True) -> list[Turn]:
     """Diarize a catalogued sample; the speaker count defaults to therapist + manifest participants.
-    Speakers whose voice is enrolled (``pipeline.voices``) get their names. Writes
+    Speakers whose voice is enrolled (``pipeline.media.voices``) get their names. Writes
     ``diarization/<sample_id>.rttm`` under the data root when ``write``."""
-    from pipeline import voices
-    from pipeline.media import catalog_entry, load_wav
-    from pipeline.turns import THERAPIST, rttm_path
+    from pipeline.media import voices
+    from pipeline.media.ingest import catalog_entry, load_wav
+    from pipeline.media.turns import THERAPIST, rttm_path
 
     root = Path(data_root)
     entry = catalog_entry(root, sample_id)

@@ -2,8 +2,8 @@
 
 One command on a fresh machine (after scripts/setup.sh): start the local stack (Prefect
 server + worker + Label Studio on 127.0.0.1), generate synthetic couple and family
-interviews (:mod:`pipeline.synth`), run the `ingest-batch` deployment, let SIMULATED
-annotators (:mod:`pipeline.simulate`) answer every round in the real Label Studio, close each
+interviews (:mod:`pipeline.synthetic.interviews`), run the `ingest-batch` deployment, let SIMULATED
+annotators (:mod:`pipeline.synthetic.annotators`) answer every round in the real Label Studio, close each
 round with one run of the `annotation-round` deployment (it pauses while a simulated
 adjudicator settles the disagreements, and is resumed), and build a release with the
 `build-release` deployment. It prints where the release and the agreement reports are.
@@ -100,7 +100,7 @@ def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
     """sample_id -> the sample with every round's fields filled with valid random values:
     what the simulated annotators answer from. The transcript round keeps the drafts."""
     from pipeline.annotation.rounds import load_round, round_names
-    from pipeline.simulate import SimulatedAnnotator
+    from pipeline.synthetic.annotators import SimulatedAnnotator
 
     truth = {}
     for s in samples:
@@ -123,7 +123,7 @@ def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int,
     simulated annotator."""
     from pipeline.annotation.push import parse_project_key
     from pipeline.annotation.rounds import load_round
-    from pipeline.simulate import SimulatedAnnotator
+    from pipeline.synthetic.annotators import SimulatedAnnotator
 
     rnd = load_round(round_name)
     users = {u["email"]: u["id"] for u in client.users()}
@@ -142,7 +142,7 @@ def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int,
 
 def adjudicate_round(client, round_name: str, truth: dict[str, dict], adjudicator: str) -> int:
     """A simulated adjudicator answers every open adjudication task from the truth."""
-    from pipeline.adjudication import project_key
+    from pipeline.quality.adjudication import project_key
     from pipeline.annotation.ls_config import values_to_results
     from pipeline.annotation.rounds import load_round
 
@@ -167,7 +167,7 @@ def adjudicate_round(client, round_name: str, truth: dict[str, dict], adjudicato
 
 def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEWS, seed: int = 0,
         log: Callable[[str], None] = print) -> DemoResult:
-    from pipeline import stack
+    from ops import stack
 
     base = Settings.from_env(data_root).data_root
     root = (base / "demo" if data_root is None else base).resolve()
@@ -183,7 +183,8 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
 
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipeline import corpus, synth
+    from pipeline import corpus
+    from pipeline.synthetic import interviews as synth
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.annotation.rounds import load_round, round_names
 
@@ -229,7 +230,7 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
         if not out["passed"]:
             # A handful of synthetic rows gives an unstable alpha; say so in the release's manifest
             # instead of pretending the gate passed (real rounds are adjudicated or re-annotated).
-            from pipeline import agreement
+            from pipeline.quality import agreement
 
             agreement.record_override(root, name, "DEMO: simulated annotators on a few synthetic interviews; "
                                       "too few units for a stable alpha", "rescue demo")

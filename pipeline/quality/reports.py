@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import store
-from pipeline.agreement import FieldAgreement, RoundAgreement, confusion, label_text
+from pipeline.quality.agreement import FieldAgreement, RoundAgreement, confusion, label_text
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 MAX_LABELS_PLOTTED = 25  # set-valued fields can have many distinct values: plot the most frequent

@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline import schemas, store, taxonomy, tasks
+from pipeline import schemas, store, taxonomy
+from pipeline.benchmark import tasks
 from pipeline.config import Settings
 from pipeline.rows import group_id_of, read_rows_dir, rows_dir_paths, samples_to_tables
 
@@ -66,8 +67,8 @@ def load_rows_dir(rows_dir: str | Path) -> ReleaseInput:
 
 
 def load_jsonl(path: str | Path) -> ReleaseInput:
-    """A file in the paper's ``benchmark_191.jsonl`` shape (via ``pipeline.rescue_format``)."""
-    from pipeline.rescue_format import load_rescue_jsonl
+    """A file in the paper's ``benchmark_191.jsonl`` shape (via ``pipeline.benchmark.paper_format``)."""
+    from pipeline.benchmark.paper_format import load_rescue_jsonl
 
     path = Path(path)
     if not path.is_file():
@@ -79,10 +80,10 @@ def load_jsonl(path: str | Path) -> ReleaseInput:
 
 
 def load_synthetic(scale: float = 1.0, seed: int = 0) -> ReleaseInput:
-    from pipeline import synth_corpus
+    from pipeline.synthetic import corpus as synth_corpus
 
     samples = synth_corpus.generate(scale=scale, seed=seed)
-    return ReleaseInput(samples, {"kind": "synthetic", "generator": "pipeline.synth_corpus", "scale": scale,
+    return ReleaseInput(samples, {"kind": "synthetic", "generator": "pipeline.synthetic.corpus", "scale": scale,
                                   "seed": seed})
 
 
@@ -206,7 +207,7 @@ def build_release(
         raise ReleaseError(f"{len(inp.problems)} validation problems and --strict given; first: {inp.problems[0]}")
     # Agreement gates of the annotation rounds behind this corpus: a failing round blocks the
     # release unless an override with a reason was recorded (which the manifest then carries).
-    from pipeline import agreement
+    from pipeline.quality import agreement
 
     blockers = agreement.release_blockers(data_root)
     if blockers:

@@ -7,7 +7,7 @@ label first on request errors is an evaluation bug and has no counterpart here.
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import prior_context, therapist_turn_keys
+from pipeline.benchmark.tasks.common import prior_context, therapist_turn_keys
 
 DEFAULT_OPTIONS = {"speaker_filter": "therapist"}  # or "any" (same set on RESCUE data)
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 
 from pipeline import schemas
 from pipeline.config import Settings
-from pipeline.tasks import er, itp, rpp, ssp, stp, vp
-from pipeline.tasks.common import even_sample, input_row, pick_evenly  # noqa: F401 (public)
+from pipeline.benchmark.tasks import er, itp, rpp, ssp, stp, vp
+from pipeline.benchmark.tasks.common import even_sample, input_row, pick_evenly  # noqa: F401 (public)
 
 TASKS = ("itp", "rpp", "stp", "ssp", "er", "vp")
 _MODULES = {"itp": itp, "rpp": rpp, "stp": stp, "ssp": ssp, "er": er, "vp": vp}

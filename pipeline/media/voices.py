@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.diarize import (MIN_PIECE_S, Turn, embed_segments, frame_runs, mean_print, sort_turns,
+from pipeline.media.diarize import (MIN_PIECE_S, Turn, embed_segments, frame_runs, mean_print, sort_turns,
                               speech_frames)
 
 VOICES_DIR = "voices"
@@ -76,7 +76,7 @@ def speech_spans(samples: np.ndarray, min_s: float = MIN_PIECE_S, max_s: float =
 
 def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeline) -> VoicePrint:
     """Make and store ``name``'s voice print from ``files``; replaces an earlier print of ``name``."""
-    from pipeline import media
+    from pipeline.media import ingest as media
     from pipeline.store import atomic_write_text, sha256_file
 
     if not _NAME.match(name):

@@ -3,7 +3,7 @@
 Both backends return a :class:`Transcript`: timed text units in time order. Subtitle units are
 cues (one per spoken line); WhisperX units are aligned words. ``Unit.speaker`` holds a speaker
 label found in the source itself (a subtitle prefix such as ``JOSH:`` or ``[Therapist]``, or a
-WebVTT ``<v Josh>`` tag); diarization fills the rest (``pipeline.diarize``).
+WebVTT ``<v Josh>`` tag); diarization fills the rest (``pipeline.media.diarize``).
 """
 from __future__ import annotations
 
@@ -192,9 +192,9 @@ def whisperx_transcribe(audio_path: str | Path, asr_model: str | Path, align_mod
                         device: str = "cpu", compute_type: str = "int8", batch_size: int = 8,
                         language: str = "en", max_new_tokens: int | None = None) -> Transcript:
     """Batched ASR + forced alignment; returns word units (words the aligner could not place keep
-    start/end None; pipeline.diarize.fill_word_times interpolates them)."""
+    start/end None; pipeline.media.diarize.fill_word_times interpolates them)."""
     import whisperx
-    from pipeline.media import load_wav
+    from pipeline.media.ingest import load_wav
 
     audio = load_wav(audio_path)
     asr = load_asr(asr_model, device, compute_type, language, max_new_tokens=max_new_tokens)
@@ -219,7 +219,7 @@ def transcribe_sample(sample_id: str, data_root: str | Path, backend: str = "aut
     """Transcript of a catalogued sample. backend: auto (subtitles when the manifest gave them,
     else WhisperX) | subtitles | whisperx. Written to ``transcripts/<sample_id>.json`` when ``write``."""
     import json
-    from pipeline.media import catalog_entry
+    from pipeline.media.ingest import catalog_entry
     from pipeline.store import atomic_write_text
 
     root = Path(data_root)

@@ -7,7 +7,7 @@ label. The candidate set is per sample (:func:`common.candidate_target_labels`).
 from __future__ import annotations
 
 from pipeline import taxonomy
-from pipeline.tasks.common import candidate_target_labels, prior_context, support_target, therapist_turn_keys
+from pipeline.benchmark.tasks.common import candidate_target_labels, prior_context, support_target, therapist_turn_keys
 
 DEFAULT_OPTIONS: dict = {}
 

@@ -1,0 +1,1 @@
+"""Operational code outside the library: the local stack and the demo."""

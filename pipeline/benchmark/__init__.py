@@ -1,0 +1,1 @@
+"""The benchmark: the paper's format, the six task builders, releases."""

@@ -1,0 +1,246 @@
+"""``rescue ingest | transcribe | diarize | segment``, ``rescue voices`` and ``rescue models``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipeline.cli.app import app
+
+
+# --- media, transcription, diarization, turns (pipeline.media.ingest, .transcribe, .diarize, .turns)
+# Heavy imports (torch, whisperx, pyannote) happen inside the commands: `rescue --help` stays fast.
+
+
+def _media_settings(data_root: Optional[Path]):
+    from pipeline.config import Settings
+    return Settings.from_env(data_root)
+
+
+def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
+    from pipeline.media.ingest import read_catalog
+    if all_:
+        return [r["sample_id"] for r in read_catalog(data_root).to_pylist() if r["status"] == "done"]
+    if not ids:
+        raise typer.BadParameter("give sample ids or --all")
+    return ids
+
+
+@app.command("ingest")
+def ingest(
+    batch_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="folder with videos + manifest.csv/.yaml"),
+    data_root: Optional[Path] = typer.Option(None, help="data root (default $RESCUE_DATA_ROOT or ./data)"),
+    min_duration: float = typer.Option(5.0, help="clips shorter than this (seconds) are quarantined"),
+    jobs: Optional[int] = typer.Option(None, min=1, help="videos at a time (default: one per core, at most 4)"),
+) -> None:
+    """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog."""
+    from rich.console import Console
+    from rich.table import Table
+    from pipeline.media.ingest import ManifestError, ingest_batch
+
+    console = Console()
+    root = _media_settings(data_root).data_root
+    try:
+        report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration, jobs=jobs)
+    except ManifestError as exc:
+        console.print(f"[red]manifest error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2)
+    table = Table(title=f"ingest {batch_dir.name} -> {root}")
+    for col in ("sample_id", "outcome", "duration_s", "reason"):
+        table.add_column(col)
+    for row in report.rows:
+        outcome = ("cached" if row["sample_id"] in report.cached else
+                   "quarantined" if row["sample_id"] in report.quarantined else "done")
+        table.add_row(row["sample_id"], outcome, f"{row['duration_s'] or 0:.1f}", row["reason"] or "")
+    console.print(table)
+    console.print(f"done {len(report.done)}, cached {len(report.cached)}, quarantined {len(report.quarantined)}")
+
+
+@app.command("transcribe")
+def transcribe_cmd(
+    sample_ids: list[str] = typer.Argument(None, help="catalogued sample ids"),
+    all_: bool = typer.Option(False, "--all", help="every ingested sample"),
+    data_root: Optional[Path] = typer.Option(None),
+    backend: str = typer.Option("auto", help="auto | subtitles | whisperx"),
+    asr_model: Optional[str] = typer.Option(None, help="WhisperX: CTranslate2 model dir or name (large-v3)"),
+    align_model: Optional[str] = typer.Option(None, help="WhisperX: wav2vec2 alignment model dir or hub id"),
+    device: str = typer.Option("cpu"),
+    compute_type: str = typer.Option("int8"),
+    batch_size: int = typer.Option(8),
+) -> None:
+    """Transcripts (subtitle import or WhisperX) -> DATA_ROOT/transcripts/<sample_id>.json."""
+    from rich.console import Console
+    from rich.progress import track
+    from pipeline.media.transcribe import SubtitleError, transcribe_sample
+
+    console = Console()
+    root = _media_settings(data_root).data_root
+    failed = 0
+    for sid in track(_sample_ids(root, sample_ids, all_), description="transcribe", console=console):
+        try:
+            tr = transcribe_sample(sid, root, backend, asr_model, align_model, device, compute_type, batch_size)
+            console.print(f"{sid}: {len(tr.units)} {tr.kind}s" + "".join(f"\n  [yellow]{w}[/yellow]" for w in tr.warnings),
+                          highlight=False)
+        except (SubtitleError, ValueError, KeyError, FileNotFoundError) as exc:
+            failed += 1
+            console.print(f"[red]{sid}: {exc}[/red]", highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("diarize")
+def diarize_cmd(
+    targets: list[str] = typer.Argument(None, help="WAV files and/or catalogued sample ids"),
+    all_: bool = typer.Option(False, "--all", help="every ingested sample"),
+    out: Optional[Path] = typer.Option(None, help="RTTM to write, for ONE target (default: a sample's "
+                                       "DATA_ROOT/diarization/<sample_id>.rttm, a file's <file>.rttm)"),
+    num_speakers: Optional[int] = typer.Option(None),
+    min_speakers: Optional[int] = typer.Option(None),
+    max_speakers: Optional[int] = typer.Option(None),
+    pipeline_source: Optional[str] = typer.Option(None, "--pipeline", help="pipeline dir or hub id (default: offline)"),
+    device: str = typer.Option("cpu"),
+    data_root: Optional[Path] = typer.Option(None),
+    refine: bool = typer.Option(True, "--refine/--no-refine",
+                                help="cut silences out of pyannote's turns and re-cluster them by voice print"),
+) -> None:
+    """Who spoke when -> standard RTTM. A sample's speaker count defaults to therapist +
+    participants; enrolled voices (`rescue voices`) name their speakers."""
+    from rich.console import Console
+    from rich.progress import track
+    from pipeline.media import voices
+    from pipeline.media.diarize import DiarizationError, diarize_audio, diarize_sample, load_pipeline, write_rttm
+    from pipeline.media.ingest import MediaError, load_wav
+    from pipeline.media.turns import rttm_path
+
+    console = Console()
+    settings = _media_settings(data_root)
+    items = list(targets or [])
+    if all_:
+        items += _sample_ids(settings.data_root, [], True)
+    if not items:
+        raise typer.BadParameter("give WAV files, sample ids or --all")
+    if out is not None and len(items) > 1:
+        raise typer.BadParameter("--out names one RTTM: give one target")
+    with console.status("loading the diarization pipeline"):
+        model = load_pipeline(pipeline_source, device, settings)
+    failed = 0
+    for item in track(items, description="diarize", console=console):
+        path = Path(item)
+        try:
+            if path.is_file():
+                turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, pipeline=model,
+                                      device=device, refine=refine)
+                if voices.voices_dir(settings.data_root).is_dir():
+                    turns, _ = voices.name_speakers(load_wav(path), turns, model, settings.data_root)
+                target = write_rttm(turns, out or path.with_suffix(".rttm"), uri=path.stem)
+            else:  # a sample id: its WAV from the catalog
+                turns = diarize_sample(item, settings.data_root, num_speakers, pipeline=model, device=device,
+                                       min_speakers=min_speakers, max_speakers=max_speakers, write=out is None,
+                                       refine=refine)
+                target = write_rttm(turns, out, uri=path.name) if out else rttm_path(settings.data_root, item)
+            console.print(f"{item}: {len(turns)} turns, {len({t.speaker for t in turns})} speakers -> {target}",
+                          highlight=False, soft_wrap=True)
+        except (DiarizationError, MediaError, KeyError, FileNotFoundError) as exc:
+            failed += 1
+            reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # KeyError quotes itself
+            console.print(f"[red]{item}: {reason}[/red]", highlight=False, soft_wrap=True)
+    console.print(f"diarized {len(items) - failed}, failed {failed}")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("segment")
+def segment_cmd(
+    sample_ids: list[str] = typer.Argument(None),
+    all_: bool = typer.Option(False, "--all"),
+    data_root: Optional[Path] = typer.Option(None),
+    max_pause: float = typer.Option(1.5, help="a longer pause starts a new row"),
+    max_row: float = typer.Option(30.0, help="rows longer than this are split at a sentence end"),
+) -> None:
+    """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet)."""
+    from rich.console import Console
+    from pipeline.media.turns import SegmenterConfig, segment_sample
+
+    console = Console()
+    root = _media_settings(data_root).data_root
+    cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
+    for sid in _sample_ids(root, sample_ids, all_):
+        try:
+            table = segment_sample(sid, root, cfg)
+            console.print(f"{sid}: {table.num_rows} draft rows", highlight=False)
+        except (FileNotFoundError, KeyError) as exc:
+            console.print(f"[red]{sid}: {exc} (run `rescue transcribe` / `rescue diarize` first)[/red]", highlight=False)
+
+
+voices_app = typer.Typer(help="Enrolled voices: diarized speakers named by voice (pipeline.media.voices).",
+                         no_args_is_help=True)
+app.add_typer(voices_app, name="voices")
+
+
+@voices_app.command("enroll")
+def voices_enroll(
+    name: str = typer.Argument(..., help="the speaker's name as rows show it, e.g. Therapist or a participant"),
+    files: list[Path] = typer.Argument(..., help="clean recordings of this one voice (any audio/video ffmpeg reads)"),
+    data_root: Optional[Path] = typer.Option(None),
+    pipeline_source: Optional[str] = typer.Option(None, "--pipeline", help="the diarization pipeline whose "
+                                                  "embedding model makes the print (default: offline)"),
+    device: str = typer.Option("cpu"),
+) -> None:
+    """Store NAME's voice print (DATA_ROOT/voices/NAME.json); replaces an earlier one."""
+    from rich.console import Console
+    from pipeline.media.diarize import load_pipeline
+    from pipeline.media.voices import VoiceError, enroll
+
+    settings = _media_settings(data_root)
+    try:
+        voice = enroll(name, files, settings.data_root, load_pipeline(pipeline_source, device, settings))
+    except VoiceError as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[red]{exc}[/red]", highlight=False)
+        raise typer.Exit(1)
+    Console().print(f"{voice.name}: {voice.seconds:.1f} s of speech from {len(files)} file(s), model {voice.model}",
+                    highlight=False)
+
+
+@voices_app.command("list")
+def voices_list(data_root: Optional[Path] = typer.Option(None)) -> None:
+    """Enrolled voices: name, seconds of speech, model."""
+    from rich.console import Console
+    from pipeline.media.voices import load_voices
+
+    console = Console()
+    enrolled = load_voices(_media_settings(data_root).data_root)
+    for v in enrolled:
+        console.print(f"{v.name}\t{v.seconds:.1f} s\t{v.model}\t{len(v.sources)} file(s)", highlight=False)
+    if not enrolled:
+        console.print("no enrolled voices")
+
+
+@voices_app.command("remove")
+def voices_remove(name: str, data_root: Optional[Path] = typer.Option(None)) -> None:
+    """Delete NAME's voice print."""
+    from pipeline.media.voices import remove
+    if not remove(name, _media_settings(data_root).data_root):
+        raise typer.BadParameter(f"no enrolled voice named {name!r}")
+    typer.echo(f"removed {name}")
+
+
+models_app = typer.Typer(help="Local model directories (no model hub needed).", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("prepare-offline")
+def models_prepare_offline(
+    models_dir: Optional[Path] = typer.Option(None, help="default: $RESCUE_MODELS_DIR or ./models"),
+    test_models: bool = typer.Option(True, help="also build the tiny WhisperX + alignment test models"),
+) -> None:
+    """Assemble the offline pyannote pipeline (+ tiny test models); idempotent."""
+    from rich.console import Console
+    from pipeline.media.models import prepare_all
+
+    console = Console()
+    target = models_dir or _media_settings(None).models_dir
+    with console.status(f"preparing models in {target}"):
+        built = prepare_all(target, test_models=test_models)
+    for name, path in built.items():
+        console.print(f"{name}: {path}")

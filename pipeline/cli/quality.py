@@ -1,0 +1,171 @@
+"""``rescue agreement``, ``rescue adjudicate`` and ``rescue gold``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipeline.cli.app import app
+
+
+# --- agreement, adjudication, gold (pipeline.quality.agreement, pipeline.quality.gold) ---------------
+
+adjudicate_app = typer.Typer(help="Adjudication of disagreements in Label Studio.", no_args_is_help=True)
+gold_app = typer.Typer(help="Gold rows from the annotation rounds.", no_args_is_help=True)
+app.add_typer(adjudicate_app, name="adjudicate")
+app.add_typer(gold_app, name="gold")
+
+
+@app.command("agreement")
+def agreement_cmd(
+    round_name: str = typer.Argument(..., metavar="ROUND", help="Annotation round (e.g. emotion)."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Label table (default: the round's pulled labels)."),
+    override: Optional[str] = typer.Option(None, "--override", help="Release this round although it is below "
+                                           "threshold; the reason is recorded."),
+    by: Optional[str] = typer.Option(None, "--by", help="Who decides the override."),
+) -> None:
+    """Krippendorff alpha / kappa per field; writes the report beside the labels and the gate record."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeline import store
+    from pipeline.quality import agreement
+
+    console = Console()
+    root = store.data_root(data_root)
+    try:
+        out = agreement.measure_round(root, round_name, labels)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    rep = out["report"]
+    table = Table(title=f"agreement - round {round_name}")
+    for col in ("field", "metric", "alpha", "threshold", "units", "pairable", "% agree", "Fleiss", "gate"):
+        table.add_column(col, justify="left" if col in ("field", "metric", "gate") else "right")
+    fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+    for f in rep.fields:
+        gate = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "[yellow]undefined[/yellow]"}[f.passed]
+        table.add_row(f.field, f.metric, fmt(f.alpha), f"{f.threshold:.3f}", str(f.n_units), str(f.n_pairable),
+                      fmt(f.percent_agreement), fmt(f.fleiss_kappa), gate)
+    console.print(table)
+    for issue in rep.issues[:10]:
+        console.print(f"  [yellow]{issue['kind']}[/yellow] {issue['message']}", highlight=False)
+    if len(rep.issues) > 10:
+        console.print(f"  ... and {len(rep.issues) - 10} more issues (see the report)")
+    console.print(f"report: {out['paths']['html']}", highlight=False)
+    if override is not None:
+        try:
+            rec = agreement.record_override(root, round_name, override, by or "")
+        except (ValueError, FileNotFoundError) as exc:
+            console.print(f"[red]override refused:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from None
+        console.print(f"override recorded by {rec['by']}: {rec['reason']}", highlight=False)
+    elif not rep.passed:
+        console.print("[red]below threshold: this round blocks a release[/red] (adjudicate / re-annotate, or "
+                      "--override REASON --by NAME)")
+        raise typer.Exit(3)
+
+
+def _adjudication_samples(root: Path, samples: Optional[Path], rows: Optional[Path]) -> list[dict]:
+    from pipeline import corpus
+
+    if samples or rows:
+        from pipeline.annotation.push import load_samples
+
+        cdir = corpus.corpus_dir(root)
+        return load_samples(samples or cdir / "samples.parquet", rows or cdir / "rows.parquet")
+    return corpus.load_corpus(root)
+
+
+@adjudicate_app.command("push")
+def adjudicate_push(
+    round_name: str = typer.Argument(..., metavar="ROUND"),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+    samples: Optional[Path] = typer.Option(None, help="Samples table the round was pushed from (default: corpus)."),
+    rows: Optional[Path] = typer.Option(None, help="Rows table the round was pushed from (default: corpus)."),
+) -> None:
+    """Put every disagreement of a pulled round into the round's adjudication projects."""
+    import pyarrow.parquet as pq
+    from rich.console import Console
+
+    from pipeline import store
+    from pipeline.quality import adjudication
+    from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+    from pipeline.annotation.pull import labels_path
+    from pipeline.annotation.rounds import load_round
+    from pipeline.config import Settings
+
+    console = Console()
+    settings = Settings.from_env(data_root)
+    root = store.data_root(data_root)
+    path = labels_path(root, round_name)
+    try:
+        rnd = load_round(round_name)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no labels; run `rescue annotate pull {round_name}` first")
+        summary = adjudication.push(LabelStudioClient.from_settings(settings), rnd, pq.read_table(path),
+                                    _adjudication_samples(root, samples, rows))
+    except (FileNotFoundError, KeyError, LabelStudioError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    console.print(f"round {round_name}: {summary.disagreements} disagreeing rows; tasks {summary.tasks_created} new, "
+                  f"{summary.tasks_updated} refreshed, {summary.tasks_unchanged} unchanged; projects "
+                  + ", ".join(f"{k}={v}" for k, v in summary.projects.items()), highlight=False)
+
+
+@adjudicate_app.command("pull")
+def adjudicate_pull(
+    round_name: str = typer.Argument(..., metavar="ROUND"),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+) -> None:
+    """Fetch the adjudicators' answers and store them beside the round's labels."""
+    from rich.console import Console
+
+    from pipeline import store
+    from pipeline.quality import adjudication
+    from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+    from pipeline.config import Settings
+
+    console = Console()
+    root = store.data_root(data_root)
+    try:
+        table, path = adjudication.pull_and_store(LabelStudioClient.from_settings(Settings.from_env(data_root)),
+                                                  root, round_name)
+    except (KeyError, LabelStudioError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    rows = len(set(zip(table.column("sample_id").to_pylist(), table.column("row_index").to_pylist())))
+    console.print(f"round {round_name}: {rows} adjudicated rows ({table.num_rows} values) -> {path}", highlight=False)
+
+
+@gold_app.command("build")
+def gold_build(
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+    rounds: Optional[list[str]] = typer.Option(None, "--round", help="Rounds to use (default: every pulled round)."),
+    allow_unresolved: bool = typer.Option(False, "--allow-unresolved", help="Build even where a disagreement has "
+                                          "no adjudication (first annotator's value; marked in the provenance)."),
+) -> None:
+    """Gold rows (majority / median / adjudicator, with provenance), validated and merged into the corpus."""
+    from rich.console import Console
+
+    from pipeline import store
+    from pipeline.quality import gold
+
+    console = Console()
+    try:
+        out = gold.build_and_store(store.data_root(data_root), round_names=rounds or None, strict=not allow_unresolved)
+    except (FileNotFoundError, gold.UnresolvedError, KeyError) as exc:
+        console.print(f"[red]gold build refused:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    s = out["summary"]
+    console.print(f"gold: {s['samples']} samples, {s['rows']} rows, {s['values']} values from rounds "
+                  f"{', '.join(s['rounds'])}; " + ", ".join(f"{k} {v}" for k, v in s["methods"].items()), highlight=False)
+    console.print(f"corpus: {s['corpus']['added']} added, {s['corpus']['replaced']} replaced, "
+                  f"{s['corpus']['unchanged']} unchanged; {s['violations']} violations; provenance: "
+                  f"{out['dir'] / 'provenance.parquet'}", highlight=False)
+    if s["violations"]:
+        for v in out["violations"][:10]:
+            console.print(f"  [red]{v}[/red]", highlight=False)
+        raise typer.Exit(1)

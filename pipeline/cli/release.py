@@ -1,0 +1,127 @@
+"""``rescue release``: versioned, immutable benchmark releases."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipeline.cli.app import app
+from pipeline.cli.data import _print_violations
+
+
+# --- release (pipeline.benchmark.release) ------------------------------------------------------
+
+release_app = typer.Typer(help="Versioned, immutable benchmark releases (Parquet + manifest + dataset card).",
+                          no_args_is_help=True)
+app.add_typer(release_app, name="release")
+
+
+@release_app.command("build")
+def release_build(
+    version: str = typer.Option(..., "--version", help="Semantic version X.Y.Z; an existing version is refused."),
+    input_file: Optional[Path] = typer.Option(None, "--input", help="Samples in the paper's benchmark_191.jsonl shape."),
+    rows_dir: Optional[Path] = typer.Option(None, "--rows-dir", help="Directory with samples.parquet + rows.parquet "
+                                            "(default: the corpus, <data root>/corpus)."),
+    synthetic: bool = typer.Option(False, "--synthetic", help="Use the synthetic RESCUE-scale corpus (demo)."),
+    scale: float = typer.Option(1.0, "--scale", help="Synthetic corpus size as a multiple of RESCUE's 191 samples."),
+    seed: int = typer.Option(0, "--seed", help="Synthetic corpus seed."),
+    dev_fraction: float = typer.Option(0.0, "--dev-fraction", help="Share of couple/family groups in a dev split."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse to build when validation finds problems."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+) -> None:
+    """Build releases/<version>/ from the corpus (default), a rows directory, a RESCUE JSONL file or the synthetic corpus."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from pipeline import store
+    from pipeline.benchmark import release
+    from pipeline.config import Settings
+
+    console = Console()
+    if sum([input_file is not None, rows_dir is not None, synthetic]) > 1:
+        console.print("[red]give at most one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
+        raise typer.Exit(2)
+    settings = Settings.from_env(data_root)
+    if input_file is None and rows_dir is None and not synthetic:
+        from pipeline.corpus import corpus_dir
+
+        rows_dir = corpus_dir(settings.data_root)  # default: the working corpus
+        if not rows_dir.is_dir():
+            console.print(f"[red]no corpus yet at {rows_dir}[/red]: import one (`rescue import-rescue FILE`), build gold "
+                          "rows (`rescue gold build`), or pass --input / --rows-dir / --synthetic")
+            raise typer.Exit(1)
+    steps = 3 + 6 + len(release.schemas.RELEASE_CONFIGS) + 1  # load, validate, tables, tasks, files, manifest
+    try:
+        with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            bar = progress.add_task("loading input", total=steps)
+            if input_file is not None:
+                inp = release.load_jsonl(input_file)
+            elif rows_dir is not None:
+                inp = release.load_rows_dir(rows_dir)
+            else:
+                inp = release.load_synthetic(scale, seed)
+            progress.update(bar, advance=1, description="validating")
+            release.validate(inp)
+            progress.update(bar, advance=1, description="building tasks")
+            result = release.build_release(
+                inp, version, settings.data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
+                on_step=lambda msg: progress.update(bar, advance=1, description=msg))
+    except (release.ReleaseError, store.AlreadyExists) as exc:
+        console.print(f"[red]release build failed:[/red] {exc}")
+        raise typer.Exit(1) from None
+
+    m = result.manifest
+    table = Table(title=f"RESCUE release {version}", show_lines=False)
+    table.add_column("task")
+    for col in ("couple inst.", "family inst.", "couple samp.", "family samp."):
+        table.add_column(col, justify="right")
+    for task, c in m["counts"].items():
+        table.add_row(task.upper(), str(c["couple"]["instances"]), str(c["family"]["instances"]),
+                      str(c["couple"]["samples"]), str(c["family"]["samples"]))
+    console.print(table)
+    st = m["statistics"]["all"]
+    console.print(f"{st['samples']} samples, {st['total_turns']} rows, {st['total_duration_min']} min; splits "
+                  + ", ".join(f"{k} {v}" for k, v in m["splits"]["samples"].items() if v)
+                  + f"; validation problems: {m['validation']['problems']}")
+    if inp.problems:
+        _print_violations(console, inp.problems, limit=10)
+    console.print(f"written: {result.path}")
+
+
+@release_app.command("diff")
+def release_diff(
+    a: str = typer.Argument(..., help="Older version."),
+    b: str = typer.Argument(..., help="Newer version."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
+) -> None:
+    """What changed between two releases: samples, rows and task labels added/removed/changed."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeline.benchmark import release
+    from pipeline.config import Settings
+
+    console = Console()
+    try:
+        report = release.diff_releases(Settings.from_env(data_root).data_root, a, b)
+    except release.ReleaseError as exc:
+        console.print(f"[red]release diff failed:[/red] {exc}")
+        raise typer.Exit(1) from None
+    if as_json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return
+    table = Table(title=f"release {a} -> {b}")
+    for col in ("what", "added", "removed", "changed", "changed fields"):
+        table.add_column(col)
+    entries = [("samples", report["samples"]), ("rows", report["rows"])]
+    entries += [(f"{t} labels", r) for t, r in report["labels"].items()]
+    for name, r in entries:
+        table.add_row(name, str(r["added"]), str(r["removed"]), str(r["changed"]),
+                      ", ".join(f"{k} {v}" for k, v in r["changed_fields"].items()))
+    console.print(table)

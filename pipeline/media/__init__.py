@@ -1,0 +1,1 @@
+"""Media stages: ingest, transcription, diarization, voices, turns."""

@@ -1,0 +1,245 @@
+"""The data root: one typed map of every artifact under it, and the sample-id grammar.
+
+Every path under the data root comes from :class:`DataRoot`; no other module joins segments
+under it. Every path it returns lies inside the root: ids that become file names (sample ids,
+round names, annotator slugs, versions, voice names) are checked against their grammar first,
+and the result is checked again against the resolved root (a symlink inside the root that
+points out of it is refused too).
+
+Layout::
+
+    catalog.parquet                          the ingest catalog (one line per sample_id)
+    media/<sha256>.wav                       16 kHz mono audio, content addressed
+    subtitles/<sha256>/<name>                copies of the operator's subtitle files
+    transcripts/<sample_id>.json             transcripts (subtitles or WhisperX)
+    diarization/<sample_id>.rttm             who spoke when
+    drafts/<sample_id>.parquet               draft rows from the segmenter (work in progress)
+    corpus/{samples,rows}.parquet            the working corpus: gold rows and imported samples
+    annotation/exports/<round>/<scenario>/<annotator>/<sha>.json   raw Label Studio exports
+    annotation/labels/<round>.parquet        the long label table of a round (+ .problems)
+    annotation/labels/<round>.agreement/     the agreement report of a round
+    annotation/adjudications/<round>.parquet the adjudicator's answers
+    annotation/gates/<round>.json            agreement gate (+ <round>.override.json)
+    annotation/gold/                         gold provenance, violations, summary
+    reports/                                 import reports
+    releases/<version>/                      immutable releases
+    voices/<name>.json                       enrolled voice prints
+    label-studio/                            the local Label Studio's database and media
+    stack/                                   the local stack's state (pids, logs, Prefect home)
+
+Sample ids: one to four ``/``-separated segments, each starting with a letter or digit and
+then letters, digits, ``.``, ``_`` or ``-`` (at most 200 characters in all), e.g.
+``alan_and_evelyn/001_s01e01_ct25_segment04`` or ``family_therapy/smiths/002``. So ``..``,
+absolute paths, empty segments, backslashes and control characters are never ids.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+SAMPLE_ID_RE = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT}){{0,3}}")
+SAMPLE_ID_MAX = 200
+NAME_RE = re.compile(rf"{_SEGMENT}")          # one segment: rounds, scenarios, voice names
+NAME_MAX = 100
+VERSION_RE = re.compile(r"\d+\.\d+\.\d+")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+SAMPLE_ID_GRAMMAR = ("one to four '/'-separated segments of letters, digits, '.', '_' or '-', "
+                     f"each starting with a letter or digit, at most {SAMPLE_ID_MAX} characters")
+
+
+class InvalidId(ValueError):
+    """An id that would not stay a plain name inside the data root."""
+
+
+class OutsideDataRoot(ValueError):
+    """A path that resolves outside the data root (e.g. through a symlink)."""
+
+
+def _show(value: object) -> str:
+    return repr(value) if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+
+
+def check_sample_id(sample_id: object) -> str:
+    """Return ``sample_id`` if it follows the grammar, else raise :class:`InvalidId` naming it."""
+    if not isinstance(sample_id, str) or not sample_id:
+        raise InvalidId(f"sample id {_show(sample_id)}: must be a non-empty string ({SAMPLE_ID_GRAMMAR})")
+    if len(sample_id) > SAMPLE_ID_MAX or not SAMPLE_ID_RE.fullmatch(sample_id):
+        raise InvalidId(f"sample id {sample_id!r} is not allowed: {SAMPLE_ID_GRAMMAR}")
+    return sample_id
+
+
+def check_name(value: object, what: str = "name") -> str:
+    """A single path segment (round, scenario, voice name, annotator slug)."""
+    if not isinstance(value, str) or not value or len(value) > NAME_MAX or not NAME_RE.fullmatch(value):
+        raise InvalidId(f"{what} {_show(value)} is not allowed: letters, digits, '.', '_' or '-', "
+                        f"starting with a letter or digit, at most {NAME_MAX} characters")
+    return value
+
+
+def check_version(version: object) -> str:
+    if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
+        raise InvalidId(f"release version {_show(version)} is not allowed: use X.Y.Z (e.g. 1.0.0)")
+    return version
+
+
+def slug(text: str) -> str:
+    """A file-name-safe, still readable form of free text such as an e-mail address."""
+    out = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:NAME_MAX]
+    return out or "_"
+
+
+@dataclass(frozen=True)
+class DataRoot:
+    """The data root (``--data-root``, else ``$RESCUE_DATA_ROOT``, else ``./data``)."""
+
+    root: Path
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        if isinstance(root, DataRoot):
+            root = root.root
+        if isinstance(root, str) and ("\x00" in root or not root.strip()):
+            raise InvalidId(f"data root {root!r} is not a usable path")
+        object.__setattr__(self, "root", Path(root).expanduser().absolute())
+
+    @classmethod
+    def from_env(cls, explicit: str | os.PathLike | None = None) -> "DataRoot":
+        from pipeline.config import Settings
+
+        return cls(Settings.from_env(explicit).data_root)
+
+    def __fspath__(self) -> str:
+        return str(self.root)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    # --- the one join -----------------------------------------------------------------
+    def _inside(self, *parts: str) -> Path:
+        path = self.root.joinpath(*parts)
+        real_root = self.root.resolve()
+        real = path.resolve()  # follows symlinks that exist; the rest is taken as written
+        if real != real_root and real_root not in real.parents:
+            raise OutsideDataRoot(f"{path} resolves to {real}, outside the data root {real_root}")
+        return path
+
+    def relative(self, path: str | os.PathLike) -> str:
+        """``path`` as stored in tables (POSIX, relative to the root); refuses paths outside."""
+        path = Path(path)
+        full = path if path.is_absolute() else self.root / path
+        real_root = self.root.resolve()
+        real = full.resolve()
+        if real_root not in real.parents:
+            raise OutsideDataRoot(f"{path} is not inside the data root {real_root}")
+        return real.relative_to(real_root).as_posix()
+
+    def resolve(self, relative: str) -> Path:
+        """A path stored relative to the root (e.g. the catalog's ``audio_path``) -> a full path."""
+        if not isinstance(relative, str) or not relative or relative.startswith("/") or "\\" in relative \
+                or "\x00" in relative or any(p in ("", ".", "..") for p in relative.split("/")):
+            raise InvalidId(f"stored path {relative!r} is not a plain relative path inside the data root")
+        return self._inside(*relative.split("/"))
+
+    # --- ingest -----------------------------------------------------------------------
+    def catalog(self) -> Path:
+        return self._inside("catalog.parquet")
+
+    def media_dir(self) -> Path:
+        return self._inside("media")
+
+    def media(self, sha256: str) -> Path:
+        if not SHA256_RE.fullmatch(sha256 or ""):
+            raise InvalidId(f"media digest {sha256!r} is not a sha256 hex digest")
+        return self._inside("media", f"{sha256}.wav")
+
+    def subtitles(self, sha256: str, name: str) -> Path:
+        if not SHA256_RE.fullmatch(sha256 or ""):
+            raise InvalidId(f"subtitle digest {sha256!r} is not a sha256 hex digest")
+        return self._inside("subtitles", sha256, check_name(name, "subtitle file name"))
+
+    # --- per-sample work in progress ----------------------------------------------------
+    def transcript(self, sample_id: str) -> Path:
+        return self._inside("transcripts", f"{check_sample_id(sample_id)}.json")
+
+    def rttm(self, sample_id: str) -> Path:
+        return self._inside("diarization", f"{check_sample_id(sample_id)}.rttm")
+
+    def drafts_dir(self) -> Path:
+        return self._inside("drafts")
+
+    def drafts(self, sample_id: str) -> Path:
+        return self._inside("drafts", f"{check_sample_id(sample_id)}.parquet")
+
+    # --- corpus -------------------------------------------------------------------------
+    def corpus_dir(self) -> Path:
+        return self._inside("corpus")
+
+    # --- annotation rounds ------------------------------------------------------------
+    def annotation_dir(self) -> Path:
+        return self._inside("annotation")
+
+    def labels(self, round_name: str) -> Path:
+        return self._inside("annotation", "labels", f"{check_name(round_name, 'round')}.parquet")
+
+    def label_problems(self, round_name: str) -> Path:
+        return self._inside("annotation", "labels", f"{check_name(round_name, 'round')}.problems.parquet")
+
+    def agreement_report_dir(self, round_name: str) -> Path:
+        return self._inside("annotation", "labels", f"{check_name(round_name, 'round')}.agreement")
+
+    def export(self, round_name: str, scenario: str, annotator: str, sha256: str) -> Path:
+        if not SHA256_RE.fullmatch(sha256 or ""):
+            raise InvalidId(f"export digest {sha256!r} is not a sha256 hex digest")
+        return self._inside("annotation", "exports", check_name(round_name, "round"),
+                            check_name(scenario, "scenario"), slug(annotator), f"{sha256}.json")
+
+    def adjudications(self, round_name: str) -> Path:
+        return self._inside("annotation", "adjudications", f"{check_name(round_name, 'round')}.parquet")
+
+    def gates_dir(self) -> Path:
+        return self._inside("annotation", "gates")
+
+    def gate(self, round_name: str) -> Path:
+        return self._inside("annotation", "gates", f"{check_name(round_name, 'round')}.json")
+
+    def gate_override(self, round_name: str) -> Path:
+        return self._inside("annotation", "gates", f"{check_name(round_name, 'round')}.override.json")
+
+    def gold_dir(self) -> Path:
+        return self._inside("annotation", "gold")
+
+    # --- reports, releases, voices, local services ---------------------------------------
+    def reports_dir(self) -> Path:
+        return self._inside("reports")
+
+    def import_report(self, source_sha256: str) -> Path:
+        if not re.fullmatch(r"[0-9a-f]{12,64}", source_sha256 or ""):
+            raise InvalidId(f"source digest {source_sha256!r} is not a hex digest")
+        return self._inside("reports", f"import-{source_sha256[:12]}-violations.parquet")
+
+    def releases_dir(self) -> Path:
+        return self._inside("releases")
+
+    def release(self, version: str) -> Path:
+        return self._inside("releases", check_version(version))
+
+    def voices_dir(self) -> Path:
+        return self._inside("voices")
+
+    def voice(self, name: str) -> Path:
+        return self._inside("voices", f"{check_name(name, 'voice name')}.json")
+
+    def label_studio_dir(self) -> Path:
+        return self._inside("label-studio")
+
+    def stack_dir(self) -> Path:
+        return self._inside("stack")
+
+    def prefect_results(self) -> Path:
+        return self._inside("prefect-results")
+
+    def batches_dir(self) -> Path:
+        """Where the demo writes its generated batches."""
+        return self._inside("batches")

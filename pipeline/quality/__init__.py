@@ -1,0 +1,1 @@
+"""Quality stages: agreement, its reports, adjudication, gold rows."""

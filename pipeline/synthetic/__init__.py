@@ -1,0 +1,1 @@
+"""Synthetic interviews and corpora, simulated annotators, test models: never real data."""
