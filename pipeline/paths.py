@@ -9,6 +9,7 @@ points out of it is refused too).
 Layout::
 
     catalog.parquet                          the ingest catalog (one line per sample_id)
+    catalog.lock                             held while the catalog is updated
     media/<sha256>.wav                       16 kHz mono audio, content addressed
     subtitles/<sha256>/<name>                copies of the operator's subtitle files
     transcripts/<sample_id>.json             transcripts (subtitles or WhisperX)
@@ -23,7 +24,7 @@ Layout::
     annotation/gold/                         gold provenance, violations, summary
     reports/                                 import reports
     releases/<version>/                      immutable releases
-    voices/<name>.json                       enrolled voice prints
+    voices/<name>.json                       enrolled voice prints (a name with spaces: <slug>-<hash>.json)
     label-studio/                            the local Label Studio's database and media
     stack/                                   the local stack's state (pids, logs, Prefect home)
 
@@ -34,6 +35,7 @@ absolute paths, empty segments, backslashes and control characters are never ids
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -146,6 +148,10 @@ class DataRoot:
     def catalog(self) -> Path:
         return self._inside("catalog.parquet")
 
+    def catalog_lock(self) -> Path:
+        """The lock file every catalog update holds (``fcntl.flock``: across threads and processes)."""
+        return self._inside("catalog.lock")
+
     def media_dir(self) -> Path:
         return self._inside("media")
 
@@ -229,7 +235,15 @@ class DataRoot:
         return self._inside("voices")
 
     def voice(self, name: str) -> Path:
-        return self._inside("voices", f"{check_name(name, 'voice name')}.json")
+        """``voices/<name>.json``; a name that is no plain file name (a person's name with a space)
+        is stored as ``<slug>-<first 8 hex of its sha256>.json`` (the file itself holds the name)."""
+        try:
+            stem = check_name(name, "voice name")
+        except InvalidId:
+            if not isinstance(name, str) or not name.strip() or any(ord(c) < 32 for c in name):
+                raise
+            stem = f"{slug(name)}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+        return self._inside("voices", f"{stem}.json")
 
     def label_studio_dir(self) -> Path:
         return self._inside("label-studio")
