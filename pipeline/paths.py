@@ -14,8 +14,9 @@ Layout::
     subtitles/<sha256>/<name>                copies of the operator's subtitle files
     transcripts/<sample_id>.json             transcripts (subtitles or WhisperX)
     diarization/<sample_id>.rttm             who spoke when
-    drafts/<sample_id>.parquet               draft rows from the segmenter (work in progress)
-    corpus/{samples,rows}.parquet            the working corpus: gold rows and imported samples
+    drafts/<sample_id>.parquet               draft rows from the segmenter
+    work/{samples,rows}.parquet              interviews in annotation (drafts, then each round's gold)
+    corpus/{samples,rows}.parquet            the corpus: imported samples and finished gold samples
     annotation/exports/<round>/<scenario>/<annotator>/<sha>.json   raw Label Studio exports
     annotation/labels/<round>.parquet        the long label table of a round (+ .problems)
     annotation/labels/<round>.agreement/     the agreement report of a round
@@ -178,7 +179,10 @@ class DataRoot:
     def drafts(self, sample_id: str) -> Path:
         return self._inside("drafts", f"{check_sample_id(sample_id)}.parquet")
 
-    # --- corpus -------------------------------------------------------------------------
+    # --- interviews in annotation, and the corpus ---------------------------------------
+    def work_dir(self) -> Path:
+        return self._inside("work")
+
     def corpus_dir(self) -> Path:
         return self._inside("corpus")
 
