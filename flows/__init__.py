@@ -17,7 +17,6 @@ shared machinery is here so every flow resumes, retries and reports the same way
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +29,8 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, wait
 from prefect.tasks import exponential_backoff
 
+from pipeline.store import sha256_file
+
 CODE_VERSION = f"rescue-pipeline-{pipeline.__version__}"
 GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")
 
@@ -40,14 +41,6 @@ NETWORK_RETRIES: dict[str, Any] = dict(
     retry_delay_seconds=exponential_backoff(backoff_factor=1),  # 1 s, 2 s, 4 s
     retry_jitter_factor=0.5,
 )
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def file_key(param: str):
