@@ -2,20 +2,28 @@
 between field values and Label Studio results (both ways). Everything is derived from the
 round definition (:mod:`pipeline.annotation.rounds`) and the taxonomy; nothing is typed twice.
 
-One task per sample. The whole dialogue is shown as Paragraphs synced with the Audio (clicking
-a line plays it); below it a Repeater gives every row the round applies to ("units") its own
-controls. Control names carry the unit's position: ``<field>_<i>`` and, for record slots,
-``<field>__<slot>__<subfield>_<i>``; the unit list in the task data maps ``i`` to the row_index.
+One task per sample, or per window of a long sample (:mod:`.windows`: at most
+``WINDOW_UNITS`` rows with controls per task, stitched back on pull). The dialogue is shown as
+Paragraphs with the audio URL (each line's play control plays that line and stops at its end)
+synced with the Audio player; below it a Repeater gives every row the round applies to
+("units") its own controls, each labelled in words (``label`` in the round YAML), required ones
+marked ``*``. Control names carry the unit's position in the task: ``<field>_<i>`` and, for
+record slots, ``<field>__<slot>__<subfield>_<i>``; the unit list in the task data maps ``i`` to
+the row_index.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+from html import escape
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+import yaml
+
 from pipeline import taxonomy
+from pipeline.annotation import windows
 from pipeline.annotation.rounds import Field, Round, load_round, round_names
 from pipeline.config import SCHEMAS_DIR
 
@@ -26,7 +34,10 @@ GUIDANCE_KIND = {  # taxonomy list -> the guidance section shown as hints
     "taxonomy:support_strategies": "support_strategies",
 }
 # Task-data keys that hold the per-sample choice lists of dynamic fields.
-DYNAMIC_KEY = {"entities": "entities", "clients": "clients", "rows": "row_options"}
+DYNAMIC_KEY = {"entities": "entities", "clients": "clients"}
+UNIT_ROW_OPTIONS = "row_options"  # per unit: the rows offered for a ``rows`` field (evidence)
+EVIDENCE_BEFORE = 15  # rows before a unit's own row offered as evidence
+EVIDENCE_AFTER = 5    # and after it
 _NAME_RE = re.compile(r"^(?P<field>[a-z_]+?)(?:__(?P<slot>\d+)__(?P<sub>[a-z_]+))?_(?P<unit>\d+)$")
 
 
@@ -49,63 +60,142 @@ def parse_control_name(name: str) -> tuple[str, int | None, str | None, int] | N
     return m["field"], slot, m["sub"], int(m["unit"])
 
 
-def _control(field: Field, name: str, scenario: str, required: bool, indent: str) -> list[str]:
+def _ui_text(rnd: Round) -> dict[str, dict]:
+    """``{field or field.subfield: {"label", "help"}}``: the words annotators see, from the round YAML."""
+    raw = yaml.safe_load(rnd.source.read_text(encoding="utf-8")) or {}
+    out: dict[str, dict] = {}
+    for f in raw.get("fields") or []:
+        out[f["name"]] = {"label": f.get("label"), "help": f.get("help")}
+        for sub in f.get("subfields") or []:
+            out[f"{f['name']}.{sub['name']}"] = {"label": sub.get("label"), "help": sub.get("help")}
+    return out
+
+
+def field_label(field: Field, ui: dict[str, dict], path: str, required: bool) -> str:
+    """A control's label in words: its name from the round YAML, the range, a required mark."""
+    label = (ui.get(path) or {}).get("label") or path.split(".")[-1].replace("_", " ").capitalize()
+    if field.type == "number" and field.minimum is not None and field.maximum is not None:
+        label += f" {field.minimum:g}-{field.maximum:g}"
+    return label + (" *" if required else "")
+
+
+def _required_message(label: str) -> str:
+    return quoteattr(f"{label.rstrip(' *')} is missing in form {{{{idx}}}} (forms are numbered at their top "
+                     f"left, from 0); fill it in, or choose the 'none' option where there is one.")
+
+
+def _control(field: Field, name: str, scenario: str, required: bool, indent: str, label: str) -> list[str]:
     to = 'toName="turn_{{idx}}"'
-    req = ' required="true"' if required else ""
+    req = f' required="true" requiredMessage={_required_message(label)}' if required else ""
+    head = f'{indent}<Header size="6" value={quoteattr(label)}/>'
     if field.type == "text":
-        return [f'{indent}<TextArea name="{name}" {to} rows="2" maxSubmissions="1" editable="true"'
-                f' placeholder={quoteattr(field.name.replace("_", " "))}{req}/>']
+        return [head, f'{indent}<TextArea name="{name}" {to} rows="2" maxSubmissions="1" editable="true"'
+                f' placeholder={quoteattr(label.rstrip(" *"))}{req}/>']
     if field.type == "number":
         lo = f' min="{field.minimum:g}"' if field.minimum is not None else ""
         hi = f' max="{field.maximum:g}"' if field.maximum is not None else ""
-        return [f'{indent}<Number name="{name}" {to}{lo}{hi}{req}/>']
+        return [head, f'{indent}<Number name="{name}" {to}{lo}{hi}{req}/>']
     if field.type in ("choice", "multichoice", "rows"):
         multiple = ' choice="multiple"' if field.type in ("multichoice", "rows") else ""
-        head = f'{indent}<Choices name="{name}" {to} layout="select"{multiple}{req}'
+        open_ = f'{indent}<Choices name="{name}" {to} layout="select"{multiple}{req}'
+        if field.type == "rows":  # nearby rows only, each shown with its speaker and first words
+            return [head, f'{open_} value="$units[{{{{idx}}}}].{UNIT_ROW_OPTIONS}"/>']
         if field.is_dynamic:
-            return [f'{head} value="${DYNAMIC_KEY[field.values]}"/>']
+            return [head, f'{open_} value="${DYNAMIC_KEY[field.values]}"/>']
         hints = taxonomy.guidance(GUIDANCE_KIND[field.values], scenario) if field.values in GUIDANCE_KIND else {}
-        lines = [head + ">"]
-        for label in field.options(scenario):
-            hint = f" hint={quoteattr(hints[label])}" if label in hints else ""
-            lines.append(f"{indent}  <Choice value={quoteattr(label)}{hint}/>")
+        lines = [head, open_ + ">"]
+        for value in field.options(scenario):
+            hint = f" hint={quoteattr(hints[value])}" if value in hints else ""
+            lines.append(f"{indent}  <Choice value={quoteattr(value)}{hint}/>")
         lines.append(f"{indent}</Choices>")
         return lines
     raise ValueError(f"field {field.name!r}: type {field.type!r} has no Label Studio control")
 
 
+def instructions_html(rnd: Round, scenario: str) -> str:
+    """The project's instruction panel: the round's instructions, every field in words, and the
+    guidance of each label of the round's taxonomy lists (from the taxonomy, never typed twice)."""
+    from html import escape
+
+    ui = _ui_text(rnd)
+    parts = [f"<h3>{escape(rnd.title)}</h3>", f"<p>{escape(rnd.instructions)}</p>", "<ul>"]
+
+    def describe(f: Field, path: str, required: bool) -> None:
+        help_ = (ui.get(path) or {}).get("help")
+        parts.append(f"<li><b>{escape(field_label(f, ui, path, required))}</b>"
+                     + (f": {escape(help_)}" if help_ else "") + "</li>")
+
+    for f in rnd.fields:
+        describe(f, f.name, f.required)
+        for sub in f.subfields:
+            if sub.type != "const":
+                describe(sub, f"{f.name}.{sub.name}", sub.required)
+    parts.append("</ul><p>* required. Fields of an optional entry are required once the entry is started.</p>")
+    for f in (*rnd.fields, *(s for f in rnd.fields for s in f.subfields)):
+        if f.values in GUIDANCE_KIND:
+            parts.append(f"<h4>{escape(field_label(f, ui, f.name, False))}: the labels</h4><dl>")
+            for value, text in taxonomy.guidance(GUIDANCE_KIND[f.values], scenario).items():
+                parts.append(f"<dt><b>{escape(value)}</b></dt><dd>{escape(text)}</dd>")
+            if f.empty_choice:
+                parts.append(f"<dt><b>{escape(f.empty_choice)}</b></dt><dd>None of the above applies.</dd>")
+            parts.append("</dl>")
+    return "".join(parts)
+
+
 def render_config(rnd: Round, scenario: str) -> str:
-    """The Label Studio labeling config of one round for one scenario (deterministic text)."""
+    """The Label Studio labeling config of one round for one scenario (deterministic text).
+
+    Every control has a label in words (the round YAML's ``label``; ranges and a ``*`` for
+    required ones) and a required message naming the field and the form. Record slots after the
+    first appear once the slot before them has its first choice set.
+    """
     taxonomy.check_scenario(scenario)
+    ui = _ui_text(rnd)
     out = [
         f"<!-- Generated from annotation_schemas/rounds/{rnd.name}.yaml (version {rnd.version}) by"
         f" `rescue annotate render-configs`; do not edit. -->",
         "<View>",
         f"  <Header value={quoteattr(f'{rnd.title} ({scenario})')}/>",
         f"  <Header size=\"6\" value={quoteattr(rnd.instructions)}/>",
+        '  <Text name="heading" value="$heading"/>',
         '  <Audio name="media" value="$media_url" sync="media"/>',
         '  <Paragraphs name="dialogue" value="$turns" layout="dialogue" nameKey="speaker"'
-        ' textKey="text" sync="media"/>',
+        ' textKey="line" audioUrl="$media_url" sync="media"/>',
         '  <Repeater on="$units" indexFlag="{{idx}}">',
         '    <View idAttr="unit_{{idx}}" style="border-top: 1px solid #ccc; padding-top: 6px; margin-top: 6px">',
+        '      <Header size="6" value="form {{idx}}"/>',
         '      <Text name="turn_{{idx}}" value="$units[{{idx}}].text"/>',
     ]
     for field in rnd.fields:
         if field.type == "records":
+            opener = next((s for s in field.subfields if s.type in ("choice", "multichoice")), None)
             for slot in range(1, field.max_items + 1):
-                out.append(f"      <Header size=\"6\" value={quoteattr(f'{field.name} {slot}')}/>")
-                out.append('      <View style="display: flex; gap: 8px; flex-wrap: wrap">')
+                title = (ui.get(field.name) or {}).get("label") or field.name.replace("_", " ")
+                title += f" {slot}" if field.max_items > 1 else ""
+                title += "" if field.required and slot == 1 else " (optional)"
+                indent = "      "
+                if slot > 1 and opener is not None:
+                    # shown once the slot before it is started: fewer controls on the page
+                    prev = control_name(field.name, "{{idx}}", slot - 1, opener.name)
+                    out.append(f'      <View visibleWhen="choice-selected" whenTagName="{prev}">')
+                    indent = "        "
+                out.append(f"{indent}<Header size=\"6\" value={quoteattr(title)}/>")
+                out.append(f'{indent}<View style="display: flex; gap: 8px; flex-wrap: wrap; align-items: center">')
                 for sub in field.subfields:
                     if sub.type == "const":
                         continue
                     # A required records field needs an explicit decision in slot 1: the subfield
                     # carrying the "none" choice (e.g. strategy type or "no strategy").
                     required = field.required and slot == 1 and sub.empty_choice is not None
+                    label = field_label(sub, ui, f"{field.name}.{sub.name}", required or sub.required)
                     name = control_name(field.name, "{{idx}}", slot, sub.name)
-                    out += _control(sub, name, scenario, required, "        ")
-                out.append("      </View>")
+                    out += _control(sub, name, scenario, required, indent + "  ", label)
+                out.append(f"{indent}</View>")
+                if slot > 1 and opener is not None:
+                    out.append("      </View>")
         else:
-            out += _control(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ")
+            label = field_label(field, ui, field.name, field.required)
+            out += _control(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ", label)
     out += ["    </View>", "  </Repeater>", "</View>", ""]
     return "\n".join(out)
 
@@ -132,28 +222,70 @@ def stale_configs() -> list[Path]:
 
 # --- task data ---------------------------------------------------------------------------
 
-def _row_label(row: dict) -> str:
-    return f"{row['row_index']} · {row.get('primary_speaker') or '?'}"
+def _first_words(text: str, n: int = 8) -> str:
+    words = (text or "").split()
+    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
+
+
+def heading(data: dict) -> str:
+    """The line above the dialogue: which rows the task covers (and, for a window, its part)."""
+    rows = [t["row_index"] for t in data["turns"]]
+    total = data.get("n_rows") or len(rows)
+    window = data.get("window")
+    if not window:
+        return f"{data['sample_id']}: rows {rows[0] if rows else 0}-{rows[-1] if rows else 0} of {total}"
+    lo, hi = window["rows"]
+    context = [r for r in rows if r < lo or r > hi]
+    note = f"; rows {', '.join(_spans(context))} are shown for context only" if context else ""
+    return (f"{data['sample_id']}: part {window['index'] + 1} of {window['count']} - you annotate rows "
+            f"{lo}-{hi} of {total}{note}")
+
+
+def _spans(rows: list[int]) -> list[str]:
+    out: list[list[int]] = []
+    for r in rows:
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return [f"{a}-{b}" if a != b else str(a) for a, b in out]
 
 
 def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
     """Task data of one sample: every turn for the dialogue, the round's units, choice lists.
 
     ``sample`` has the ``pipeline.rows`` shape (sample_id, scenario, participants, rows with
-    row_index, start_time, end_time, primary_speaker, target, dialogue_cleaned).
+    row_index, start_time, end_time, primary_speaker, target, dialogue_cleaned). Each person is
+    one author of the dialogue (``speaker`` is the name alone; the row number leads the line).
+    A round with a ``rows`` field gives each unit the rows around it as choices
+    (:data:`EVIDENCE_BEFORE` before, :data:`EVIDENCE_AFTER` after), shown with speaker and
+    first words.
     """
     scenario = sample["scenario"]
     rows = sorted(sample["rows"], key=lambda r: r["row_index"])
     participants = list(sample.get("participants") or [])
-    turns = [{"row_index": r["row_index"], "speaker": _row_label(r), "text": r.get("dialogue_cleaned") or "",
+    turns = [{"row_index": r["row_index"], "speaker": r.get("primary_speaker") or "?",
+              "text": r.get("dialogue_cleaned") or "",
+              "line": f"{r['row_index']}  {r.get('dialogue_cleaned') or ''}",
               "start": float(r["start_time"]), "end": float(r["end_time"])} for r in rows]
+    wants_rows = any(f.type == "rows" for f in rnd.fields)
+    position = {r["row_index"]: i for i, r in enumerate(rows)}
     units = []
     for r in rows:
         if not rnd.applies(r.get("primary_speaker")):
             continue
         to = ", ".join(r.get("target") or []) or "?"
-        units.append({"row_index": r["row_index"], "speaker": r.get("primary_speaker") or "",
-                      "text": f"Row {_row_label(r)} → {to}: {r.get('dialogue_cleaned') or ''}"})
+        speaker = r.get("primary_speaker") or "?"
+        unit = {"row_index": r["row_index"], "speaker": r.get("primary_speaker") or "",
+                "text": f"Row {r['row_index']} · {speaker} → {to}: {r.get('dialogue_cleaned') or ''}"}
+        if wants_rows:
+            i = position[r["row_index"]]
+            unit[UNIT_ROW_OPTIONS] = [
+                {"value": str(o["row_index"]),
+                 "html": escape(f"{o['row_index']} · {o.get('primary_speaker') or '?'}: "
+                                f"{_first_words(o.get('dialogue_cleaned') or '')}")}
+                for o in rows[max(0, i - EVIDENCE_BEFORE): i + 1 + EVIDENCE_AFTER]]
+        units.append(unit)
     data = {
         "sample_id": sample["sample_id"],
         "scenario": scenario,
@@ -161,13 +293,25 @@ def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
         "round_version": rnd.version,
         "participants": participants,
         "media_url": media_url,
+        "n_rows": len(rows),
         "turns": turns,
         "units": units,
         "entities": [{"value": v} for v in (*participants, taxonomy.THERAPIST, taxonomy.group_label(scenario))],
         "clients": [{"value": v} for v in (*participants, taxonomy.group_label(scenario))],
-        "row_options": [{"value": str(r["row_index"])} for r in rows],
     }
+    data["heading"] = heading(data)
     return data
+
+
+def build_tasks_data(rnd: Round, sample: dict, media_url: str = "", window: int | None = None) -> list[dict]:
+    """The task data of one sample as pushed: one task, or windows of ``window`` units
+    (default :data:`pipeline.annotation.windows.WINDOW_UNITS`) for a long sample."""
+    whole = build_task_data(rnd, sample, media_url)
+    parts = windows.split(whole, window or windows.WINDOW_UNITS)
+    if len(parts) > 1:
+        for part in parts:
+            part["heading"] = heading(part)
+    return parts
 
 
 def content_sha(data: dict, prediction: list[dict] | None) -> str:

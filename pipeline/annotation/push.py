@@ -1,10 +1,13 @@
 """Push a round's samples to Label Studio: one project per annotator per round and scenario.
 
 Community Label Studio cannot assign tasks, so a blind round gives each of its K annotators an
-own project holding identical tasks. Pushing is idempotent: every task carries its
-``sample_id`` and the ``content_sha`` of what it shows; a re-push imports only missing
-samples, refreshes changed samples nobody has annotated yet, and reports (never touches)
-changed samples that already carry annotations. Label Studio task ids are never stored.
+own project holding identical tasks. A long sample becomes several tasks, one per window of at
+most ``windows.WINDOW_UNITS`` rows with controls (:mod:`.windows`; pull stitches them back).
+Pushing is idempotent: every task carries its ``sample_id``, its window (``data["window"]``,
+absent for a one-task sample) and the ``content_sha`` of what it shows; a re-push imports only
+missing tasks, refreshes changed tasks nobody has annotated yet (and removes unannotated
+windows a re-segmented sample no longer has), and reports (never touches) changed tasks that
+already carry annotations. Label Studio task ids are never stored.
 
 Pre-annotations go in as inline predictions: by default the round's field values already in
 the input rows (the segmenter's draft for the transcript round, earlier gold or a release for
@@ -115,6 +118,16 @@ class _Prepared:
     data: dict
     prediction: list[dict]
 
+    @property
+    def key(self) -> tuple[str, int | None, int | None]:
+        return task_key(self.data)
+
+
+def task_key(data: dict) -> tuple[str, int | None, int | None]:
+    """A task's identity: ``(sample_id, window index, window count)`` (None, None: one task)."""
+    window = data.get("window") or {}
+    return data.get("sample_id"), window.get("index"), window.get("count")
+
 
 def local_media_url(audio_path: str) -> str:
     """Label Studio's URL for a file under the data root (its local-files document root)."""
@@ -130,12 +143,15 @@ def catalog_media_urls(data_root: str | Path) -> Callable[[dict], str]:
     return lambda sample: local_media_url(audio[sample["sample_id"]]) if sample["sample_id"] in audio else ""
 
 
-def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: Callable[[dict], str] | None) -> _Prepared:
-    data = ls_config.build_task_data(rnd, sample, media_url(sample) if media_url else "")
+def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: Callable[[dict], str] | None,
+             window: int | None = None) -> list[_Prepared]:
     values = prelabel(rnd, sample) if prelabel else {}
-    prediction = ls_config.values_to_results(rnd, data, values) if values else []
-    data["content_sha"] = ls_config.content_sha(data, prediction)
-    return _Prepared(sample["sample_id"], data, prediction)
+    out = []
+    for data in ls_config.build_tasks_data(rnd, sample, media_url(sample) if media_url else "", window):
+        prediction = ls_config.values_to_results(rnd, data, values) if values else []
+        data["content_sha"] = ls_config.content_sha(data, prediction)
+        out.append(_Prepared(sample["sample_id"], data, prediction))
+    return out
 
 
 def push_round(
@@ -150,6 +166,7 @@ def push_round(
     media_url: Callable[[dict], str] | None = None,
     media_dir: str | Path | None = None,
     on_chunk: Callable[[int, int], None] | None = None,
+    window: int | None = None,
 ) -> PushReport:
     """Push ``samples`` (``pipeline.rows`` shape) to every chosen annotator's project of the round.
 
@@ -158,6 +175,7 @@ def push_round(
     None for none). ``media_url``: sample -> URL shown in the Audio player (e.g.
     ``/data/local-files/?d=media/x.wav``); ``media_dir``: absolute folder to register as the
     projects' local storage. ``on_chunk(done, total)`` is called after each imported chunk.
+    ``window``: units per task for long samples (default ``windows.WINDOW_UNITS``).
     """
     rnd = load_round(round_name)
     chosen = choose_annotators(client, rnd, annotators, k)
@@ -165,8 +183,8 @@ def push_round(
     version = model_version(rnd, prelabel_source if prelabel else "none")
     by_scenario: dict[str, list[_Prepared]] = {}
     for s in sorted(samples, key=lambda s: s["sample_id"]):
-        by_scenario.setdefault(taxonomy.check_scenario(s["scenario"]), []).append(
-            _prepare(rnd, s, prelabel, media_url))
+        by_scenario.setdefault(taxonomy.check_scenario(s["scenario"]), []).extend(
+            _prepare(rnd, s, prelabel, media_url, window))
 
     plan: list[tuple[int, list[dict]]] = []
     try:
@@ -177,6 +195,7 @@ def push_round(
                 project = client.ensure_project(key, f"{rnd.name} {scenario} {annotator}", config, version,
                                                 description=rnd.title)
                 report.projects[key] = project.id
+                set_instructions(client, project.id, ls_config.instructions_html(rnd, scenario))
                 if media_dir:
                     client.add_local_storage(project.id, str(Path(media_dir).resolve()))
                 plan.append((project.id, _sync_existing(client, project.id, annotator, prepared, version, report)))
@@ -199,22 +218,38 @@ def push_round(
             report.created += len(chunk)
             if on_chunk:
                 on_chunk(done, total)
+    report.changed_after_annotation = list(dict.fromkeys(report.changed_after_annotation))  # once per sample
     return report
+
+
+def set_instructions(client: LabelStudioClient, project_id: int, html: str) -> None:
+    """Fill the project's instruction panel (shown before the first task and on request)."""
+    client._json("PATCH", f"/api/projects/{project_id}/", "set the project's instructions",
+                 json={"expert_instruction": html, "show_instruction": True})
 
 
 def _sync_existing(client: LabelStudioClient, project_id: int, annotator: str, prepared: list[_Prepared],
                    version: str, report: PushReport) -> list[dict]:
     """Compare the project's tasks with the prepared ones; update what may change; return new tasks."""
-    existing: dict[str, dict] = {}
+    existing: dict[tuple, dict] = {}
     for task in client.tasks(project_id):
-        sid = (task.get("data") or {}).get("sample_id")
-        if sid in existing:
-            report.duplicates.append((annotator, sid))
+        key = task_key(task.get("data") or {})
+        if key in existing:
+            report.duplicates.append((annotator, key[0]))
             continue
-        existing[sid] = task
+        existing[key] = task
+    wanted = {p.key for p in prepared}
+    pushed = {p.sample_id for p in prepared}
+    for key, task in existing.items():  # windows a re-segmented sample no longer has
+        if key[0] in pushed and key not in wanted:
+            if task.get("total_annotations", 0) or task.get("cancelled_annotations", 0):
+                report.changed_after_annotation.append((annotator, key[0]))
+            else:
+                client.request("DELETE", f"/api/tasks/{task['id']}/", "delete an outdated window")
+                report.updated += 1
     new = []
     for p in prepared:
-        task = existing.get(p.sample_id)
+        task = existing.get(p.key)
         if task is None:
             task = {"data": p.data}
             if p.prediction:
