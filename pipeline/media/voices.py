@@ -3,10 +3,11 @@
 ``rescue voices enroll NAME FILE...`` turns a few clean recordings of one person (any audio or
 video ffmpeg reads) into a voice print: the duration-weighted mean of the voice prints of its
 speech stretches, made by the diarization pipeline's own embedding model. Prints are stored as
-``<data root>/voices/<NAME>.json`` together with the model they came from (prints of different
-models cannot be compared) and the sha256 of their sources.
+``<data root>/voices/<NAME>.json`` (``DataRoot.voice``: a name with spaces is stored under a
+safe file name; the file holds the name) together with the model they came from (prints of
+different models cannot be compared) and the sha256 of their sources.
 
-After diarization (``diarize.diarize_sample``) every speaker label gets the print of its turns;
+After diarization (``pipeline.media.diarize``) every speaker label gets the print of its turns;
 labels and enrolled names are paired one to one (Hungarian assignment on cosine similarity) and
 a pair counts only above ``MATCH_THRESHOLD`` and ``MATCH_MARGIN`` ahead of the label's next-best
 enrolled voice. Names so found are written into the RTTM; the turn
@@ -17,6 +18,7 @@ media, and are never logged or released.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import tempfile
@@ -25,11 +27,13 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
-from pipeline.media.diarize import (MIN_PIECE_S, Turn, embed_segments, frame_runs, mean_print, sort_turns,
-                              speech_frames)
-
-VOICES_DIR = "voices"
+from pipeline.media.ingest import extract_wav, load_wav
+from pipeline.media.refine import MIN_PIECE_S, embed_segments, frame_runs, mean_print, speech_frames
+from pipeline.media.rttm import Turn, sort_turns
+from pipeline.paths import DataRoot
+from pipeline.store import atomic_write_text, sha256_file
 # Offline d-vector on synthetic voices, enrolment text different from the interview's: same voice
 # 0.64-0.94, another voice 0.40-0.81. A pair needs both a floor and a clear lead over the label's
 # next-best enrolled voice; an unclear label is left to the speaking order.
@@ -53,8 +57,14 @@ class VoicePrint:
     sources: tuple[str, ...]  # sha256 of each enrolled file
 
 
-def voices_dir(data_root: str | Path) -> Path:
-    return Path(data_root) / VOICES_DIR
+def _files(data_root: str | Path) -> list[Path]:
+    folder = DataRoot(data_root).voices_dir()
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def has_voices(data_root: str | Path) -> bool:
+    """Whether any voice is enrolled under the data root."""
+    return bool(_files(data_root))
 
 
 def model_identity(pipeline) -> str:
@@ -65,7 +75,7 @@ def model_identity(pipeline) -> str:
 
 
 def speech_spans(samples: np.ndarray, min_s: float = MIN_PIECE_S, max_s: float = MAX_SPAN_S) -> list[tuple[float, float]]:
-    """Stretches of speech (``diarize.speech_frames``), long ones cut into pieces of <= ``max_s``."""
+    """Stretches of speech (``refine.speech_frames``), long ones cut into pieces of <= ``max_s``."""
     spans = []
     for s, e in frame_runs(speech_frames(samples)):
         while e - s >= min_s:
@@ -76,9 +86,6 @@ def speech_spans(samples: np.ndarray, min_s: float = MIN_PIECE_S, max_s: float =
 
 def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeline) -> VoicePrint:
     """Make and store ``name``'s voice print from ``files``; replaces an earlier print of ``name``."""
-    from pipeline.media import ingest as media
-    from pipeline.store import atomic_write_text, sha256_file
-
     if not _NAME.match(name):
         raise VoiceError(f"{name!r} is not a usable speaker name (letters, digits, space, . ' - ; at most 64)")
     if not files:
@@ -90,7 +97,7 @@ def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeli
             if not path.is_file():
                 raise VoiceError(f"{path}: no such file")
             try:
-                samples = media.load_wav(media.extract_wav(path, Path(tmp) / f"{n}.wav"))
+                samples = load_wav(extract_wav(path, Path(tmp) / f"{n}.wav"))
             except Exception as exc:  # ffmpeg's own message names the problem
                 raise VoiceError(f"{path}: cannot read its audio ({exc})") from exc
             spans = speech_spans(samples)
@@ -104,7 +111,7 @@ def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeli
         raise VoiceError(f"{name}: only {seconds:.1f} s of speech in {', '.join(map(str, files))}; "
                          f"enrolment needs at least {MIN_ENROLL_S:.0f} s")
     voice = VoicePrint(name, vector, model_identity(pipeline), round(seconds, 2), tuple(sources))
-    atomic_write_text(voices_dir(data_root) / f"{name}.json", json.dumps({
+    atomic_write_text(DataRoot(data_root).voice(name), json.dumps({
         "name": name, "model": voice.model, "seconds": voice.seconds, "sources": list(voice.sources),
         "vector": [round(float(v), 7) for v in vector]}, indent=1))
     return voice
@@ -112,7 +119,7 @@ def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeli
 
 def load_voices(data_root: str | Path) -> list[VoicePrint]:
     out = []
-    for path in sorted(voices_dir(data_root).glob("*.json")):
+    for path in _files(data_root):
         try:
             d = json.loads(path.read_text())
             out.append(VoicePrint(d["name"], np.array(d["vector"], dtype=np.float64), d["model"],
@@ -125,16 +132,17 @@ def load_voices(data_root: str | Path) -> list[VoicePrint]:
 def fingerprint(data_root: str | Path) -> str:
     """Changes whenever a voice is enrolled, replaced or removed ("" when none are): part of the
     ingest flow's cache key for diarization, so a rerun names speakers by the current voices."""
-    import hashlib
     digest = hashlib.sha256()
-    paths = sorted(voices_dir(data_root).glob("*.json"))
+    paths = _files(data_root)
     for path in paths:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest() if paths else ""
 
 
 def remove(name: str, data_root: str | Path) -> bool:
-    path = voices_dir(data_root) / f"{name}.json"
+    if not _NAME.match(name):
+        return False  # never enrolled: enroll refuses such names
+    path = DataRoot(data_root).voice(name)
     if path.exists():
         path.unlink()
         return True
@@ -162,7 +170,6 @@ def match(prints: dict[str, np.ndarray], voices: Sequence[VoicePrint], threshold
           margin: float = MATCH_MARGIN) -> dict[str, str]:
     """Label -> enrolled name, one to one (Hungarian on cosine similarity); a pair counts only with
     similarity >= ``threshold`` and at least ``margin`` above the label's next-best voice."""
-    from scipy.optimize import linear_sum_assignment
     if not prints or not voices:
         return {}
     labels = sorted(prints)

@@ -32,9 +32,9 @@ def make_video():
 
 @pytest.fixture(scope="session")
 def models_dir() -> Path:
-    from pipeline.media.models import prepare_all
+    from pipeline.synthetic.test_models import prepare_test_models
     target = Settings.from_env().models_dir
-    prepare_all(target, test_models=True)  # no-op when scripts/setup.d/20-models.sh already ran
+    prepare_test_models(target)  # no-op when scripts/setup.d/20-models.sh already ran
     return target
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.media.diarize import Turn, assign_speakers, fill_word_times, read_rttm, write_rttm
+from pipeline.media.assign import assign_speakers, fill_word_times
+from pipeline.media.rttm import Turn, read_rttm, write_rttm
 
 
 def random_case(rng, n_words=600, n_turns=80, n_speakers=3, duration=600.0):

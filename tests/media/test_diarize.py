@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.media import diarize
+from pipeline.media import diarize, rttm
 from pipeline.media import transcribe
 from pipeline.media import turns
 
@@ -19,10 +19,10 @@ def sample_dir() -> Path:
 
 
 def test_pyannote_sample_call_der(diar_pipeline):
-    reference = diarize.read_rttm(sample_dir() / "sample.rttm")
+    reference = rttm.read_rttm(sample_dir() / "sample.rttm")
     hypothesis = diarize.diarize_audio(sample_dir() / "sample.wav", num_speakers=2, pipeline=diar_pipeline)
     assert len({t.speaker for t in hypothesis}) == 2
-    score = diarize.der(reference, hypothesis, collar=0.0)
+    score = rttm.der(reference, hypothesis, collar=0.0)
     print(f"DER pyannote sample (2 speakers, collar 0): {score:.3f}")
     assert score <= 0.25
 
@@ -33,7 +33,7 @@ def couple_diarized(diar_pipeline, couple):
 
 
 def test_couple_interview_der_target(couple, couple_diarized):
-    score = diarize.der(diarize.read_rttm(couple["rttm"]), couple_diarized)
+    score = rttm.der(rttm.read_rttm(couple["rttm"]), couple_diarized)
     print(f"DER synthetic couple interview: {score:.3f}")
     assert score <= 0.10
 
@@ -46,16 +46,16 @@ def family_diarized(diar_pipeline, family):
 
 def test_family_interview_der(family, family_diarized):
     assert len({t.speaker for t in family_diarized}) == 1 + len(family["truth"]["participants"]) == 4
-    score = diarize.der(diarize.read_rttm(family["rttm"]), family_diarized)
+    score = rttm.der(rttm.read_rttm(family["rttm"]), family_diarized)
     print(f"DER synthetic family interview (4 voices): {score:.3f}")
     assert score <= 0.10
 
 
 def test_refinement_is_what_meets_the_target(diar_pipeline, couple, couple_diarized):
     """pyannote alone (refine=False) misses the target on this audio; the refinement meets it."""
-    reference = diarize.read_rttm(couple["rttm"])
+    reference = rttm.read_rttm(couple["rttm"])
     raw = diarize.diarize_audio(couple["wav16"], num_speakers=3, pipeline=diar_pipeline, refine=False)
-    raw_score, refined_score = diarize.der(reference, raw), diarize.der(reference, couple_diarized)
+    raw_score, refined_score = rttm.der(reference, raw), rttm.der(reference, couple_diarized)
     print(f"DER couple: pyannote alone {raw_score:.3f}, refined {refined_score:.3f}")
     assert refined_score < raw_score / 2
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.media.diarize import (Turn, cut_silences, refine_turns, speech_frames, spherical_kmeans,
-                              split_voice_changes)
+from pipeline.media.refine import cut_silences, refine_turns, speech_frames, spherical_kmeans, split_voice_changes
+from pipeline.media.rttm import Turn
 
 RATE = 16000
 

@@ -1,7 +1,7 @@
 """The turn segmenter on hand-made units: speaker changes, pauses, backchannels, long rows, overlaps."""
 from __future__ import annotations
 
-from pipeline.media.diarize import Turn
+from pipeline.media.rttm import Turn
 from pipeline.media.transcribe import Transcript, Unit
 from pipeline.media.turns import SegmenterConfig, segment, segment_units, speaker_names
 

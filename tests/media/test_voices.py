@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from pipeline.synthetic import interviews as synth
 from pipeline.media import voices
 from pipeline.cli import app
-from pipeline.media.diarize import read_rttm
+from pipeline.media.rttm import read_rttm
+from pipeline.paths import DataRoot
 
 
 def enrolment_lines(truth: dict, therapist: bool, n: int = 4) -> list[str]:
@@ -91,7 +92,7 @@ def test_enrol_errors_name_the_file(tmp_path, models_dir, make_video):
 
 def test_fingerprint_follows_the_enrolled_voices(tmp_path):
     assert voices.fingerprint(tmp_path) == ""
-    folder = voices.voices_dir(tmp_path)
+    folder = DataRoot(tmp_path).voices_dir()
     folder.mkdir()
     (folder / "Ann.json").write_text('{"name": "Ann"}')
     first = voices.fingerprint(tmp_path)

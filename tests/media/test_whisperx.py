@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.media import diarize
+from pipeline.media import diarize, rttm
 from pipeline.media import ingest as media
 from pipeline.synthetic import interviews as synth
 from pipeline.media import transcribe
 from pipeline.media import turns
-from pipeline.media.models import TINY_ALIGN, TINY_WHISPER
+from pipeline.paths import DataRoot
+from pipeline.synthetic.test_models import TINY_ALIGN, TINY_WHISPER
 
 pytestmark = pytest.mark.slow
 
@@ -27,10 +28,10 @@ def test_whisperx_chain_to_draft_rows(tmp_path, models_dir, diar_pipeline):
     assert tr.kind == "word" and len(tr.units) > 0
     timed = [u for u in tr.units if u.start is not None]
     assert timed and all(0 <= u.start <= u.end <= entry["duration_s"] + 0.5 for u in timed)
-    assert transcribe.transcript_path(root, sid).exists()
+    assert DataRoot(root).transcript(sid).exists()
 
     hyp = diarize.diarize_audio(root / entry["audio_path"], num_speakers=3, pipeline=diar_pipeline)
-    diarize.write_rttm(hyp, turns.rttm_path(root, sid))
+    rttm.write_rttm(hyp, DataRoot(root).rttm(sid))
     table = turns.segment_sample(sid, root)
     rows = table.to_pylist()
     assert rows and [r["row_index"] for r in rows] == list(range(1, len(rows) + 1))
@@ -39,4 +40,4 @@ def test_whisperx_chain_to_draft_rows(tmp_path, models_dir, diar_pipeline):
     words_in_rows = sum(len(r["dialogue_cleaned"].split()) + sum(len(b["content"].split())
                         for b in r["background_dialogue"]) for r in rows)
     assert words_in_rows == sum(len(u.text.split()) for u in tr.units)  # no word lost
-    assert turns.drafts_path(root, sid).exists()
+    assert DataRoot(root).drafts(sid).exists()

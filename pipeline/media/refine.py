@@ -1,0 +1,197 @@
+"""Diarization refinement: cut silences out of pyannote's turns and re-cluster them by voice.
+
+pyannote works on 10-s chunks with a segmentation model that smears over short pauses and,
+on voices it finds similar, splits one voice between local speakers. Three cheap passes fix
+most of that: (1) stretches an energy detector finds silent are cut out of every turn,
+(2) every remaining piece long enough for a voice print is embedded with the pipeline's own
+embedding model (``embed_segments``) and the pieces are clustered again (duration-weighted
+spherical k-means, seeded restarts: deterministic), and (3) long pieces are scanned with sliding
+windows for a voice change without a pause. Measured (tests/media/test_diarize.py): synthetic
+couple interview DER 0.34 -> 0.01-0.02, family 0.33-0.41 -> 0.02-0.04, pyannote's sample.wav
+0.063 -> 0.061.
+
+The voice-print helpers (``speech_frames``, ``frame_runs``, ``embed_segments``, ``mean_print``)
+are shared with enrolment (``pipeline.media.voices``).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from pipeline.media.rttm import Turn, sort_turns
+
+FRAME_S = 0.01
+SILENCE_ABOVE_FLOOR_DB = 10.0  # silent: quieter than noise floor + 10 dB ...
+SILENCE_BELOW_PEAK_DB = 50.0   # ... or than the loud speech level - 50 dB, whichever is higher
+MIN_SILENCE_S = 0.25           # shorter gaps are pauses inside speech (commas, stops)
+MIN_PIECE_S = 0.3              # shortest piece that gets a voice print of its own
+MIN_SPLIT_PIECE_S = 3.0        # pieces this long are scanned for a voice change ...
+WINDOW_S, WINDOW_HOP_S = 1.5, 0.5  # ... with windows this long, this far apart
+KMEANS_RESTARTS = 50
+
+
+def speech_frames(samples: np.ndarray, rate: int = 16000) -> np.ndarray:
+    """Per 10-ms frame: True where there is sound above the recording's own noise floor."""
+    hop = int(rate * FRAME_S)
+    n = len(samples) // hop
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    db = 10 * np.log10((samples[: n * hop].reshape(n, hop).astype(np.float64) ** 2).mean(1) + 1e-12)
+    floor, peak = np.percentile(db, 5), np.percentile(db, 99)
+    return db > max(floor + SILENCE_ABOVE_FLOOR_DB, peak - SILENCE_BELOW_PEAK_DB)
+
+
+def frame_runs(mask: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) in seconds of every run of True frames."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return [(s * FRAME_S, e * FRAME_S) for s, e in zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0])]
+
+
+def cut_silences(turns: Sequence[Turn], speech: np.ndarray, min_silence_s: float = MIN_SILENCE_S) -> list[Turn]:
+    """Turns with every silent stretch of at least ``min_silence_s`` removed (pieces < 50 ms dropped)."""
+    silences = [(s, e) for s, e in frame_runs(~speech) if e - s >= min_silence_s]
+    silence_ends = np.array([e for _, e in silences])
+    out = []
+    for t in turns:
+        pieces, cursor = [], t.start
+        for s, e in silences[np.searchsorted(silence_ends, t.start, side="right"):]:
+            if s >= t.end:
+                break
+            if s > cursor:
+                pieces.append((cursor, s))
+            cursor = max(cursor, e)
+        if cursor < t.end:
+            pieces.append((cursor, t.end))
+        out += [Turn(round(float(a), 3), round(float(b), 3), t.speaker) for a, b in pieces if b - a >= 0.05]
+    return sort_turns(out)
+
+
+def embed_segments(pipeline, samples: np.ndarray, spans: Sequence[tuple[float, float]],
+                   rate: int = 16000, batch: int = 16) -> np.ndarray:
+    """Unit-length voice prints of ``spans`` (seconds) with the pipeline's embedding model;
+    rows of NaN where a span holds too little speech. Spans of similar length are padded into
+    one batch with a mask (one model call per batch; 31 spans on a busy CPU: 11.0 s one by one, 3.9 s batched)."""
+    import torch  # heavy: only where a model runs
+    out = np.full((len(spans), 0), np.nan)
+    order = sorted(range(len(spans)), key=lambda i: spans[i][1] - spans[i][0])
+    for first in range(0, len(order), batch):
+        group = order[first: first + batch]
+        clips = [samples[int(spans[i][0] * rate): int(spans[i][1] * rate)] for i in group]
+        n = max(len(c) for c in clips)
+        waves = torch.zeros(len(clips), 1, n)
+        masks = torch.zeros(len(clips), n)
+        for j, c in enumerate(clips):
+            waves[j, 0, : len(c)] = torch.from_numpy(np.ascontiguousarray(c))
+            masks[j, : len(c)] = 1.0
+        prints = np.asarray(pipeline._embedding(waves, masks=masks), dtype=np.float64)
+        if out.shape[1] == 0:
+            out = np.full((len(spans), prints.shape[1]), np.nan)
+        out[group] = prints
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms > 0, norms, 1.0)
+
+
+def spherical_kmeans(points: np.ndarray, weights: np.ndarray, k: int, restarts: int = KMEANS_RESTARTS,
+                     seed: int = 0) -> np.ndarray:
+    """Cluster unit vectors by cosine (k-means++ seeding, best of ``restarts``); labels 0..k-1."""
+    rng = np.random.default_rng(seed)
+    p = weights / weights.sum()
+    best_cost, best = np.inf, np.zeros(len(points), dtype=int)
+    for _ in range(restarts):
+        chosen = [rng.choice(len(points), p=p)]
+        for _ in range(k - 1):
+            far = weights * np.maximum(1 - (points @ points[chosen].T).max(1), 0) ** 2
+            chosen.append(rng.choice(len(points), p=far / far.sum()) if far.sum() > 0 else rng.choice(len(points)))
+        centres = points[chosen]
+        for _ in range(100):
+            labels = (points @ centres.T).argmax(1)
+            new = np.array([(points[labels == c] * weights[labels == c, None]).sum(0) if (labels == c).any()
+                            else centres[c] for c in range(k)])
+            new /= np.linalg.norm(new, axis=1, keepdims=True)
+            if np.allclose(new, centres):
+                break
+            centres = new
+        cost = float((weights * (1 - (points @ centres.T).max(1))).sum())
+        if cost < best_cost - 1e-9:
+            best_cost, best = cost, labels.copy()
+    return best
+
+
+def refine_turns(samples: np.ndarray, turns: Sequence[Turn], embed, num_speakers: int) -> list[Turn]:
+    """Silence-trimmed turns whose pieces are re-clustered into ``num_speakers`` voices, long
+    pieces split where the voice changes.
+
+    ``embed(spans)`` returns unit voice prints (NaN rows for too little speech). Clusters take
+    the pyannote label they overlap most (so names stay stable); pieces too short for a voice
+    print keep pyannote's label."""
+    pieces = cut_silences(turns, speech_frames(samples))
+    idx = [i for i, t in enumerate(pieces) if t.end - t.start >= MIN_PIECE_S]
+    prints = embed([(pieces[i].start, pieces[i].end) for i in idx]) if idx else np.zeros((0, 1))
+    ok = ~np.isnan(prints).any(axis=1)
+    idx, prints = [i for i, good in zip(idx, ok) if good], prints[ok]
+    if num_speakers < 2 or len(idx) <= num_speakers:
+        return pieces
+    weights = np.array([pieces[i].end - pieces[i].start for i in idx])
+    clusters = spherical_kmeans(prints, weights, num_speakers)
+    labels = sorted({t.speaker for t in pieces})
+    overlap = np.zeros((num_speakers, len(labels)))
+    for i, c, w in zip(idx, clusters, weights):
+        overlap[c, labels.index(pieces[i].speaker)] += w
+    rows, cols = linear_sum_assignment(-overlap)
+    name = {int(r): labels[c] for r, c in zip(rows, cols)}
+    spare = (f"SPEAKER_{n:02d}" for n in range(100) if f"SPEAKER_{n:02d}" not in labels)
+    for c in range(num_speakers):
+        name.setdefault(c, next(spare))
+    relabelled = list(pieces)
+    for i, c in zip(idx, clusters):
+        relabelled[i] = Turn(pieces[i].start, pieces[i].end, name[int(c)])
+    centres = {name[c]: mean_print(prints[clusters == c], weights[clusters == c]) for c in set(clusters.tolist())}
+    return split_voice_changes(relabelled, embed, centres)
+
+
+def mean_print(prints: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+    """Duration-weighted mean of unit voice prints (NaN rows skipped), unit length; None if none."""
+    ok = ~np.isnan(prints).any(axis=1)
+    if not ok.any():
+        return None
+    mean = (prints[ok] * weights[ok, None]).sum(0)
+    return mean / np.linalg.norm(mean)
+
+
+def split_voice_changes(pieces: Sequence[Turn], embed, centres: dict[str, np.ndarray]) -> list[Turn]:
+    """Split pieces in which the voice changes without a pause (an interruption that pyannote
+    merged into the ongoing turn). Pieces of at least ``MIN_SPLIT_PIECE_S`` are scanned with
+    overlapping windows; each window takes the nearest speaker centre, a window whose two
+    neighbours agree takes theirs (one odd window is noise), and each run of one speaker
+    becomes its own piece."""
+    names = sorted(centres)
+    centre = np.array([centres[n] for n in names])
+    windows, owner = [], []
+    for i, t in enumerate(pieces):
+        if t.end - t.start >= MIN_SPLIT_PIECE_S:
+            for a in np.arange(t.start, t.end - WINDOW_S + 1e-9, WINDOW_HOP_S):
+                windows.append((float(a), float(a) + WINDOW_S))
+                owner.append(i)
+    if not windows:
+        return sort_turns(pieces)
+    prints = embed(windows)
+    nearest = np.where(np.isnan(prints).any(axis=1), -1, (np.nan_to_num(prints) @ centre.T).argmax(axis=1))
+    owner_a = np.array(owner)
+    out = [t for i, t in enumerate(pieces) if i not in set(owner)]
+    for i in sorted(set(owner)):
+        t, mine = pieces[i], np.nonzero(owner_a == i)[0]
+        votes = [names[v] if v >= 0 else t.speaker for v in nearest[mine]]
+        for j in range(1, len(votes) - 1):
+            if votes[j - 1] == votes[j + 1]:
+                votes[j] = votes[j - 1]
+        start = t.start
+        for j in range(1, len(votes)):
+            if votes[j] != votes[j - 1]:  # the change lies between the two windows' centres
+                cut = round(windows[mine[j]][0] + WINDOW_S / 2 - WINDOW_HOP_S / 2, 3)
+                out.append(Turn(start, cut, votes[j - 1]))
+                start = cut
+        out.append(Turn(start, t.end, votes[-1]))
+    return sort_turns(out)
+
