@@ -15,7 +15,7 @@ import time
 import pyarrow as pa
 
 from pipeline import schemas
-from pipeline.quality import agreement
+from pipeline.quality import coding, measures
 from pipeline.quality import gold
 from pipeline.synthetic import corpus as synth_corpus
 from pipeline.annotation.rounds import load_round, round_names
@@ -43,12 +43,12 @@ def main() -> None:
 
     cpu0 = time.process_time()
     t = time.perf_counter()
-    cleaned = agreement.clean_labels(labels)
+    cleaned = coding.clean_labels(labels)
     t_clean = time.perf_counter() - t
     reports = []
     t = time.perf_counter()
     for rnd in rounds:
-        reports.append(agreement.round_agreement(cleaned, rnd.name, rnd))
+        reports.append(measures.round_agreement(cleaned, rnd.name, rnd))
     t_agree = time.perf_counter() - t
     t = time.perf_counter()
     result = gold.build_gold(samples, cleaned, rounds, strict=False)

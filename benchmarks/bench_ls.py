@@ -26,6 +26,7 @@ from pipeline.annotation import ls_config, pull, push  # noqa: E402
 from pipeline.annotation.client import LabelStudioClient  # noqa: E402
 from pipeline.annotation.rounds import load_round  # noqa: E402
 from pipeline.annotation.server import LabelStudioServer  # noqa: E402
+from pipeline.paths import DataRoot  # noqa: E402
 from pipeline.synthetic.corpus import generate  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-ls-") as tmp:
         root = Path(tmp)
-        server = LabelStudioServer(root / "label-studio", port=_free_port(), media_root=root)
+        server = LabelStudioServer(DataRoot(root).label_studio_dir(), port=_free_port(), media_root=root)
         t0 = time.perf_counter()
         server.start(timeout=600)
         print(f"server start (template database): {time.perf_counter() - t0:6.2f} s")

@@ -4,14 +4,17 @@
    validate it into the long label table (problems reported, never dropped silently);
 2. agreement (:func:`pipeline.quality.agreement.measure_round`): alpha/kappa per field, report files,
    the release gate; published as table artifacts;
-3. adjudication (:mod:`pipeline.quality.adjudication`): disagreements go to the round's adjudication
-   projects; answers already given are pulled;
+3. adjudication (:func:`pipeline.quality.adjudication.push_round` / ``pull_round``): disagreements
+   go to the round's adjudication projects; answers already given are pulled;
 4. once nothing is left unresolved: gold rows (:func:`pipeline.quality.gold.build_and_store`, merged
-   into the corpus) and the NEXT round pushed from the corpus.
+   into the work store, finished samples into the corpus) and the NEXT round pushed from the work store
+   (:func:`pipeline.annotation.intake.open_round`).
 
 Run it when annotators are done; run it again after adjudication. Every step is idempotent
 (content-addressed archives, pushes keyed on sample_id + content hash), and every Label
-Studio call retries with exponential backoff.
+Studio call retries with exponential backoff. Each task calls the same stage function as the
+CLI (``rescue annotate pull``, ``rescue agreement``, ``rescue adjudicate push|pull``, ``rescue gold
+build``); the flow only maps, caches, retries and reports.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
 from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, report, sha256_file
 from pipeline.config import Settings
+from pipeline.paths import check_name
 
 
 def _client(data_root: str):
@@ -46,10 +50,10 @@ def _agreement_key(ctx, params: dict) -> str:
     of a round (after adjudication) reuses the first run's figures unless a label changed."""
     from prefect.utilities.hashing import hash_objects
 
-    from pipeline.annotation.pull import labels_path
     from pipeline.annotation.rounds import load_round
+    from pipeline.paths import DataRoot
 
-    labels = labels_path(params["data_root"], params["round_name"])
+    labels = DataRoot(params["data_root"]).labels(params["round_name"])
     content = sha256_file(labels) if labels.is_file() else "missing"
     return hash_objects("agreement", content, sha256_file(load_round(params["round_name"]).source), params,
                         CODE_VERSION, raise_on_failure=True)
@@ -60,24 +64,18 @@ def agreement(round_name: str, data_root: str) -> dict:
     from pipeline.quality import agreement as ag
 
     out = ag.measure_round(data_root, round_name)
-    rep = out["report"]
+    rep = out.report
     fields = [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold,
                "units": f.n_units, "percent_agreement": f.percent_agreement, "fleiss_kappa": f.fleiss_kappa,
                "passed": f.passed} for f in rep.fields]
-    return {"passed": rep.passed, "fields": fields, "report": {k: str(v) for k, v in out["paths"].items()}}
+    return {"passed": rep.passed, "fields": fields, "report": {k: str(v) for k, v in out.paths.items()}}
 
 
 @task(name="push-adjudication", **NETWORK_RETRIES)
 def push_adjudication(round_name: str, data_root: str) -> dict:
-    import pyarrow.parquet as pq
-
-    from pipeline import corpus
     from pipeline.quality import adjudication
-    from pipeline.annotation.pull import labels_path
-    from pipeline.annotation.rounds import load_round
 
-    s = adjudication.push(_client(data_root), load_round(round_name), pq.read_table(labels_path(data_root, round_name)),
-                          corpus.load_corpus(data_root))
+    s = adjudication.push_round(_client(data_root), data_root, round_name)
     return {"disagreements": s.disagreements, "created": s.tasks_created, "updated": s.tasks_updated}
 
 
@@ -85,8 +83,7 @@ def push_adjudication(round_name: str, data_root: str) -> dict:
 def pull_adjudication(round_name: str, data_root: str) -> int:
     from pipeline.quality import adjudication
 
-    table, _ = adjudication.pull_and_store(_client(data_root), data_root, round_name)
-    return len(set(zip(table.column("sample_id").to_pylist(), table.column("row_index").to_pylist())))
+    return adjudication.pull_round(_client(data_root), data_root, round_name).rows
 
 
 @task(name="gold", cache_policy=NO_CACHE)
@@ -95,7 +92,7 @@ def gold_rows(data_root: str) -> dict | None:
     from pipeline.quality import gold
 
     try:
-        return gold.build_and_store(data_root, strict=True)["summary"]
+        return gold.build_and_store(data_root, strict=True).summary
     except gold.UnresolvedError as exc:
         get_run_logger().info("gold waits for adjudication: %s", exc)
         return None
@@ -103,14 +100,9 @@ def gold_rows(data_root: str) -> dict | None:
 
 @task(name="push-next-round", **NETWORK_RETRIES)
 def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> dict:
-    from pipeline import corpus
-    from pipeline.annotation import push
+    from pipeline.annotation import intake
 
-    root = Path(data_root)
-    media_url = push.catalog_media_urls(root)
-    samples = [s for s in corpus.load_corpus(root) if media_url(s)]  # interviews ingested here
-    rep = push.push_round(_client(data_root), next_round, samples, annotators or None, media_dir=root / "media",
-                          media_url=media_url)
+    rep = intake.open_round(_client(data_root), data_root, next_round, annotators or None).report
     return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
 
 
@@ -140,6 +132,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
 
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
+    check_name(round_name, "round")
     nxt = next_round_of(round_name)
     pulled = pull(round_name, root, annotators)
     agr = agreement(round_name, root)

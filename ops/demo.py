@@ -25,7 +25,9 @@ from typing import Callable
 
 import typer
 
+from pipeline import taxonomy
 from pipeline.config import Settings
+from pipeline.paths import DataRoot
 
 DEMO_RELEASE = "0.1.0"
 ANNOTATOR_ERROR = 0.1          # simulated annotators' error rate per field
@@ -36,6 +38,8 @@ BATCH = [  # synthetic interviews: (name, scenario, seed)
 # and every round; diarization time grows with the audio, so more is only slower, not richer.
 DEMO_INTERVIEWS = 2
 DEMO_ROWS = 8
+DEMO_OVERRIDE_REASON = "DEMO: simulated annotators on a few synthetic interviews; too few units for a stable alpha"
+DEMO_OVERRIDE_BY = "rescue demo"
 ADJUDICATION_WAIT_S = 600      # a round's run pauses at most this long for the simulated adjudicator
 CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN")
 
@@ -53,7 +57,7 @@ def demo_credentials(root: Path) -> dict[str, str]:
     """The environment's Label Studio admin credentials, else the demo's own throw-away ones."""
     if all(os.environ.get(v) for v in CREDENTIAL_VARS):
         return {v: os.environ[v] for v in CREDENTIAL_VARS}
-    path = root / "stack" / "demo-credentials.env"
+    path = DataRoot(root).stack_dir() / "demo-credentials.env"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -141,7 +145,8 @@ def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int,
 
 
 def adjudicate_round(client, round_name: str, truth: dict[str, dict], adjudicator: str) -> int:
-    """A simulated adjudicator answers every open adjudication task from the truth."""
+    """A simulated adjudicator answers every open adjudication task of the truth's samples
+    (tasks of other samples in the same Label Studio are left alone)."""
     from pipeline.quality.adjudication import project_key
     from pipeline.annotation.ls_config import values_to_results
     from pipeline.annotation.rounds import load_round
@@ -149,12 +154,12 @@ def adjudicate_round(client, round_name: str, truth: dict[str, dict], adjudicato
     rnd = load_round(round_name)
     uid = next((u["id"] for u in client.users() if u["email"] == adjudicator), None)
     posted = 0
-    for scenario in ("couple", "family"):
+    for scenario in taxonomy.SCENARIOS:
         project = client.find_project(project_key(round_name, scenario))
         if project is None:
             continue
         for task in client.tasks(project.id):
-            if task.get("total_annotations"):
+            if task.get("total_annotations") or task["data"]["sample_id"] not in truth:
                 continue
             data, sample = task["data"], truth[task["data"]["sample_id"]]
             wanted = {u["row_index"] for u in data.get("units", [])}
@@ -183,13 +188,12 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
 
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipeline import corpus
     from pipeline.synthetic import interviews as synth
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.annotation.rounds import load_round, round_names
 
     # The interviews are synthesized (espeak-ng, ffmpeg) while the stack starts: neither needs the other.
-    batch_dir = root / "batches" / "demo"
+    batch_dir = DataRoot(root).batches_dir() / "demo"
     with ThreadPoolExecutor(1) as pool:
         synthesized = None
         if not (batch_dir / "manifest.csv").is_file():
@@ -207,12 +211,28 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
     annotators = [f"sim-annotator{i + 1}@example.org" for i in range(k)]
     adjudicator = "sim-adjudicator@example.org"
     step("simulated annotator accounts", lambda: [client.create_user(e) for e in [*annotators, adjudicator]])
-    step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
-        "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators}))
+    result.rounds, result.release = run_flows(client, root, batch_dir, annotators, adjudicator, seed, step)
+    result.agreement_reports = [Path(p) for out in result.rounds.values() for p in out.get("report", {}).values()
+                                if str(p).endswith(".html")]
+    return result
 
+
+def run_flows(client, root: Path, batch_dir: Path, annotators: list[str], adjudicator: str, seed: int,
+              step: Callable = lambda name, fn: fn()) -> tuple[dict[str, dict], Path]:
+    """A batch through the deployments of a running stack, answered by simulated annotators:
+    ingest-batch, one annotation-round run per round (paused while the simulated adjudicator
+    works, then resumed), build-release. Returns each round's outcome and the release's path.
+    ``step(name, fn)`` runs and times each step. The CLI-only path must give the same release
+    (tests/flows/test_cli_path.py)."""
     from prefect.flow_runs import resume_flow_run
 
-    truth = demo_truth(corpus.load_corpus(root), seed)
+    from pipeline import corpus
+    from pipeline.annotation.rounds import round_names
+
+    step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
+        "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators}))
+    truth = demo_truth(corpus.load_work(root), seed)
+    rounds = {}
     for name in round_names():
         step(f"simulated annotators: {name}", lambda n=name: annotate_round(client, n, truth, seed, annotators))
         # One run per round: it pauses while the simulated adjudicator works, then goes on.
@@ -230,18 +250,15 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
         if not out["passed"]:
             # A handful of synthetic rows gives an unstable alpha; say so in the release's manifest
             # instead of pretending the gate passed (real rounds are adjudicated or re-annotated).
-            from pipeline.quality import agreement
+            from pipeline.quality import gates
 
-            agreement.record_override(root, name, "DEMO: simulated annotators on a few synthetic interviews; "
-                                      "too few units for a stable alpha", "rescue demo")
+            gates.record_override(root, name, DEMO_OVERRIDE_REASON, DEMO_OVERRIDE_BY)
             out = {**out, "overridden": True}
-        result.rounds[name] = out
-        result.agreement_reports += [Path(p) for p in out.get("report", {}).values() if str(p).endswith(".html")]
+        rounds[name] = out
 
     path = step("build-release", lambda: run_deployment("build-release/default", {
         "version": DEMO_RELEASE, "data_root": str(root)}))
-    result.release = Path(path)
-    return result
+    return rounds, Path(path)
 
 
 def demo_command(

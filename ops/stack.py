@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import REPO_ROOT, Settings
+from pipeline.paths import DataRoot
 
 WORK_POOL = "rescue-cpu"          # the process pool the local worker (and compose's cpu-worker) serves
 GPU_WORK_POOL = "rescue-gpu"      # compose's GPU workers; no local worker serves it by default
@@ -44,23 +45,25 @@ class StackError(RuntimeError):
 
 @dataclass(frozen=True)
 class StackPaths:
+    """The stack's files inside ``DataRoot.stack_dir()`` and ``DataRoot.prefect_results()``."""
+
     root: Path
 
     @property
     def home(self) -> Path:           # PREFECT_HOME of the server and worker
-        return self.root / "stack" / "prefect-home"
+        return DataRoot(self.root).stack_dir() / "prefect-home"
 
     @property
     def pids(self) -> Path:
-        return self.root / "stack" / "pids"
+        return DataRoot(self.root).stack_dir() / "pids"
 
     @property
     def logs(self) -> Path:
-        return self.root / "stack" / "logs"
+        return DataRoot(self.root).stack_dir() / "logs"
 
     @property
     def results(self) -> Path:        # Prefect result storage = the resume cache
-        return self.root / "prefect-results"
+        return DataRoot(self.root).prefect_results()
 
     def pid_file(self, name: str) -> Path:
         return self.pids / f"{name}.json"

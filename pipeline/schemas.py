@@ -101,6 +101,7 @@ LABELS = pa.schema(
     [
         pa.field("round", STR, nullable=False),
         pa.field("sample_id", STR, nullable=False),
+        pa.field("scenario", STR),  # of the project the task came from; null in older tables
         pa.field("row_index", pa.int64(), nullable=False),
         pa.field("annotator", STR, nullable=False),
         pa.field("field", STR, nullable=False),

@@ -1,7 +1,6 @@
-"""The data-root layout and the few ways the pipeline writes files.
+"""The few ways the pipeline writes files (where they go is :class:`pipeline.paths.DataRoot`).
 
-Everything lives under one data root (``--data-root``, else ``$RESCUE_DATA_ROOT``, else
-``./data``). Writes are atomic: a temp file (or temp directory) next to the target, then a
+Writes are atomic: a temp file (or temp directory) next to the target, then a
 rename, so a reader never sees half a file and a crash leaves the old state intact.
 Immutable things (releases, archived snapshots) are written once: writing over an existing
 one is an error (:class:`AlreadyExists`), never a silent overwrite.
@@ -20,23 +19,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.config import Settings
-
 
 class AlreadyExists(FileExistsError):
     """An immutable artifact (release version, snapshot) already exists."""
-
-
-def data_root(explicit: str | Path | None = None) -> Path:
-    return Settings.from_env(explicit).data_root
-
-
-def releases_dir(root: str | Path) -> Path:
-    return Path(root) / "releases"
-
-
-def release_dir(root: str | Path, version: str) -> Path:
-    return releases_dir(root) / version
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -1,12 +1,13 @@
 """Pull a round back from Label Studio: archive the raw export, then parse and validate it.
 
 For every annotator project of the round (see :mod:`.push`) an export of all its tasks is
-taken and written, unchanged and before any parsing, to
-``<data root>/annotation/exports/<round>/<scenario>/<annotator>/<sha256>.json`` (content
-addressed, append-only: an identical state is not written twice). Then every annotation is
+taken and written, unchanged and before any parsing, to ``DataRoot.export``:
+``<data root>/annotation/exports/<round>/<scenario>/<annotator slug>/<sha256>.json`` (content
+addressed, append-only: an identical state is not written twice; the annotator's e-mail becomes
+a directory name through ``paths.slug``). Then every annotation is
 checked against the round definition - Label Studio itself accepts anything through its API -
 and turned into the long label table (``schemas.LABELS``): one line per (sample, row,
-annotator, field) with the value as JSON of the row-schema type. A field with a problem gets no
+annotator, field) with the value as JSON of the row-schema type and the scenario of the task. A field with a problem gets no
 line; the problem goes to the report (``schemas.LABEL_PROBLEMS``) with the offending value.
 Nothing is "fixed" silently.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
+import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,32 +29,16 @@ from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.rounds import Field, Round, load_round
 from pipeline.annotation.windows import stitch_tasks
+from pipeline.paths import DataRoot, check_name
 
 
 EXPORT_WORKERS = 3
 
 
-def annotation_dir(data_root: str | Path) -> Path:
-    return Path(data_root) / "annotation"
-
-
-def labels_path(data_root: str | Path, round_name: str) -> Path:
-    return annotation_dir(data_root) / "labels" / f"{round_name}.parquet"
-
-
-def problems_path(data_root: str | Path, round_name: str) -> Path:
-    return annotation_dir(data_root) / "labels" / f"{round_name}.problems.parquet"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9@._-]+", "_", text)
-
-
-def archive_export(data_root: str | Path, round_name: str, scenario: str, annotator: str,
+def archive_export(data_root: str | os.PathLike, round_name: str, scenario: str, annotator: str,
                    raw: bytes) -> tuple[Path, bool]:
-    """Write a raw export once under its sha256; ``(path, newly_written)``."""
-    digest = hashlib.sha256(raw).hexdigest()
-    path = annotation_dir(data_root) / "exports" / round_name / scenario / _slug(annotator) / f"{digest}.json"
+    """Write a raw export once under its sha256 (``DataRoot.export``); ``(path, newly_written)``."""
+    path = DataRoot(data_root).export(round_name, scenario, annotator, hashlib.sha256(raw).hexdigest())
     if path.exists():
         return path, False
     store.atomic_write_bytes(path, raw)
@@ -232,7 +217,7 @@ def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -
         else:
             raw[unit].setdefault(fname, {}).setdefault(slot, {})[sub] = value
     meta = {
-        "round": rnd.name, "sample_id": sample_id, "annotator": annotator,
+        "round": rnd.name, "sample_id": sample_id, "scenario": data.get("scenario"), "annotator": annotator,
         "annotation_id": annotation.get("id"), "lead_time_s": annotation.get("lead_time"),
         "created_at": annotation.get("created_at"), "updated_at": annotation.get("updated_at"),
     }
@@ -316,15 +301,17 @@ def _sorted_table(records: list[dict], schema: pa.Schema, keys: list[str]) -> pa
     return pa.Table.from_pylist(sorted(records, key=key), schema=schema)
 
 
-def pull_round(client: LabelStudioClient, round_name: str, data_root: str | Path,
+def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.PathLike,
                annotators: list[str] | None = None, write: bool = True) -> PullResult:
     """Export, archive, parse and validate every annotator project of a round.
 
     Returns the labels (``schemas.LABELS``) and problems (``schemas.LABEL_PROBLEMS``) and, when
-    ``write``, stores them under ``<data root>/annotation/labels/`` (identical bytes for an
-    identical Label Studio state).
+    ``write``, stores them at ``DataRoot.labels`` / ``DataRoot.label_problems`` (identical bytes
+    for an identical Label Studio state). The pull stage of a round: the CLI (``rescue annotate
+    pull``) and the annotation-round flow both call it.
     """
-    rnd = load_round(round_name)
+    root = DataRoot(data_root)
+    rnd = load_round(check_name(round_name, "round"))
     labels, problems = [], []
     result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
     users = {u["id"]: u["email"] for u in client.users()}
@@ -338,7 +325,7 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | Path
     with ThreadPoolExecutor(EXPORT_WORKERS) as pool:
         exports = list(pool.map(lambda item: client.export_tasks(item[0].id), wanted))
     for (project, (_, scenario, annotator)), raw in zip(wanted, exports):
-        path, new = archive_export(data_root, rnd.name, scenario, annotator, raw)  # before parsing
+        path, new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
         result.snapshots.append(path)
         result.new_snapshots += int(new)
         try:
@@ -358,8 +345,8 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | Path
     result.problems = _sorted_table(problems, schemas.LABEL_PROBLEMS,
                                     ["sample_id", "row_index", "annotator", "field", "problem"])
     if write:
-        store.write_parquet(result.labels, labels_path(data_root, rnd.name))
-        store.write_parquet(result.problems, problems_path(data_root, rnd.name))
+        store.write_parquet(result.labels, root.labels(rnd.name))
+        store.write_parquet(result.problems, root.label_problems(rnd.name))
     return result
 
 

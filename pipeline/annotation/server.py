@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from pipeline.config import REPO_ROOT
+from pipeline.paths import DataRoot
 
 LS_VERSION = "1.23.2"
 DEFAULT_VENV = REPO_ROOT / ".label-studio" / "venv"
@@ -272,6 +273,6 @@ class LabelStudioServer:
 
 
 def default_server(settings) -> LabelStudioServer:
-    """The server of a :class:`pipeline.config.Settings`: data under ``<data_root>/label-studio``."""
-    root = Path(settings.data_root)
-    return LabelStudioServer(root / "label-studio", port=settings.label_studio_port, media_root=root)
+    """The server of a :class:`pipeline.config.Settings`: data in ``DataRoot.label_studio_dir()``."""
+    root = DataRoot(settings.data_root)
+    return LabelStudioServer(root.label_studio_dir(), port=settings.label_studio_port, media_root=root.root)

@@ -14,6 +14,10 @@ imported. The release's own quirks are handled explicitly:
   ``null`` means "no therapist row follows" and is not stored at all.
 * **Mojibake.** Some reason strings hold UTF-8 bytes decoded as Latin-1 (``Evelynâ\\x80\\x99s``).
   They are reported as quirks and kept verbatim unless ``fix_mojibake=True``.
+
+A ``sample_id`` that does not follow the sample-id grammar (``pipeline.paths.check_sample_id``:
+no ``..``, absolute paths, backslashes or control characters) is a ``format`` violation naming
+the line and the id, and the line is skipped: sample ids become file names later.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline import schemas
+from pipeline.paths import InvalidId, check_sample_id
 from pipeline.rows import group_id_of
 from pipeline.taxonomy import THERAPIST
 from pipeline.validate import Violation, validate_sample
@@ -195,6 +200,11 @@ def _read_sample(obj, line_no: int, source: str, result: ImportResult) -> dict |
     problems: list[Violation] = []
     if not isinstance(sid, str) or not sid:
         result.violations.append(Violation(None, None, "format", f"{where}: missing sample_id"))
+        return None
+    try:
+        check_sample_id(sid)
+    except InvalidId as exc:  # it would become a file name under the data root later: refuse it here
+        result.violations.append(Violation(None, None, "format", f"{where}: {exc}; this line is skipped"))
         return None
     for key, kind in (("scenario", str), ("participants", list), ("rows", list)):
         if not isinstance(obj.get(key), kind):

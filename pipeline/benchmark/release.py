@@ -12,15 +12,24 @@ dev fraction, a whole couple/family group goes to ``dev`` when sha256(group_id) 
 the fraction, so adding interviews never moves an existing sample between splits.
 
 A build is deterministic: the same input gives byte-identical files (sorted tables, fixed
-Parquet options, canonical JSON, no timestamps, no absolute paths). Building an existing
-version fails; the directory appears atomically (built beside it, then renamed).
+Parquet options, canonical JSON, no timestamps, no absolute paths). The directory appears
+atomically (built beside it, then renamed) and is never written again.
+
+:func:`build_or_reuse` is the release stage the CLI (``rescue release build``) and the
+``build-release`` flow both call: it validates the input, and for a version that exists
+already returns it unchanged (``reused=True``) when it was built from the same input and split,
+or refuses (:class:`pipeline.store.AlreadyExists`, naming the version) when not.
+:func:`build_release` underneath refuses any existing version. Inputs: the corpus
+(:func:`load_corpus_input`, the default), a rows directory, or the paper's JSONL
+(:func:`load_source` picks by the source given); the synthetic corpus comes from
+:func:`pipeline.synthetic.corpus.load_synthetic`.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
 import json
-import re
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,13 +41,16 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
 from pipeline.benchmark import tasks
+from pipeline.benchmark.paper_format import load_rescue_jsonl
 from pipeline.config import Settings
+from pipeline.paths import DataRoot, InvalidId, check_version
+from pipeline.quality import gates
 from pipeline.rows import group_id_of, read_rows_dir, rows_dir_paths, samples_to_tables
+from pipeline.validate import validate_samples
 
 # From the installed distribution: `import pipeline` can resolve to a namespace package
 # (editable install, cwd outside the repo) in which pipeline/__init__.py never ran.
 PIPELINE_VERSION = importlib.metadata.version("rescue-pipeline")
-VERSION_RE = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 SPLITS = ("dev", "test")
 LABEL_TASKS = ("itp", "rpp", "stp", "ssp")  # tasks with a categorical label
 
@@ -68,8 +80,6 @@ def load_rows_dir(rows_dir: str | Path) -> ReleaseInput:
 
 def load_jsonl(path: str | Path) -> ReleaseInput:
     """A file in the paper's ``benchmark_191.jsonl`` shape (via ``pipeline.benchmark.paper_format``)."""
-    from pipeline.benchmark.paper_format import load_rescue_jsonl
-
     path = Path(path)
     if not path.is_file():
         raise ReleaseError(f"input file not found: {path}")
@@ -79,18 +89,25 @@ def load_jsonl(path: str | Path) -> ReleaseInput:
     return ReleaseInput(result.samples, source, list(result.violations))
 
 
-def load_synthetic(scale: float = 1.0, seed: int = 0) -> ReleaseInput:
-    from pipeline.synthetic import corpus as synth_corpus
+def load_corpus_input(data_root: str | os.PathLike) -> ReleaseInput:
+    """The working corpus under the data root (``DataRoot.corpus_dir()``): the default input."""
+    cdir = DataRoot(data_root).corpus_dir()
+    if not cdir.is_dir():
+        raise ReleaseError(f"no corpus yet at {cdir}: import one (`rescue import-rescue FILE`), build gold rows "
+                           "(`rescue gold build`), or pass --input / --rows-dir / --synthetic")
+    return load_rows_dir(cdir)
 
-    samples = synth_corpus.generate(scale=scale, seed=seed)
-    return ReleaseInput(samples, {"kind": "synthetic", "generator": "pipeline.synthetic.corpus", "scale": scale,
-                                  "seed": seed})
+
+def load_source(source: str | os.PathLike | None, data_root: str | os.PathLike) -> ReleaseInput:
+    """``source``: empty for the corpus, a ``.jsonl`` file in the paper's shape, or a rows directory."""
+    if not source:
+        return load_corpus_input(data_root)
+    path = Path(source)
+    return load_jsonl(path) if path.suffix == ".jsonl" else load_rows_dir(path)
 
 
 def validate(inp: ReleaseInput) -> None:
     """Add V1-V12 violations of the samples to ``inp.problems`` (import problems stay)."""
-    from pipeline.validate import validate_samples
-
     known = {(v.sample_id, v.row_index, v.rule, v.message) for v in inp.problems}
     for v in validate_samples(inp.samples):
         if (v.sample_id, v.row_index, v.rule, v.message) not in known:
@@ -113,6 +130,7 @@ def split_of(group_id: str, dev_fraction: float) -> str:
 class ReleaseResult:
     path: Path
     manifest: dict
+    reused: bool = False  # the version existed already, built from the same input: nothing was written
 
 
 def _sorted(table: pa.Table, keys: list[str]) -> pa.Table:
@@ -192,12 +210,11 @@ def build_release(
     strict: bool = False,
     on_step: Callable[[str], None] | None = None,
 ) -> ReleaseResult:
-    """Build ``releases/<version>/`` under ``data_root`` from ``inp``; see the module doc."""
-    if not VERSION_RE.match(version):
-        raise ReleaseError(f"version {version!r} is not X.Y.Z (semantic versioning, e.g. 1.0.0)")
+    """Build ``releases/<version>/`` under ``data_root`` from ``inp``; an existing version is
+    refused (:func:`build_or_reuse` reuses one built from the same input); see the module doc."""
+    final = _release_path(data_root, version)
     if not 0.0 <= dev_fraction < 1.0:
         raise ReleaseError(f"dev fraction must be in [0, 1), got {dev_fraction}")
-    final = store.release_dir(data_root, version)
     if final.exists():
         raise store.AlreadyExists(f"release {version} already exists at {final}; releases are immutable - "
                                   "choose a new version")
@@ -207,13 +224,11 @@ def build_release(
         raise ReleaseError(f"{len(inp.problems)} validation problems and --strict given; first: {inp.problems[0]}")
     # Agreement gates of the annotation rounds behind this corpus: a failing round blocks the
     # release unless an override with a reason was recorded (which the manifest then carries).
-    from pipeline.quality import agreement
-
-    blockers = agreement.release_blockers(data_root)
+    blockers = gates.release_blockers(data_root)
     if blockers:
         raise ReleaseError("agreement gates block this release:\n  " + "\n  ".join(blockers))
-    gates = [{"round": g["round"], "passed": g["passed"], "fields": g["fields"],
-              "override": g["override"] if g["override_valid"] else None} for g in agreement.gate_records(data_root)]
+    gate_list = [{"round": g["round"], "passed": g["passed"], "fields": g["fields"],
+                  "override": g["override"] if g["override_valid"] else None} for g in gates.gate_records(data_root)]
     step = on_step or (lambda _msg: None)
 
     samples = sorted(inp.samples, key=lambda s: s["sample_id"])
@@ -256,12 +271,53 @@ def build_release(
             "counts": {t: _count_by_scenario(tables[t]) for t in tasks.TASKS},
             "label_distributions": {t: _label_distribution(t, tables[t]) for t in tasks.TASKS},
             "validation": {"problems": sum(problems.values()), "by_rule": dict(sorted(problems.items()))},
-            "agreement_gates": gates,
+            "agreement_gates": gate_list,
         }
         store.atomic_write_text(tmp / "manifest.json", store.canonical_json(manifest))
         store.atomic_write_text(tmp / "README.md", dataset_card(manifest))
         step("manifest and card")
     return ReleaseResult(final, manifest)
+
+
+def _release_path(data_root: str | os.PathLike, version: str) -> Path:
+    try:
+        return DataRoot(data_root).release(check_version(version))
+    except InvalidId as exc:
+        raise ReleaseError(f"{exc} (semantic versioning X.Y.Z)") from None
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj))
+
+
+def build_or_reuse(
+    inp: ReleaseInput,
+    version: str,
+    data_root: str | os.PathLike,
+    *,
+    dev_fraction: float = 0.0,
+    settings: Settings | None = None,
+    strict: bool = False,
+    on_step: Callable[[str], None] | None = None,
+) -> ReleaseResult:
+    """The release stage: validate ``inp`` and build ``version`` - or, when that version exists
+    already, return it untouched (``reused=True``) if it was built from the same input (source
+    hashes) and dev fraction, and raise :class:`pipeline.store.AlreadyExists` naming the version
+    if not. A rerun after a crash or a repeated command is therefore a no-op that says so."""
+    final = _release_path(data_root, version)
+    validate(inp)
+    manifest_path = final / "manifest.json"
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        same_source = manifest.get("source") == _jsonable(inp.source)
+        same_split = manifest.get("splits", {}).get("dev_fraction") == dev_fraction
+        if same_source and same_split:
+            return ReleaseResult(final, manifest, reused=True)
+        what = "input" if not same_source else f"dev fraction ({manifest.get('splits', {}).get('dev_fraction')})"
+        raise store.AlreadyExists(f"release {version} already exists at {final}, built from a different {what}; "
+                                  "releases are immutable - choose a new version")
+    return build_release(inp, version, data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
+                         on_step=on_step)
 
 
 # --- dataset card -----------------------------------------------------------------------
@@ -373,10 +429,10 @@ a sample never moves between splits when interviews are added. Samples per split
 
 # --- reading and diff -------------------------------------------------------------------
 
-def open_release(data_root: str | Path, version: str) -> Path:
-    path = store.release_dir(data_root, version)
+def open_release(data_root: str | os.PathLike, version: str) -> Path:
+    path = _release_path(data_root, version)
     if not (path / "manifest.json").is_file():
-        raise ReleaseError(f"no release {version!r} under {store.releases_dir(data_root)}")
+        raise ReleaseError(f"no release {version!r} under {DataRoot(data_root).releases_dir()}")
     return path
 
 

@@ -30,14 +30,15 @@ def import_rescue(
 
     from pipeline import corpus, store
     from pipeline.benchmark import paper_format as rescue_format
+    from pipeline.paths import DataRoot
     from pipeline.validate import violations_table
 
     console = Console()
-    root = store.data_root(data_root)
+    root = DataRoot.from_env(data_root)
     with console.status(f"reading {file.name}"):
         result = rescue_format.load_rescue_jsonl(file, fix_mojibake=fix_mojibake)
     merged = corpus.merge_into_corpus(root, result.samples)
-    report = root / "reports" / f"import-{result.source_sha256[:12]}-violations.parquet"
+    report = root.import_report(result.source_sha256)
     store.write_parquet(violations_table(result.violations + result.quirks), report)
     rows = sum(len(s["rows"]) for s in result.samples)
     console.print(f"[bold]{file.name}[/bold]: {len(result.samples)} samples ({rows} rows) imported, "
@@ -54,11 +55,12 @@ def validate_corpus(
     """Check every corpus sample against V2-V11; exit 1 if anything is wrong."""
     from rich.console import Console
 
-    from pipeline import corpus, store
+    from pipeline import corpus
+    from pipeline.paths import DataRoot
     from pipeline.validate import validate_samples
 
     console = Console()
-    samples = corpus.load_corpus(store.data_root(data_root))
+    samples = corpus.load_corpus(DataRoot.from_env(data_root))
     violations = validate_samples(samples)
     console.print(f"{len(samples)} samples, {sum(len(s['rows']) for s in samples)} rows: {len(violations)} violations")
     _print_violations(console, violations)

@@ -9,7 +9,7 @@ import typer
 from pipeline.cli.app import app
 
 
-# --- agreement, adjudication, gold (pipeline.quality.agreement, pipeline.quality.gold) ---------------
+# --- agreement, adjudication, gold: pipeline.quality.{agreement,adjudication,gold}, one stage function each ---
 
 adjudicate_app = typer.Typer(help="Adjudication of disagreements in Label Studio.", no_args_is_help=True)
 gold_app = typer.Typer(help="Gold rows from the annotation rounds.", no_args_is_help=True)
@@ -26,21 +26,21 @@ def agreement_cmd(
                                            "threshold; the reason is recorded."),
     by: Optional[str] = typer.Option(None, "--by", help="Who decides the override."),
 ) -> None:
-    """Krippendorff alpha / kappa per field; writes the report beside the labels and the gate record."""
+    """Krippendorff alpha / kappa per field; writes the report (beside the labels) and the gate record."""
     from rich.console import Console
     from rich.table import Table
 
-    from pipeline import store
-    from pipeline.quality import agreement
+    from pipeline.paths import DataRoot
+    from pipeline.quality import agreement, gates
 
     console = Console()
-    root = store.data_root(data_root)
+    root = DataRoot.from_env(data_root)
     try:
         out = agreement.measure_round(root, round_name, labels)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
-    rep = out["report"]
+    rep = out.report
     table = Table(title=f"agreement - round {round_name}")
     for col in ("field", "metric", "alpha", "threshold", "units", "pairable", "% agree", "Fleiss", "gate"):
         table.add_column(col, justify="left" if col in ("field", "metric", "gate") else "right")
@@ -54,10 +54,10 @@ def agreement_cmd(
         console.print(f"  [yellow]{issue['kind']}[/yellow] {issue['message']}", highlight=False)
     if len(rep.issues) > 10:
         console.print(f"  ... and {len(rep.issues) - 10} more issues (see the report)")
-    console.print(f"report: {out['paths']['html']}", highlight=False)
+    console.print(f"report: {out.paths['html']}", highlight=False)
     if override is not None:
         try:
-            rec = agreement.record_override(root, round_name, override, by or "")
+            rec = gates.record_override(root, round_name, override, by or "")
         except (ValueError, FileNotFoundError) as exc:
             console.print(f"[red]override refused:[/red] {exc}", highlight=False)
             raise typer.Exit(1) from None
@@ -68,15 +68,15 @@ def agreement_cmd(
         raise typer.Exit(3)
 
 
-def _adjudication_samples(root: Path, samples: Optional[Path], rows: Optional[Path]) -> list[dict]:
-    from pipeline import corpus
+def _adjudication_samples(samples: Optional[Path], rows: Optional[Path], root) -> list[dict] | None:
+    """The samples given on the command line (either table defaults to the corpus's); None: the corpus."""
+    if not (samples or rows):
+        return None
+    from pipeline.annotation.push import load_samples
+    from pipeline.rows import rows_dir_paths
 
-    if samples or rows:
-        from pipeline.annotation.push import load_samples
-
-        cdir = corpus.corpus_dir(root)
-        return load_samples(samples or cdir / "samples.parquet", rows or cdir / "rows.parquet")
-    return corpus.load_corpus(root)
+    corpus_tables = rows_dir_paths(root.corpus_dir())
+    return load_samples(samples or corpus_tables["samples"], rows or corpus_tables["rows"])
 
 
 @adjudicate_app.command("push")
@@ -87,27 +87,20 @@ def adjudicate_push(
     rows: Optional[Path] = typer.Option(None, help="Rows table the round was pushed from (default: corpus)."),
 ) -> None:
     """Put every disagreement of a pulled round into the round's adjudication projects."""
-    import pyarrow.parquet as pq
     from rich.console import Console
 
-    from pipeline import store
-    from pipeline.quality import adjudication
     from pipeline.annotation.client import LabelStudioClient, LabelStudioError
-    from pipeline.annotation.pull import labels_path
-    from pipeline.annotation.rounds import load_round
     from pipeline.config import Settings
+    from pipeline.paths import DataRoot
+    from pipeline.quality import adjudication
 
     console = Console()
     settings = Settings.from_env(data_root)
-    root = store.data_root(data_root)
-    path = labels_path(root, round_name)
+    root = DataRoot(settings.data_root)
     try:
-        rnd = load_round(round_name)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no labels; run `rescue annotate pull {round_name}` first")
-        summary = adjudication.push(LabelStudioClient.from_settings(settings), rnd, pq.read_table(path),
-                                    _adjudication_samples(root, samples, rows))
-    except (FileNotFoundError, KeyError, LabelStudioError) as exc:
+        summary = adjudication.push_round(LabelStudioClient.from_settings(settings), root, round_name,
+                                          _adjudication_samples(samples, rows, root))
+    except (FileNotFoundError, KeyError, ValueError, LabelStudioError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
     console.print(f"round {round_name}: {summary.disagreements} disagreeing rows; tasks {summary.tasks_created} new, "
@@ -120,24 +113,22 @@ def adjudicate_pull(
     round_name: str = typer.Argument(..., metavar="ROUND"),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
-    """Fetch the adjudicators' answers and store them beside the round's labels."""
+    """Fetch the adjudicators' answers and store them (<data root>/annotation/adjudications/ROUND.parquet)."""
     from rich.console import Console
 
-    from pipeline import store
-    from pipeline.quality import adjudication
     from pipeline.annotation.client import LabelStudioClient, LabelStudioError
     from pipeline.config import Settings
+    from pipeline.quality import adjudication
 
     console = Console()
-    root = store.data_root(data_root)
+    settings = Settings.from_env(data_root)
     try:
-        table, path = adjudication.pull_and_store(LabelStudioClient.from_settings(Settings.from_env(data_root)),
-                                                  root, round_name)
-    except (KeyError, LabelStudioError) as exc:
+        out = adjudication.pull_round(LabelStudioClient.from_settings(settings), settings.data_root, round_name)
+    except (KeyError, ValueError, LabelStudioError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
-    rows = len(set(zip(table.column("sample_id").to_pylist(), table.column("row_index").to_pylist())))
-    console.print(f"round {round_name}: {rows} adjudicated rows ({table.num_rows} values) -> {path}", highlight=False)
+    console.print(f"round {round_name}: {out.rows} adjudicated rows ({out.table.num_rows} values) -> {out.path}",
+                  highlight=False)
 
 
 @gold_app.command("build")
@@ -150,22 +141,23 @@ def gold_build(
     """Gold rows (majority / median / adjudicator, with provenance), validated and merged into the corpus."""
     from rich.console import Console
 
-    from pipeline import store
+    from pipeline.config import Settings
     from pipeline.quality import gold
 
     console = Console()
     try:
-        out = gold.build_and_store(store.data_root(data_root), round_names=rounds or None, strict=not allow_unresolved)
-    except (FileNotFoundError, gold.UnresolvedError, KeyError) as exc:
+        out = gold.build_and_store(Settings.from_env(data_root).data_root, round_names=rounds or None,
+                                   strict=not allow_unresolved)
+    except (FileNotFoundError, gold.UnresolvedError, KeyError, ValueError) as exc:
         console.print(f"[red]gold build refused:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
-    s = out["summary"]
+    s = out.summary
     console.print(f"gold: {s['samples']} samples, {s['rows']} rows, {s['values']} values from rounds "
                   f"{', '.join(s['rounds'])}; " + ", ".join(f"{k} {v}" for k, v in s["methods"].items()), highlight=False)
     console.print(f"corpus: {s['corpus']['added']} added, {s['corpus']['replaced']} replaced, "
                   f"{s['corpus']['unchanged']} unchanged; {s['violations']} violations; provenance: "
-                  f"{out['dir'] / 'provenance.parquet'}", highlight=False)
+                  f"{out.provenance_path}", highlight=False)
     if s["violations"]:
-        for v in out["violations"][:10]:
+        for v in out.violations[:10]:
             console.print(f"  [red]{v}[/red]", highlight=False)
         raise typer.Exit(1)

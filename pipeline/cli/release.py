@@ -19,7 +19,8 @@ app.add_typer(release_app, name="release")
 
 @release_app.command("build")
 def release_build(
-    version: str = typer.Option(..., "--version", help="Semantic version X.Y.Z; an existing version is refused."),
+    version: str = typer.Option(..., "--version", help="Semantic version X.Y.Z. An existing version built from the "
+                                "same input is reused (nothing is written); from another input it is refused."),
     input_file: Optional[Path] = typer.Option(None, "--input", help="Samples in the paper's benchmark_191.jsonl shape."),
     rows_dir: Optional[Path] = typer.Option(None, "--rows-dir", help="Directory with samples.parquet + rows.parquet "
                                             "(default: the corpus, <data root>/corpus)."),
@@ -38,40 +39,33 @@ def release_build(
     from pipeline import store
     from pipeline.benchmark import release
     from pipeline.config import Settings
+    from pipeline.synthetic.corpus import load_synthetic
 
     console = Console()
     if sum([input_file is not None, rows_dir is not None, synthetic]) > 1:
         console.print("[red]give at most one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
         raise typer.Exit(2)
     settings = Settings.from_env(data_root)
-    if input_file is None and rows_dir is None and not synthetic:
-        from pipeline.corpus import corpus_dir
-
-        rows_dir = corpus_dir(settings.data_root)  # default: the working corpus
-        if not rows_dir.is_dir():
-            console.print(f"[red]no corpus yet at {rows_dir}[/red]: import one (`rescue import-rescue FILE`), build gold "
-                          "rows (`rescue gold build`), or pass --input / --rows-dir / --synthetic")
-            raise typer.Exit(1)
     steps = 3 + 6 + len(release.schemas.RELEASE_CONFIGS) + 1  # load, validate, tables, tasks, files, manifest
     try:
         with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
             bar = progress.add_task("loading input", total=steps)
-            if input_file is not None:
-                inp = release.load_jsonl(input_file)
-            elif rows_dir is not None:
-                inp = release.load_rows_dir(rows_dir)
+            if synthetic:
+                inp = load_synthetic(scale, seed)
             else:
-                inp = release.load_synthetic(scale, seed)
-            progress.update(bar, advance=1, description="validating")
-            release.validate(inp)
-            progress.update(bar, advance=1, description="building tasks")
-            result = release.build_release(
+                inp = release.load_source(input_file or rows_dir, settings.data_root)
+            progress.update(bar, advance=2, description="building tasks")
+            result = release.build_or_reuse(
                 inp, version, settings.data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
                 on_step=lambda msg: progress.update(bar, advance=1, description=msg))
     except (release.ReleaseError, store.AlreadyExists) as exc:
         console.print(f"[red]release build failed:[/red] {exc}")
         raise typer.Exit(1) from None
+    if result.reused:
+        console.print(f"release {version} already exists, built from the same input: nothing to do (reused) "
+                      f"-> {result.path}", highlight=False)
+        return
 
     m = result.manifest
     table = Table(title=f"RESCUE release {version}", show_lines=False)

@@ -1,6 +1,6 @@
 """Adjudication in Label Studio: disagreements become tasks, the adjudicator's answer wins.
 
-For a round, every row where annotators disagree (``pipeline.quality.gold.disagreements``) is put
+For a round, every row where annotators disagree (``pipeline.quality.disagreements``) is put
 into an adjudication project per (round, scenario) - the same labeling config as the round,
 so the adjudicator sees the same controls. The task shows only the disagreeing rows as
 units; each annotator's answers on those rows are attached as one prediction per annotator
@@ -10,18 +10,30 @@ Pull turns the adjudicators' submitted annotations into label-table lines
 (``schemas.LABELS``; ``annotator`` = adjudicator e-mail) that ``pipeline.quality.gold.build_gold`` takes
 as ``adjudications``. Tasks are keyed by sample_id and a content hash of the disagreement,
 never by Label Studio task ids: pushing again adds only new or changed disagreements.
+
+The stage entry points the CLI (``rescue adjudicate push|pull``) and the annotation-round flow
+both call: :func:`push_round` (the round's pulled labels, ``DataRoot.labels``, against the
+samples it was pushed from, default the corpus) and :func:`pull_round` (answers written to
+``DataRoot.adjudications``).
 """
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from pipeline import schemas
-from pipeline.quality.gold import disagreements
+from pipeline import corpus, schemas, store, taxonomy
+from pipeline.annotation.ls_config import (build_task_data, content_sha, parse_control_name, render_config,
+                                           result_value, values_to_results)
+from pipeline.annotation.rounds import load_round
+from pipeline.paths import DataRoot, check_name
+from pipeline.quality.disagreements import disagreements
 
 ADJUDICATOR_VERSION = "adjudication"  # the project's own model_version: no annotator pre-filled
 
@@ -47,8 +59,6 @@ class PushSummary:
 
 def adjudication_tasks(rnd, labels: Any, samples: Sequence[dict]) -> dict[str, list[dict]]:
     """scenario -> Label Studio tasks (data + one prediction per annotator) for the disagreements."""
-    from pipeline.annotation.ls_config import build_task_data, content_sha, values_to_results
-
     by_sample: dict[str, list[dict]] = {}
     for d in disagreements(labels, rnd):
         by_sample.setdefault(d["sample_id"], []).append(d)
@@ -75,8 +85,6 @@ def adjudication_tasks(rnd, labels: Any, samples: Sequence[dict]) -> dict[str, l
 
 def push(client, rnd, labels: Any, samples: Sequence[dict]) -> PushSummary:
     """Create or refresh the adjudication projects of a round."""
-    from pipeline.annotation.ls_config import render_config
-
     tasks_by_scenario = adjudication_tasks(rnd, labels, samples)
     created = unchanged = updated = 0
     projects = {}
@@ -114,8 +122,6 @@ def push(client, rnd, labels: Any, samples: Sequence[dict]) -> PushSummary:
 def results_to_values(rnd, data: Mapping, result: Sequence[Mapping]) -> dict[int, dict[str, Any]]:
     """``{row_index: {field: value}}`` from one annotation's results (inverse of
     ``ls_config.values_to_results``), values in the row-schema form."""
-    from pipeline.annotation.ls_config import parse_control_name, result_value
-
     units = data["units"]
     fields = {f.name: f for f in rnd.fields}
     out: dict[int, dict[str, Any]] = {}
@@ -164,7 +170,7 @@ def _typed(f, raw: Any) -> Any:
     return raw
 
 
-def pull(client, rnd, scenarios: Sequence[str] = ("couple", "family")) -> pa.Table:
+def pull(client, rnd, scenarios: Sequence[str] = taxonomy.SCENARIOS) -> pa.Table:
     """Adjudicators' submitted answers as label-table lines (only the rows each task adjudicates).
 
     Cancelled (skipped) annotations are ignored; when a task has several submitted annotations
@@ -189,7 +195,8 @@ def pull(client, rnd, scenarios: Sequence[str] = ("couple", "family")) -> pa.Tab
                 for name, v in sorted(fields.items()):
                     if wanted and name not in wanted.get(str(ri), []) and not _paired(rnd, name, wanted.get(str(ri))):
                         continue
-                    lines.append({"round": rnd.name, "sample_id": data["sample_id"], "row_index": ri,
+                    lines.append({"round": rnd.name, "sample_id": data["sample_id"],
+                                  "scenario": data.get("scenario") or scenario, "row_index": ri,
                                   "annotator": who, "field": name, "value": json.dumps(v, ensure_ascii=False),
                                   "annotation_id": ann.get("id"), "lead_time_s": ann.get("lead_time"),
                                   "created_at": ann.get("created_at"), "updated_at": ann.get("updated_at")})
@@ -204,20 +211,44 @@ def _paired(rnd, name: str, disputed: list[str] | None) -> bool:
     return f.type == "text" and not f.prefill
 
 
-def adjudications_path(data_root, round_name: str):
-    """Beside the round's label table: ``<round>.adjudicated.parquet``."""
-    from pipeline.annotation.pull import labels_path
+def _round_labels(root: DataRoot, round_name: str) -> pa.Table:
+    path = root.labels(round_name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no labels; run `rescue annotate pull {round_name}` first")
+    return pq.read_table(path)
 
-    p = labels_path(data_root, round_name)
-    return p.with_name(f"{round_name}.adjudicated.parquet")
+
+def push_round(client, data_root: str | os.PathLike, round_name: str,
+               samples: Sequence[dict] | None = None) -> PushSummary:
+    """The adjudication push of a pulled round: its disagreements into the adjudication projects.
+
+    ``samples``: the samples the round was pushed from (default: the work store and the corpus).
+    """
+    root = DataRoot(data_root)
+    rnd = load_round(check_name(round_name, "round"))
+    labels = _round_labels(root, rnd.name)
+    return push(client, rnd, labels, corpus.load_annotated(root) if samples is None else samples)
 
 
-def pull_and_store(client, data_root, round_name: str) -> tuple[pa.Table, object]:
-    """Pull a round's adjudications and write them beside its labels (deterministic bytes)."""
-    from pipeline import store
-    from pipeline.annotation.rounds import load_round
+@dataclass(frozen=True)
+class AdjudicationPull:
+    """The adjudicators' answers of a round, as stored at ``path``."""
 
-    table = pull(client, load_round(round_name))
+    round: str
+    table: pa.Table
+    path: Path
+
+    @property
+    def rows(self) -> int:
+        """Adjudicated rows (sample, row)."""
+        return len(set(zip(self.table.column("sample_id").to_pylist(), self.table.column("row_index").to_pylist())))
+
+
+def pull_round(client, data_root: str | os.PathLike, round_name: str) -> AdjudicationPull:
+    """Pull a round's adjudications and write them to ``DataRoot.adjudications`` (deterministic bytes)."""
+    root = DataRoot(data_root)
+    rnd = load_round(check_name(round_name, "round"))
+    table = pull(client, rnd)
     table = table.sort_by([("sample_id", "ascending"), ("row_index", "ascending"), ("field", "ascending"),
                            ("annotator", "ascending")])
-    return table, store.write_parquet(table, adjudications_path(data_root, round_name))
+    return AdjudicationPull(rnd.name, table, store.write_parquet(table, root.adjudications(rnd.name)))

@@ -18,21 +18,31 @@ Rules, per row and field (field names are row-schema keys):
 The provenance table keeps, per (round, sample, row, field): the rule used, the annotators,
 the share of them that gave the gold value, whether it was adjudicated and by whom, and the
 gold value as JSON.
+
+:func:`build_and_store` is the stage the CLI (``rescue gold build``) and the annotation-round
+flow call: it reads every pulled round (``DataRoot.labels``) and its adjudications
+(``DataRoot.adjudications``), merges the valid gold samples into the corpus and writes
+provenance, violations and a summary to ``DataRoot.gold_dir()``.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from pipeline import taxonomy
-from pipeline.quality.agreement import clean_labels
+from pipeline import corpus, store, taxonomy, validate
+from pipeline.annotation.rounds import load_round
+from pipeline.annotation.rounds import round_names as all_rounds
+from pipeline.paths import DataRoot, check_name
+from pipeline.quality.disagreements import index_labels, record_key, structure, value_key
 
 PROVENANCE = pa.schema([
     pa.field("round", pa.string(), nullable=False),
@@ -46,20 +56,10 @@ PROVENANCE = pa.schema([
     pa.field("adjudicator", pa.string()),
     pa.field("value", pa.string()),  # gold value, JSON
 ])
-STRUCTURED = ("choice", "multichoice", "rows", "const")
 
 
 class UnresolvedError(ValueError):
     """Disagreements without an adjudication; the message lists them."""
-
-
-def _c(v: Any) -> Any:
-    """A hashable, orderable key of a JSON value: equal keys <=> equal JSON (dict key order aside)."""
-    if isinstance(v, list):
-        return ("list", tuple(_c(x) for x in v))
-    if isinstance(v, dict):
-        return ("dict", tuple(sorted((k, _c(x)) for k, x in v.items())))
-    return (type(v).__name__, v)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -79,34 +79,9 @@ def _median(xs: Sequence[float]) -> int:
 
 
 def _majority(values: Mapping[str, Any]) -> Any | None:
-    counts = Counter(_c(v) for v in values.values())
+    counts = Counter(value_key(v) for v in values.values())
     key, n = counts.most_common(1)[0]
-    return next(v for v in values.values() if _c(v) == key) if n * 2 > len(values) else None
-
-
-def _structure(f, records: Any) -> str:
-    """A records value reduced to what must agree: keys and choice subfields, in key order."""
-    recs = [{s.name: r.get(s.name) for s in f.subfields if s.type in STRUCTURED} for r in (records or [])]
-    return tuple(sorted(_c(r) for r in recs))
-
-
-def _key(f, rec: dict) -> str:
-    return _c([rec.get(k) for k in f.key]) if f.key else _c({s.name: rec.get(s.name) for s in f.subfields
-                                                              if s.type in STRUCTURED})
-
-
-def is_disagreement(f, values: Mapping[str, Any]) -> bool:
-    """Whether annotators' values of one field on one row need an adjudicator (rules 2-4)."""
-    if len(values) < 2:
-        return False
-    if f.type == "number":
-        return False  # median
-    if f.type == "text":
-        return f.prefill and len({_c(v) for v in values.values()}) > 1
-    if f.type == "records":
-        structures = {_structure(f, v) for v in values.values()}
-        return len(structures) > 1
-    return len({_c(v) for v in values.values()}) > 1
+    return next(v for v in values.values() if value_key(v) == key) if n * 2 > len(values) else None
 
 
 def resolve(f, values: Mapping[str, Any]) -> tuple[Any, str]:
@@ -121,7 +96,7 @@ def resolve(f, values: Mapping[str, Any]) -> tuple[Any, str]:
     if f.type == "text" and not f.prefill:
         return values[anns[0]], "reference"
     if f.type == "records":
-        structures = {a: _structure(f, values[a]) for a in anns}
+        structures = {a: structure(f, values[a]) for a in anns}
         top, n = Counter(structures.values()).most_common(1)[0]
         if n * 2 <= len(anns):
             return values[anns[0]], "unresolved"
@@ -133,7 +108,7 @@ def resolve(f, values: Mapping[str, Any]) -> tuple[Any, str]:
             for s in f.subfields:
                 if s.type == "number":
                     nums = [r.get(s.name) for a in holders for r in (values[a] or [])
-                            if _key(f, r) == _key(f, rec) and isinstance(r.get(s.name), (int, float))]
+                            if record_key(f, r) == record_key(f, rec) and isinstance(r.get(s.name), (int, float))]
                     if nums:
                         new[s.name] = _median(nums)
             out.append(new)
@@ -148,8 +123,8 @@ def _text_reference(rnd, per_field: Mapping[str, Mapping[str, Any]], gold: Mappi
     structured = [f for f in rnd.fields if f.type != "text"]
     for a in anns:
         if all(f.name not in per_field or a not in per_field[f.name]
-               or (_structure(f, per_field[f.name][a]) == _structure(f, gold.get(f.name)) if f.type == "records"
-                   else f.type == "number" or _c(per_field[f.name][a]) == _c(gold.get(f.name)))
+               or (structure(f, per_field[f.name][a]) == structure(f, gold.get(f.name)) if f.type == "records"
+                   else f.type == "number" or value_key(per_field[f.name][a]) == value_key(gold.get(f.name)))
                for f in structured):
             return a
     return anns[0] if anns else None
@@ -161,18 +136,6 @@ class GoldResult:
     provenance: pa.Table
     unresolved: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
-
-
-def _index(labels: Any) -> dict[tuple[str, str, int], dict[str, dict[str, Any]]]:
-    """(round, sample_id, row_index) -> field -> annotator -> parsed value."""
-    if labels is None:
-        return {}
-    df = labels[0] if isinstance(labels, tuple) else clean_labels(labels)[0]
-    out: dict = {}
-    for rnd, sid, ri, ann, fld, val in zip(*(df[c].to_list() for c in
-                                               ("round", "sample_id", "row_index", "annotator", "field", "parsed"))):
-        out.setdefault((rnd, sid, ri), {}).setdefault(fld, {})[ann] = val
-    return out
 
 
 def _empty(f) -> Any:
@@ -205,8 +168,8 @@ def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any],
     transcript round decides which later rounds apply to it.
     ``adjudications``: adjudicators' answers in the label-table shape (``annotator`` = adjudicator).
     """
-    lab = _index(labels)
-    adj = _index(adjudications)
+    lab = index_labels(labels)
+    adj = index_labels(adjudications)
     rounds = sorted(rounds, key=lambda r: r.order)
     prov: list[dict] = []
     unresolved: list[dict] = []
@@ -272,10 +235,10 @@ def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any],
 
 
 def _records_text_from(f, gold_records: list, ref_records: Any) -> list:
-    by_key = {_key(f, r): r for r in (ref_records or [])}
+    by_key = {record_key(f, r): r for r in (ref_records or [])}
     out = []
     for rec in gold_records or []:
-        src = by_key.get(_key(f, rec), {})
+        src = by_key.get(record_key(f, rec), {})
         out.append({**rec, **{s.name: src[s.name] for s in f.subfields if s.type == "text" and s.name in src}})
     return out
 
@@ -303,69 +266,70 @@ def _rescue_row(row: dict, scenario: str) -> dict:
     return row
 
 
-def disagreements(labels: Any, rnd) -> list[dict]:
-    """Rows of a round where annotators disagree on any field (rules 2-4): the adjudication work."""
-    lab = _index(labels)
-    out = []
-    for (rname, sid, ri), per_field in sorted(lab.items()):
-        if rname != rnd.name:
-            continue
-        fields = [f.name for f in rnd.fields if is_disagreement(f, per_field.get(f.name, {}))]
-        if fields:
-            out.append({"sample_id": sid, "row_index": ri, "fields": fields,
-                        "answers": {f.name: per_field.get(f.name, {}) for f in rnd.fields}})
-    return out
+@dataclass(frozen=True)
+class GoldBuild:
+    """What :func:`build_and_store` built and wrote."""
+
+    result: GoldResult
+    violations: list          # validate.Violation of the gold samples (those samples were not merged)
+    summary: dict             # also written as summary.json
+    dir: Path                 # DataRoot.gold_dir(): provenance.parquet, violations.parquet, summary.json
+
+    @property
+    def provenance_path(self) -> Path:
+        return self.dir / "provenance.parquet"
 
 
-def labels_frame(table: Any) -> pl.DataFrame:
-    return clean_labels(table)[0]
+def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] | None = None,
+                    round_names: Sequence[str] | None = None, strict: bool = True) -> GoldBuild:
+    """The gold stage (``rescue gold build`` and the annotation-round flow): gold from every
+    pulled round (with its adjudications), validated, merged into the corpus.
 
-
-def gold_dir(data_root) -> "Path":
-    from pathlib import Path
-
-    return Path(data_root) / "annotation" / "gold"
-
-
-def build_and_store(data_root, base_samples: Sequence[dict] | None = None, round_names: Sequence[str] | None = None,
-                    strict: bool = True) -> dict:
-    """``rescue gold build``: gold from every pulled round, validated, merged into the corpus.
-
-    Base samples default to the corpus (what the rounds were pushed from). Samples that break
-    V1-V12 are not merged; their violations are written beside the provenance table.
+    Base samples default to what the rounds were pushed from: the work store (interviews in
+    annotation), and corpus samples not in it (imported samples annotated again). Gold of a work
+    sample goes back into the work store, and into the corpus once every round has labels for it
+    (finished: the corpus never holds draft rows); gold of a corpus sample goes to the corpus.
+    Samples that break V1-V12 are not merged; their violations are written beside the
+    provenance table.
     """
-    from pathlib import Path
-
-    import pyarrow.parquet as pq
-
-    from pipeline import corpus, store, validate
-    from pipeline.quality.adjudication import adjudications_path
-    from pipeline.annotation.pull import labels_path
-    from pipeline.annotation.rounds import load_round
-    from pipeline.annotation.rounds import round_names as all_rounds
-
-    names = list(round_names or [n for n in all_rounds() if labels_path(data_root, n).is_file()])
+    root = DataRoot(data_root)
+    names = [check_name(n, "round") for n in round_names] if round_names else \
+        [n for n in all_rounds() if root.labels(n).is_file()]
     if not names:
-        raise FileNotFoundError(f"no pulled label tables under {labels_path(data_root, 'x').parent}")
-    base = list(base_samples) if base_samples is not None else corpus.load_corpus(data_root)
+        raise FileNotFoundError(f"no pulled label tables under {root.labels('x').parent}")
+    for n in names:
+        if not root.labels(n).is_file():
+            raise FileNotFoundError(f"{root.labels(n)}: no labels for round {n!r}; run `rescue annotate pull {n}` first")
+    in_work = {s["sample_id"] for s in corpus.load_work(root)}
+    if base_samples is not None:
+        base = list(base_samples)
+    else:
+        base = corpus.load_annotated(root)
     if not base:
-        raise FileNotFoundError(f"no base samples: the corpus under {Path(data_root) / 'corpus'} is empty")
-    tables = [pq.read_table(labels_path(data_root, n)) for n in names]
-    adj = [pq.read_table(adjudications_path(data_root, n)) for n in names if adjudications_path(data_root, n).is_file()]
-    labels = pa.concat_tables(tables)
-    adjudications = pa.concat_tables(adj) if adj else None
+        raise FileNotFoundError(f"no base samples: neither the work store under {root.work_dir()} nor the corpus "
+                                f"under {root.corpus_dir()} holds any")
+    tables = [pq.read_table(root.labels(n)) for n in names]
+    adj = [pq.read_table(root.adjudications(n)) for n in names if root.adjudications(n).is_file()]
+    labels = pa.concat_tables(tables, promote_options="default")
+    adjudications = pa.concat_tables(adj, promote_options="default") if adj else None
     labelled = set(labels.column("sample_id").to_pylist())
     base = [s for s in base if s["sample_id"] in labelled]
     result = build_gold(base, labels, [load_round(n) for n in names], adjudications, strict=strict)
     violations = validate.validate_samples(result.samples)
     bad = {v.sample_id for v in violations}
     good = [s for s in result.samples if s["sample_id"] not in bad]
-    merged = corpus.merge_into_corpus(data_root, good)
-    out = gold_dir(data_root)
+    labelled_in = {n: set(tb.column("sample_id").to_pylist()) for n, tb in zip(names, tables)}
+    finished = {s["sample_id"] for s in good if all(s["sample_id"] in labelled_in.get(n, ()) for n in all_rounds())}
+    work = corpus.merge_into_work(root, [s for s in good if s["sample_id"] in in_work])
+    merged = corpus.merge_into_corpus(root, [s for s in good if s["sample_id"] not in in_work
+                                             or s["sample_id"] in finished])
+    out = root.gold_dir()
     store.write_parquet(result.provenance, out / "provenance.parquet")
     store.write_parquet(validate.violations_table(violations), out / "violations.parquet")
     summary = {**result.summary, "rounds": names, "violations": len(violations), "invalid_samples": sorted(bad),
                "corpus": {"added": len(merged.added), "replaced": len(merged.replaced),
-                          "unchanged": len(merged.unchanged)}}
+                          "unchanged": len(merged.unchanged)},
+               "work": {"added": len(work.added), "replaced": len(work.replaced), "unchanged": len(work.unchanged)},
+               "finished": sorted(finished & in_work)}
     store.atomic_write_text(out / "summary.json", store.canonical_json(summary))
-    return {"result": result, "violations": violations, "summary": summary, "dir": out}
+    return GoldBuild(result, violations, summary, out)

@@ -1,6 +1,7 @@
 """The agreement report of a round: Markdown + HTML with PNG plots, and a JSON summary.
 
-Written to ``<labels dir>/<round>.agreement/`` beside the round's label table: ``report.md``,
+Written by the agreement stage (:func:`pipeline.quality.agreement.measure_round`) to
+``DataRoot.agreement_report_dir(round)`` (``annotation/labels/<round>.agreement/``): ``report.md``,
 ``report.html``, ``agreement.json`` (every figure), and plots - per field a label distribution
 per annotator and a confusion matrix per annotator pair (categories), plus one chart of
 per-annotator alpha. ``RoundAgreement.summary()`` is the small dict the release manifest and
@@ -16,14 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import store
-from pipeline.quality.agreement import FieldAgreement, RoundAgreement, confusion, label_text
+from pipeline.quality.coding import confusion, label_text
+from pipeline.quality.measures import FieldAgreement, RoundAgreement
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 MAX_LABELS_PLOTTED = 25  # set-valued fields can have many distinct values: plot the most frequent
-
-
-def report_dir(labels_path: str | Path, round_name: str) -> Path:
-    return Path(labels_path).parent / f"{round_name}.agreement"
 
 
 def _f(x) -> str:

@@ -159,7 +159,8 @@ class SimulatedAnnotator:
                                                     digest_size=6).digest(), "big")
             for ri, values in answers.items():
                 for name, v in values.items():
-                    out.append({"round": rnd.name, "sample_id": s["sample_id"], "row_index": ri,
+                    out.append({"round": rnd.name, "sample_id": s["sample_id"], "scenario": s["scenario"],
+                                "row_index": ri,
                                 "annotator": self.name, "field": name,
                                 "value": json.dumps(v, ensure_ascii=False), "annotation_id": ann_id,
                                 "lead_time_s": self.lead_time_s, "created_at": "2026-01-01T00:00:00+00:00",

@@ -10,7 +10,8 @@ pipeline (release builds, benchmarks, the demo), never to train on.
 
 Deterministic: the same (scale, seed) gives the same samples; each sample has its own
 random stream, so samples do not shift when the scale changes. Samples are valid under
-V1-V12 (tests check it with ``pipeline.validate``).
+V1-V12 (tests check it with ``pipeline.validate``). :func:`load_synthetic` wraps it as a
+release input.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 from pipeline import taxonomy
+from pipeline.benchmark.release import ReleaseInput
 from pipeline.taxonomy import THERAPIST
 
 
@@ -210,5 +212,12 @@ def generate(scale: float = 1.0, seed: int = 0) -> list[dict]:
     """The synthetic corpus: ``round(191 * scale)`` samples, couples first (sorted by sample_id)."""
     if scale <= 0:
         raise ValueError(f"scale must be positive, got {scale}")
-    out = _scenario("couple", scale, seed) + _scenario("family", scale, seed)
+    out = [s for scenario in taxonomy.SCENARIOS for s in _scenario(scenario, scale, seed)]
     return sorted(out, key=lambda s: s["sample_id"])
+
+
+def load_synthetic(scale: float = 1.0, seed: int = 0) -> ReleaseInput:
+    """The synthetic corpus as a release input (``rescue release build --synthetic``, the
+    ``build-release`` flow's ``synthetic[:scale]`` source); the manifest names generator and seed."""
+    return ReleaseInput(generate(scale=scale, seed=seed), {"kind": "synthetic", "generator": "pipeline.synthetic.corpus",
+                                                           "scale": scale, "seed": seed})

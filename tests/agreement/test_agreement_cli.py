@@ -7,9 +7,9 @@ import pyarrow as pa
 from typer.testing import CliRunner
 
 from pipeline import corpus, schemas, store
-from pipeline.quality import agreement
+from pipeline.quality.gates import gate_records, release_blockers
 from pipeline.quality import gold
-from pipeline.annotation.pull import labels_path
+from pipeline.paths import DataRoot
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 from pipeline.synthetic.annotators import SimulatedAnnotator
@@ -18,7 +18,7 @@ from pipeline.synthetic.annotators import SimulatedAnnotator
 def _write_round(root, name, samples, error):
     rnd = load_round(name)
     lines = [x for i in range(2) for x in SimulatedAnnotator(f"a{i}", {"*": error}, seed=i).label_rows(rnd, samples)]
-    store.write_parquet(pa.Table.from_pylist(lines, schema=schemas.LABELS), labels_path(root, name))
+    store.write_parquet(pa.Table.from_pylist(lines, schema=schemas.LABELS), DataRoot(root).labels(name))
 
 
 def test_agreement_report_gate_override_and_gold(tmp_path, truth_samples, draft_of):
@@ -30,7 +30,7 @@ def test_agreement_report_gate_override_and_gold(tmp_path, truth_samples, draft_
     ok = runner.invoke(app, ["agreement", "emotion", "--data-root", str(root)])
     assert ok.exit_code == 0, ok.output
     assert "utterance_type" in ok.output and "pass" in ok.output
-    rdir = labels_path(root, "emotion").parent / "emotion.agreement"
+    rdir = DataRoot(root).labels("emotion").parent / "emotion.agreement"
     for name in ("report.md", "report.html", "agreement.json", "annotators.alpha.png",
                  "utterance_type.distribution.png", "utterance_type.confusion.0-1.png"):
         assert (rdir / name).stat().st_size > 200, name
@@ -40,22 +40,22 @@ def test_agreement_report_gate_override_and_gold(tmp_path, truth_samples, draft_
 
     low = runner.invoke(app, ["agreement", "relation", "--data-root", str(root)])
     assert low.exit_code == 3 and "blocks a release" in low.output
-    gates = {g["round"]: g for g in agreement.gate_records(root)}
+    gates = {g["round"]: g for g in gate_records(root)}
     assert gates["emotion"]["blocks_release"] is False
     assert gates["relation"]["blocks_release"] is True
-    assert any("relation" in m for m in agreement.release_blockers(root))
+    assert any("relation" in m for m in release_blockers(root))
     refused = runner.invoke(app, ["agreement", "relation", "--data-root", str(root), "--override", "pilot"])
     assert refused.exit_code == 1 and "reason and the name" in refused.output
     over = runner.invoke(app, ["agreement", "relation", "--data-root", str(root), "--override",
                                "pilot round, re-annotation planned", "--by", "lead"])
     assert over.exit_code == 0, over.output
-    gates = {g["round"]: g for g in agreement.gate_records(root)}
+    gates = {g["round"]: g for g in gate_records(root)}
     assert gates["relation"]["override"]["reason"] == "pilot round, re-annotation planned"
-    assert gates["relation"]["blocks_release"] is False and agreement.release_blockers(root) == []
+    assert gates["relation"]["blocks_release"] is False and release_blockers(root) == []
     # new labels make the override stale: the round blocks again
     _write_round(root, "relation", truth_samples, 0.6)
     runner.invoke(app, ["agreement", "relation", "--data-root", str(root)])
-    assert any("other labels" in m for m in agreement.release_blockers(root))
+    assert any("other labels" in m for m in release_blockers(root))
 
     refused = runner.invoke(app, ["gold", "build", "--data-root", str(root)])
     assert refused.exit_code == 1 and "no adjudication" in refused.output
@@ -64,7 +64,7 @@ def test_agreement_report_gate_override_and_gold(tmp_path, truth_samples, draft_
     before = {s["sample_id"]: s for s in corpus.load_corpus(root)}
     broken = runner.invoke(app, ["gold", "build", "--data-root", str(root), "--allow-unresolved"])
     assert broken.exit_code == 1 and "violations" in broken.output
-    summary = json.loads((gold.gold_dir(root) / "summary.json").read_text())
+    summary = json.loads((DataRoot(root).gold_dir() / "summary.json").read_text())
     assert summary["invalid_samples"] and summary["corpus"]["replaced"] == len(truth_samples) - len(summary["invalid_samples"])
     after = {s["sample_id"]: s for s in corpus.load_corpus(root)}
     assert all(after[sid] == before[sid] for sid in summary["invalid_samples"])
@@ -74,7 +74,7 @@ def test_agreement_report_gate_override_and_gold(tmp_path, truth_samples, draft_
     assert built.exit_code == 0, built.output
     import pyarrow.parquet as pq
 
-    t = pq.read_table(gold.gold_dir(root) / "provenance.parquet")
+    t = pq.read_table(DataRoot(root).gold_dir() / "provenance.parquet")
     assert t.schema.equals(gold.PROVENANCE) and t.num_rows > 500
     assert set(t.column("method").to_pylist()) >= {"unanimous", "unresolved"}
     assert set(t.column("round").to_pylist()) == {"emotion", "strategy"}

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline import schemas
-from pipeline.quality import agreement
-from pipeline.quality.agreement import FieldRule
+from pipeline.quality import coefficients, measures
+from pipeline.quality.coding import FieldRule
 
 NA = None
 # Krippendorff (2011) "Computing Krippendorff's Alpha-Reliability", section C: 4 observers x 12 units,
@@ -38,7 +38,7 @@ def label_table(data: dict[str, list], field: str = "x", round_name: str = "r", 
 
 @pytest.mark.parametrize("metric,published", [("nominal", 0.743), ("interval", 0.849)])
 def test_krippendorff_2011_worked_example_through_the_label_table(metric, published):
-    rep = agreement.round_agreement(label_table(K2011), "r", [FieldRule("x", metric)])
+    rep = measures.round_agreement(label_table(K2011), "r", [FieldRule("x", metric)])
     (f,) = rep.fields
     assert round(f.alpha, 3) == published
     assert f.n_units == 12 and f.n_pairable == 11  # unit 12 has one value: not pairable
@@ -53,7 +53,7 @@ def test_alpha_matches_krippendorff_package_on_random_data_with_missing():
         domain = np.unique(data[~np.isnan(data)])
         counts = np.stack([(data == v).sum(axis=0) for v in domain], axis=1)
         for metric in ("nominal", "interval"):
-            ours = agreement.alpha_from_counts(counts, agreement.distance_matrix(list(domain), metric))
+            ours = coefficients.alpha_from_counts(counts, coefficients.distance_matrix(list(domain), metric))
             ref = krippendorff.alpha(reliability_data=data, level_of_measurement=metric)
             assert ours == pytest.approx(ref, abs=1e-12)
 
@@ -66,13 +66,13 @@ def test_masi_distance_and_alpha_match_nltk():
     for s in sets:
         for t in sets:
             if s and t:
-                assert agreement.masi_distance(s, t) == pytest.approx(masi_distance(set(s), set(t)))
+                assert coefficients.masi_distance(s, t) == pytest.approx(masi_distance(set(s), set(t)))
     rng = np.random.default_rng(3)
     truth = [sets[i] for i in rng.integers(1, len(sets), size=30)]
     data = {}
     for ann in ("a1", "a2", "a3"):
         data[ann] = [sorted(t if rng.random() > 0.3 else sets[rng.integers(1, len(sets))]) for t in truth]
-    (f,) = agreement.round_agreement(label_table(data), "r", [FieldRule("x", "masi")]).fields
+    (f,) = measures.round_agreement(label_table(data), "r", [FieldRule("x", "masi")]).fields
     task = AnnotationTask(
         data=[(ann, str(u), frozenset(v)) for ann, vals in data.items() for u, v in enumerate(vals)],
         distance=masi_distance,
@@ -86,27 +86,27 @@ def test_fleiss_kappa_wikipedia_example():
         [0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
         [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7],
     ])
-    assert round(agreement.fleiss_kappa(counts), 3) == 0.210
-    assert math.isnan(agreement.fleiss_kappa(counts[:, :] + np.eye(10, 5, dtype=int)[:, :]))  # unequal raters
+    assert round(coefficients.fleiss_kappa(counts), 3) == 0.210
+    assert math.isnan(coefficients.fleiss_kappa(counts[:, :] + np.eye(10, 5, dtype=int)[:, :]))  # unequal raters
 
 
 def test_cohen_kappa_textbook_and_sklearn():
     # Wikipedia "Cohen's kappa": 50 grant proposals, yes/yes 20, yes/no 5, no/yes 10, no/no 15 -> 0.4
-    assert agreement.cohen_kappa(np.array([[20, 5], [10, 15]])) == pytest.approx(0.4)
+    assert coefficients.cohen_kappa(np.array([[20, 5], [10, 15]])) == pytest.approx(0.4)
     from sklearn.metrics import cohen_kappa_score
 
     rng = np.random.default_rng(1)
     a = rng.integers(0, 4, 200)
     b = np.where(rng.random(200) < 0.6, a, rng.integers(0, 4, 200))
     data = {"a": [int(x) for x in a], "b": [int(x) for x in b]}
-    (f,) = agreement.round_agreement(label_table(data), "r", [FieldRule("x", "nominal")]).fields
+    (f,) = measures.round_agreement(label_table(data), "r", [FieldRule("x", "nominal")]).fields
     assert f.pairs[0]["cohen_kappa"] == pytest.approx(cohen_kappa_score(a, b), abs=1e-9)
     assert f.percent_agreement == pytest.approx(float((a == b).mean()))
 
 
 def test_undefined_alpha_is_none_and_does_not_pass():
     data = {"a": ["x", "x", "x"], "b": ["x", "x", "x"]}
-    (f,) = agreement.round_agreement(label_table(data), "r", [FieldRule("x", "nominal")]).fields
+    (f,) = measures.round_agreement(label_table(data), "r", [FieldRule("x", "nominal")]).fields
     assert f.alpha is None and f.passed is None and f.percent_agreement == 1.0
 
 
@@ -115,7 +115,7 @@ def test_pair_based_alpha_equals_count_based_alpha_for_every_metric():
     rng = np.random.default_rng(11)
     sets = [frozenset(rng.choice(6, size=rng.integers(0, 4), replace=False).tolist()) for _ in range(12)]
     for metric, domain in (("nominal", list(range(5))), ("interval", [0.0, 1.0, 2.5, 7.0, 10.0]), ("masi", sets)):
-        d = agreement.distance_matrix(domain, metric)
+        d = coefficients.distance_matrix(domain, metric)
         codes = rng.integers(0, len(domain), size=(150, 4))
         codes[:75, 1:] = codes[:75, :1]
         codes[rng.random(codes.shape) < 0.25] = -1
@@ -123,8 +123,8 @@ def test_pair_based_alpha_equals_count_based_alpha_for_every_metric():
         for u, row in enumerate(codes):
             for c in row[row >= 0]:
                 counts[u, c] += 1
-        assert agreement.alpha_from_codes(codes, d) == pytest.approx(agreement.alpha_from_counts(counts, d), abs=1e-12)
-    m = agreement.masi_matrix(sets)
+        assert coefficients.alpha_from_codes(codes, d) == pytest.approx(coefficients.alpha_from_counts(counts, d), abs=1e-12)
+    m = coefficients.masi_matrix(sets)
     for i, a in enumerate(sets):
         for j, b in enumerate(sets):
-            assert m[i, j] == pytest.approx(agreement.masi_distance(a, b))
+            assert m[i, j] == pytest.approx(coefficients.masi_distance(a, b))

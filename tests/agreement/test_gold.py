@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from pipeline import schemas, validate
-from pipeline.quality import gold
+from pipeline.quality import disagreements, gold
 from pipeline.synthetic import annotators as simulate
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.synthetic.annotators import SimulatedAnnotator
@@ -68,7 +68,7 @@ def test_adjudication_resolves_everything_and_gold_is_valid(truth_samples, draft
     adjudicator = SimulatedAnnotator("adjudicator")  # answers the truth
     adj_lines = []
     for rnd in rounds:
-        todo = gold.disagreements(labels, rnd)
+        todo = disagreements.disagreements(labels, rnd)
         rows = {(d["sample_id"], d["row_index"]) for d in todo}
         for line in adjudicator.label_rows(rnd, truth_samples):
             if (line["sample_id"], line["row_index"]) in rows:
@@ -98,9 +98,9 @@ def test_median_for_intensity_and_rules():
     assert method == "majority" and value[0]["intensity"] == 7
     value, method = gold.resolve(f, {"a": rec(4), "b": rec(7)})
     assert value[0]["intensity"] == 6  # 5.5 rounds half up
-    assert not gold.is_disagreement(f, {"a": rec(4), "b": rec(7)})  # numbers: median, no adjudication
+    assert not disagreements.is_disagreement(f, {"a": rec(4), "b": rec(7)})  # numbers: median, no adjudication
     other = [{"person": "B", "emotion_description": "feels y", "intensity": 4}]
-    assert gold.is_disagreement(f, {"a": rec(4), "b": other})
+    assert disagreements.is_disagreement(f, {"a": rec(4), "b": other})
     ut = rnd.field("utterance_type")
     assert gold.resolve(ut, {"a": "defense", "b": "defense", "c": "repair"}) == ("defense", "majority")
     assert gold.resolve(ut, {"a": "defense", "b": "repair"})[1] == "unresolved"

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from pipeline.quality import adjudication
-from pipeline.quality import agreement
+from pipeline.quality import agreement, gates
 from pipeline.quality import gold
+from pipeline.quality.disagreements import disagreements
 from pipeline.synthetic import annotators as simulate
 from pipeline.annotation import pull, push
 from pipeline.annotation.rounds import load_round
@@ -61,7 +62,7 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     assert labels_table.num_rows > 0
 
     out = agreement.measure_round(root, "relation")
-    fa = next(x for x in out["report"].fields if x.field == "relation_cycle_state")
+    fa = next(x for x in out.report.fields if x.field == "relation_cycle_state")
     confusions = []
     for i in range(3):
         c = (1 - ERROR) * np.eye(k)
@@ -73,18 +74,18 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     assert abs(fa.alpha - expected) < TOLERANCE, (fa.alpha, expected)
     # the gate trips at the round's configured threshold (0.667 in relation.yaml)
     assert fa.threshold == f.threshold == 0.667 and expected < fa.threshold
-    assert fa.passed is False and out["gate"]["passed"] is False
-    assert agreement.gate_records(root)[0]["blocks_release"] is True
+    assert fa.passed is False and out.gate["passed"] is False
+    assert gates.gate_records(root)[0]["blocks_release"] is True
     assert (root / "annotation" / "labels" / "relation.agreement" / "report.html").is_file()
     # the half-done annotator is named, with what is missing; alpha uses what exists
-    missing = [i for i in out["report"].issues if i["kind"] == "missing"]
+    missing = [i for i in out.report.issues if i["kind"] == "missing"]
     assert [i["annotator"] for i in missing] == [emails[2]]
     assert f"in {len(skipped)} samples" in missing[0]["message"]
     cov = {a["annotator"]: a["coverage"] for a in fa.annotators}
     assert cov[emails[0]] == 1.0 and cov[emails[2]] < 1.0
 
     # adjudication in Label Studio: every disagreement becomes a task with one prediction per annotator
-    todo = gold.disagreements(labels_table, rnd)
+    todo = disagreements(labels_table, rnd)
     assert todo
     pushed = adjudication.push(ls_client, rnd, labels_table, truth)
     assert pushed.disagreements == len(todo) and pushed.tasks_created == len({d["sample_id"] for d in todo})
@@ -99,7 +100,7 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     adj_user = {u["email"]: u["id"] for u in ls_client.users()}["sim-adjudicator@agreement.test"]
     judge = SimulatedAnnotator("adjudicator")  # answers the truth
     assert judge.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=adj_user) == pushed.tasks_created
-    adjudicated, _ = adjudication.pull_and_store(ls_client, root, "relation")
+    adjudicated = adjudication.pull_round(ls_client, root, "relation").table
     adj_rows = set(zip(adjudicated.column("sample_id").to_pylist(), adjudicated.column("row_index").to_pylist()))
     assert adj_rows == {(d["sample_id"], d["row_index"]) for d in todo}  # every disagreement resolved
     assert set(adjudicated.column("annotator").to_pylist()) == {"sim-adjudicator@agreement.test"}

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from pipeline.quality import agreement
+from pipeline.quality import measures
 from pipeline.synthetic import annotators as simulate
 from pipeline.annotation.rounds import load_round
 from pipeline.synthetic.annotators import SimulatedAnnotator
@@ -38,7 +38,7 @@ def test_nominal_alpha_matches_theory(truth_samples, error_rate):
     rnd = load_round("relation")
     anns = [SimulatedAnnotator(f"a{i}", {"relation_cycle_state": error_rate}, seed=i) for i in range(3)]
     table = simulate.simulate_labels(rnd, truth, anns)
-    (f,) = [x for x in agreement.round_agreement(table, "relation", rnd).fields if x.field == "relation_cycle_state"]
+    (f,) = [x for x in measures.round_agreement(table, "relation", rnd).fields if x.field == "relation_cycle_state"]
     k = len(rnd.field("relation_cycle_state").labels("couple")) + 1
     expected = simulate.expected_alpha(np.full(k, 1 / k), [simulate.uniform_error_confusion(k, error_rate)] * 3,
                                        1 - np.eye(k))
@@ -60,7 +60,7 @@ def test_interval_alpha_matches_theory(truth_samples):
         truth.append({**s, "sample_id": f"{s['sample_id']}#{len(truth)}", "rows": rows})
     e = 0.3
     anns = [SimulatedAnnotator(f"a{i}", {"internal_emotion.intensity": e}, seed=i) for i in range(3)]
-    rep = agreement.round_agreement(simulate.simulate_labels(rnd, truth, anns), "emotion", rnd)
+    rep = measures.round_agreement(simulate.simulate_labels(rnd, truth, anns), "emotion", rnd)
     f = next(x for x in rep.fields if x.field == "internal_emotion.intensity")
     vals = np.arange(11)
     expected = simulate.expected_alpha(np.full(11, 1 / 11), [simulate.uniform_error_confusion(11, e)] * 3,
@@ -76,8 +76,8 @@ def test_gate_trips_at_threshold(truth_samples):
     truth = _uniform_relation_truth(truth_samples)
     good = [SimulatedAnnotator(f"a{i}", {"relation_cycle_state": 0.05}, seed=i) for i in range(3)]
     bad = [SimulatedAnnotator(f"a{i}", {"relation_cycle_state": 0.6}, seed=i) for i in range(3)]
-    ok = agreement.round_agreement(simulate.simulate_labels(rnd, truth, good), "relation", rnd)
-    low = agreement.round_agreement(simulate.simulate_labels(rnd, truth, bad), "relation", rnd)
+    ok = measures.round_agreement(simulate.simulate_labels(rnd, truth, good), "relation", rnd)
+    low = measures.round_agreement(simulate.simulate_labels(rnd, truth, bad), "relation", rnd)
     f_ok = next(f for f in ok.fields if f.field == "relation_cycle_state")
     f_low = next(f for f in low.fields if f.field == "relation_cycle_state")
     assert f_ok.threshold == 0.667 and f_ok.alpha > 0.667 and f_ok.passed
@@ -106,7 +106,7 @@ def test_partial_and_malformed_sets(truth_samples):
     dup = dict(rel[0], value=json.dumps("attack_attack"), annotation_id=999, updated_at="2026-02-01T00:00:00+00:00")
     bad = dict(rel[1], value="{not json", annotation_id=998, updated_at="2026-02-01T00:00:00+00:00")
     table = pa.Table.from_pylist(lines + [dup, bad], schema=schemas.LABELS)
-    rep = agreement.round_agreement(table, "relation", rnd)
+    rep = measures.round_agreement(table, "relation", rnd)
     f = next(x for x in rep.fields if x.field == "relation_cycle_state")
     # independent reference: the same data through the krippendorff package
     kept = {(x["sample_id"], x["row_index"], x["annotator"]): json.loads(x["value"]) for x in rel}

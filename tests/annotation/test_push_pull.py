@@ -12,6 +12,7 @@ from ls_samples import make_sample, release_head
 from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.client import LabelStudioAuthError, LabelStudioClient
 from pipeline.annotation.rounds import load_round
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -98,12 +99,12 @@ def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, new_an
     assert result.progress[(b, "family")] == (1, 2) and result.progress[(a, "couple")] == (n_couple, n_couple)
 
     # stored tables; an unchanged state adds nothing
-    stored = pq.read_table(pull.labels_path(root, "emotion"))
+    stored = pq.read_table(DataRoot(root).labels("emotion"))
     assert stored.equals(result.labels)
-    before = pull.labels_path(root, "emotion").read_bytes()
+    before = DataRoot(root).labels("emotion").read_bytes()
     again = pull.pull_round(ls_client, "emotion", root, annotators=annotators)
     assert again.new_snapshots == 0 and len(list((root / "annotation" / "exports").rglob("*.json"))) == 4
-    assert pull.labels_path(root, "emotion").read_bytes() == before
+    assert DataRoot(root).labels("emotion").read_bytes() == before
 
 
 def test_changed_drafts_update_unannotated_tasks_and_report_annotated_ones(ls_client, new_annotators):
@@ -214,3 +215,44 @@ def test_model_pre_annotation_from_an_openai_compatible_endpoint(ls_client, new_
     assert ("utterance_type_%d" % units[1], ("request",)) in values
     assert not any(name == "utterance_type_%d" % units[2] for name, _ in values)  # the invalid label is dropped
     assert ("tone_of_voice_%d" % units[2], ("even",)) in values
+
+
+def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, new_annotators, tmp_path):
+    """45 transcript units at 20 per task -> 3 windows per annotator; a re-push changes nothing;
+    annotating every window through the API pulls exactly the labels of the whole sample."""
+    from pipeline.annotation import windows
+    from pipeline.annotation.pull import parse_annotation
+
+    sample = make_sample("synthetic/family_045", "family", 45)
+    annotators = new_annotators(2)
+    rnd = load_round("transcript")
+    report = push.push_round(ls_client, "transcript", [sample], annotators)
+    assert report.created == 2 * 3
+    again = push.push_round(ls_client, "transcript", [sample], annotators)
+    assert (again.created, again.updated, again.unchanged) == (0, 0, 6)
+    users = {u["email"]: u["id"] for u in ls_client.users()}
+    a = annotators[0]
+    pid = report.projects[push.project_key("transcript", "family", a)]
+    tasks = ls_client.tasks(pid)
+    assert sorted(t["data"]["window"]["index"] for t in tasks) == [0, 1, 2]
+    assert all(len(t["data"]["units"]) <= windows.WINDOW_UNITS for t in tasks)
+    values = push.input_values(rnd, sample)
+    for ri in values:
+        values[ri]["dialogue_cleaned"] = f"corrected line {ri}"
+    for task in tasks[:2]:
+        ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
+                                    completed_by=users[a])
+    partial = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[a], write=False)
+    assert partial.labels.num_rows == 0 and partial.progress[(a, "family")] == (0, 1)
+    assert "2 of 3 parts submitted" in partial.problems.to_pylist()[0]["problem"]
+    ls_client.create_annotation(tasks[2]["id"], ls_config.values_to_results(rnd, tasks[2]["data"], values),
+                                completed_by=users[a])
+    result = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[a], write=False)
+    assert result.problems.num_rows == 0 and result.progress[(a, "family")] == (1, 1)
+    whole = ls_config.build_task_data(rnd, sample)
+    want, problems = parse_annotation(rnd, whole, {"result": ls_config.values_to_results(rnd, whole, values)}, a)
+    assert problems == []
+    meta = ("annotation_id", "lead_time_s", "created_at", "updated_at")
+    strip = lambda rows: sorted((r["row_index"], r["field"], r["value"]) for r in rows)  # noqa: E731
+    got = [{k: v for k, v in r.items() if k not in meta} for r in result.labels.to_pylist()]
+    assert strip(got) == strip(want) and len(got) == 3 * 45

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.benchmark import release
+from pipeline.synthetic.corpus import load_synthetic
 
 REPO = Path(__file__).resolve().parents[2]
 HEAD = REPO.parent / "shared" / "data" / "rescue" / "benchmark_head.jsonl"
@@ -28,6 +29,6 @@ def head_input(head_path) -> release.ReleaseInput:
 @pytest.fixture()
 def small_input() -> release.ReleaseInput:
     """A few synthetic samples (couple and family): for release mechanics that need no real data."""
-    inp = release.load_synthetic(scale=0.05, seed=3)
+    inp = load_synthetic(scale=0.05, seed=3)
     release.validate(inp)
     return inp

@@ -44,7 +44,7 @@ def test_layout_manifest_and_card(head_input, head_path, tmp_path):
 
 def test_synthetic_rebuild_is_byte_identical_with_a_dev_split(tmp_path):
     for root in ("a", "b"):
-        release.build_release(release.load_synthetic(scale=0.2, seed=3), "1.0.0", tmp_path / root, dev_fraction=0.5)
+        release.build_release(synth_corpus.load_synthetic(scale=0.2, seed=3), "1.0.0", tmp_path / root, dev_fraction=0.5)
     a = _files(tmp_path / "a" / "releases" / "1.0.0")
     b = _files(tmp_path / "b" / "releases" / "1.0.0")
     assert a == b and any("/dev.parquet" in name for name in a) and any("/test.parquet" in name for name in a)
@@ -167,18 +167,19 @@ def test_paper_er_vp_jsonl_shapes(head_input, tmp_path):
 
 
 def test_failing_agreement_gate_blocks_until_an_override_is_recorded(small_input, tmp_path):
-    from pipeline.quality import agreement
+    from pipeline.paths import DataRoot
+    from pipeline.quality import gates
 
     gate = {"round": "emotion", "passed": False, "labels_sha256": "ab" * 32,
             "failing": [{"field": "utterance_type", "metric": "nominal", "alpha": 0.41, "threshold": 0.667}],
             "fields": [{"field": "utterance_type", "metric": "nominal", "alpha": 0.41, "threshold": 0.667,
                         "n_units": 40, "n_annotators": 2}]}
-    store.atomic_write_text(agreement.gates_dir(tmp_path) / "emotion.json", store.canonical_json(gate))
+    store.atomic_write_text(DataRoot(tmp_path).gate("emotion"), store.canonical_json(gate))
     with pytest.raises(release.ReleaseError, match="round emotion is below its agreement threshold"):
         release.build_release(small_input, "1.0.0", tmp_path)
     assert not (tmp_path / "releases" / "1.0.0").exists()
 
-    agreement.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
+    gates.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
     res = release.build_release(small_input, "1.0.0", tmp_path)
     [carried] = res.manifest["agreement_gates"]
     assert carried["round"] == "emotion" and carried["passed"] is False

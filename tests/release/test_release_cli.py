@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 
 
-def test_build_synthetic_then_refuse_then_diff(tmp_path, head_path):
+def test_build_synthetic_then_reuse_or_refuse_then_diff(tmp_path, head_path):
     runner = CliRunner()
     res = runner.invoke(app, ["release", "build", "--version", "0.1.0", "--synthetic", "--scale", "0.05",
                               "--data-root", str(tmp_path)])
@@ -17,9 +17,16 @@ def test_build_synthetic_then_refuse_then_diff(tmp_path, head_path):
     manifest = json.loads((tmp_path / "releases" / "0.1.0" / "manifest.json").read_text())
     assert manifest["source"]["kind"] == "synthetic" and manifest["validation"]["problems"] == 0
 
+    before = {p: p.read_bytes() for p in (tmp_path / "releases").rglob("*") if p.is_file()}
+    # the same version from the same input: a no-op that says so (docs/OPERATIONS.md)
     again = runner.invoke(app, ["release", "build", "--version", "0.1.0", "--synthetic", "--scale", "0.05",
                                 "--data-root", str(tmp_path)])
-    assert again.exit_code == 1 and "already exists" in again.output
+    assert again.exit_code == 0 and "already exists" in again.output and "reused" in again.output, again.output
+    # the same version from another input: refused, naming the version
+    other = runner.invoke(app, ["release", "build", "--version", "0.1.0", "--synthetic", "--scale", "0.05",
+                                "--seed", "1", "--data-root", str(tmp_path)])
+    assert other.exit_code == 1 and "0.1.0 already exists" in other.output and "different input" in other.output
+    assert {p: p.read_bytes() for p in (tmp_path / "releases").rglob("*") if p.is_file()} == before
 
     res2 = runner.invoke(app, ["release", "build", "--version", "0.2.0", "--input", str(head_path),
                                "--data-root", str(tmp_path)])
@@ -35,3 +42,12 @@ def test_build_synthetic_then_refuse_then_diff(tmp_path, head_path):
     # no input given: the corpus is the default, and an empty data root has none yet
     empty = runner.invoke(app, ["release", "build", "--version", "0.3.0", "--data-root", str(tmp_path)])
     assert empty.exit_code == 1 and "no corpus yet" in empty.output
+
+
+def test_bad_versions_are_refused_before_any_file_is_written(tmp_path):
+    runner = CliRunner()
+    for version in ("../../x", "/tmp/x", "1.0", "1.0.0/../../y"):
+        res = runner.invoke(app, ["release", "build", "--version", version, "--synthetic", "--scale", "0.05",
+                                  "--data-root", str(tmp_path / "data")])
+        assert res.exit_code == 1 and "X.Y.Z" in res.output, (version, res.output)
+    assert not (tmp_path / "data" / "releases").exists() and not (tmp_path / "x").exists()
