@@ -8,6 +8,7 @@ import secrets
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
@@ -39,6 +40,15 @@ class Stack:
     def rescue(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run([str(Path(sys.executable).with_name("rescue")), *args], cwd=REPO_ROOT,
                               env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout)
+
+    @contextmanager
+    def prefect_settings(self):
+        """This process's Prefect client settings pointed at the stack's server and result storage."""
+        from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+
+        with temporary_settings({PREFECT_API_URL: self.env["PREFECT_API_URL"],
+                                 PREFECT_RESULTS_LOCAL_STORAGE_PATH: self.env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]}):
+            yield
 
     def client(self):
         from pipeline.annotation.client import LabelStudioClient

@@ -6,7 +6,6 @@ A second run of the same round reuses the agreement figures (same labels) and op
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 
 import pytest
 
@@ -17,15 +16,6 @@ pytestmark = pytest.mark.slow
 ANNOTATORS = ["round-a@example.org", "round-b@example.org"]
 ADJUDICATOR = "round-adjudicator@example.org"
 SAMPLE = "roundtest/r0"
-
-
-@contextmanager
-def prefect_at(stack):
-    from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: stack.env["PREFECT_API_URL"],
-                             PREFECT_RESULTS_LOCAL_STORAGE_PATH: stack.env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]}):
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +67,10 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
     from ops import demo
 
     client = stack.client()
-    truth = demo.demo_truth(corpus.load_corpus(drafted), seed=0)
+    truth = demo.demo_truth(corpus.load_work(drafted), seed=0)
     assert demo.annotate_round(client, "transcript", truth, seed=0, annotators=ANNOTATORS) == len(ANNOTATORS)
     params = {"round_name": "transcript", "data_root": str(drafted), "annotators": ANNOTATORS}
-    with prefect_at(stack):
+    with stack.prefect_settings():
         run_id = demo.start_deployment("annotation-round/default", {**params, "wait_for_adjudication_s": 300})
         paused = demo.wait_flow_run(run_id, until_paused=True, timeout_s=600)
         assert paused.state.is_paused(), paused.state
@@ -101,7 +91,7 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
         again_id = demo.start_deployment("annotation-round/default", params)
         again = demo.wait_flow_run(again_id, timeout_s=600).state.result()
     assert again["status"] == "done" and again["next"]["created"] == 0, again
-    with prefect_at(stack):
+    with stack.prefect_settings():
         states = task_states(again_id)
     assert states["agreement"] == ["Cached"], states
     assert round_tasks(stack, "emotion") == {a: [SAMPLE] for a in ANNOTATORS}

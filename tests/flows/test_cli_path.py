@@ -1,0 +1,124 @@
+"""The CLI path without Prefect, end to end, gives the same release as the flows.
+
+One synthetic couple interview goes two ways, answered by the same simulated annotators:
+- the CLI alone (``rescue ingest | transcribe | diarize | segment``, ``rescue annotate push``
+  after ``rescue segment`` with no table given, ``annotate pull``, ``agreement``,
+  ``adjudicate push|pull``, ``gold build``, ``release build``) against the session's Label Studio;
+- the deployments through the real stack (``ops.demo.run_flows``: ingest-batch,
+  annotation-round per round, build-release) against the stack's own Label Studio.
+Both releases must hold the same bytes. The one difference allowed is the time an agreement
+override was recorded (``recorded_at``), which the manifest and card carry.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytestmark = pytest.mark.slow
+
+ANNOTATORS = ["e2e-a@example.org", "e2e-b@example.org"]
+ADJUDICATOR = "e2e-adjudicator@example.org"
+SEED = 0
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory) -> Path:
+    from pipeline.synthetic import interviews as synth
+
+    path = tmp_path_factory.mktemp("e2e-batch")
+    synth.make_batch(path, [{"name": "e2e01", "scenario": "couple", "seed": 11, "n_rows": 8, "group": "e2e_couple"}])
+    return path
+
+
+def _ok(result, *expect: str):
+    assert result.exit_code == 0, result.output[-3000:]
+    for text in expect:
+        assert text in " ".join(result.output.split()), result.output[-3000:]
+    return result
+
+
+def _release_files(path: Path) -> dict[str, bytes]:
+    out = {}
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        data = f.read_bytes()
+        if f.name in ("manifest.json", "README.md"):
+            data = re.sub(rb'"?recorded_at"?:\s*"?[0-9T:+\-]+"?', b"recorded_at: <time>", data)
+        out[f.relative_to(path).as_posix()] = data
+    return out
+
+
+@pytest.fixture(scope="module")
+def cli_release(batch, ls_server, ls_client, ls_data_root, tmp_path_factory):
+    """The CLI path; its data root lies under the Label Studio's media root (local files)."""
+    from ops import demo
+    from ops.cli import app
+    from pipeline import corpus
+    from pipeline.annotation.rounds import round_names
+    from pipeline.paths import DataRoot
+
+    root = ls_data_root / "e2e-cli"
+    env = {"RESCUE_LABEL_STUDIO_URL": ls_server.url, "RESCUE_LABEL_STUDIO_PORT": str(ls_server.port),
+           "COLUMNS": "200"}
+    runner = CliRunner(env=env)
+
+    def rescue(*args: str):
+        return runner.invoke(app, [*args, "--data-root", str(root)])
+
+    for email in [*ANNOTATORS, ADJUDICATOR]:
+        ls_client.create_user(email)
+    _ok(rescue("ingest", str(batch)))
+    _ok(rescue("transcribe", "--all"))
+    _ok(rescue("diarize", "--all"))
+    _ok(rescue("segment", "--all"))
+    who = [x for a in ANNOTATORS for x in ("-a", a)]
+    # The acceptance of #10: segment, then push the first round with no table given.
+    pushed = _ok(rescue("annotate", "push", "transcript", *who), "1 segmented interviews admitted")
+    assert re.search(r"\b2 tasks created", " ".join(pushed.output.split())), pushed.output
+    assert [s["sample_id"] for s in corpus.load_work(root)] == ["e2e_couple/e2e01"]
+    assert corpus.load_corpus(root) == [], "drafts never enter the corpus"
+
+    truth = demo.demo_truth(corpus.load_work(root), SEED)
+    names = list(round_names())
+    for i, name in enumerate(names):
+        assert demo.annotate_round(ls_client, name, truth, SEED, ANNOTATORS) == len(ANNOTATORS), name
+        _ok(rescue("annotate", "pull", name, *who))
+        gate = rescue("agreement", name)
+        assert gate.exit_code in (0, 3), gate.output[-3000:]
+        _ok(rescue("adjudicate", "push", name))
+        demo.adjudicate_round(ls_client, name, truth, ADJUDICATOR)
+        _ok(rescue("adjudicate", "pull", name))
+        _ok(rescue("gold", "build"))
+        if gate.exit_code == 3:  # below threshold: the same override the demo records
+            _ok(rescue("agreement", name, "--override", demo.DEMO_OVERRIDE_REASON, "--by", demo.DEMO_OVERRIDE_BY))
+        if i + 1 < len(names):
+            _ok(rescue("annotate", "push", names[i + 1], *who))
+        finished = [s["sample_id"] for s in corpus.load_corpus(root)]
+        assert finished == (["e2e_couple/e2e01"] if i + 1 == len(names) else []), (name, finished)
+    _ok(rescue("release", "build", "--version", demo.DEMO_RELEASE))
+    return DataRoot(root).release(demo.DEMO_RELEASE)
+
+
+@pytest.fixture(scope="module")
+def flow_release(batch, stack):
+    from ops import demo
+
+    client = stack.client()
+    for email in [*ANNOTATORS, ADJUDICATOR]:
+        client.create_user(email)
+    with stack.prefect_settings():
+        _, path = demo.run_flows(client, stack.root / "e2e-flows", batch, ANNOTATORS, ADJUDICATOR, SEED)
+    return path
+
+
+def test_cli_path_gives_the_flows_release_bytes(cli_release, flow_release):
+    cli, flows = _release_files(cli_release), _release_files(flow_release)
+    assert sorted(cli) == sorted(flows)
+    assert any(name.endswith(".parquet") for name in cli)
+    differ = [name for name in cli if cli[name] != flows[name]]
+    assert not differ, f"release files that differ: {differ}"
+    manifest = json.loads((cli_release / "manifest.json").read_text())
+    assert manifest["counts"], manifest
