@@ -35,8 +35,6 @@ from pipeline.media.ingest import Ingested, ManifestEntry
 from pipeline.media.transcribe import Transcribed
 from pipeline.media.turns import Segmented
 
-FIRST_ROUND = "transcript"
-
 
 @task(name="ingest", cache_policy=file_resume("video"))
 def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str) -> Ingested:
@@ -70,34 +68,18 @@ def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, da
 
 
 @task(name="push-transcript-round", cache_policy=RESUME, **NETWORK_RETRIES)
-def push_drafts(drafted: list[dict], data_root: str, annotators: list[str] | None) -> dict:
-    """Push is idempotent on its own (sample_id + content sha in Label Studio); the cache just
-    skips the round trip when nothing changed."""
-    import pyarrow.parquet as pq
-
-    from pipeline import corpus
-    from pipeline.annotation import push
+def push_drafts(drafted: list[Segmented], data_root: str, annotators: list[str] | None) -> dict:
+    """The first round for this batch's segmented interviews (:func:`pipeline.annotation.intake.open_round`:
+    admitted to the work store, then pushed). ``drafted`` (the segment results, with their drafts'
+    sha256) is the cache key; pushing is idempotent on its own, the cache just skips the round trip."""
+    from pipeline.annotation import intake
     from pipeline.annotation.client import LabelStudioClient
-    from pipeline.rows import group_id_of
-    from pipeline.media.turns import drafts_path
 
-    root = Path(data_root)
-    samples = []
-    for d in sorted(drafted, key=lambda d: d["sample_id"]):
-        rows = pq.read_table(drafts_path(root, d["sample_id"])).to_pylist()
-        for r in rows:
-            r.pop("sample_id", None)
-        samples.append({"sample_id": d["sample_id"], "scenario": d["scenario"], "group_id": group_id_of(d["sample_id"]),
-                        "participants": d["participants"], "source_file": None, "duration_s": d["duration_s"],
-                        "rows": rows})
-    # The rounds are pushed from the corpus (adjudication and gold read their base samples
-    # there): new interviews enter it as drafts; a sample already there (maybe with gold) stays.
-    known = {s["sample_id"] for s in corpus.load_corpus(root)}
-    corpus.merge_into_corpus(root, [s for s in samples if s["sample_id"] not in known])
-    rep = push.push_round(LabelStudioClient.from_settings(Settings.from_env(root)), FIRST_ROUND, samples,
-                          annotators or None, media_dir=root / "media",
-                          media_url=push.catalog_media_urls(root))
-    return {"round": FIRST_ROUND, "created": rep.created, "projects": sorted(rep.projects),
+    ids = sorted(d.sample_id for d in drafted)
+    opened = intake.open_round(LabelStudioClient.from_settings(Settings.from_env(data_root)), data_root,
+                               intake.first_round(), annotators or None, sample_ids=ids)
+    rep = opened.report
+    return {"round": opened.round, "created": rep.created, "projects": sorted(rep.projects),
             "annotators": list(rep.annotators)}
 
 
@@ -136,7 +118,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
 
     drafted = [o.result for o in outcomes if o.status != "quarantined"]
     pushed = push_drafts(drafted, root, annotators) if push and drafted else None
-    extra = (f"Round `{FIRST_ROUND}` in Label Studio: {pushed['created']} new tasks in "
+    extra = (f"Round `{pushed['round']}` in Label Studio: {pushed['created']} new tasks in "
              f"{len(pushed['projects'])} projects" if pushed else "Nothing pushed.")
     counts = report("ingest-batch", f"Batch {batch.name}", outcomes, extra_markdown=extra)
     return {"counts": counts, "pushed": pushed,

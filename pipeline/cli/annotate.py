@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.cli.app import DataRoot
+from pipeline.paths import DataRoot as DataRootMap
 
 console = Console()
 label_studio_app = typer.Typer(help="Run the local Label Studio server (127.0.0.1, data under the data root).",
@@ -148,28 +149,34 @@ def render_configs(check: bool = typer.Option(False, help="Only report configs t
 def annotate_push(
     round_name: str = typer.Argument(..., metavar="ROUND", help="transcript | emotion | viewpoints | relation | strategy"),
     data_root: Optional[Path] = DataRoot,
-    samples: Optional[Path] = typer.Option(None, help="Samples table (default: the corpus's samples.parquet)."),
-    rows: Optional[Path] = typer.Option(None, help="Rows or draft-rows table (default: the corpus's rows.parquet)."),
+    samples: Optional[Path] = typer.Option(None, help="Samples table to push instead of the interviews in annotation."),
+    rows: Optional[Path] = typer.Option(None, help="Rows or draft-rows table to push with --samples."),
     annotator: Optional[list[str]] = typer.Option(None, "--annotator", "-a", help="Annotator e-mail (repeat); default all."),
     k: Optional[int] = typer.Option(None, "-k", help="Annotators per sample (default: the round's)."),
     prelabel: str = typer.Option("input", help="input (values in the rows) | none | model"),
     prelabel_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL for --prelabel model."),
     prelabel_model: Optional[str] = typer.Option(None, help="Model name for --prelabel model."),
 ) -> None:
-    """Push a round's samples to every annotator's project (idempotent; safe to re-run)."""
+    """Push a round to every annotator's project (idempotent; safe to re-run).
+
+    By default the interviews in annotation (the work store); the first round (transcript)
+    first admits every segmented interview (`rescue segment`) that is not there yet."""
     from rich.progress import Progress
 
     from pipeline.annotation import push
     from pipeline.annotation.client import LabelStudioError
     from pipeline.annotation.prelabel import ModelPrelabeler
-    from pipeline.corpus import corpus_dir
+    from pipeline.annotation import intake
 
     settings = _settings(data_root)
-    cdir = corpus_dir(settings.data_root)
-    try:
-        sample_list = push.load_samples(samples or cdir / "samples.parquet", rows or cdir / "rows.parquet")
-    except FileNotFoundError as exc:
-        _fail(str(exc))
+    if (samples is None) != (rows is None):
+        _fail("give --samples and --rows together (or neither: the interviews in annotation)")
+    sample_list = None
+    if samples is not None:
+        try:
+            sample_list = push.load_samples(samples, rows)
+        except FileNotFoundError as exc:
+            _fail(str(exc))
     if prelabel == "model":
         if not (prelabel_url and prelabel_model):
             _fail("--prelabel model needs --prelabel-url and --prelabel-model")
@@ -180,15 +187,24 @@ def annotate_push(
         kwargs = {"prelabel": push.input_values if prelabel == "input" else None, "prelabel_source": prelabel}
     else:
         _fail(f"--prelabel must be input, none or model, not {prelabel!r}")
-    media = settings.data_root / "media"
+    media = DataRootMap(settings.data_root).media_dir()
     try:
         with Progress(console=console, transient=True) as progress:
             bar = progress.add_task(f"pushing {round_name}", total=None)
-            report = push.push_round(
-                _client(settings), round_name, sample_list, annotator or None, k=k,
-                media_dir=media if media.is_dir() else None, media_url=push.catalog_media_urls(settings.data_root),
-                on_chunk=lambda done, total: progress.update(bar, completed=done, total=total), **kwargs)
-    except (push.PushError, LabelStudioError, KeyError) as exc:
+            on_chunk = lambda done, total: progress.update(bar, completed=done, total=total)  # noqa: E731
+            if sample_list is None:
+                opened = intake.open_round(_client(settings), settings.data_root, round_name, annotator or None,
+                                           k=k, on_chunk=on_chunk, **kwargs)
+                report = opened.report
+                if opened.admitted.added:
+                    console.print(f"{len(opened.admitted.added)} segmented interviews admitted to annotation",
+                                  highlight=False)
+            else:
+                report = push.push_round(
+                    _client(settings), round_name, sample_list, annotator or None, k=k,
+                    media_dir=media if media.is_dir() else None,
+                    media_url=push.catalog_media_urls(settings.data_root), on_chunk=on_chunk, **kwargs)
+    except (push.PushError, LabelStudioError, KeyError, FileNotFoundError) as exc:
         _fail(str(exc).strip("'\""))
     console.print(report.summary(), highlight=False)
     for who, sid in report.changed_after_annotation:
@@ -212,16 +228,16 @@ def annotate_pull(
     try:
         with console.status(f"pulling {round_name}"):
             result = pull.pull_round(_client(settings), round_name, settings.data_root, annotators=annotator or None)
-    except (LabelStudioError, KeyError) as exc:
+    except (LabelStudioError, KeyError, ValueError) as exc:
         _fail(str(exc).strip("'\""))
     console.print(result.summary(), highlight=False)
-    console.print(f"labels: {pull.labels_path(settings.data_root, round_name)}", highlight=False)
+    console.print(f"labels: {DataRootMap(settings.data_root).labels(round_name)}", highlight=False)
     for p in result.problems.to_pylist()[:show]:
         where = f"{p['sample_id']} row {p['row_index']}" if p["row_index"] is not None else p["sample_id"]
         console.print(f"  [red]{where}[/red] {p['annotator']} {p['field'] or ''}: {p['problem']}", highlight=False)
     if result.problems.num_rows > show:
         console.print(f"  ... {result.problems.num_rows - show} more in "
-                      f"{pull.problems_path(settings.data_root, round_name)}", highlight=False)
+                      f"{DataRootMap(settings.data_root).label_problems(round_name)}", highlight=False)
 
 
 @annotate_app.command("status")

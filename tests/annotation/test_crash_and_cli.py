@@ -92,11 +92,13 @@ def test_cli_wrong_token_is_an_auth_error_that_hides_the_token(ls_server, ls_dat
         assert wrong not in out.output
 
 
-def test_cli_push_pull_status_on_the_corpus(ls_server, ls_client, new_annotators, tmp_path, monkeypatch):
+def test_cli_push_pull_status_on_the_interviews_in_annotation(ls_server, ls_client, new_annotators, tmp_path,
+                                                               monkeypatch):
     _env(monkeypatch, ls_server)
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps tables at the terminal width
     root = tmp_path / "data"
-    corpus.save_corpus(root, [make_sample("synthetic/cli_001", "couple", 6), make_sample("synthetic/cli_002", "family", 5)])
+    corpus.save_samples(root, [make_sample("synthetic/cli_001", "couple", 6), make_sample("synthetic/cli_002", "family", 5)],
+                        corpus.WORK)
     a, b = new_annotators(2)
     runner = CliRunner()
     args = ["--data-root", str(root), "-a", a, "-a", b]
