@@ -92,3 +92,39 @@ def test_invalid_utf8_line_is_reported_by_line(tmp_path, benchmark_head_path):
     result = rf.load_rescue_jsonl(path)
     assert len(result.samples) == 3
     assert any("bad.jsonl line 2: not valid UTF-8" in str(v) for v in result.violations)
+
+
+BAD_IDS = ["../../x", "/tmp/x", "a/../../b", "a\x00b", "a\\b"]
+
+
+def test_sample_ids_outside_the_grammar_are_refused_at_import(tmp_path):
+    """A sample_id becomes file names later (transcripts, drafts, ...): ids that are no plain
+    relative name are a violation naming the line and the id, and nothing is written for them."""
+    from typer.testing import CliRunner
+
+    from pipeline import corpus
+    from pipeline.cli import app
+    from pipeline.synthetic import corpus as synth_corpus
+
+    good = json.loads(next(rf.iter_rescue_lines(synth_corpus.generate(scale=0.02, seed=1)[:1])))
+    lines = [json.dumps(good)] + [json.dumps({**good, "sample_id": bad}) for bad in BAD_IDS]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    result = rf.load_rescue_jsonl(path)
+    assert [s["sample_id"] for s in result.samples] == [good["sample_id"]] and result.skipped == len(BAD_IDS)
+    for line_no, bad in enumerate(BAD_IDS, start=2):
+        [v] = [v for v in result.violations if f"in.jsonl line {line_no}:" in v.message]
+        assert v.rule == "format" and repr(bad) in v.message and "is not allowed" in v.message, v
+
+    outside = [tmp_path / "x", tmp_path.parent / "x", tmp_path / "b"]
+    existed = {p: p.exists() for p in outside}
+    res = CliRunner(env={"COLUMNS": "240"}).invoke(app, ["import-rescue", str(path), "--data-root",
+                                                         str(tmp_path / "data" / "root")])
+    assert res.exit_code == 0, res.output
+    assert "1 samples" in res.output and f"{len(BAD_IDS)} skipped" in res.output
+    assert "'../../x' is not allowed" in res.output and "'/tmp/x' is not allowed" in res.output
+    assert [s["sample_id"] for s in corpus.load_corpus(tmp_path / "data" / "root")] == [good["sample_id"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "in.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["root"]
+    assert {p: p.exists() for p in outside} == existed

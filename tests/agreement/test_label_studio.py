@@ -60,6 +60,7 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     root = tmp_path / "data"
     labels_table = pull.pull_round(ls_client, "relation", root, annotators=emails).labels
     assert labels_table.num_rows > 0
+    assert set(labels_table.column("scenario").to_pylist()) == {"couple"}  # the project's scenario, kept
 
     out = agreement.measure_round(root, "relation")
     fa = next(x for x in out.report.fields if x.field == "relation_cycle_state")
@@ -104,6 +105,7 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     adj_rows = set(zip(adjudicated.column("sample_id").to_pylist(), adjudicated.column("row_index").to_pylist()))
     assert adj_rows == {(d["sample_id"], d["row_index"]) for d in todo}  # every disagreement resolved
     assert set(adjudicated.column("annotator").to_pylist()) == {"sim-adjudicator@agreement.test"}
+    assert set(adjudicated.column("scenario").to_pylist()) == {"couple"}
 
     res = gold.build_gold(truth, labels_table, [rnd], adjudicated, strict=True)
     assert res.unresolved == []
