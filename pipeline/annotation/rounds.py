@@ -221,10 +221,10 @@ def parse_round(path: Path) -> Round:
 
 @lru_cache(maxsize=None)
 def load_round(name: str) -> Round:
-    path = ROUNDS_DIR / f"{name}.yaml"
-    if not path.is_file():
+    """A round by name; only the rounds in ``annotation_schemas/rounds/`` exist (a name is never a path)."""
+    if name not in round_names():
         raise KeyError(f"no annotation round {name!r}; known rounds: {', '.join(round_names())}")
-    return parse_round(path)
+    return parse_round(ROUNDS_DIR / f"{name}.yaml")
 
 
 @lru_cache(maxsize=1)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import schemas
+from pipeline import schemas, store
 from pipeline.paths import InvalidId, check_sample_id
 from pipeline.rows import group_id_of
 from pipeline.taxonomy import THERAPIST
@@ -329,8 +329,6 @@ def iter_rescue_lines(samples: Iterable[dict]) -> Iterator[str]:
 
 def write_rescue_jsonl(samples: Iterable[dict], path: str | Path) -> int:
     """Write samples in the ``benchmark_191.jsonl`` shape (atomically); returns the count."""
-    from pipeline.store import atomic_write_text  # local: store is shared by all stages
-
     lines = list(iter_rescue_lines(samples))
-    atomic_write_text(Path(path), "".join(line + "\n" for line in lines))
+    store.atomic_write_text(Path(path), "".join(line + "\n" for line in lines))
     return len(lines)

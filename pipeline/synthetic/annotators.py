@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import schemas, taxonomy
+from pipeline.annotation.ls_config import values_to_results
 
 SIMULATED_PREFIX = "sim-"  # simulated annotator ids start with this, so they are never mistaken for people
 
@@ -176,8 +177,6 @@ class SimulatedAnnotator:
         stay unanswered. ``completed_by``: the annotator's Label Studio user id (an admin
         token may post on a user's behalf).
         """
-        from pipeline.annotation.ls_config import values_to_results
-
         posted = 0
         for task in client.tasks(project_id):
             data = task["data"]

@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from typing import TypeVar
 
 from pipeline import taxonomy
+from pipeline.rows import group_id_of
 
 T = TypeVar("T")
 
@@ -158,8 +159,6 @@ def instance_keys(sample: dict, row_index: int) -> dict:
 
 
 def group_id(sample: dict) -> str:
-    from pipeline.rows import group_id_of
-
     return sample.get("group_id") or group_id_of(sample["sample_id"])
 
 
