@@ -84,12 +84,12 @@ def main() -> None:
             print(f"(setup) {len(jobs)} annotations posted: {time.perf_counter() - t0:6.2f} s")
 
             t0, c0 = time.perf_counter(), time.process_time()
-            result = pull.pull_round(client, rnd.name, root / "data")
+            result = pull.pull_round(client, rnd.name, root)
             pull_s = time.perf_counter() - t0
             print(f"pull + archive + validation:      {pull_s:6.2f} s  (pipeline CPU {time.process_time() - c0:.2f} s; "
                   f"{result.summary()})")
             t0 = time.perf_counter()
-            again_pull = pull.pull_round(client, rnd.name, root / "data")
+            again_pull = pull.pull_round(client, rnd.name, root)
             print(f"re-pull (nothing changed):        {time.perf_counter() - t0:6.2f} s  "
                   f"({again_pull.new_snapshots} new exports)")
             print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (the server shares them)")
