@@ -24,6 +24,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
 from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, report, sha256_file
+from pipeline.annotation import rounds
 from pipeline.config import Settings
 from pipeline.paths import check_name
 
@@ -106,16 +107,6 @@ def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> 
     return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
 
 
-def next_round_of(round_name: str) -> str | None:
-    from pipeline.annotation.rounds import round_names
-
-    names = list(round_names())
-    if round_name not in names:
-        raise ValueError(f"unknown round {round_name!r}; rounds: {', '.join(names)}")
-    i = names.index(round_name)
-    return names[i + 1] if i + 1 < len(names) else None
-
-
 @flow(name="annotation-round", log_prints=True, persist_result=True)
 def annotation_round_flow(round_name: str, data_root: str | None = None, open_next: bool = True,
                           annotators: list[str] | None = None, wait_for_adjudication_s: int = 0) -> dict:
@@ -132,8 +123,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
 
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
-    check_name(round_name, "round")
-    nxt = next_round_of(round_name)
+    nxt = rounds.next_round(check_name(round_name, "round"))
     pulled = pull(round_name, root, annotators)
     agr = agreement(round_name, root)
     adj = push_adjudication(round_name, root)

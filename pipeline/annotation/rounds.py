@@ -227,6 +227,15 @@ def load_round(name: str) -> Round:
     return parse_round(ROUNDS_DIR / f"{name}.yaml")
 
 
+def next_round(name: str) -> str | None:
+    """The round after ``name`` in annotation order (None after the last); unknown names are an error."""
+    names = list(round_names())
+    if name not in names:
+        raise ValueError(f"unknown round {name!r}; rounds: {', '.join(names)}")
+    i = names.index(name)
+    return names[i + 1] if i + 1 < len(names) else None
+
+
 @lru_cache(maxsize=1)
 def round_names() -> tuple[str, ...]:
     """All rounds, in annotation order."""
