@@ -73,11 +73,11 @@ def agreement(round_name: str, data_root: str) -> dict:
 
 
 @task(name="push-adjudication", **NETWORK_RETRIES)
-def push_adjudication(round_name: str, data_root: str) -> dict:
+def push_adjudication(round_name: str, data_root: str):
+    """-> :class:`pipeline.quality.adjudication.PushSummary`"""
     from pipeline.quality import adjudication
 
-    s = adjudication.push_round(_client(data_root), data_root, round_name)
-    return {"disagreements": s.disagreements, "created": s.tasks_created, "updated": s.tasks_updated}
+    return adjudication.push_round(_client(data_root), data_root, round_name)
 
 
 @task(name="pull-adjudication", cache_policy=NO_CACHE, **NETWORK_RETRIES)
@@ -127,11 +127,11 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     pulled = pull(round_name, root, annotators)
     agr = agreement(round_name, root)
     adj = push_adjudication(round_name, root)
-    adjudicated = pull_adjudication(round_name, root) if adj["disagreements"] else 0
+    adjudicated = pull_adjudication(round_name, root) if adj.disagreements else 0
     gold = gold_rows(root)
     if gold is None and wait_for_adjudication_s > 0:
         logger.info("round %s: %d disagreeing rows wait for adjudication; resume this run when they are done "
-                    "(waiting at most %d s)", round_name, adj["disagreements"], wait_for_adjudication_s)
+                    "(waiting at most %d s)", round_name, adj.disagreements, wait_for_adjudication_s)
         # The paused run asks the server whether it was resumed: every second for short waits.
         pause_flow_run(timeout=wait_for_adjudication_s, poll_interval=1 if wait_for_adjudication_s <= 900 else 10)
         adjudicated = pull_adjudication(round_name, root)
@@ -141,7 +141,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     status = "done" if gold is not None else "waiting"
     lines = [pulled["summary"], "",
              f"Agreement gate: **{'pass' if agr['passed'] else 'FAIL'}**; report: `{Path(agr['report'].get('html', '')).name}`",
-             f"Disagreeing rows: {adj['disagreements']} ({adjudicated} adjudicated)",
+             f"Disagreeing rows: {adj.disagreements} ({adjudicated} adjudicated)",
              f"Gold: {gold['rows']} rows" if gold else "Gold: waiting for adjudication - run this flow again when done",
              f"Next round `{nxt}`: {opened['created']} new tasks" if opened else "No round opened."]
     report(f"round-{round_name}", f"Round {round_name}", [Outcome(round_name, "done" if gold else "cached",
@@ -149,5 +149,5 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
            extra_markdown="\n".join(lines),
            tables={"agreement": agr["fields"], "problems": pulled["problems"][:500]})
     logger.info("round %s: %s", round_name, status)
-    return {"round": round_name, "status": status, "passed": agr["passed"], "disagreements": adj["disagreements"],
+    return {"round": round_name, "status": status, "passed": agr["passed"], "disagreements": adj.disagreements,
             "gold": gold, "next": opened, "report": agr["report"]}

@@ -32,13 +32,13 @@ def load_input(source: str, data_root: Path):
 
 
 @task(name="build-release")
-def build(source: str, version: str, data_root: str, dev_fraction: float) -> dict:
+def build(source: str, version: str, data_root: str, dev_fraction: float):
+    """-> :class:`pipeline.benchmark.release.ReleaseResult`"""
     from pipeline.benchmark import release
 
     root = Path(data_root)
-    result = release.build_or_reuse(load_input(source, root), version, root, dev_fraction=dev_fraction,
-                                    settings=Settings.from_env(root))
-    return {"path": str(result.path), "manifest": result.manifest, "reused": result.reused}
+    return release.build_or_reuse(load_input(source, root), version, root, dev_fraction=dev_fraction,
+                                  settings=Settings.from_env(root))
 
 
 @flow(name="build-release", log_prints=True, persist_result=True)
@@ -50,14 +50,14 @@ def build_release_flow(version: str, source: str = "", dev_fraction: float = 0.0
     check_version(version)
     root = Settings.from_env(data_root).data_root.resolve()
     out = build(source, version, str(root), dev_fraction)
-    manifest = out["manifest"]
+    manifest = out.manifest
     counts = [{"task": t, **c} if isinstance(c, dict) else {"task": t, "count": c}
               for t, c in manifest.get("counts", {}).items()]
     report("build-release", f"Release {version}",
-           [Outcome(version, "cached" if out["reused"] else "done", result=out["path"])],
-           extra_markdown=f"Release at `{Path(out['path']).name}` under the data root's releases/"
-                          f"{' (reused: built before from the same input)' if out['reused'] else ''}; "
+           [Outcome(version, "cached" if out.reused else "done", result=str(out.path))],
+           extra_markdown=f"Release at `{out.path.name}` under the data root's releases/"
+                          f"{' (reused: built before from the same input)' if out.reused else ''}; "
                           f"{manifest.get('validation', {}).get('problems', 0)} validation problems.",
            tables={"task-counts": counts})
-    get_run_logger().info("release %s at %s%s", version, out["path"], " (reused)" if out["reused"] else "")
-    return out["path"]
+    get_run_logger().info("release %s at %s%s", version, out.path, " (reused)" if out.reused else "")
+    return str(out.path)
