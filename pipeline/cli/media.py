@@ -73,7 +73,8 @@ def ingest(
     for col in ("sample_id", "outcome", "duration_s", "reason"):
         table.add_column(col)
     for res in report.results:
-        table.add_row(res.sample_id, res.outcome, f"{res.duration_s or 0:.1f}", res.reason or "")
+        shown = res.sample_id if res.sample_id.isprintable() else res.sample_id.encode("unicode_escape").decode()
+        table.add_row(shown, res.outcome, f"{res.duration_s or 0:.1f}", res.reason or "")
     console.print(table)
     console.print(f"done {len(report.done)}, cached {len(report.cached)}, quarantined {len(report.quarantined)}")
 
