@@ -21,8 +21,10 @@ gold value as JSON.
 
 :func:`build_and_store` is the stage the CLI (``rescue gold build``) and the annotation-round
 flow call: it reads every pulled round (``DataRoot.labels``) and its adjudications
-(``DataRoot.adjudications``), merges the valid gold samples into the corpus and writes
-provenance, violations and a summary to ``DataRoot.gold_dir()``.
+(``DataRoot.adjudications``), merges the valid gold samples back into the work store (and
+finished ones into the corpus; see :mod:`pipeline.corpus`) and writes provenance, violations
+and a summary to ``DataRoot.gold_dir()``. Where annotators disagree is
+:mod:`pipeline.quality.disagreements`.
 """
 from __future__ import annotations
 
