@@ -69,7 +69,8 @@ def agreement_cmd(
 
 
 def _adjudication_samples(samples: Optional[Path], rows: Optional[Path], root) -> list[dict] | None:
-    """The samples given on the command line (either table defaults to the corpus's); None: the corpus."""
+    """The samples given on the command line (either table defaults to the corpus's); None: the stage's
+    default (the work store and the corpus, ``corpus.load_annotated``)."""
     if not (samples or rows):
         return None
     from pipeline.annotation.push import load_samples
@@ -83,8 +84,10 @@ def _adjudication_samples(samples: Optional[Path], rows: Optional[Path], root) -
 def adjudicate_push(
     round_name: str = typer.Argument(..., metavar="ROUND"),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
-    samples: Optional[Path] = typer.Option(None, help="Samples table the round was pushed from (default: corpus)."),
-    rows: Optional[Path] = typer.Option(None, help="Rows table the round was pushed from (default: corpus)."),
+    samples: Optional[Path] = typer.Option(None, help="Samples table the round was pushed from (default: the "
+                                           "interviews in annotation and the corpus)."),
+    rows: Optional[Path] = typer.Option(None, help="Rows table the round was pushed from (default: the corpus's, "
+                                        "with --samples)."),
 ) -> None:
     """Put every disagreement of a pulled round into the round's adjudication projects."""
     from rich.console import Console
