@@ -291,8 +291,9 @@ def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] |
     annotation), and corpus samples not in it (imported samples annotated again). Gold of a work
     sample goes back into the work store, and into the corpus once every round has labels for it
     (finished: the corpus never holds draft rows); gold of a corpus sample goes to the corpus.
-    Samples that break V1-V12 are not merged; their violations are written beside the
-    provenance table.
+    What would enter the corpus is checked against V1-V12 first (an unfinished interview lacks
+    the later rounds' fields and is checked when it is finished); samples that break a rule are
+    not merged anywhere, and their violations are written beside the provenance table.
     """
     root = DataRoot(data_root)
     names = [check_name(n, "round") for n in round_names] if round_names else \
@@ -317,14 +318,18 @@ def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] |
     labelled = set(labels.column("sample_id").to_pylist())
     base = [s for s in base if s["sample_id"] in labelled]
     result = build_gold(base, labels, [load_round(n) for n in names], adjudications, strict=strict)
-    violations = validate.validate_samples(result.samples)
-    bad = {v.sample_id for v in violations}
-    good = [s for s in result.samples if s["sample_id"] not in bad]
     labelled_in = {n: set(tb.column("sample_id").to_pylist()) for n, tb in zip(names, tables)}
-    finished = {s["sample_id"] for s in good if all(s["sample_id"] in labelled_in.get(n, ()) for n in all_rounds())}
-    work = corpus.merge_into_work(root, [s for s in good if s["sample_id"] in in_work])
-    merged = corpus.merge_into_corpus(root, [s for s in good if s["sample_id"] not in in_work
-                                             or s["sample_id"] in finished])
+    finished = {s["sample_id"] for s in result.samples
+                if all(s["sample_id"] in labelled_in.get(n, ()) for n in all_rounds())}
+    # What goes to the corpus must pass V1-V12; an interview still in annotation lacks the later
+    # rounds' fields by design (e.g. utterance_type before the emotion round) and is checked
+    # when it is finished.
+    complete = [s for s in result.samples if s["sample_id"] not in in_work or s["sample_id"] in finished]
+    violations = validate.validate_samples(complete)
+    bad = {v.sample_id for v in violations}
+    work = corpus.merge_into_work(root, [s for s in result.samples if s["sample_id"] in in_work
+                                         and s["sample_id"] not in bad])
+    merged = corpus.merge_into_corpus(root, [s for s in complete if s["sample_id"] not in bad])
     out = root.gold_dir()
     store.write_parquet(result.provenance, out / "provenance.parquet")
     store.write_parquet(validate.violations_table(violations), out / "violations.parquet")

@@ -78,3 +78,28 @@ def test_agreement_report_gate_override_and_gold(tmp_path, truth_samples, draft_
     assert t.schema.equals(gold.PROVENANCE) and t.num_rows > 500
     assert set(t.column("method").to_pylist()) >= {"unanimous", "unresolved"}
     assert set(t.column("round").to_pylist()) == {"emotion", "strategy"}
+
+
+def test_gold_of_an_interview_in_annotation_goes_back_to_the_work_store_until_finished(tmp_path, truth_samples,
+                                                                                     draft_of):
+    """After the first round an interview lacks the later rounds' fields (utterance_type, ...):
+    its gold returns to the work store without V1-V12 complaints, and reaches the corpus (checked)
+    only when every round has labels for it."""
+    root = tmp_path / "data"
+    samples = truth_samples[:3]
+    corpus.merge_into_work(root, draft_of(samples))
+    names = list(round_names())
+    runner = CliRunner(env={"COLUMNS": "200"})
+    _write_round(root, names[0], samples, 0.0)
+    first = runner.invoke(app, ["gold", "build", "--data-root", str(root)])
+    assert first.exit_code == 0, first.output
+    summary = json.loads((DataRoot(root).gold_dir() / "summary.json").read_text())
+    assert summary["violations"] == 0 and summary["finished"] == [] and summary["work"]["replaced"] == 3
+    assert corpus.load_corpus(root) == []
+    for name in names[1:]:
+        _write_round(root, name, samples, 0.0)
+    done = runner.invoke(app, ["gold", "build", "--data-root", str(root)])
+    assert done.exit_code == 0, done.output
+    summary = json.loads((DataRoot(root).gold_dir() / "summary.json").read_text())
+    assert summary["finished"] == sorted(s["sample_id"] for s in samples) and summary["violations"] == 0
+    assert sorted(s["sample_id"] for s in corpus.load_corpus(root)) == summary["finished"]
