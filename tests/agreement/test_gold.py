@@ -8,7 +8,6 @@ import pytest
 
 from pipeline import schemas, validate
 from pipeline.quality import disagreements, gold
-from pipeline.synthetic import annotators as simulate
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.synthetic.annotators import SimulatedAnnotator
 
