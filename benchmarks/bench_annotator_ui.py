@@ -190,6 +190,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[111, 250])
     ap.add_argument("--rounds", nargs="+", default=list(round_names()))
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -236,6 +237,9 @@ def main() -> None:
                         truth = answers(rnd, sample)
                         work = work_per_turn(rnd, config, task["data"], pred, truth)
                         page_figures = measure_page(page, f"{server.url}/projects/{pid}/data?task={task['id']}")
+                        if args.screenshots:
+                            args.screenshots.mkdir(parents=True, exist_ok=True)
+                            page.screenshot(path=str(args.screenshots / f"{name}_{n_rows}.png"))
                         line = {"round": name, "rows": n_rows, **page_figures, **work, "tasks": len(tasks),
                                 "load": os.getloadavg()}
                         out.append(line)

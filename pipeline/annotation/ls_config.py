@@ -4,8 +4,9 @@ round definition (:mod:`pipeline.annotation.rounds`) and the taxonomy; nothing i
 
 One task per sample, or per window of a long sample (:mod:`.windows`: at most
 ``WINDOW_UNITS`` rows with controls per task, stitched back on pull). The dialogue is shown as
-Paragraphs with the audio URL (each line's play control plays that line and stops at its end)
-synced with the Audio player; below it a Repeater gives every row the round applies to
+Paragraphs with the audio URL, synced with the Audio player (a line's play button plays from
+that line on); every row with controls has its own player that plays exactly that row and stops
+at its end (:func:`turn_player`). Below the dialogue a Repeater gives every row the round applies to
 ("units") its own controls, each labelled in words (``label`` in the round YAML), required ones
 marked ``*``. Control names carry the unit's position in the task: ``<field>_<i>`` and, for
 record slots, ``<field>__<slot>__<subfield>_<i>``; the unit list in the task data maps ``i`` to
@@ -115,8 +116,7 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
 def instructions_html(rnd: Round, scenario: str) -> str:
     """The project's instruction panel: the round's instructions, every field in words, and the
     guidance of each label of the round's taxonomy lists (from the taxonomy, never typed twice)."""
-    from html import escape
-
+    
     ui = _ui_text(rnd)
     parts = [f"<h3>{escape(rnd.title)}</h3>", f"<p>{escape(rnd.instructions)}</p>", "<ul>"]
 
@@ -165,6 +165,7 @@ def render_config(rnd: Round, scenario: str) -> str:
         '    <View idAttr="unit_{{idx}}" style="border-top: 1px solid #ccc; padding-top: 6px; margin-top: 6px">',
         '      <Header size="6" value="form {{idx}}"/>',
         '      <Text name="turn_{{idx}}" value="$units[{{idx}}].text"/>',
+        '      <HyperText name="clip_{{idx}}" value="$units[{{idx}}].clip" inline="true"/>',
     ]
     for field in rnd.fields:
         if field.type == "records":
@@ -251,6 +252,17 @@ def _spans(rows: list[int]) -> list[str]:
     return [f"{a}-{b}" if a != b else str(a) for a, b in out]
 
 
+def turn_player(media_url: str, start: float, end: float) -> str:
+    """An audio control that plays exactly one turn: the media with a temporal fragment
+    (``#t=start,end``), which the browser starts at ``start`` and pauses at ``end``. (Label
+    Studio 1.23's Paragraphs play buttons keep playing past the line's end.)"""
+    if not media_url:
+        return ""
+    src = escape(f"{media_url}#t={start:.2f},{end:.2f}", quote=True)
+    return (f'<audio controls preload="none" src="{src}" style="height: 28px; width: 260px"'
+            f' title="plays this row, {start:.2f}-{end:.2f} s"></audio>')
+
+
 def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
     """Task data of one sample: every turn for the dialogue, the round's units, choice lists.
 
@@ -277,13 +289,15 @@ def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
         to = ", ".join(r.get("target") or []) or "?"
         speaker = r.get("primary_speaker") or "?"
         unit = {"row_index": r["row_index"], "speaker": r.get("primary_speaker") or "",
-                "text": f"Row {r['row_index']} · {speaker} → {to}: {r.get('dialogue_cleaned') or ''}"}
+                "text": f"Row {r['row_index']} · {speaker} → {to}: {r.get('dialogue_cleaned') or ''}",
+                "clip": turn_player(media_url, float(r["start_time"]), float(r["end_time"]))}
         if wants_rows:
             i = position[r["row_index"]]
+            # shown: "12 · Ann: first words ..."; stored (the alias): "12"
             unit[UNIT_ROW_OPTIONS] = [
-                {"value": str(o["row_index"]),
-                 "html": escape(f"{o['row_index']} · {o.get('primary_speaker') or '?'}: "
-                                f"{_first_words(o.get('dialogue_cleaned') or '')}")}
+                {"value": f"{o['row_index']} · {o.get('primary_speaker') or '?'}: "
+                          f"{_first_words(o.get('dialogue_cleaned') or '')}",
+                 "alias": str(o["row_index"])}
                 for o in rows[max(0, i - EVIDENCE_BEFORE): i + 1 + EVIDENCE_AFTER]]
         units.append(unit)
     data = {

@@ -140,9 +140,9 @@ def test_every_round_renders_words_marks_ranges_and_nearby_evidence():
     data = ls_config.build_task_data(rnd, make_sample("synthetic/family_040", "family", 40))
     unit = data["units"][-1]
     options = unit[ls_config.UNIT_ROW_OPTIONS]
-    assert options[-1]["value"] == str(min(40, unit["row_index"] + ls_config.EVIDENCE_AFTER))
+    assert options[-1]["alias"] == str(min(40, unit["row_index"] + ls_config.EVIDENCE_AFTER))
     assert len(options) <= ls_config.EVIDENCE_BEFORE + ls_config.EVIDENCE_AFTER + 1
-    assert options[0]["html"].startswith(f"{options[0]['value']} · ")
+    assert options[0]["value"].startswith(f"{options[0]['alias']} · ")  # shown; the alias is stored
     assert {t["speaker"] for t in data["turns"]} == {"Dan", "Eli", "Therapist"}  # one author per person
     html = ls_config.instructions_html(load_round("strategy"), "couple")
     assert "counterbalance" in html and "Aimed at *" in html
