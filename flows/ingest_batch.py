@@ -24,7 +24,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import NETWORK_RETRIES, RESUME, Outcome, file_resume, gpu_slot, report, settle
+from flows import NETWORK_RETRIES, RESUME, Outcome, file_resume, gpu_slot, report, settle, sha256_file
 from pipeline.config import Settings
 from pipeline.media import diarize as dz
 from pipeline.media import ingest as media
@@ -37,8 +37,10 @@ from pipeline.media.turns import Segmented
 
 
 @task(name="ingest", cache_policy=file_resume("video"))
-def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str) -> Ingested:
-    """``video``: the entry's video file (the cache key follows its bytes)."""
+def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
+           subtitles_sha256: str | None = None) -> Ingested:
+    """``video``: the entry's video file (the cache key follows its bytes); ``subtitles_sha256``:
+    only part of the cache key (a changed subtitle file is ingested again)."""
     result = media.ingest_entry(entry, data_root, batch_dir)
     if result.ingested is None:
         raise media.MediaError(result.reason)
@@ -106,8 +108,10 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     chains = {}
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
         for entry in (e for e in entries if not e.refused):
+            subs = batch / entry.subtitles if entry.subtitles else None
             f_in = runner.submit(ingest, {"video": str(batch / entry.video), "entry": entry, "batch_dir": str(batch),
-                                          "data_root": root})
+                                          "data_root": root,
+                                          "subtitles_sha256": sha256_file(subs) if subs and subs.is_file() else None})
             f_tr = runner.submit(transcript, {"ingested": f_in, "data_root": root, "backend": backend,
                                               "asr_model": asr_model, "align_model": align_model, "device": device})
             f_dz = runner.submit(diarize, {"ingested": f_in, "data_root": root, "diarization": diarization,
