@@ -45,8 +45,10 @@ def _fill(page, rnd, data, values) -> None:
                 triggers.nth(k).click()
                 popup = page.locator("[data-testid=select-popup][data-state=open]")
                 for v in items:
-                    # a dispatched click: the popup may still be animating or re-rendering
-                    option = popup.locator(f"[data-testid='select-option-{v}']")
+                    # a dispatched click: the popup may still be animating or re-rendering.
+                    # Evidence rows are shown as "12 · Ann: first words" (the row is stored).
+                    testid = f"^='select-option-{v} · '" if f.type == "rows" else f"='select-option-{v}'"
+                    option = popup.locator(f"[data-testid{testid}]")
                     option.wait_for(state="attached")
                     option.dispatch_event("click")
                 if popup.count():
