@@ -1,0 +1,89 @@
+"""Where every annotator stands in every round: rows done of rows to do, drafts, last activity,
+and the link to their project (``rescue annotate status``).
+
+Counted from the live Label Studio tasks of each round project (:mod:`.push`): a row is one
+unit (a row with controls in that round); a task's rows are done once its annotator submitted
+it, skipped when they skipped it. A windowed sample (:mod:`.windows`) is done when all its
+windows are. Drafts are tasks with a saved draft and no submission yet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+from pipeline.annotation.push import parse_project_key
+from pipeline.annotation.rounds import round_names
+
+
+@dataclass(frozen=True)
+class ProjectStatus:
+    round: str
+    scenario: str
+    annotator: str
+    project_id: int
+    url: str
+    rows_done: int
+    rows_total: int
+    rows_skipped: int
+    samples_done: int
+    samples_total: int
+    drafts: int
+    last_activity: str | None  # ISO time of the latest submission or draft, None before any
+
+
+def _all_tasks(client: LabelStudioClient, project_id: int) -> list[dict]:
+    """Every task with its drafts (the data manager's full task fields), page by page."""
+    out, page = [], 1
+    while True:
+        try:
+            body = client._json("GET", "/api/tasks/", f"list tasks of project {project_id}",
+                                params={"project": project_id, "page": page, "page_size": 200, "fields": "all"})
+        except LabelStudioError as exc:  # the data manager answers 404 past the last page
+            if "HTTP 404" in str(exc) and page > 1:
+                return out
+            raise
+        items = body.get("tasks", [])
+        out += items
+        if len(out) >= body.get("total", 0) or not items:
+            return out
+        page += 1
+
+
+def project_status(client: LabelStudioClient, project, parsed: tuple[str, str, str]) -> ProjectStatus:
+    rnd, scenario, annotator = parsed
+    tasks = _all_tasks(client, project.id)
+    rows_done = rows_total = rows_skipped = drafts = 0
+    last: list[str] = []
+    samples: dict[str, bool] = {}
+    for t in tasks:
+        n = len((t.get("data") or {}).get("units") or [])
+        rows_total += n
+        submitted = t.get("total_annotations", 0) > 0
+        skipped = not submitted and t.get("cancelled_annotations", 0) > 0
+        rows_done += n if submitted else 0
+        rows_skipped += n if skipped else 0
+        own_drafts = t.get("drafts") or []
+        if own_drafts and not submitted and not skipped:
+            drafts += 1
+        last += [d.get("updated_at") for d in own_drafts if d.get("updated_at")]
+        if submitted or skipped:
+            last.append(t.get("completed_at") or t.get("updated_at"))
+        sid = (t.get("data") or {}).get("sample_id", "?")
+        samples[sid] = samples.get(sid, True) and (submitted or skipped)
+    return ProjectStatus(rnd, scenario, annotator, project.id,
+                         f"{client.url}/projects/{project.id}/data", rows_done, rows_total, rows_skipped,
+                         sum(samples.values()), len(samples), drafts, max((x for x in last if x), default=None))
+
+
+def round_status(client: LabelStudioClient, rounds: list[str] | None = None,
+                 annotators: list[str] | None = None) -> list[ProjectStatus]:
+    """One line per round project (round order, then scenario and annotator)."""
+    order = {name: i for i, name in enumerate(round_names())}
+    wanted = []
+    for project in client.projects():
+        parsed = parse_project_key(project.key)
+        if parsed is None or (rounds and parsed[0] not in rounds) or (annotators and parsed[2] not in annotators):
+            continue
+        wanted.append((project, parsed))
+    wanted.sort(key=lambda item: (order.get(item[1][0], 99), item[1]))
+    return [project_status(client, project, parsed) for project, parsed in wanted]
