@@ -241,18 +241,23 @@ def annotate_pull(
 
 
 @annotate_app.command("status")
-def annotate_status(data_root: Optional[Path] = DataRoot) -> None:
-    """Done / total tasks per round, scenario and annotator."""
+def annotate_status(
+    data_root: Optional[Path] = DataRoot,
+    round_name: Optional[list[str]] = typer.Option(None, "--round", "-r", help="Only these rounds (repeat)."),
+    annotator: Optional[list[str]] = typer.Option(None, "--annotator", "-a", help="Only these annotators (repeat)."),
+) -> None:
+    """Per round and annotator: rows done / total, skipped, drafts, last activity, project URL."""
     from pipeline.annotation.client import LabelStudioError
-    from pipeline.annotation.pull import round_progress
-    from pipeline.annotation.rounds import round_names
+    from pipeline.annotation.status import round_status
 
     try:
-        progress = round_progress(_client(_settings(data_root)))
+        lines = round_status(_client(_settings(data_root)), round_name or None, annotator or None)
     except LabelStudioError as exc:
         _fail(str(exc))
-    order = {name: i for i, name in enumerate(round_names())}
-    table = Table("round", "scenario", "annotator", "done", "total")
-    for (rnd, scenario, who), (done, total) in sorted(progress.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
-        table.add_row(rnd, scenario, who, str(done), str(total))
-    console.print(table if progress else "no annotation projects yet")
+    table = Table("round", "scenario", "annotator", "rows done", "skipped", "samples done", "drafts",
+                  "last activity", "project")
+    for s in lines:
+        table.add_row(s.round, s.scenario, s.annotator, f"{s.rows_done} / {s.rows_total}", str(s.rows_skipped),
+                      f"{s.samples_done} / {s.samples_total}", str(s.drafts),
+                      (s.last_activity or "-")[:19].replace("T", " "), s.url)
+    console.print(table if lines else "no annotation projects yet")

@@ -95,7 +95,7 @@ def test_cli_wrong_token_is_an_auth_error_that_hides_the_token(ls_server, ls_dat
 def test_cli_push_pull_status_on_the_interviews_in_annotation(ls_server, ls_client, new_annotators, tmp_path,
                                                                monkeypatch):
     _env(monkeypatch, ls_server)
-    monkeypatch.setenv("COLUMNS", "200")  # rich wraps tables at the terminal width
+    monkeypatch.setenv("COLUMNS", "320")  # rich wraps tables at the terminal width
     root = tmp_path / "data"
     corpus.save_samples(root, [make_sample("synthetic/cli_001", "couple", 6), make_sample("synthetic/cli_002", "family", 5)],
                         corpus.WORK)
@@ -112,7 +112,10 @@ def test_cli_push_pull_status_on_the_interviews_in_annotation(ls_server, ls_clie
     status = runner.invoke(app, ["annotate", "status", "--data-root", str(root)])
     lines = [line for line in status.output.splitlines() if a in line or b in line]
     cells = sorted(tuple(c.strip() for c in line.strip("│ ").split("│")) for line in lines)
-    assert cells == sorted([("relation", sc, who, "0", "1") for sc in ("couple", "family") for who in (a, b)])
+    # rows with controls (therapist rows): couple rows 3 and 6, family row 3; one sample each
+    assert [c[:8] for c in cells] == sorted([("relation", sc, who, f"0 / {2 if sc == 'couple' else 1}", "0",
+                                             "0 / 1", "0", "-") for sc in ("couple", "family") for who in (a, b)])
+    assert all(c[8].startswith(ls_server.url + "/projects/") for c in cells)
     bad = runner.invoke(app, ["annotate", "push", "colours", *args])
     assert bad.exit_code == 1 and "no annotation round 'colours'" in bad.output
 
