@@ -146,6 +146,8 @@ CATALOG = pa.schema(
         pa.field("source_sample_rate", pa.int32()),
         pa.field("source_channels", pa.int32()),
         pa.field("has_video", pa.bool_()),
+        # the manifest says participants are in speaking order (a naming hint for the segmenter); null: no
+        pa.field("speaking_order", pa.bool_()),
     ]
 )
 

@@ -6,8 +6,10 @@ Batch layout::
     BATCH_DIR/<video files>  BATCH_DIR/<optional subtitle files>
 
 Manifest columns: ``sample_id, scenario (couple|family), video, participants, subtitles``.
-``participants`` lists the clients (CSV: ``;``-separated) in speaking order; the therapist is
-implicit. ``subtitles`` is optional (SRT/VTT beside the video). A ``sample_id`` must follow the
+``participants`` lists the clients (CSV: ``;``-separated); the therapist is implicit. An optional
+``speaking_order`` column (``yes``/``true``/``1``) says the list is in speaking order (therapist
+first), so the segmenter may name voices by it (``pipeline.media.turns``); without it draft rows
+keep one neutral label per voice. ``subtitles`` is optional (SRT/VTT beside the video). A ``sample_id`` must follow the
 sample-id grammar (:func:`pipeline.paths.check_sample_id`); an entry whose id does not is
 refused with the manifest file, line and id, and the rest of the batch goes on.
 
@@ -74,6 +76,7 @@ class ManifestEntry:
     subtitles: str | None = None
     line: int = 0  # manifest line (CSV) or item number (YAML), for error messages
     refused: str | None = None  # why this entry is not ingested at all (a sample id outside the grammar)
+    speaking_order: bool = False  # participants are listed in speaking order (a naming hint)
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,9 @@ def read_manifest(path: str | Path) -> list[ManifestEntry]:
         if isinstance(people, str):
             people = [p for p in (x.strip() for x in people.replace(",", ";").split(";")) if p]
         subs = str(rec.get("subtitles") or "").strip() or None
+        in_order = str(rec.get("speaking_order") or "").strip().lower() in ("yes", "true", "1", "y")
         entries.append(ManifestEntry(sample_id, scenario, str(rec["video"]).strip(), tuple(people), subs, line,
-                                     refused))
+                                     refused, in_order))
     return entries
 
 
@@ -316,6 +320,7 @@ def ingest_video(
     subtitles: str | Path | None = None,
     previous: dict | None = None,
     min_duration_s: float = MIN_DURATION_S,
+    speaking_order: bool = False,
 ) -> tuple[dict, str]:
     """Ingest one video. Returns (catalog row, outcome) with outcome done | cached | quarantined.
 
@@ -326,7 +331,7 @@ def ingest_video(
     check_sample_id(sample_id)
     row = {"sample_id": sample_id, "scenario": scenario, "source_name": video.name, "sha256": "",
            "duration_s": None, "audio_path": None, "status": "quarantined", "reason": None,
-           "participants": list(participants), "subtitle_path": None}
+           "participants": list(participants), "subtitle_path": None, "speaking_order": bool(speaking_order)}
     try:
         if not video.exists():
             raise MediaError(f"{video.name}: file not found")
@@ -355,6 +360,7 @@ def _ingest_content(video: Path, root: DataRoot, row: dict, wav: Path, previous:
     if (previous and previous.get("status") == "done" and previous.get("sha256") == row["sha256"]
             and wav.exists() and previous.get("subtitle_path") == row["subtitle_path"]
             and list(previous.get("participants") or []) == row["participants"]
+            and bool(previous.get("speaking_order")) == row["speaking_order"]
             and previous.get("scenario") == row["scenario"]):
         return previous, "cached"
     if wav.exists():  # same content under another sample id or an earlier run
@@ -408,7 +414,7 @@ def ingest_entry(entry: ManifestEntry, data_root: str | Path, batch_dir: str | P
     previous = next((r for r in read_catalog(data_root).to_pylist() if r["sample_id"] == entry.sample_id), None)
     subs = batch_dir / entry.subtitles if entry.subtitles else None
     row, outcome = ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, data_root,
-                                entry.participants, subs, previous, min_duration_s)
+                                entry.participants, subs, previous, min_duration_s, entry.speaking_order)
     if outcome != "cached":
         record_catalog(data_root, row)
     if outcome == "quarantined":
