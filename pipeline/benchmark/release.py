@@ -227,8 +227,12 @@ def build_release(
     blockers = gates.release_blockers(data_root)
     if blockers:
         raise ReleaseError("agreement gates block this release:\n  " + "\n  ".join(blockers))
+    # The manifest carries each round's figures and the override that lets it through (who, why,
+    # when) - not the label table's hash it was checked against: that table holds Label Studio's
+    # own ids and timestamps, so the same answers on another server would give another manifest.
     gate_list = [{"round": g["round"], "passed": g["passed"], "fields": g["fields"],
-                  "override": g["override"] if g["override_valid"] else None} for g in gates.gate_records(data_root)]
+                  "override": {k: v for k, v in g["override"].items() if k != "labels_sha256"}
+                  if g["override_valid"] else None} for g in gates.gate_records(data_root)]
     step = on_step or (lambda _msg: None)
 
     samples = sorted(inp.samples, key=lambda s: s["sample_id"])
