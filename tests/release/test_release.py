@@ -184,3 +184,20 @@ def test_failing_agreement_gate_blocks_until_an_override_is_recorded(small_input
     [carried] = res.manifest["agreement_gates"]
     assert carried["round"] == "emotion" and carried["passed"] is False
     assert carried["override"]["reason"] == "pilot round; guidelines revised for the next batch"
+
+
+def test_build_or_reuse_reuses_the_same_input_and_refuses_another(small_input, tmp_path):
+    first = release.build_or_reuse(small_input, "1.0.0", tmp_path)
+    assert first.reused is False
+    before = _files(first.path)
+    again = release.build_or_reuse(copy.deepcopy(small_input), "1.0.0", tmp_path)
+    assert again.reused is True and again.path == first.path and again.manifest == first.manifest
+    assert _files(first.path) == before
+    with pytest.raises(store.AlreadyExists, match=r"release 1\.0\.0 already exists .* different dev fraction"):
+        release.build_or_reuse(small_input, "1.0.0", tmp_path, dev_fraction=0.5)
+    other = synth_corpus.load_synthetic(scale=0.05, seed=4)
+    with pytest.raises(store.AlreadyExists, match=r"release 1\.0\.0 already exists .* different input"):
+        release.build_or_reuse(other, "1.0.0", tmp_path)
+    assert _files(first.path) == before
+    with pytest.raises(release.ReleaseError, match="X.Y.Z"):
+        release.build_or_reuse(small_input, "../1.0.0", tmp_path)
