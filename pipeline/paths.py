@@ -15,6 +15,7 @@ Layout::
     transcripts/<sample_id>.json             transcripts (subtitles or WhisperX)
     diarization/<sample_id>.rttm             who spoke when
     drafts/<sample_id>.parquet               draft rows from the segmenter
+    draft-voices/<sample_id>.parquet         the voices of a segmented interview (name each voice once)
     work/{samples,rows}.parquet              interviews in annotation (drafts, then each round's gold)
     corpus/{samples,rows}.parquet            the corpus: imported samples and finished gold samples
     annotation/exports/<round>/<scenario>/<annotator>/<sha>.json   raw Label Studio exports
@@ -178,6 +179,9 @@ class DataRoot:
 
     def drafts(self, sample_id: str) -> Path:
         return self._inside("drafts", f"{check_sample_id(sample_id)}.parquet")
+
+    def draft_voices(self, sample_id: str) -> Path:
+        return self._inside("draft-voices", f"{check_sample_id(sample_id)}.parquet")
 
     # --- interviews in annotation, and the corpus ---------------------------------------
     def work_dir(self) -> Path:

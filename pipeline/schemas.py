@@ -87,10 +87,26 @@ DRAFT_ROWS = pa.schema(
         pa.field("row_index", pa.int64(), nullable=False),
         pa.field("start_time", pa.float64(), nullable=False),
         pa.field("end_time", pa.float64(), nullable=False),
-        pa.field("primary_speaker", STR, nullable=False),  # participant name or SPEAKER_xx
+        pa.field("primary_speaker", STR, nullable=False),  # a name, or a voice label ("Speaker 1": DRAFT_VOICES)
         pa.field("target", STR_LIST),
         pa.field("dialogue_cleaned", STR),
         pa.field("background_dialogue", pa.list_(BACKGROUND_DIALOGUE)),
+    ]
+)
+
+# The voices of a segmented interview (pipeline.media.turns): one line per label the draft rows
+# carry, so that an annotator names each voice once (turns.apply_voice_names renames every row).
+DRAFT_VOICES = pa.schema(
+    [
+        pa.field("sample_id", STR, nullable=False),
+        pa.field("voice", STR, nullable=False),        # the label in the draft rows: "Speaker 1", "Therapist", "Alan"
+        pa.field("diarization_speaker", STR),          # the RTTM label behind it (null: named by a subtitle prefix)
+        pa.field("named_by", STR),                     # voice (enrolled) | order (manifest hint) | role | subtitles | null
+        pa.field("first_rows", pa.list_(pa.int64())),  # row_index of its first rows (up to 3)
+        pa.field("sample_start", pa.float64()),        # a few seconds of this voice alone, to listen to
+        pa.field("sample_end", pa.float64()),
+        pa.field("n_rows", pa.int64()),
+        pa.field("speech_s", pa.float64()),            # seconds of speech diarization gives this voice
     ]
 )
 
