@@ -190,8 +190,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[111, 250])
     ap.add_argument("--rounds", nargs="+", default=list(round_names()))
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--page-timeout", type=float, default=240, help="seconds a page may take (default 240)")
     ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
     args = ap.parse_args()
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     if not shutil.which(CHROMIUM):
@@ -213,13 +215,14 @@ def main() -> None:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                context.set_default_timeout(300_000)
+                context.set_default_timeout(args.page_timeout * 1000)
                 page = context.new_page()
                 page.goto(f"{server.url}/user/login/")
                 page.fill("input[name=email]", email)
                 page.fill("input[name=password]", password)
                 page.click("button[type=submit]")
                 page.wait_for_url(lambda url: "/user/login" not in url, timeout=120_000)
+                page.close()  # the session cookie stays with the context
                 for n_rows in args.rows:
                     sample = family_sample(n_rows)
                     for name in args.rounds:
@@ -236,10 +239,18 @@ def main() -> None:
                         config = next(p for p in client.projects() if p.id == pid).label_config
                         truth = answers(rnd, sample)
                         work = work_per_turn(rnd, config, task["data"], pred, truth)
-                        page_figures = measure_page(page, f"{server.url}/projects/{pid}/data?task={task['id']}")
-                        if args.screenshots:
+                        page = context.new_page()  # a fresh page: a hung one from before cannot slow this one
+                        try:
+                            page_figures = measure_page(page, f"{server.url}/projects/{pid}/data?task={task['id']}")
+                        except PlaywrightTimeout:
+                            page_figures = {"first_form_s": float("inf"), "key_echo_ms": float("nan"),
+                                            "height": 0, "nodes": 0, "heap": 0}
+                            print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s",
+                                  flush=True)
+                        if args.screenshots and page_figures["nodes"]:
                             args.screenshots.mkdir(parents=True, exist_ok=True)
                             page.screenshot(path=str(args.screenshots / f"{name}_{n_rows}.png"))
+                        page.close()
                         line = {"round": name, "rows": n_rows, **page_figures, **work, "tasks": len(tasks),
                                 "load": os.getloadavg()}
                         out.append(line)

@@ -96,11 +96,13 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
         lo = f' min="{field.minimum:g}"' if field.minimum is not None else ""
         hi = f' max="{field.maximum:g}"' if field.maximum is not None else ""
         return [head, f'{indent}<Number name="{name}" {to}{lo}{hi}{req}/>']
-    if field.type in ("choice", "multichoice", "rows"):
-        multiple = ' choice="multiple"' if field.type in ("multichoice", "rows") else ""
-        open_ = f'{indent}<Choices name="{name}" {to} layout="select"{multiple}{req}'
-        if field.type == "rows":  # nearby rows only, each shown with its speaker and first words
-            return [head, f'{open_} value="$units[{{{{idx}}}}].{UNIT_ROW_OPTIONS}"/>']
+    if field.type == "rows":  # nearby rows only, each shown with its speaker and first words, in a dropdown
+        return [head, f'{indent}<Choices name="{name}" {to} layout="select" choice="multiple"{req}'
+                      f' value="$units[{{{{idx}}}}].{UNIT_ROW_OPTIONS}"/>']
+    if field.type in ("choice", "multichoice"):
+        # short lists (people, labels) as buttons in a line: one click per choice, no dropdown
+        kind = "multiple" if field.type == "multichoice" else "single-radio"
+        open_ = f'{indent}<Choices name="{name}" {to} choice="{kind}" showInline="true"{req}'
         if field.is_dynamic:
             return [head, f'{open_} value="${DYNAMIC_KEY[field.values]}"/>']
         hints = taxonomy.guidance(GUIDANCE_KIND[field.values], scenario) if field.values in GUIDANCE_KIND else {}

@@ -26,9 +26,14 @@ SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 
 def _fill(page, rnd, data, values) -> None:
-    """Fill every control of every unit with ``values`` ({row_index: {field: value}})."""
-    k = 0  # within a unit, select controls appear in config order: field by field, slot by slot
-    triggers = None
+    """Fill every control of every unit with ``values`` ({row_index: {field: value}}) by mouse.
+
+    Within a unit the Choices groups appear in config order (field by field, slot by slot; a
+    record slot after the first appears once the slot before it has its first choice), so the
+    k-th group is the k-th choice control. Short lists are buttons in a line; evidence rows a
+    dropdown whose options show "row · speaker: first words"."""
+    k = 0
+    groups = None
 
     def control(f, name, value):
         nonlocal k
@@ -41,14 +46,16 @@ def _fill(page, rnd, data, values) -> None:
             if f.type == "choice" and value == "" and f.empty_choice:
                 items = [f.empty_choice]
             items = [v for v in items if v not in ("", None)]
-            if items:
-                triggers.nth(k).click()
+            if items and f.type != "rows":
+                group = groups.nth(k)
+                for v in items:  # each choice's input is named by its value
+                    group.locator(f"input[name={json.dumps(v)}]").click()
+            elif items:
+                groups.nth(k).locator("[data-testid^=select-trigger]").click()
                 popup = page.locator("[data-testid=select-popup][data-state=open]")
                 for v in items:
                     # a dispatched click: the popup may still be animating or re-rendering.
-                    # Evidence rows are shown as "12 · Ann: first words" (the row is stored).
-                    testid = f"^='select-option-{v} · '" if f.type == "rows" else f"='select-option-{v}'"
-                    option = popup.locator(f"[data-testid{testid}]")
+                    option = popup.locator(f"[data-testid^='select-option-{v} · ']")
                     option.wait_for(state="attached")
                     option.dispatch_event("click")
                 if popup.count():
@@ -66,7 +73,7 @@ def _fill(page, rnd, data, values) -> None:
     for i, u in enumerate(data["units"]):
         unit = page.locator(f"#unit_{i}")  # the Repeater renders lazily: bring each unit into view
         unit.scroll_into_view_if_needed()
-        triggers, k = unit.locator(".lsf-choices [data-testid^=select-trigger]"), 0
+        groups, k = unit.locator(".lsf-choices"), 0
         row = values.get(u["row_index"], {})
         for f in rnd.fields:
             if f.type != "records":
@@ -125,7 +132,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                 pid = report.projects[push.project_key(name, "couple", email)]
                 task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
                 page.goto(f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
-                page.wait_for_selector(".lsf-choices [data-testid=select-trigger]", timeout=120_000)
+                page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
                 truth = _truth(rnd, sample)
                 _fill(page, rnd, task["data"], truth)
                 page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
