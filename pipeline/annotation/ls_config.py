@@ -101,7 +101,7 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
                       f' value="$units[{{{{idx}}}}].{UNIT_ROW_OPTIONS}"/>']
     if field.type in ("choice", "multichoice"):
         # short lists (people, labels) as buttons in a line: one click per choice, no dropdown
-        kind = "multiple" if field.type == "multichoice" else "single-radio"
+        kind = "multiple" if field.type == "multichoice" else "single"  # checkboxes: each one a Tab stop
         open_ = f'{indent}<Choices name="{name}" {to} choice="{kind}" showInline="true"{req}'
         if field.is_dynamic:
             return [head, f'{open_} value="${DYNAMIC_KEY[field.values]}"/>']

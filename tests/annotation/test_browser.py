@@ -88,6 +88,59 @@ def _fill(page, rnd, data, values) -> None:
                     control(sub, ls_config.control_name(f.name, i, slot, sub.name), rec.get(sub.name))
 
 
+KEYBOARD_ROUND = "strategy"  # filled and submitted with the keyboard alone
+_ACTIVE = """() => { const el = document.activeElement; const unit = el && el.closest('[id^=unit_]');
+  const group = el && el.closest('.lsf-choices');
+  return {unit: unit ? unit.id : null, tag: el ? el.tagName : null, name: el ? el.getAttribute('name') : null,
+          group: unit && group ? [...unit.querySelectorAll('.lsf-choices')].indexOf(group) : -1}; }"""
+
+
+def _fill_by_keyboard(page, rnd, data, values) -> int:
+    """Fill every unit with the keyboard alone: Tab to each control, Space ticks a choice, text is
+    typed and added with Shift+Enter; Ctrl+Enter submits. Returns the key presses used."""
+    keys = 0
+
+    def press(key):
+        nonlocal keys
+        page.keyboard.press(key)
+        keys += 1
+
+    def tab_to(want, limit=400):
+        for _ in range(limit):
+            press("Tab")
+            if want(page.evaluate(_ACTIVE)):
+                return
+        raise AssertionError(f"Tab never reached the control ({page.evaluate(_ACTIVE)})")
+
+    for i, u in enumerate(data["units"]):
+        row = values.get(u["row_index"], {})
+        k = 0
+        for f in rnd.fields:
+            subs = [(sub, (row.get(f.name) or [{}])[0].get(sub.name) if f.type == "records" else None)
+                    for sub in f.subfields] if f.type == "records" else [(f, row.get(f.name))]
+            if f.type == "records" and f.required and not row.get(f.name):
+                subs = [(sub, "" if sub.empty_choice else None) for sub in f.subfields]
+            for sub, value in subs:
+                if sub.type == "const":
+                    continue
+                if sub.type in ("choice", "multichoice"):
+                    items = value if isinstance(value, list) else [value]
+                    items = [sub.empty_choice if v == "" and sub.empty_choice else v for v in items]
+                    for v in [v for v in items if v not in ("", None)]:
+                        tab_to(lambda a, v=v, k=k: a["unit"] == f"unit_{i}" and a["group"] == k and a["name"] == v)
+                        press("Space")
+                    k += 1
+                elif sub.type == "text" and value:
+                    name = ls_config.control_name(f.name, i, 1, sub.name) if f.type == "records" \
+                        else ls_config.control_name(f.name, i)
+                    tab_to(lambda a, name=name: a["tag"] == "TEXTAREA" and a["name"] == name)
+                    page.keyboard.type(value)
+                    keys += len(value)
+                    press("Shift+Enter")
+    press("Control+Enter")  # Label Studio's submit key
+    return keys
+
+
 def _truth(rnd, sample) -> dict[int, dict]:
     values = push.input_values(rnd, sample)
     for ri, row in values.items():
@@ -134,9 +187,15 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                 page.goto(f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
                 page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
                 truth = _truth(rnd, sample)
-                _fill(page, rnd, task["data"], truth)
-                page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-                page.get_by_role("button", name="Submit").click()
+                if name == KEYBOARD_ROUND:
+                    page.locator("#unit_0 .lsf-choices").first.wait_for()
+                    page.screenshot(path=str(SCREENSHOTS / f"{name}_keyboard_before.png"), full_page=True)
+                    keys = _fill_by_keyboard(page, rnd, task["data"], truth)
+                    assert keys > 0
+                else:
+                    _fill(page, rnd, task["data"], truth)
+                    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+                    page.get_by_role("button", name="Submit").click()
                 deadline = time.monotonic() + 60
                 while not ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]["total_annotations"]:
                     assert time.monotonic() < deadline, f"round {name}: the annotation was not saved"
