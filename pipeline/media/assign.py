@@ -2,8 +2,10 @@
 
 ``assign_speakers`` applies whisperx's rule (largest total overlap; ties to the speaker whose
 overlapping turn starts first) with a sort + searchsorted sweep: O((W + T) log T) instead of
-one scan of every turn per word (``benchmarks/bench_assign.py``). ``fill_word_times`` gives
-ASR words the aligner could not place a time first.
+one scan of every turn per word (``benchmarks/bench_assign.py``). ``speaker_overlaps`` gives
+the whole picture (seconds of every speaker during every interval): the turn segmenter uses it
+to attribute speech that overlaps someone else's (``pipeline.media.turns``, rule 1).
+``fill_word_times`` gives ASR words the aligner could not place a time first.
 """
 from __future__ import annotations
 
@@ -49,6 +51,33 @@ def fill_word_times(starts: Sequence[float | None], ends: Sequence[float | None]
     return s, e
 
 
+def speaker_overlaps(starts: np.ndarray, ends: np.ndarray,
+                     turns: Sequence[Turn]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Who is active during each interval: (speakers sorted, seconds of overlap per interval and
+    speaker, start of the first overlapping turn per interval and speaker (inf: none)).
+    A speaker's overlapping turns count once where they overlap each other."""
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    all_s = np.fromiter((t.start for t in turns), np.float64, len(turns))
+    all_e = np.fromiter((t.end for t in turns), np.float64, len(turns))
+    labels = [t.speaker for t in turns]
+    speakers = sorted(set(labels))
+    label_k = np.searchsorted(np.array(speakers), np.array(labels)) if labels else np.zeros(0, int)
+    overlap = np.zeros((len(starts), len(speakers)))
+    first_turn = np.full((len(starts), len(speakers)), np.inf)  # tie-break: earliest overlapping turn
+    for k in range(len(speakers)):
+        s_k, e_k = all_s[label_k == k], all_e[label_k == k]
+        order = np.lexsort((e_k, s_k))
+        seg_s, seg_e = _union(s_k[order], e_k[order])
+        cum = np.concatenate([[0.0], np.cumsum(seg_e - seg_s)])
+        overlap[:, k] = _covered(ends, seg_s, seg_e, cum) - _covered(starts, seg_s, seg_e, cum)
+        # first turn of this speaker that overlaps the interval: the first with end > start
+        j = np.searchsorted(seg_e, starts, side="right")
+        hit = (j < len(seg_s)) & (seg_s[np.minimum(j, len(seg_s) - 1)] < ends)
+        first_turn[hit, k] = seg_s[j[hit]]
+    return speakers, overlap, first_turn
+
+
 def assign_speakers(
     starts: np.ndarray, ends: np.ndarray, turns: Sequence[Turn], fill_nearest: bool = True
 ) -> list[str | None]:
@@ -65,20 +94,7 @@ def assign_speakers(
     all_s = np.fromiter((t.start for t in turns), np.float64, len(turns))
     all_e = np.fromiter((t.end for t in turns), np.float64, len(turns))
     labels = [t.speaker for t in turns]
-    speakers = sorted(set(labels))
-    label_k = np.searchsorted(np.array(speakers), np.array(labels))
-    overlap = np.zeros((len(starts), len(speakers)))
-    first_turn = np.full((len(starts), len(speakers)), np.inf)  # tie-break: earliest overlapping turn
-    for k in range(len(speakers)):
-        s_k, e_k = all_s[label_k == k], all_e[label_k == k]
-        order = np.lexsort((e_k, s_k))
-        seg_s, seg_e = _union(s_k[order], e_k[order])
-        cum = np.concatenate([[0.0], np.cumsum(seg_e - seg_s)])
-        overlap[:, k] = _covered(ends, seg_s, seg_e, cum) - _covered(starts, seg_s, seg_e, cum)
-        # first turn of this speaker that overlaps the interval: the first with end > start
-        j = np.searchsorted(seg_e, starts, side="right")
-        hit = (j < len(seg_s)) & (seg_s[np.minimum(j, len(seg_s) - 1)] < ends)
-        first_turn[hit, k] = seg_s[j[hit]]
+    speakers, overlap, first_turn = speaker_overlaps(starts, ends, turns)
     best = overlap.max(axis=1)
     defined = best > 1e-12
     tied = np.isclose(overlap, best[:, None], rtol=0, atol=1e-12) & defined[:, None]

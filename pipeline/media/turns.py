@@ -1,36 +1,69 @@
-"""The turn segmenter: timed units with speakers -> draft rows (``schemas.DRAFT_ROWS``).
+"""The turn segmenter: timed units -> draft rows (``schemas.DRAFT_ROWS``) and the interview's
+voices (``schemas.DRAFT_VOICES``), so that people are named once per voice.
 
-Rules (spec §2.2, in this order):
-1. units are put in time order, ties broken by (end, speaker, text): overlapping speech gives
-   the same rows on every run;
-2. consecutive units of one speaker form a run; a short run (a backchannel: at most
+Rules, in this order (spec §2.2-2.4):
+
+1. attribution (:func:`attribute`): a unit named by its source (a subtitle prefix) keeps that
+   name. Otherwise it gets the diarization speaker it overlaps most (``assign.assign_speakers``),
+   except for speech heard *over* someone else's:
+
+   * a cue lying inside another, longer cue's span (enclosing speaker X: that cue's speaker)
+     goes to the speaker other than X most active during it (``assign.speaker_overlaps``);
+     when diarization hears nobody else then, it still is not X's (one voice's cues never
+     overlap each other): it goes to the listener, the last other voice heard before the
+     enclosing cue (else the next one);
+   * an ASR word whose neighbours on both sides are X's goes to another speaker only when that
+     speaker is active for at least half of the word (a transcript holds one voice at a time,
+     so a word in the middle of X's speech stays X's unless diarization clearly hears another);
+
+2. units are put in time order (start, then end, speaker, text: overlapping speech gives the
+   same rows on every run), and text inside a row is always in that order;
+3. consecutive units of one speaker form a run (speech over another speaker's run ends a run
+   at that run's end: a backchannel never absorbs the turn its speaker takes next); a short run (a backchannel: at most
    ``backchannel_max_words`` words and ``backchannel_max_s`` seconds) by someone else inside
-   another speaker's ongoing turn becomes that row's ``background_dialogue`` (a short answer
-   to a question stays a row of its own);
-3. runs of the same speaker are merged unless the pause between them exceeds ``max_pause_s``;
-4. a row longer than ``max_row_s`` is split at the last sentence end before the limit;
-5. ``target`` is a draft: the previous row's speaker (the ongoing exchange, spec §2.4), the
+   another speaker's ongoing turn (it ends before that turn's last unit ends, or that speaker
+   resumes within ``max_pause_s``) becomes that row's ``background_dialogue`` entry (speaker,
+   target: the row's speaker, content), in time order; a short answer to a question stays a row;
+4. runs of the same speaker are merged unless the pause between them (a backchannel inside
+   counts as sound) exceeds ``max_pause_s``;
+5. a row longer than ``max_row_s`` is split at the last sentence end before the limit; each
+   background entry stays with the piece whose span holds it;
+6. ``target`` is a draft: the previous row's speaker (the ongoing exchange, spec §2.4), the
    group label for an opening therapist row. Annotators confirm it in the transcript round.
 
-Speaker labels from diarization (SPEAKER_00, ...) become names by enrolled voice
-(``pipeline.media.voices``, already in the RTTM) or else by the manifest's speaking order (first voice
-to speak = first name left), unless a subtitle prefix named the speaker.
+Naming voices (:func:`voice_labels`). Rows carry one stable label per diarized voice:
+
+* a voice an enrolled voice print named (``pipeline.media.voices``, already in the RTTM) keeps
+  that name (``named_by="voice"``);
+* with a speaking-order hint (the manifest's ``speaking_order`` column, or ``speaking_order=``
+  given to :func:`segment`): the other voices, in the order of their first turn of at least
+  1 s, get the names left in that order (``"order"``: the behaviour before voice labels);
+* without a hint (the default): the therapist when identified (``"role"``: the first voice to
+  speak is also the one whose sentences are most often questions, at least 30 % of them, ahead
+  of every other voice), and ``Speaker 1``, ``Speaker 2``, ... for the others in the order of
+  their first turn; the participants' order in the manifest is not used.
+
+The voice table (:func:`voice_table`, written to ``draft-voices/<sample_id>.parquet``) lists each
+label with its first rows and a few seconds where that voice speaks alone; an annotator names
+each voice once and :func:`apply_voice_names` renames every row of the sample (speaker, targets,
+background speakers and targets). Rows stay correctable one by one afterwards.
 
 :func:`segment_stage` is the stage's one entry point (``rescue segment`` and the ``ingest-batch``
 flow): a catalogued sample's stored transcript and RTTM -> ``drafts/<sample_id>.parquet``
-(``DataRoot.drafts``) -> a :class:`Segmented` record.
+(``DataRoot.drafts``) and the voice table (``DataRoot.draft_voices``) -> a :class:`Segmented`.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from pipeline import schemas
-from pipeline.media.assign import MAX_WORD_S, assign_speakers, fill_word_times
+from pipeline.media.assign import MAX_WORD_S, assign_speakers, fill_word_times, speaker_overlaps
 from pipeline.media.ingest import catalog_entry
 from pipeline.media.rttm import Turn, read_rttm
 from pipeline.media.transcribe import Transcript, Unit, read_transcript
@@ -39,6 +72,12 @@ from pipeline.store import sha256_file, write_parquet
 from pipeline.taxonomy import THERAPIST, group_label
 
 _SENTENCE_END = re.compile(r"[.?!…][\"')\]]*$")
+_UNNAMED = re.compile(r"SPEAKER_\d+")   # pyannote's labels; any other RTTM label is a name (enrolled voice)
+VOICE_LABEL = "Speaker {n}"   # a voice nobody named yet
+MIN_FIRST_TURN_S = 1.0        # a voice's place in the speaking order: its first turn this long
+WORD_OTHER_SHARE = 0.5        # an enclosed ASR word changes speaker when another is active this much of it
+MIN_ACTIVE_S = 0.05           # a speaker counts as active during a cue from this much overlap
+THERAPIST_QUESTION_SHARE = 0.3
 
 
 @dataclass
@@ -54,7 +93,9 @@ class _Run:
     speaker: str
     units: list[Unit]
     background: list[dict] = field(default_factory=list)
+    background_at: list[float] = field(default_factory=list)  # start of each background entry
     heard_until: float = 0.0  # end of the last backchannel inside this run (the floor was not silent)
+    within: float | None = None  # the run lies inside another speaker's run ending then (heard over it)
 
     @property
     def start(self) -> float:
@@ -68,43 +109,122 @@ class _Run:
     def n_words(self) -> int:
         return sum(len(u.text.split()) for u in self.units)
 
+    def add_background(self, at: float, entry: dict) -> None:
+        k = sum(1 for t in self.background_at if t <= at)  # time order
+        self.background.insert(k, entry)
+        self.background_at.insert(k, at)
 
-def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn_s: float = 1.0) -> dict[str, str]:
-    """Map diarization labels to names. A label that already is a name of the speaking order
-    (an enrolled voice named it: ``pipeline.media.voices``) keeps it; the other labels, ordered by
-    their first turn of at least ``min_turn_s`` (a stray fragment must not reorder them), are
-    zipped with the names left. Labels beyond the order keep their SPEAKER_xx name."""
-    named = {t.speaker for t in turns if t.speaker in speaking_order}
-    left = [name for name in speaking_order if name not in named]
+
+@dataclass(frozen=True)
+class VoiceName:
+    """What the rows call one diarized voice, and how that name was found."""
+
+    label: str
+    named_by: str | None  # voice | order | role | None (a neutral "Speaker n")
+
+
+def _first_turns(turns: Sequence[Turn], skip: set[str], min_turn_s: float = MIN_FIRST_TURN_S) -> list[str]:
+    """Labels (not in ``skip``) in the order of their first turn of at least ``min_turn_s`` (a stray
+    fragment must not reorder them); labels with only fragments come after."""
     first: dict[str, tuple[int, float]] = {}
-    in_time = sorted((t for t in turns if t.speaker not in named), key=lambda t: (t.start, t.speaker))
+    in_time = sorted((t for t in turns if t.speaker not in skip), key=lambda t: (t.start, t.speaker))
     for t in in_time:
         if t.end - t.start >= min_turn_s:
             first.setdefault(t.speaker, (0, t.start))
     for t in in_time:
         first.setdefault(t.speaker, (1, t.start))  # only fragments: after the real speakers
-    ordered = sorted(first, key=lambda s: (first[s], s))
+    return sorted(first, key=lambda s: (first[s], s))
+
+
+def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn_s: float = MIN_FIRST_TURN_S
+                  ) -> dict[str, str]:
+    """Map diarization labels to names by a speaking-order hint. A label that already is a name of
+    the order (an enrolled voice named it: ``pipeline.media.voices``) keeps it; the other labels,
+    ordered by their first turn of at least ``min_turn_s`` (a stray fragment must not reorder
+    them), are zipped with the names left. Labels beyond the order keep their SPEAKER_xx name."""
+    named = {t.speaker for t in turns if t.speaker in speaking_order}
+    left = [name for name in speaking_order if name not in named]
+    ordered = _first_turns(turns, named, min_turn_s)
     return {name: name for name in named} | {
         label: (left[i] if i < len(left) else label) for i, label in enumerate(ordered)}
 
 
 def default_speaking_order(participants: Sequence[str]) -> list[str]:
-    """Therapist first (interviews open with the therapist) unless the manifest places them."""
+    """The hint read from a manifest whose participants are in speaking order: therapist first
+    (interviews open with the therapist) unless the manifest places them."""
     people = list(participants)
     return people if THERAPIST in people else [THERAPIST, *people]
 
 
-def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: dict[str, str] | None = None,
+def voice_labels(turns: Sequence[Turn], units: Sequence[Unit] = (), participants: Sequence[str] = (),
+                 speaking_order: Sequence[str] | None = None) -> dict[str, VoiceName]:
+    """The label of every diarization speaker (and of any other unnamed label the ``units`` carry),
+    by the rules of the module docstring: enrolled name, else the speaking-order hint when given,
+    else the therapist when identified and ``Speaker n`` for the others."""
+    labels = {t.speaker for t in turns}
+    if speaking_order:
+        names = speaker_names(turns, speaking_order)
+        out = {label: VoiceName(name, "voice" if label in speaking_order else
+                                ("order" if name != label else None)) for label, name in names.items()}
+    else:
+        known = {THERAPIST, *participants}
+        enrolled = {label for label in labels if label in known or not _UNNAMED.fullmatch(label)}
+        out = {label: VoiceName(label, "voice") for label in enrolled}
+        ordered = _first_turns(turns, enrolled)
+        if THERAPIST not in enrolled and ordered:
+            therapist = _therapist_by_role(ordered, units)
+            if therapist:
+                out[therapist] = VoiceName(THERAPIST, "role")
+                ordered = [label for label in ordered if label != therapist]
+        taken = {v.label for v in out.values()}
+        n = 0
+        for label in ordered:
+            n += 1
+            while VOICE_LABEL.format(n=n) in taken:
+                n += 1
+            out[label] = VoiceName(VOICE_LABEL.format(n=n), None)
+    # labels only the units know (no diarization turns at all: the attribution's fallback label)
+    extra = sorted({u.speaker for u in units if u.speaker and _UNNAMED.fullmatch(u.speaker)} - set(out))
+    n = sum(1 for v in out.values() if v.named_by is None)
+    for label in extra:
+        n += 1
+        out[label] = VoiceName(label if speaking_order else VOICE_LABEL.format(n=n), None)
+    return out
+
+
+def _therapist_by_role(ordered: Sequence[str], units: Sequence[Unit]) -> str | None:
+    """The therapist: the first voice to speak, when its sentences are also the most often
+    questions (at least THERAPIST_QUESTION_SHARE, strictly ahead of every other voice)."""
+    ends: dict[str, int] = {}
+    questions: dict[str, int] = {}
+    for u in units:
+        text = u.text.rstrip()
+        if u.speaker and _SENTENCE_END.search(text):
+            ends[u.speaker] = ends.get(u.speaker, 0) + 1
+            questions[u.speaker] = questions.get(u.speaker, 0) + text.rstrip("\"')]").endswith("?")
+    share = {s: questions.get(s, 0) / ends[s] for s in ends}
+    first = ordered[0]
+    mine = share.get(first, 0.0)
+    if mine >= THERAPIST_QUESTION_SHARE and all(v < mine for s, v in share.items() if s != first):
+        return first
+    return None
+
+
+def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: Mapping[str, str] | None = None,
               words: bool = False) -> list[Unit]:
-    """Units with speakers: a speaker named by the source wins; otherwise the diarization turn
-    with the largest overlap. For ASR words, timeless words are interpolated and durations capped;
-    subtitle cues keep their real intervals."""
+    """Units with speakers (rule 1 of the module docstring): a speaker named by the source wins;
+    otherwise the diarization speaker overlapping most, except speech heard over another voice's
+    (a cue inside a longer cue, a word between two words of one speaker). For ASR words,
+    timeless words are interpolated and durations capped; subtitle cues keep their intervals.
+    ``names`` maps diarization labels to the labels the units get."""
     units = list(units)
     if not units:
         return []
     starts, ends = fill_word_times([u.start for u in units], [u.end for u in units],
                                    max_word_s=MAX_WORD_S if words else float("inf"))
     labels = assign_speakers(starts, ends, turns) if turns else [None] * len(units)
+    if turns:
+        labels = (_reattribute_words if words else _reattribute_cues)(units, starts, ends, labels, turns)
     out = []
     for u, s, e, label in zip(units, starts, ends, labels):
         speaker = u.speaker or (names or {}).get(label, label) or "SPEAKER_00"
@@ -112,17 +232,79 @@ def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: dict[str, str
     return out
 
 
+def _enclosing(starts: np.ndarray, ends: np.ndarray) -> list[int | None]:
+    """For each cue, the longest other cue whose span holds it and is longer (else None)."""
+    order = np.lexsort((-ends, starts))  # a longer cue first among cues starting together
+    out: list[int | None] = [None] * len(starts)
+    longest: int | None = None  # among cues started so far: the one reaching furthest
+    for i in order:
+        if longest is not None and ends[i] <= ends[longest] and starts[longest] <= starts[i] \
+                and ends[longest] - starts[longest] > ends[i] - starts[i]:
+            out[i] = int(longest)
+        if longest is None or ends[i] > ends[longest]:
+            longest = int(i)
+    return out
+
+
+def _reattribute_cues(units, starts, ends, labels, turns) -> list[str | None]:
+    inside = _enclosing(starts, ends)
+    if not any(j is not None for j in inside):
+        return labels
+    speakers, overlap, _ = speaker_overlaps(starts, ends, turns)
+    labels = list(labels)
+    for i, j in enumerate(inside):
+        if j is None or units[i].speaker:
+            continue
+        host = units[j].speaker or labels[j]
+        others = [(overlap[i, k], -k) for k, s in enumerate(speakers) if s != host and overlap[i, k] >= MIN_ACTIVE_S]
+        if others:
+            labels[i] = speakers[-max(others)[1]]
+        else:
+            labels[i] = _listener(turns, host, starts[j]) or labels[i]
+    return labels
+
+
+def _listener(turns: Sequence[Turn], host: str | None, before: float, min_turn_s: float = 0.3) -> str | None:
+    """The last voice other than ``host`` heard before ``before`` (turns of at least
+    ``min_turn_s``), else the first one after."""
+    others = [t for t in turns if t.speaker != host and t.end - t.start >= min_turn_s]
+    earlier = [t for t in others if t.start < before]
+    if earlier:
+        return max(earlier, key=lambda t: (t.end, t.start)).speaker
+    return min(others, key=lambda t: t.start).speaker if others else None
+
+
+def _reattribute_words(units, starts, ends, labels, turns) -> list[str | None]:
+    speakers, overlap, _ = speaker_overlaps(starts, ends, turns)
+    index = {s: k for k, s in enumerate(speakers)}
+    out = list(labels)
+    for i in range(1, len(units) - 1):
+        host = labels[i - 1]
+        if units[i].speaker or host is None or labels[i + 1] != host or labels[i] not in (host,):
+            continue
+        dur = ends[i] - starts[i]
+        if dur <= 0:
+            continue
+        best = max(((overlap[i, k], s) for s, k in index.items() if s != host), default=(0.0, None))
+        if best[1] is not None and best[0] >= WORD_OTHER_SHARE * dur:
+            out[i] = best[1]
+    return out
+
+
 def segment_units(units: Sequence[Unit], config: SegmenterConfig | None = None) -> list[_Run]:
-    """Rules 1-4 over units that already carry speakers."""
+    """Rules 2-5 over units that already carry speakers."""
     cfg = config or SegmenterConfig()
     ordered = sorted(units, key=lambda u: (u.start, u.end, u.speaker or "", u.text))
     runs: list[_Run] = []
     for u in ordered:
-        if runs and runs[-1].speaker == u.speaker and u.start - runs[-1].end <= cfg.max_pause_s:
-            runs[-1].units.append(u)
+        last = runs[-1] if runs else None
+        if last and last.speaker == u.speaker and u.start - last.end <= cfg.max_pause_s \
+                and (last.within is None or u.end <= last.within):  # speech over a turn ends with it
+            last.units.append(u)
         else:
-            runs.append(_Run(u.speaker, [u]))
-    # 2. backchannels: a short run between two runs of one other speaker, or inside one's span
+            inside = last is not None and last.speaker != u.speaker and u.end <= last.end
+            runs.append(_Run(u.speaker, [u], within=last.end if inside else None))
+    # 3. backchannels: a short run between two runs of one other speaker, or inside one's span
     kept: list[_Run] = []
     i = 0
     while i < len(runs):
@@ -135,18 +317,20 @@ def segment_units(units: Sequence[Unit], config: SegmenterConfig | None = None) 
                 runs[i + 1].start - run.end <= cfg.max_pause_s
             inside = run.end <= host.end
             if resumes or inside:
-                host.background.append({"speaker": run.speaker, "target": [host.speaker],
-                                        "content": _join(run.units)})
+                host.add_background(run.start, {"speaker": run.speaker, "target": [host.speaker],
+                                                "content": _join(run.units)})
                 host.heard_until = max(host.heard_until, run.end)
                 i += 1
                 continue
-        # 3. merge with the previous run of the same speaker after a short pause
+        # 4. merge with the previous run of the same speaker after a short pause
         if host and host.speaker == run.speaker and run.start - max(host.end, host.heard_until) <= cfg.max_pause_s:
             host.units.extend(run.units)
         else:
             kept.append(_Run(run.speaker, list(run.units)))
         i += 1
-    # 4. split long rows at sentence ends
+    for run in kept:  # 2. text inside a row in time order
+        run.units.sort(key=lambda u: (u.start, u.end, u.text))
+    # 5. split long rows at sentence ends
     rows: list[_Run] = []
     for run in kept:
         rows.extend(_split_long(run, cfg.max_row_s))
@@ -167,9 +351,10 @@ def _split_long(run: _Run, max_row_s: float) -> list[_Run]:
                 current = []
     if current:
         out.append(_Run(run.speaker, current))
-    # background lines go to the piece whose span holds them
-    for bg in run.background:
-        out[0].background.append(bg)
+    # background lines go to the piece whose span holds them (else the last piece started before)
+    for at, bg in zip(run.background_at, run.background):
+        piece = max((p for p in out if p.start <= at), key=lambda p: p.start, default=out[0])
+        piece.add_background(at, bg)
     return out
 
 
@@ -202,11 +387,93 @@ def draft_rows(sample_id: str, runs: Sequence[_Run], scenario: str) -> pa.Table:
 def segment(sample_id: str, transcript: Transcript, turns: Sequence[Turn], scenario: str,
             participants: Sequence[str] = (), speaking_order: Sequence[str] | None = None,
             config: SegmenterConfig | None = None) -> pa.Table:
-    """One interview: transcript + diarization turns -> DRAFT_ROWS table."""
-    order = list(speaking_order) if speaking_order else default_speaking_order(participants)
-    names = speaker_names(turns, order)
-    units = attribute(transcript.units, turns, names, words=transcript.kind == "word")
-    return draft_rows(sample_id, segment_units(units, config), scenario)
+    """One interview: transcript + diarization turns -> DRAFT_ROWS table. Without
+    ``speaking_order`` (a hint) the voices nobody enrolled get neutral labels (module docstring)."""
+    return segment_with_voices(sample_id, transcript, turns, scenario, participants, speaking_order, config)[0]
+
+
+def segment_with_voices(sample_id: str, transcript: Transcript, turns: Sequence[Turn], scenario: str,
+                        participants: Sequence[str] = (), speaking_order: Sequence[str] | None = None,
+                        config: SegmenterConfig | None = None) -> tuple[pa.Table, pa.Table]:
+    """:func:`segment`, and the interview's voice table (DRAFT_VOICES)."""
+    raw = attribute(transcript.units, turns, None, words=transcript.kind == "word")
+    from_source = [u.speaker is not None for u in transcript.units]
+    names = voice_labels(turns, [u for u, src in zip(raw, from_source) if not src], participants,
+                         list(speaking_order) if speaking_order else None)
+    units = [u if src else Unit(u.start, u.end, u.text, names[u.speaker].label if u.speaker in names else u.speaker)
+             for u, src in zip(raw, from_source)]
+    rows = draft_rows(sample_id, segment_units(units, config), scenario)
+    return rows, voice_table(sample_id, rows, turns, names)
+
+
+def voice_table(sample_id: str, rows: pa.Table, turns: Sequence[Turn], names: Mapping[str, VoiceName],
+                sample_s: float = 5.0) -> pa.Table:
+    """DRAFT_VOICES: every label the rows carry (primary or background speaker), in the order of
+    its first row, with its first rows and up to ``sample_s`` seconds where that voice speaks
+    alone (its first diarization turn of at least 2 s that overlaps nobody, else its longest turn;
+    a voice without turns: its first row)."""
+    records = rows.to_pylist()
+    by_label: dict[str, list[str]] = {}
+    for label, name in names.items():
+        by_label.setdefault(name.label, []).append(label)
+    seen: list[str] = []
+    for r in records:
+        for who in [r["primary_speaker"], *(b["speaker"] for b in r["background_dialogue"] or [])]:
+            if who not in seen:
+                seen.append(who)
+    out = []
+    for voice in seen:
+        labels = by_label.get(voice, [])
+        own = sorted((t for t in turns if t.speaker in labels), key=lambda t: (t.start, t.end))
+        others = [t for t in turns if t.speaker not in labels]
+        alone = [t for t in own if t.end - t.start >= 2.0
+                 and not any(o.start < t.end and t.start < o.end for o in others)]
+        its_rows = [r for r in records if r["primary_speaker"] == voice]
+        if alone or own:
+            pick = alone[0] if alone else max(own, key=lambda t: t.end - t.start)
+            span = (pick.start, min(pick.end, pick.start + sample_s))
+        elif its_rows:
+            span = (its_rows[0]["start_time"], min(its_rows[0]["end_time"], its_rows[0]["start_time"] + sample_s))
+        else:
+            span = (None, None)
+        named_by = {names[label].named_by for label in labels} - {None}
+        out.append({"sample_id": sample_id, "voice": voice, "diarization_speaker": ",".join(labels) or None,
+                    "named_by": (sorted(named_by)[0] if named_by else None) if labels else "subtitles",
+                    "first_rows": [r["row_index"] for r in its_rows[:3]],
+                    "sample_start": None if span[0] is None else round(span[0], 3),
+                    "sample_end": None if span[1] is None else round(span[1], 3),
+                    "n_rows": len(its_rows), "speech_s": round(sum(t.end - t.start for t in own), 3)})
+    return pa.Table.from_pylist(out, schema=schemas.DRAFT_VOICES)
+
+
+def apply_voice_names(rows, names: Mapping[str, str], scenario: str | None = None):
+    """Rename voices on every row of a sample: ``names`` maps a voice label of the rows ("Speaker 1",
+    or any name to correct) to a person's name. Renames ``primary_speaker``, every ``target`` item
+    and every ``background_dialogue`` speaker and target. A row whose targets then hold its own
+    speaker (two voices named as one person) drops that target; an emptied target becomes the
+    therapist (the group label, given ``scenario``, for a therapist row). ``rows``: a DRAFT_ROWS
+    table, a list of row dicts, or a sample dict with ``rows``; the same kind comes back."""
+    if isinstance(rows, pa.Table):
+        return pa.Table.from_pylist(apply_voice_names(rows.to_pylist(), names, scenario), schema=rows.schema)
+    if isinstance(rows, Mapping):
+        return {**rows, "rows": apply_voice_names(rows["rows"], names, scenario or rows.get("scenario"))}
+    rename = lambda who: names.get(who, who)
+
+    def targets(speaker: str, items) -> list[str]:
+        got = list(dict.fromkeys(rename(t) for t in items or []))
+        kept = [t for t in got if t != speaker]
+        if got and not kept:
+            kept = [THERAPIST] if speaker != THERAPIST else ([group_label(scenario)] if scenario else [])
+        return kept
+
+    out = []
+    for r in rows:
+        speaker = rename(r["primary_speaker"])
+        background = [{**b, "speaker": rename(b["speaker"]), "target": targets(rename(b["speaker"]), b["target"])}
+                      for b in r.get("background_dialogue") or []]
+        out.append({**r, "primary_speaker": speaker, "target": targets(speaker, r.get("target")),
+                    "background_dialogue": background})
+    return out
 
 
 @dataclass(frozen=True)
@@ -221,25 +488,48 @@ class Segmented:
     drafts_sha256: str
 
 
+def hint_of(entry: Mapping, speaking_order: Sequence[str] | bool | None = None) -> list[str] | None:
+    """The speaking-order hint for a catalogued sample: ``speaking_order`` as given (a list: that
+    order; True/False: the manifest's participants are / are not in speaking order), else the
+    catalog's ``speaking_order`` (the manifest column). None: no hint (voice labels)."""
+    if speaking_order is None:
+        speaking_order = bool(entry.get("speaking_order"))
+    if speaking_order is True:
+        return default_speaking_order(entry.get("participants") or [])
+    if speaking_order is False:
+        return None
+    return list(speaking_order) or None
+
+
 def segment_sample(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None,
-                   write: bool = True) -> pa.Table:
+                   write: bool = True, speaking_order: Sequence[str] | bool | None = None) -> pa.Table:
     """Segment a catalogued sample from its stored transcript and RTTM (no RTTM: no diarization
-    turns); writes ``drafts/<sample_id>.parquet`` when ``write``."""
+    turns); writes ``drafts/<sample_id>.parquet`` and its voice table
+    (``draft-voices/<sample_id>.parquet``) when ``write``. ``speaking_order``: :func:`hint_of`."""
     root = DataRoot(data_root)
     entry = catalog_entry(root, sample_id)
     transcript = read_transcript(sample_id, root)
     rttm = root.rttm(sample_id)
     turns = read_rttm(rttm) if rttm.exists() else []
-    table = segment(sample_id, transcript, turns, entry["scenario"], entry.get("participants") or [], config=config)
+    table, voices = segment_with_voices(sample_id, transcript, turns, entry["scenario"],
+                                        entry.get("participants") or [], hint_of(entry, speaking_order), config)
     if write:
+        write_parquet(voices, root.draft_voices(sample_id))
         write_parquet(table, root.drafts(sample_id))
     return table
 
 
-def segment_stage(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None) -> Segmented:
+def read_voice_table(sample_id: str, data_root: str | Path) -> pa.Table:
+    """The voice table :func:`segment_sample` wrote for a sample."""
+    import pyarrow.parquet as pq
+    return pq.read_table(DataRoot(data_root).draft_voices(sample_id), schema=schemas.DRAFT_VOICES)
+
+
+def segment_stage(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None,
+                  speaking_order: Sequence[str] | bool | None = None) -> Segmented:
     """The segment stage (CLI and flow): :func:`segment_sample`, written, as a typed record."""
     root = DataRoot(data_root)
-    table = segment_sample(sample_id, root, config, write=True)
+    table = segment_sample(sample_id, root, config, write=True, speaking_order=speaking_order)
     entry = catalog_entry(root, sample_id)
     return Segmented(sample_id, entry["scenario"], tuple(entry.get("participants") or ()), entry["duration_s"],
                      table.num_rows, sha256_file(root.drafts(sample_id)))

@@ -1,12 +1,14 @@
 """Synthetic interviews for tests and the demo: real speech (espeak-ng), real MP4 (ffmpeg).
 
-A script is a list of rows (speaker, sentences, optional backchannel by another speaker). The
+A script is a list of rows (speaker, sentences, optional backchannels by other speakers). The
 generator speaks every sentence with a distinct voice per speaker, lays them on a timeline
-with realistic pauses, puts each backchannel in a pause inside the other speaker's row, lets
-one turn start before the previous one ends (an overlap), and writes:
+with realistic pauses, puts a backchannel in a pause inside the other speaker's row, lets
+one turn start before the previous one ends (an overlap), optionally speaks further
+backchannels *over* a client's sentence (``overlapping_backchannels``: the listener's
+"Mm-hmm." inside the speaker's cue, about 0.5-0.8 s of two voices at once), and writes:
 
     <name>.mp4      still frame + AAC audio
-    <name>.srt      one cue per sentence (the subtitle truth; optional "NAME:" prefixes)
+    <name>.srt      one cue per sentence (the subtitle truth; "NAME:" prefixes only when asked)
     <name>.rttm     who spoke when (the diarization truth)
     <name>.rows.json  the expected draft rows (speaker, text, start, end, background_dialogue)
 
@@ -60,11 +62,16 @@ class ScriptRow:
     target: list[str] = field(default_factory=list)
     backchannel: tuple[str, str] | None = None  # (speaker, text) spoken in a pause of this row
     overlap_s: float = 0.0  # this row starts this long before the previous row ends
+    # (sentence index, speaker, text): spoken over that sentence of this row, inside its cue
+    overlapped: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 def make_script(scenario: str = "couple", participants: list[str] | None = None, n_rows: int = 16,
-                seed: int = 0) -> tuple[list[str], list[ScriptRow]]:
-    """A deterministic therapy-interview script: therapist + 2 (couple) or 3-4 (family) clients."""
+                seed: int = 0, overlapping_backchannels: int = 0) -> tuple[list[str], list[ScriptRow]]:
+    """A deterministic therapy-interview script: therapist + 2 (couple) or 3-4 (family) clients.
+    ``overlapping_backchannels``: that many client rows get a listener's backchannel spoken over
+    one of their long sentences (the therapist, every second one another client); 0 leaves the
+    script exactly as before."""
     rng = random.Random(seed)
     if participants is None:
         participants = ["Alan", "Evelyn"] if scenario == "couple" else ["Dana", "Mark", "Lily", "Sam"][: 3 + seed % 2]
@@ -90,7 +97,20 @@ def make_script(scenario: str = "couple", participants: list[str] | None = None,
     a = next(i for i, r in enumerate(rows) if i > 4 and r.speaker != "Therapist")
     other = next(p for p in participants if p != rows[a].speaker)
     rows.insert(a + 1, ScriptRow(other, [rng.choice(CLIENT_LINES)], [rows[a].speaker], overlap_s=0.4))
+    if overlapping_backchannels:
+        _add_overlapped(rows, participants, overlapping_backchannels, random.Random(seed + 7))
     return participants, rows
+
+
+def _add_overlapped(rows: list[ScriptRow], participants: list[str], n: int, rng: random.Random) -> None:
+    """Put ``n`` backchannels over long client sentences (one per row, spread over the interview)."""
+    hosts = [r for r in rows if r.speaker != "Therapist" and not r.overlap_s
+             and any(len(s.split()) >= 7 for s in r.sentences)]
+    step = max(1, len(hosts) // n) if hosts else 1
+    for k, row in enumerate(hosts[::step][:n]):
+        j = next(i for i, s in enumerate(row.sentences) if len(s.split()) >= 7)
+        who = "Therapist" if k % 2 == 0 or len(participants) < 2 else next(p for p in participants if p != row.speaker)
+        row.overlapped.append((j, who, rng.choice(BACKCHANNELS)))
 
 
 def _speak(text: str, voice: str, pitch: int, tmp: Path) -> np.ndarray:
@@ -146,6 +166,14 @@ def render(out_dir: str | Path, name: str, participants: list[str], script: list
                 audio = _speak(sentence, *voice[row.speaker], tmp)
                 pieces.append((t, audio))
                 cues.append((t, t + len(audio) / RATE, row.speaker, sentence))
+                for k, who, text in row.overlapped:  # spoken over this sentence, inside its cue
+                    if k == j:
+                        over = _speak(text, *voice[who], tmp)
+                        at = t + 0.45 * len(audio) / RATE
+                        if at + len(over) / RATE < t + len(audio) / RATE - 0.2:
+                            pieces.append((at, over))
+                            cues.append((at, at + len(over) / RATE, who, text))
+                            background.append({"speaker": who, "target": [row.speaker], "content": text})
                 t += len(audio) / RATE
             rows.append({"row_index": i + 1, "start_time": round(start, 3), "end_time": round(t, 3),
                          "primary_speaker": row.speaker, "target": row.target,
@@ -200,23 +228,76 @@ def _write_wav(path: Path, audio: np.ndarray) -> Path:
 
 def make_interview(out_dir: str | Path, name: str, scenario: str = "couple", seed: int = 0, n_rows: int = 16,
                    participants: list[str] | None = None, prefix_speakers: bool = False,
-                   make_video: bool = True) -> dict[str, Path]:
-    people, script = make_script(scenario, participants, n_rows, seed)
+                   make_video: bool = True, overlapping_backchannels: int = 0) -> dict[str, Path]:
+    people, script = make_script(scenario, participants, n_rows, seed, overlapping_backchannels)
     return render(out_dir, name, people, script, seed, prefix_speakers, make_video)
 
 
 def make_batch(batch_dir: str | Path, specs: list[dict]) -> Path:
     """A batch folder with videos, subtitles and manifest.csv. Each spec: name, scenario, seed,
-    optional n_rows / participants / group (sample_id = group/name)."""
+    optional n_rows / participants / group (sample_id = group/name) / overlapping_backchannels /
+    listed (the participants in the order the manifest lists them; default: speaking order) /
+    speaking_order (the manifest's ``speaking_order`` column; default ``yes`` when the list is in
+    speaking order, else empty)."""
     batch_dir = Path(batch_dir)
-    lines = ["sample_id,scenario,video,participants,subtitles"]
+    lines = ["sample_id,scenario,video,participants,subtitles,speaking_order"]
     for spec in specs:
         files = make_interview(batch_dir, spec["name"], spec.get("scenario", "couple"), spec.get("seed", 0),
-                               spec.get("n_rows", 16), spec.get("participants"))
+                               spec.get("n_rows", 16), spec.get("participants"),
+                               overlapping_backchannels=spec.get("overlapping_backchannels", 0))
         files["wav"].unlink()
         people = json.loads(files["rows"].read_text())["participants"]
+        listed = list(spec.get("listed") or people)
+        in_order = spec.get("speaking_order", listed == people)
         group = spec.get("group", "synthetic_" + spec.get("scenario", "couple"))
         lines.append(f"{group}/{spec['name']},{spec.get('scenario', 'couple')},{files['mp4'].name},"
-                     f"{';'.join(people)},{files['srt'].name}")
+                     f"{';'.join(listed)},{files['srt'].name},{'yes' if in_order else ''}")
     atomic_write_text(batch_dir / "manifest.csv", "\n".join(lines) + "\n")
     return batch_dir
+
+
+# --- scoring draft rows against the script (tests and benchmarks/bench_turns.py) ------------
+
+def row_match(rows: list[dict], truth_rows: list[dict]) -> float:
+    """Share of the script's rows found, in order, with the same speaker and text (difflib
+    alignment: a repeated line counts once per occurrence, a merged row counts as missed)."""
+    import difflib
+    key = lambda rs: [(r["primary_speaker"], r["dialogue_cleaned"]) for r in rs]
+    blocks = difflib.SequenceMatcher(a=key(truth_rows), b=key(rows), autojunk=False).get_matching_blocks()
+    return sum(b.size for b in blocks) / len(truth_rows) if truth_rows else 1.0
+
+
+def backchannels_found(rows: list[dict], truth_rows: list[dict]) -> tuple[int, int]:
+    """(found, total) over the script's backchannels: one counts as found when a draft row with the
+    host row's speaker and text holds it in ``background_dialogue`` (same speaker and content)."""
+    produced: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for r in rows:
+        produced.setdefault((r["primary_speaker"], r["dialogue_cleaned"]), []).extend(
+            (b["speaker"], b["content"]) for b in r["background_dialogue"])
+    found = total = 0
+    for r in truth_rows:
+        have = list(produced.get((r["primary_speaker"], r["dialogue_cleaned"]), []))
+        for b in r["background_dialogue"]:
+            total += 1
+            if (b["speaker"], b["content"]) in have:
+                have.remove((b["speaker"], b["content"]))
+                found += 1
+    return found, total
+
+
+def name_voices_from_truth(voices: list[dict], truth_rttm: str | Path) -> dict[str, str]:
+    """A simulated annotator naming each voice once: listens to the voice's stretch in the voice
+    table (``sample_start``-``sample_end``) and names the person who speaks most in it (the
+    generator's RTTM is the truth). Returns {row label: name} for ``turns.apply_voice_names``."""
+    spoken = []
+    for line in Path(truth_rttm).read_text().splitlines():
+        parts = line.split()
+        spoken.append((float(parts[3]), float(parts[3]) + float(parts[4]), parts[7]))
+    names = {}
+    for v in voices:
+        share: dict[str, float] = {}
+        for s, e, who in spoken:
+            share[who] = share.get(who, 0.0) + max(0.0, min(e, v["sample_end"]) - max(s, v["sample_start"]))
+        if share and max(share.values()) > 0:
+            names[v["label"]] = max(share, key=share.get)
+    return names

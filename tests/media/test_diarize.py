@@ -65,11 +65,12 @@ def test_subtitle_path_rows(request, row_match, interview):
     """Diarized subtitle path: rows match the script's rows (speaker and text) for >= 90% of rows
     (17/17 on both; another family seed gives 15/17: an interruption that starts inside the
     interrupted sentence stays in that row), every subtitle word lands in exactly one row,
-    speakers are names."""
+    speakers are names (the manifest's speaking-order hint given; without it see test_overlaps)."""
     files, diarized = request.getfixturevalue(interview), request.getfixturevalue(f"{interview}_diarized")
     truth = files["truth"]
     transcript = transcribe.parse_subtitles(files["srt"], truth["duration_s"])
-    rows = turns.segment(f"synthetic/{interview}", transcript, diarized, interview, truth["participants"]).to_pylist()
+    rows = turns.segment(f"synthetic/{interview}", transcript, diarized, interview, truth["participants"],
+                         speaking_order=turns.default_speaking_order(truth["participants"])).to_pylist()
     share = row_match(rows, truth["rows"])
     print(f"{interview}: subtitle path rows matching the script: {share:.0%} of {len(truth['rows'])}")
     assert share >= 0.9

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pipeline.media.rttm import Turn
 from pipeline.media.transcribe import Transcript, Unit
-from pipeline.media.turns import SegmenterConfig, segment, segment_units, speaker_names
+from pipeline.media.turns import SegmenterConfig, default_speaking_order, segment, segment_units, speaker_names
 
 
 def U(s, e, text, who):
@@ -67,9 +67,15 @@ def test_segment_builds_draft_rows_with_names_targets_and_prefix_speakers():
     turns = [Turn(0, 2, "SPEAKER_01"), Turn(2.2, 6, "SPEAKER_00"), Turn(6.3, 8, "SPEAKER_01")]
     tr = Transcript("cue", [Unit(0.1, 1.9, "What brings you here?"), Unit(2.3, 5.8, "We fight a lot."),
                             Unit(6.4, 7.9, "Tell me more.", speaker="Evelyn")])
-    table = segment("g/s1", tr, turns, "couple", ["Alan", "Evelyn"])
+    # with the manifest's speaking-order hint: voices named by the order (therapist first)
+    table = segment("g/s1", tr, turns, "couple", ["Alan", "Evelyn"],
+                    speaking_order=default_speaking_order(["Alan", "Evelyn"]))
     rows = table.to_pylist()
     assert [(r["row_index"], r["primary_speaker"], r["target"]) for r in rows] == [
         (1, "Therapist", ["Couple"]), (2, "Alan", ["Therapist"]), (3, "Evelyn", ["Alan"])]
     assert rows[1]["start_time"] == 2.3 and rows[1]["end_time"] == 5.8
     assert table.schema.names[:3] == ["sample_id", "row_index", "start_time"]
+    # without the hint: the therapist by role (opens, asks), the other voice neutral, prefixes kept
+    rows = segment("g/s1", tr, turns, "couple", ["Alan", "Evelyn"]).to_pylist()
+    assert [(r["primary_speaker"], r["target"]) for r in rows] == [
+        ("Therapist", ["Couple"]), ("Speaker 1", ["Therapist"]), ("Evelyn", ["Speaker 1"])]

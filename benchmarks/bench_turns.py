@@ -1,0 +1,87 @@
+"""Turns as people hear them: row match and backchannels found on generated interviews.
+
+Generated couple and family interviews with backchannels spoken over a client's sentence
+(``overlapping_backchannels``) and subtitles without speaker names are diarized with the
+offline default pipeline (cached under ``--cache``: the slow part) and segmented. Printed per
+interview and in total:
+
+* rows matching the script (speaker + text, in order; ``synthetic.interviews.row_match``),
+* backchannels found in the right row's ``background_dialogue`` (``backchannels_found``),
+
+for three namings: ``hint`` (the manifest's speaking order, given in speaking order),
+``voices`` (the default: neutral voice labels, then each voice named once from the voice
+table by a simulated annotator: ``name_voices_from_truth``) and ``voices-misordered`` (the
+same with the participants listed in another order than they speak; the default ignores the
+order, so the figures equal ``voices``).
+
+    .venv/bin/python benchmarks/bench_turns.py [--seeds 0 1 2 3] [--scenarios couple family] [--cache DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    ap.add_argument("--scenarios", nargs="+", default=["couple", "family"])
+    ap.add_argument("--overlapping", type=int, default=3, help="backchannels spoken over a sentence, per interview")
+    ap.add_argument("--cache", default="build/bench_turns")
+    args = ap.parse_args()
+
+    from pipeline.config import Settings
+    from pipeline.media import diarize, ingest, rttm, transcribe, turns
+    from pipeline.media.models import OFFLINE_DIARIZATION
+    from pipeline.synthetic import interviews as synth
+
+    cache = Path(args.cache)
+    pipeline = None
+    totals: dict[str, list[float]] = {}
+    for scenario in args.scenarios:
+        for seed in args.seeds:
+            name = f"{scenario}{seed}"
+            out = cache / f"{name}-o{args.overlapping}"
+            if not (out / f"{name}.rows.json").exists():
+                synth.make_interview(out, name, scenario, seed=seed, make_video=False,
+                                     overlapping_backchannels=args.overlapping)
+            hyp_path = out / f"{name}.hyp.rttm"
+            if not hyp_path.exists():
+                wav16 = ingest.extract_wav(out / f"{name}.wav", out / f"{name}.16k.wav")
+                pipeline = pipeline or diarize.load_pipeline(Settings.from_env().models_dir / OFFLINE_DIARIZATION)
+                truth = json.loads((out / f"{name}.rows.json").read_text())
+                hyp = diarize.diarize_audio(wav16, num_speakers=1 + len(truth["participants"]), pipeline=pipeline)
+                rttm.write_rttm(hyp, hyp_path)
+            truth = json.loads((out / f"{name}.rows.json").read_text())
+            hyp = rttm.read_rttm(hyp_path)
+            transcript = transcribe.parse_subtitles(out / f"{name}.srt", truth["duration_s"])
+            people = truth["participants"]
+            figures = {}
+            runs = {"hint": (people, True), "voices": (people, False),
+                    "voices-misordered": (list(reversed(people)), False)}
+            for how, (listed, hint) in runs.items():
+                if not hasattr(turns, "segment_with_voices"):  # the segmenter before voice labels
+                    rows = turns.segment(name, transcript, hyp, scenario, listed).to_pylist()
+                else:
+                    order = turns.default_speaking_order(listed) if hint else None
+                    table, voices = turns.segment_with_voices(name, transcript, hyp, scenario, listed, order)
+                    if not hint:
+                        table = turns.apply_voice_names(
+                            table, synth.name_voices_from_truth(voices.to_pylist(), out / f"{name}.rttm"))
+                    rows = table.to_pylist()
+                match = synth.row_match(rows, truth["rows"])
+                found, total = synth.backchannels_found(rows, truth["rows"])
+                figures[how] = (match, found, total)
+                totals.setdefault(how, []).append((match * len(truth["rows"]), len(truth["rows"]), found, total))
+            print(f"{name:9s} DER {rttm.der(rttm.read_rttm(out / f'{name}.rttm'), hyp):.3f}  " + "  ".join(
+                f"{how}: rows {m:.0%} backchannels {f}/{t}" for how, (m, f, t) in figures.items()), flush=True)
+    for how, rs in totals.items():
+        matched, n, found, total = (sum(x[i] for x in rs) for i in range(4))
+        worst = min(x[0] / x[1] for x in rs)
+        print(f"{how:18s} rows matching {matched / n:.1%} (worst interview {worst:.0%}), "
+              f"backchannels found {found}/{total} = {found / max(total, 1):.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Turns as people hear them (hand-made units and turns, no audio): speech heard over another
+voice's is attributed by who is active then and becomes the row's background_dialogue, text
+inside a row is in time order, and voices are named once (neutral labels, the voice table,
+apply_voice_names) unless a speaking-order hint names them."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pyarrow.parquet as pq
+
+from pipeline.media import ingest, turns
+from pipeline.media.rttm import Turn, write_rttm
+from pipeline.media.transcribe import Transcript, Unit
+from pipeline.paths import DataRoot
+from pipeline.store import atomic_write_text
+
+T, C = "SPEAKER_00", "SPEAKER_01"  # the therapist's and the client's diarization labels
+
+
+def issue_case(therapist_turn=(11.82, 12.40)):
+    """The issue's case: a therapist's "Mm-hmm." inside a client's long cue, overlapping ~0.6 s;
+    largest overlap picks the client by a few hundredths."""
+    cues = [Unit(0.5, 2.5, "What happened last weekend?"),
+            Unit(3.0, 6.0, "I cleaned the whole house."),
+            Unit(6.3, 13.0, "I had to do all of it by myself."),
+            Unit(11.8, 12.4, "Mm-hmm."),
+            Unit(13.9, 15.5, "That sounds exhausting.")]
+    dia = [Turn(0.5, 2.5, T), Turn(3.0, 13.0, C), Turn(13.9, 15.5, T)]
+    if therapist_turn:
+        dia.append(Turn(*therapist_turn, T))
+    return Transcript("cue", cues), dia
+
+
+def test_backchannel_inside_a_cue_goes_to_the_other_active_voice_and_becomes_background():
+    transcript, dia = issue_case()
+    # the old rule (largest overlap) gives the client the backchannel: 0.60 s against 0.58 s
+    from pipeline.media.assign import assign_speakers
+    assert assign_speakers([11.8], [12.4], dia) == [C]
+    rows = turns.segment("g/s", transcript, dia, "couple", ["Alan", "Evelyn"],
+                         speaking_order=["Therapist", "Alan", "Evelyn"]).to_pylist()
+    assert [(r["primary_speaker"], r["dialogue_cleaned"]) for r in rows] == [
+        ("Therapist", "What happened last weekend?"),
+        ("Alan", "I cleaned the whole house. I had to do all of it by myself."),
+        ("Therapist", "That sounds exhausting.")]
+    assert rows[1]["background_dialogue"] == [{"speaker": "Therapist", "target": ["Alan"], "content": "Mm-hmm."}]
+
+
+def test_a_cue_inside_another_is_never_its_speakers_own_even_when_diarization_misses_the_overlap():
+    transcript, dia = issue_case(therapist_turn=None)  # diarization hears only the client then
+    rows = turns.segment("g/s", transcript, dia, "couple", ["Alan"], speaking_order=["Therapist", "Alan"]).to_pylist()
+    assert rows[1]["dialogue_cleaned"] == "I cleaned the whole house. I had to do all of it by myself."
+    # the listener: the last other voice heard before the enclosing cue
+    assert rows[1]["background_dialogue"] == [{"speaker": "Therapist", "target": ["Alan"], "content": "Mm-hmm."}]
+
+
+def test_attribution_excludes_the_enclosing_speaker_only_for_enclosed_cues():
+    cues = [Unit(0.0, 4.0, "A long cue by the client."), Unit(1.0, 1.5, "Yeah."), Unit(4.2, 4.6, "Right.")]
+    dia = [Turn(0.0, 4.6, C), Turn(1.0, 1.4, T), Turn(4.2, 4.3, "SPEAKER_02")]
+    got = turns.attribute(cues, dia)
+    # inside: the other active voice; outside any cue: the largest overlap as before
+    assert [u.speaker for u in got] == [C, T, C]
+
+
+def test_asr_words_between_words_of_one_speaker_go_to_another_only_when_clearly_heard():
+    words = [Unit(0.0, 0.4, "I"), Unit(0.4, 0.8, "did"), Unit(0.8, 1.2, "mm-hmm"), Unit(1.2, 1.6, "it"),
+             Unit(1.6, 2.0, "all"), Unit(2.0, 2.4, "alone.")]
+    heard = [Turn(0.0, 2.4, C), Turn(0.85, 1.2, T)]       # the therapist over 88% of the word
+    barely = [Turn(0.0, 2.4, C), Turn(1.0, 1.15, T)]      # 38%: the word stays the client's
+    assert [u.speaker for u in turns.attribute(words, heard, words=True)] == [C, C, T, C, C, C]
+    assert [u.speaker for u in turns.attribute(words, barely, words=True)] == [C] * 6
+    rows = turns.segment("g/s", Transcript("word", words), heard + [Turn(3, 5, T)], "couple", ["Alan"],
+                         speaking_order=["Alan", "Therapist"]).to_pylist()
+    assert rows[0]["dialogue_cleaned"] == "I did it all alone."
+    assert rows[0]["background_dialogue"] == [{"speaker": "Therapist", "target": ["Alan"], "content": "mm-hmm"}]
+
+
+def test_text_inside_a_row_is_in_time_order_and_background_in_time_order():
+    units = [Unit(0.0, 3.0, "First I said this.", "A"), Unit(1.0, 1.4, "Okay.", "T"),
+             Unit(3.2, 6.0, "Then I said that.", "A"), Unit(4.0, 4.5, "Right.", "B"),
+             Unit(6.1, 8.0, "And finally this.", "A")]
+    for perm in itertools.permutations(units):
+        [row] = turns.segment_units(list(perm))
+        assert " ".join(u.text for u in row.units) == "First I said this. Then I said that. And finally this."
+        assert [b["content"] for b in row.background] == ["Okay.", "Right."]
+
+
+def test_a_split_long_row_keeps_each_background_with_its_piece():
+    units = [Unit(i * 4.0, i * 4.0 + 3.8, f"Sentence {i}.", "A") for i in range(10)]
+    units.append(Unit(33.0, 33.5, "Mm-hmm.", "T"))  # inside sentence 8
+    rows = turns.segment_units(units, turns.SegmenterConfig(max_row_s=20.0))
+    assert len(rows) == 2 and rows[0].background == []
+    assert rows[1].background == [{"speaker": "T", "target": ["A"], "content": "Mm-hmm."}]
+
+
+def family_case():
+    """A family interview: the therapist asks, three clients answer; pyannote's labels are not in
+    speaking order."""
+    spoken = [("SPEAKER_03", "What brings you all here?"), ("SPEAKER_01", "We fight at dinner."),
+              ("SPEAKER_03", "Who starts it?"), ("SPEAKER_00", "Usually my brother does."),
+              ("SPEAKER_03", "How is that for you?"), ("SPEAKER_02", "I just leave the room."),
+              ("SPEAKER_03", "What happens then?"), ("SPEAKER_01", "Nobody talks for days.")]
+    cues, dia = [], []
+    for i, (who, text) in enumerate(spoken):
+        cues.append(Unit(i * 3.0, i * 3.0 + 2.5, text))
+        dia.append(Turn(i * 3.0, i * 3.0 + 2.5, who))
+    return Transcript("cue", cues), dia
+
+
+def test_without_a_hint_voices_get_neutral_labels_whatever_order_the_participants_are_listed_in():
+    transcript, dia = family_case()
+    results = set()
+    for listed in itertools.permutations(["Dana", "Mark", "Lily"]):
+        rows = turns.segment("g/f", transcript, dia, "family", list(listed)).to_pylist()
+        results.add(tuple((r["primary_speaker"], tuple(r["target"])) for r in rows))
+    assert len(results) == 1  # the listed order changes nothing
+    assert [s for s, _ in next(iter(results))] == [
+        "Therapist", "Speaker 1", "Therapist", "Speaker 2", "Therapist", "Speaker 3", "Therapist", "Speaker 1"]
+    # with the hint, the order names them (the behaviour before voice labels)
+    hinted = turns.segment("g/f", transcript, dia, "family", ["Mark", "Dana", "Lily"],
+                           speaking_order=turns.default_speaking_order(["Mark", "Dana", "Lily"])).to_pylist()
+    assert [r["primary_speaker"] for r in hinted][:6] == ["Therapist", "Mark", "Therapist", "Dana", "Therapist", "Lily"]
+
+
+def test_the_therapist_is_named_by_role_only_on_clear_evidence():
+    transcript, dia = family_case()
+    labels = turns.voice_labels(dia, turns.attribute(transcript.units, dia), ["Dana", "Mark", "Lily"])
+    assert labels["SPEAKER_03"] == turns.VoiceName("Therapist", "role")
+    # the first voice asks no questions: nobody is called the therapist
+    flat = Transcript("cue", [Unit(u.start, u.end, u.text.replace("?", ".")) for u in transcript.units])
+    labels = turns.voice_labels(dia, turns.attribute(flat.units, dia), ["Dana", "Mark", "Lily"])
+    assert {v.label for v in labels.values()} == {"Speaker 1", "Speaker 2", "Speaker 3", "Speaker 4"}
+    # an enrolled voice keeps its name (the RTTM carries it), whatever the hint
+    enrolled = [Turn(t.start, t.end, "Mark" if t.speaker == "SPEAKER_00" else t.speaker) for t in dia]
+    labels = turns.voice_labels(enrolled, turns.attribute(transcript.units, enrolled), ["Dana", "Mark", "Lily"])
+    assert labels["Mark"] == turns.VoiceName("Mark", "voice") and labels["SPEAKER_02"].label == "Speaker 2"
+
+
+def test_voice_table_and_naming_each_voice_once():
+    transcript, dia = family_case()
+    rows, voices = turns.segment_with_voices("g/f", transcript, dia, "family", ["Dana", "Mark", "Lily"])
+    table = voices.to_pylist()
+    assert [(v["voice"], v["diarization_speaker"], v["named_by"], v["first_rows"], v["n_rows"]) for v in table] == [
+        ("Therapist", "SPEAKER_03", "role", [1, 3, 5], 4), ("Speaker 1", "SPEAKER_01", None, [2, 8], 2),
+        ("Speaker 2", "SPEAKER_00", None, [4], 1), ("Speaker 3", "SPEAKER_02", None, [6], 1)]
+    assert all(v["sample_end"] - v["sample_start"] >= 2.0 for v in table)  # something to listen to
+    named = turns.apply_voice_names(rows, {"Speaker 1": "Dana", "Speaker 2": "Mark", "Speaker 3": "Lily"})
+    assert [r["primary_speaker"] for r in named.to_pylist()] == [
+        "Therapist", "Dana", "Therapist", "Mark", "Therapist", "Lily", "Therapist", "Dana"]
+    assert named.to_pylist()[2]["target"] == ["Dana"] and named.schema == rows.schema
+
+
+def test_apply_voice_names_renames_background_and_never_makes_a_self_target():
+    rows = [{"row_index": 1, "primary_speaker": "Speaker 1", "target": ["Speaker 2"], "dialogue_cleaned": "a",
+             "background_dialogue": [{"speaker": "Speaker 2", "target": ["Speaker 1"], "content": "Yeah."}]},
+            {"row_index": 2, "primary_speaker": "Speaker 2", "target": ["Speaker 1"], "dialogue_cleaned": "b",
+             "background_dialogue": []}]
+    got = turns.apply_voice_names(rows, {"Speaker 1": "Alan", "Speaker 2": "Therapist"})
+    assert got[0]["primary_speaker"] == "Alan" and got[0]["target"] == ["Therapist"]
+    assert got[0]["background_dialogue"] == [{"speaker": "Therapist", "target": ["Alan"], "content": "Yeah."}]
+    # two voices that are one person (diarization split them): no row addresses its own speaker
+    merged = turns.apply_voice_names({"scenario": "couple", "rows": rows}, {"Speaker 1": "Alan", "Speaker 2": "Alan"})
+    assert [r["target"] for r in merged["rows"]] == [["Therapist"], ["Therapist"]]
+    assert rows[0]["primary_speaker"] == "Speaker 1"  # the input is left as it was
+
+
+def _catalogued(root, sid, participants, speaking_order, transcript, dia):
+    ingest.record_catalog(root, {"sample_id": sid, "scenario": "family", "source_name": "x.mp4", "sha256": "0" * 64,
+                                 "duration_s": 30.0, "audio_path": None, "status": "done",
+                                 "participants": participants, "speaking_order": speaking_order})
+    atomic_write_text(DataRoot(root).transcript(sid), json.dumps(transcript.to_dict()))
+    write_rttm(dia, DataRoot(root).rttm(sid))
+
+
+def test_segment_stage_reads_the_manifest_hint_from_the_catalog_and_writes_the_voice_table(tmp_path):
+    transcript, dia = family_case()
+    _catalogued(tmp_path, "g/plain", ["Mark", "Dana", "Lily"], None, transcript, dia)
+    _catalogued(tmp_path, "g/hinted", ["Mark", "Dana", "Lily"], True, transcript, dia)
+    root = DataRoot(tmp_path)
+    plain = turns.segment_stage("g/plain", root)
+    hinted = turns.segment_stage("g/hinted", root)
+    assert plain.rows == hinted.rows == 8
+    speakers = lambda sid: [r["primary_speaker"] for r in pq.read_table(root.drafts(sid)).to_pylist()]
+    assert speakers("g/plain")[:4] == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]
+    assert speakers("g/hinted")[:4] == ["Therapist", "Mark", "Therapist", "Dana"]
+    assert [v["voice"] for v in turns.read_voice_table("g/plain", root).to_pylist()] == [
+        "Therapist", "Speaker 1", "Speaker 2", "Speaker 3"]
+    assert {v["named_by"] for v in turns.read_voice_table("g/hinted", root).to_pylist()} == {"order"}
+    # an explicit hint wins over the catalog's
+    turns.segment_stage("g/hinted", root, speaking_order=False)
+    assert speakers("g/hinted")[:2] == ["Therapist", "Speaker 1"]
