@@ -120,7 +120,7 @@ def test_cli_path_gives_the_flows_release_bytes(cli_release, flow_release):
     assert any(name.endswith(".parquet") for name in cli)
     differ = [name for name in cli if cli[name] != flows[name]]
     if "manifest.json" in differ:  # say where, not just that
-        a, b = (json.loads(x["manifest.json"]) for x in (cli, flows))
+        a, b = (json.loads((path / "manifest.json").read_text()) for path in (cli_release, flow_release))
         keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         differ.append({k: (a.get(k), b.get(k)) for k in keys})
     assert not differ, f"release files that differ (CLI, flows): {differ}"
