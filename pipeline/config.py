@@ -7,6 +7,7 @@ environment only and are never part of ``repr`` or logs.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -17,6 +18,43 @@ SCHEMAS_DIR = REPO_ROOT / "annotation_schemas"
 def _env_path(name: str, default: Path) -> Path:
     value = os.environ.get(name)
     return Path(value).expanduser() if value else default
+
+
+def _env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a number of seconds") from None
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise ValueError(f"{name}={value!r}: a time limit must be a positive number of seconds")
+    return seconds
+
+
+class DataRootError(ValueError):
+    """A data root that cannot be used (a file, not writable); the message names it."""
+
+
+def check_data_root(root: str | os.PathLike) -> Path:
+    """The data root must be a folder this user can write (created if missing); else
+    :class:`DataRootError` naming it and what is wrong. Every stage entry calls it first."""
+    path = Path(root).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise DataRootError(f"data root {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataRootError(f"data root {path} cannot be created ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise DataRootError(f"data root {path} is not writable by this user")
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise DataRootError(f"data root {path} is not writable ({exc.strerror or exc})") from None
+    return path
 
 
 @dataclass(frozen=True)
@@ -48,6 +86,9 @@ class Settings:
     ssp_context: int = 3
     er_context: int = 3
     vp_context: int = 3
+    # Every ffprobe / ffmpeg call has a time limit; a file that runs past it is quarantined ("timeout").
+    ffprobe_timeout_s: float = 60.0
+    ffmpeg_timeout_s: float = 3600.0
 
     @classmethod
     def from_env(cls, data_root: str | Path | None = None) -> "Settings":
@@ -59,6 +100,8 @@ class Settings:
             label_studio_url=os.environ.get("RESCUE_LABEL_STUDIO_URL", f"http://127.0.0.1:{port}"),
             label_studio_token=Secret(os.environ.get("LABEL_STUDIO_USER_TOKEN", "")),
             label_studio_port=port,
+            ffprobe_timeout_s=_env_seconds("RESCUE_FFPROBE_TIMEOUT_S", 60.0),
+            ffmpeg_timeout_s=_env_seconds("RESCUE_FFMPEG_TIMEOUT_S", 3600.0),
         )
 
     def describe(self) -> dict[str, str]:

@@ -39,8 +39,48 @@ def _umask() -> int:
 
 
 def _publish_mode(path: str | Path, directory: bool = False) -> None:
-    """mkstemp/mkdtemp create private (0600/0700) entries; published data is readable."""
+    """mkstemp/mkdtemp create private (0600/0700) entries; published data is readable, except
+    inside a private folder (:func:`private_dir`): there files stay 0600 and folders 0700."""
+    if private_dir(Path(path).parent):
+        os.chmod(path, 0o700 if directory else 0o600)
+        return
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
+def private_dir(path: str | Path) -> bool:
+    """A folder only its owner may enter (no group/other bits): what is written in it stays private."""
+    try:
+        return os.stat(path).st_mode & 0o077 == 0
+    except OSError:
+        return False
+
+
+def make_private_dir(path: str | Path) -> Path:
+    """Create ``path`` (and missing parents, as :func:`_make_parents` does) owner-only (0700); an
+    existing folder is narrowed to 0700. Private data (WAVs, transcripts, RTTM, drafts, voice
+    prints) lives in such folders, so every file written there is 0600."""
+    path = Path(path)
+    _make_parents(path.parent)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _make_parents(directory: Path) -> None:
+    """``mkdir -p``; a folder created inside a private folder is private too (0700)."""
+    if directory.is_dir():
+        return
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    for d in reversed(missing):
+        private = private_dir(d.parent)
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700 if private else 0o777)
+        if private:
+            os.chmod(d, 0o700)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -54,7 +94,7 @@ def _fsync_dir(path: Path) -> None:
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, exist_ok: bool = True) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_parents(path.parent)
     if not exist_ok and path.exists():
         raise AlreadyExists(f"{path} already exists and is write-once")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -102,7 +142,7 @@ PARQUET_OPTIONS = dict(
 def write_parquet(table: pa.Table, path: str | Path, *, exist_ok: bool = True) -> Path:
     """Deterministic, atomic Parquet write."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_parents(path.parent)
     if not exist_ok and path.exists():
         raise AlreadyExists(f"{path} already exists and is write-once")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
