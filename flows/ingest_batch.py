@@ -38,10 +38,11 @@ from pipeline.media.turns import Segmented
 
 @task(name="ingest", cache_policy=file_resume("video"))
 def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
-           subtitles_sha256: str | None = None) -> Ingested:
-    """``video``: the entry's video file (the cache key follows its bytes); ``subtitles_sha256``:
-    only part of the cache key (a changed subtitle file is ingested again)."""
-    result = media.ingest_entry(entry, data_root, batch_dir)
+           subtitles_sha256: str | None = None, allow_outside_batch: bool = False) -> Ingested:
+    """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
+    batch folder, which is refused unread); ``subtitles_sha256``: only part of the cache key (a
+    changed subtitle file is ingested again)."""
+    result = media.ingest_entry(entry, data_root, batch_dir, allow_outside_batch=allow_outside_batch)
     if result.ingested is None:
         raise media.MediaError(result.reason)
     return result.ingested
@@ -89,16 +90,22 @@ def push_drafts(drafted: list[Segmented], data_root: str, annotators: list[str] 
 def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str = "auto",
                       asr_model: str | None = None, align_model: str | None = None,
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,
-                      push: bool = True, annotators: list[str] | None = None) -> dict:
+                      push: bool = True, annotators: list[str] | None = None,
+                      allow_outside_batch: bool = False) -> dict:
     """Ingest every interview of ``batch_dir`` (manifest.csv/yaml + videos) and push the drafts.
 
     backend: auto (subtitles when the manifest gives them, else WhisperX) | subtitles | whisperx.
     diarization: pyannote pipeline directory or hub id (default: the offline one under the models dir).
+    allow_outside_batch: use manifest files outside ``batch_dir`` (absolute, ``..``, symlinks out);
+    refused unread otherwise.
     """
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
     batch = Path(batch_dir).resolve()
-    entries = media.read_manifest(media.find_manifest(batch))
+    manifest_warnings: list[str] = []
+    entries = media.read_manifest(media.find_manifest(batch), manifest_warnings)
+    for warning in manifest_warnings:
+        logger.warning(warning)
     logger.info("%d interviews in %s", len(entries), batch.name)
     # a refused entry (sample id outside the grammar) never reaches a task; its id is shown escaped
     refused = [Outcome(e.sample_id.encode("unicode_escape").decode("ascii"), "quarantined", f"manifest: {e.refused}")
@@ -109,9 +116,12 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
         for entry in (e for e in entries if not e.refused):
             subs = batch / entry.subtitles if entry.subtitles else None
-            f_in = runner.submit(ingest, {"video": str(batch / entry.video), "entry": entry, "batch_dir": str(batch),
-                                          "data_root": root,
-                                          "subtitles_sha256": sha256_file(subs) if subs and subs.is_file() else None})
+            inside = allow_outside_batch or not any(
+                media.outside_batch(batch, name) for name in (entry.video, entry.subtitles) if name)
+            f_in = runner.submit(ingest, {"video": str(batch / entry.video) if inside else "", "entry": entry,
+                                          "batch_dir": str(batch), "data_root": root,
+                                          "subtitles_sha256": sha256_file(subs) if inside and subs and subs.is_file()
+                                          else None, "allow_outside_batch": allow_outside_batch})
             f_tr = runner.submit(transcript, {"ingested": f_in, "data_root": root, "backend": backend,
                                               "asr_model": asr_model, "align_model": align_model, "device": device})
             f_dz = runner.submit(diarize, {"ingested": f_in, "data_root": root, "diarization": diarization,

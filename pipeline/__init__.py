@@ -16,6 +16,9 @@ _PRIVACY_DEFAULTS = {
     "LATEST_VERSION_CHECK": "false",
     "COLLECT_ANALYTICS": "false",
     "TOKENIZERS_PARALLELISM": "false",
+    # onnxruntime (silero VAD, pyannote's ONNX parts): its 1DS telemetry writes a device id and an
+    # event queue under ~/.cache/Microsoft/DeveloperTools/ at import; only "true" switches it off
+    "ORT_DISABLE_TELEMETRY": "true",
 }
 for _key, _value in _PRIVACY_DEFAULTS.items():
     os.environ.setdefault(_key, _value)

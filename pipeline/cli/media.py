@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from pipeline.cli.app import app
-from pipeline.config import Settings
+from pipeline.config import DataRootError, Settings, check_data_root
 from pipeline.paths import InvalidId, check_sample_id
 
 # --- media, transcription, diarization, turns (pipeline.media.ingest, .transcribe, .diarize, .turns)
@@ -23,7 +23,13 @@ from pipeline.paths import InvalidId, check_sample_id
 
 
 def _media_settings(data_root: Optional[Path]) -> Settings:
-    return Settings.from_env(data_root)
+    """The settings, with the data root checked (a writable folder): else an error naming it (exit 2)."""
+    try:
+        settings = Settings.from_env(data_root)
+        check_data_root(settings.data_root)
+    except (DataRootError, ValueError) as exc:
+        _refuse(str(exc))
+    return settings
 
 
 def _refuse(message: str) -> None:
@@ -54,10 +60,14 @@ def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
 def ingest(
     batch_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="folder with videos + manifest.csv/.yaml"),
     data_root: Optional[Path] = typer.Option(None, help="data root (default $RESCUE_DATA_ROOT or ./data)"),
-    min_duration: float = typer.Option(5.0, help="clips shorter than this (seconds) are quarantined"),
-    jobs: Optional[int] = typer.Option(None, min=1, help="videos at a time (default: one per core, at most 4)"),
+    min_duration: float = typer.Option(5.0, min=0.0, help="clips shorter than this (seconds) are quarantined"),
+    jobs: Optional[int] = typer.Option(None, min=1, max=64, help="videos at a time (default: one per core, at most 4)"),
+    allow_outside_batch: bool = typer.Option(False, "--allow-outside-batch",
+                                             help="use video/subtitle files the manifest names outside the batch "
+                                                  "folder (absolute paths, '..', symlinks out); refused otherwise"),
 ) -> None:
-    """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog."""
+    """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog.
+    Limits: RESCUE_FFPROBE_TIMEOUT_S (60) and RESCUE_FFMPEG_TIMEOUT_S (3600) seconds per file."""
     from rich.console import Console
     from rich.table import Table
     from pipeline.media.ingest import ManifestError, ingest_batch
@@ -65,10 +75,15 @@ def ingest(
     console = Console()
     root = _media_settings(data_root).data_root
     try:
-        report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration, jobs=jobs)
+        report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration, jobs=jobs,
+                              allow_outside_batch=allow_outside_batch)
     except ManifestError as exc:
-        console.print(f"[red]manifest error:[/red] {exc}", highlight=False)
+        console.print(f"[red]manifest error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
+    except (DataRootError, ValueError) as exc:
+        _refuse(str(exc))
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     table = Table(title=f"ingest {batch_dir.name} -> {root}")
     for col in ("sample_id", "outcome", "duration_s", "reason"):
         table.add_column(col)
@@ -89,7 +104,7 @@ def transcribe_cmd(
     align_model: Optional[str] = typer.Option(None, help="WhisperX: wav2vec2 alignment model dir or hub id"),
     device: str = typer.Option("cpu"),
     compute_type: str = typer.Option("int8"),
-    batch_size: int = typer.Option(8),
+    batch_size: int = typer.Option(8, min=1, max=1024),
 ) -> None:
     """Transcripts (subtitle import or WhisperX) -> DATA_ROOT/transcripts/<sample_id>.json."""
     from rich.console import Console
@@ -117,9 +132,9 @@ def diarize_cmd(
     all_: bool = typer.Option(False, "--all", help="every ingested sample"),
     out: Optional[Path] = typer.Option(None, help="RTTM to write, for ONE target (default: a sample's "
                                        "DATA_ROOT/diarization/<sample_id>.rttm, a file's <file>.rttm)"),
-    num_speakers: Optional[int] = typer.Option(None),
-    min_speakers: Optional[int] = typer.Option(None),
-    max_speakers: Optional[int] = typer.Option(None),
+    num_speakers: Optional[int] = typer.Option(None, min=1, max=50),
+    min_speakers: Optional[int] = typer.Option(None, min=1, max=50),
+    max_speakers: Optional[int] = typer.Option(None, min=1, max=50),
     pipeline_source: Optional[str] = typer.Option(None, "--pipeline", help="pipeline dir or hub id (default: offline)"),
     device: str = typer.Option("cpu"),
     data_root: Optional[Path] = typer.Option(None),
@@ -130,7 +145,7 @@ def diarize_cmd(
     participants; enrolled voices (`rescue voices`) name their speakers."""
     from rich.console import Console
     from rich.progress import track
-    from pipeline.media.diarize import DiarizationError, diarize_file, diarize_stage, load_pipeline
+    from pipeline.media.diarize import DiarizationError, NoSpeech, diarize_file, diarize_stage, load_pipeline
     from pipeline.media.ingest import MediaError
 
     console = Console()
@@ -143,6 +158,8 @@ def diarize_cmd(
         raise typer.BadParameter("give WAV files, sample ids or --all")
     if out is not None and len(items) > 1:
         raise typer.BadParameter("--out names one RTTM: give one target")
+    if min_speakers and max_speakers and min_speakers > max_speakers:
+        raise typer.BadParameter(f"--min-speakers {min_speakers} is more than --max-speakers {max_speakers}")
     with console.status("loading the diarization pipeline"):
         model = load_pipeline(pipeline_source, device, settings)
     failed = 0
@@ -156,6 +173,9 @@ def diarize_cmd(
                                      min_speakers=min_speakers, max_speakers=max_speakers, refine=refine, out=out)
             console.print(f"{item}: {done.turns} turns, {len(done.speakers)} speakers -> {done.rttm}",
                           highlight=False, soft_wrap=True)
+        except NoSpeech as exc:
+            failed += 1
+            console.print(f"[red]{item}: quarantined: {exc}[/red]", highlight=False, soft_wrap=True)
         except (DiarizationError, MediaError, KeyError, FileNotFoundError) as exc:
             failed += 1
             reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # KeyError quotes itself
@@ -170,15 +190,17 @@ def segment_cmd(
     sample_ids: list[str] = typer.Argument(None),
     all_: bool = typer.Option(False, "--all"),
     data_root: Optional[Path] = typer.Option(None),
-    max_pause: float = typer.Option(1.5, help="a longer pause starts a new row"),
-    max_row: float = typer.Option(30.0, help="rows longer than this are split at a sentence end"),
+    max_pause: float = typer.Option(1.5, min=0.0, help="a longer pause starts a new row"),
+    max_row: float = typer.Option(30.0, min=1.0, help="rows longer than this are split at a sentence end"),
 ) -> None:
     """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet)."""
     from rich.console import Console
+    from pipeline.media.ingest import prepare_data_root
     from pipeline.media.turns import SegmenterConfig, segment_stage
 
     console = Console()
     root = _media_settings(data_root).data_root
+    prepare_data_root(root, ("drafts",))
     cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
     failed = 0
     for sid in _sample_ids(root, sample_ids, all_):
@@ -212,7 +234,10 @@ def voices_enroll(
     from pipeline.media.diarize import load_pipeline
     from pipeline.media.voices import VoiceError, enroll
 
+    from pipeline.media.ingest import prepare_data_root
+
     settings = _media_settings(data_root)
+    prepare_data_root(settings.data_root, ("voices",))
     try:
         voice = enroll(name, files, settings.data_root, load_pipeline(pipeline_source, device, settings))
     except VoiceError as exc:

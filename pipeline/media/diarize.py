@@ -26,8 +26,8 @@ from typing import Sequence
 
 from pipeline import taxonomy
 from pipeline.config import Settings
-from pipeline.media import voices
-from pipeline.media.ingest import SAMPLE_RATE, catalog_entry, load_wav
+from pipeline.media import vad, voices
+from pipeline.media.ingest import SAMPLE_RATE, catalog_entry, load_wav, prepare_data_root
 from pipeline.media.refine import embed_segments, refine_turns
 from pipeline.media.rttm import DiarizationError, Turn, sort_turns, write_rttm
 from pipeline.paths import DataRoot
@@ -159,15 +159,38 @@ def _diarize_sample(sample_id: str, root: DataRoot, num_speakers: int | None, so
 def diarize_stage(sample_id: str, data_root: str | Path, num_speakers: int | None = None,
                   source: str | Path | None = None, device: str = "cpu", pipeline=None,
                   min_speakers: int | None = None, max_speakers: int | None = None, refine: bool = True,
-                  out: str | Path | None = None) -> Diarized:
+                  out: str | Path | None = None, require_speech: bool = True) -> Diarized:
     """The diarization stage for a catalogued sample (CLI and flow). The speaker count defaults to
     therapist + manifest participants; speakers whose voice is enrolled get their names. The RTTM
-    is written to ``diarization/<sample_id>.rttm`` (or ``out``)."""
-    root = DataRoot(data_root)
+    is written to ``diarization/<sample_id>.rttm`` (or ``out``).
+
+    First a cheap voice-activity check (:mod:`pipeline.media.vad`, seconds even for a long file):
+    audio without speech (silent, music only) raises :class:`NoSpeech` and is not diarized
+    (``require_speech=False`` skips the check)."""
+    root = prepare_data_root(data_root, ("diarization", "drafts"))
+    if require_speech:
+        check_speech(sample_id, root)
     turns, mapping = _diarize_sample(sample_id, root, num_speakers, source, device, pipeline, min_speakers,
                                      max_speakers, refine)
     path = write_rttm(turns, out if out is not None else root.rttm(sample_id), uri=Path(sample_id).name)
     return _record(sample_id, path, turns, mapping)
+
+
+class NoSpeech(DiarizationError):
+    """Audio without speech (silent or music only): quarantined before diarization."""
+
+
+def check_speech(sample_id: str, data_root: str | Path) -> vad.SpeechCheck:
+    """Voice activity in a catalogued sample's audio; :class:`NoSpeech` when there is (almost) none."""
+    root = DataRoot(data_root)
+    entry = catalog_entry(root, sample_id)
+    if entry["status"] != "done":
+        raise DiarizationError(f"{sample_id}: quarantined at ingest ({entry['reason']})")
+    found = vad.check_speech(load_wav(root.resolve(entry["audio_path"])))
+    if not found.has_speech:
+        raise NoSpeech(f"{sample_id}: no speech: voice activity detection found {found.speech_s:.1f} s of speech "
+                       f"in {found.duration_s:.1f} s of audio (silent or music only); not diarized")
+    return found
 
 
 def diarize_file(audio_path: str | Path, data_root: str | Path, out: str | Path | None = None,
