@@ -58,7 +58,7 @@ def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
 
 @app.command("ingest")
 def ingest(
-    batch_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="folder with videos + manifest.csv/.yaml"),
+    batch_dir: Path = typer.Argument(..., help="folder with videos + manifest.csv/.yaml"),
     data_root: Optional[Path] = typer.Option(None, help="data root (default $RESCUE_DATA_ROOT or ./data)"),
     min_duration: float = typer.Option(5.0, min=0.0, help="clips shorter than this (seconds) are quarantined"),
     jobs: Optional[int] = typer.Option(None, min=1, max=64, help="videos at a time (default: one per core, at most 4)"),
@@ -149,6 +149,8 @@ def diarize_cmd(
     from pipeline.media.ingest import MediaError
 
     console = Console()
+    if min_speakers and max_speakers and min_speakers > max_speakers:
+        raise typer.BadParameter(f"--min-speakers {min_speakers} is more than --max-speakers {max_speakers}")
     settings = _media_settings(data_root)
     items = list(targets or [])
     _checked_ids([item for item in items if not Path(item).is_file()])
@@ -158,8 +160,6 @@ def diarize_cmd(
         raise typer.BadParameter("give WAV files, sample ids or --all")
     if out is not None and len(items) > 1:
         raise typer.BadParameter("--out names one RTTM: give one target")
-    if min_speakers and max_speakers and min_speakers > max_speakers:
-        raise typer.BadParameter(f"--min-speakers {min_speakers} is more than --max-speakers {max_speakers}")
     with console.status("loading the diarization pipeline"):
         model = load_pipeline(pipeline_source, device, settings)
     failed = 0
