@@ -39,8 +39,8 @@ Naming voices (:func:`voice_labels`). Rows carry one stable label per diarized v
   given to :func:`segment`): the other voices, in the order of their first turn of at least
   1 s, get the names left in that order (``"order"``: the behaviour before voice labels);
 * without a hint (the default): the therapist when identified (``"role"``: the first voice to
-  speak is also the one whose sentences are most often questions, at least 30 % of them, ahead
-  of every other voice), and ``Speaker 1``, ``Speaker 2``, ... for the others in the order of
+  speak is also the one whose sentences of three words or more are most often questions, at
+  least 30 % of them, ahead of every other voice), and ``Speaker 1``, ``Speaker 2``, ... for the others in the order of
   their first turn; the participants' order in the manifest is not used.
 
 The voice table (:func:`voice_table`, written to ``draft-voices/<sample_id>.parquet``) lists each
@@ -197,11 +197,18 @@ def _therapist_by_role(ordered: Sequence[str], units: Sequence[Unit]) -> str | N
     questions (at least THERAPIST_QUESTION_SHARE, strictly ahead of every other voice)."""
     ends: dict[str, int] = {}
     questions: dict[str, int] = {}
-    for u in units:
-        text = u.text.rstrip()
-        if u.speaker and _SENTENCE_END.search(text):
-            ends[u.speaker] = ends.get(u.speaker, 0) + 1
-            questions[u.speaker] = questions.get(u.speaker, 0) + text.rstrip("\"')]").endswith("?")
+    sentence: list[str] = []
+    speaker = None
+    for u in sorted(units, key=lambda u: (u.start, u.end)):  # cues, or ASR words joined into sentences
+        if u.speaker != speaker:
+            sentence, speaker = [], u.speaker
+        sentence.append(u.text.strip())
+        text = " ".join(sentence)
+        if _SENTENCE_END.search(text):
+            sentence = []
+            if speaker and len(text.split()) >= 3:  # not a backchannel
+                ends[speaker] = ends.get(speaker, 0) + 1
+                questions[speaker] = questions.get(speaker, 0) + text.rstrip("\"')]").endswith("?")
     share = {s: questions.get(s, 0) / ends[s] for s in ends}
     first = ordered[0]
     mine = share.get(first, 0.0)

@@ -288,7 +288,7 @@ def backchannels_found(rows: list[dict], truth_rows: list[dict]) -> tuple[int, i
 def name_voices_from_truth(voices: list[dict], truth_rttm: str | Path) -> dict[str, str]:
     """A simulated annotator naming each voice once: listens to the voice's stretch in the voice
     table (``sample_start``-``sample_end``) and names the person who speaks most in it (the
-    generator's RTTM is the truth). Returns {row label: name} for ``turns.apply_voice_names``."""
+    generator's RTTM is the truth). Returns {voice: name} for ``turns.apply_voice_names``."""
     spoken = []
     for line in Path(truth_rttm).read_text().splitlines():
         parts = line.split()
@@ -299,5 +299,5 @@ def name_voices_from_truth(voices: list[dict], truth_rttm: str | Path) -> dict[s
         for s, e, who in spoken:
             share[who] = share.get(who, 0.0) + max(0.0, min(e, v["sample_end"]) - max(s, v["sample_start"]))
         if share and max(share.values()) > 0:
-            names[v["label"]] = max(share, key=share.get)
+            names[v["voice"]] = max(share, key=share.get)
     return names
