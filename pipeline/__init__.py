@@ -4,6 +4,7 @@ Importing the package switches every component's telemetry off and keeps model h
 offline unless the operator set these variables explicitly: the data is private interviews.
 """
 import os
+import tempfile
 
 __version__ = "0.1.0"
 
@@ -22,3 +23,6 @@ _PRIVACY_DEFAULTS = {
 }
 for _key, _value in _PRIVACY_DEFAULTS.items():
     os.environ.setdefault(_key, _value)
+# Nothing in the user's home: matplotlib (imported by pyannote) would keep its font cache and
+# config in ~/.cache/matplotlib and ~/.config/matplotlib; it goes to a folder under the temp dir.
+os.environ.setdefault("MPLCONFIGDIR", os.path.join(tempfile.gettempdir(), f"rescue-matplotlib-{os.getuid()}"))

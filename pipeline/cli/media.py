@@ -200,7 +200,7 @@ def segment_cmd(
 
     console = Console()
     root = _media_settings(data_root).data_root
-    prepare_data_root(root, ("drafts",))
+    prepare_data_root(root, ("drafts", "draft-voices"))
     cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
     failed = 0
     for sid in _sample_ids(root, sample_ids, all_):

@@ -167,7 +167,7 @@ def diarize_stage(sample_id: str, data_root: str | Path, num_speakers: int | Non
     First a cheap voice-activity check (:mod:`pipeline.media.vad`, seconds even for a long file):
     audio without speech (silent, music only) raises :class:`NoSpeech` and is not diarized
     (``require_speech=False`` skips the check)."""
-    root = prepare_data_root(data_root, ("diarization", "drafts"))
+    root = prepare_data_root(data_root, ("diarization", "drafts", "draft-voices"))
     if require_speech:
         check_speech(sample_id, root)
     turns, mapping = _diarize_sample(sample_id, root, num_speakers, source, device, pipeline, min_speakers,

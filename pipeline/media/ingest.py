@@ -570,7 +570,7 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-PRIVATE_AREAS = ("media", "subtitles", "transcripts", "diarization", "drafts", "voices")
+PRIVATE_AREAS = ("media", "subtitles", "transcripts", "diarization", "drafts", "draft-voices", "voices")
 
 
 def prepare_data_root(data_root: str | Path, areas: tuple[str, ...] = ()) -> DataRoot:

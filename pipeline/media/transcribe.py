@@ -150,7 +150,7 @@ def transcribe_stage(sample_id: str, data_root: str | Path, backend: str = "auto
                      max_new_tokens: int | None = None) -> Transcribed:
     """The transcript stage (CLI and flow): :func:`transcribe_sample`, written, as a typed record.
     An unusable data root raises ``pipeline.config.DataRootError``."""
-    root = prepare_data_root(data_root, ("transcripts", "drafts"))
+    root = prepare_data_root(data_root, ("transcripts", "drafts", "draft-voices"))
     entry = catalog_entry(root, sample_id)
     chosen = resolve_backend(backend, entry.get("subtitle_path"))
     transcript = transcribe_sample(sample_id, root, chosen, asr_model, align_model, device, compute_type,
