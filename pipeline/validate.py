@@ -5,12 +5,24 @@ Every check runs to the end and returns *all* violations as ``Violation`` record
 about the published JSONL layout (V1 key presence, V12 the shifted relation copy) are
 checked where that layout is read, in ``pipeline.benchmark.paper_format``; this module checks the
 sample shape of ``pipeline.rows`` (relation label on the therapist row).
+
+Project rules beyond the spec's V1-V13 (hostile or broken inputs):
+
+- **V14** evidence rows: ``relation_cycle_evidence_rows`` holds distinct whole numbers, each a
+  0-based position of a row of the sample (``0 <= e < number of rows``), and only on therapist
+  rows. Later rows are allowed: the spec (§1.6) found the paper's evidence windows include
+  future rows of the therapist turn they explain, so no "before the row" rule applies to them.
+- **V15** a sample has at least one row.
+- **V16** no absolute path, home path, drive path or URL in any string of a sample
+  (``source_file`` must be a plain relative path; every row field, nested ones too). Releases
+  are built from validated samples; :func:`scan_release` checks every file of a built release.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -37,6 +49,52 @@ def violations_table(violations: Iterable[Violation]) -> pa.Table:
 
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
+
+# --- V16: absolute paths and URLs ---------------------------------------------------------------
+# An absolute POSIX path has at least two segments and its first "/" follows no word character
+# ("and/or", "24/7", "km/h" are text); a URL has a scheme ("https://", "file:"), or "www.".
+_PRIVATE = re.compile(
+    r"(?<![\w.~/-])/(?:[\w.@+%-]+/)+[\w.@+%?=&-]*"      # /home/ann/x.wav, /data/local-files/?d=...
+    r"|(?<![\w])~[\w.-]*/[\w.-]"                       # ~/x, ~ann/x
+    r"|(?<![\w])[A-Za-z]:[\\/][\w.-]"                  # C:\Users, d:/x
+    r"|\\\\[\w.-]+\\"                                # \\server\share
+    r"|\b[A-Za-z][A-Za-z0-9+.-]*://\S*"                   # https://..., file:///...
+    r"|\bfile:\S+"
+    r"|\bwww\.[\w-]+\.\S+"
+)
+
+
+def private_strings(text: str) -> list[str]:
+    """The absolute paths and URLs in ``text`` (empty when there are none)."""
+    return [m.group() for m in _PRIVATE.finditer(text or "")] if isinstance(text, str) else []
+
+
+def _strings(value, path: str) -> Iterator[tuple[str, str]]:
+    """(field path, string) of every string inside a JSON-like value."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def _check_source_file(c: "_RowChecker", value) -> None:
+    if value is None:
+        return
+    bad = private_strings(value) if isinstance(value, str) else []
+    if not isinstance(value, str) or bad or value.startswith(("/", "~", "\\")) or "\\" in value \
+            or ".." in value.split("/") or re.match(r"[A-Za-z]:", value):
+        c.add(None, "V16", f"source_file {value!r} must be a plain relative path (no absolute path, "
+                           "home or drive path, '..' or URL)")
+
+
+def _check_private(c: "_RowChecker", ri, row: dict) -> None:
+    for path, text in _strings(row, ""):
+        for hit in private_strings(text):
+            c.add(ri, "V16", f"{path} holds an absolute path or URL {hit[:120]!r}; releases never carry them")
 
 
 def _words(text: str) -> list[str]:
@@ -83,13 +141,23 @@ def validate_sample(sample: dict, subtitle_lines: list[str] | None = None) -> li
     if scenario not in taxonomy.SCENARIOS:
         return [Violation(sid, None, "V2", f"unknown scenario {scenario!r}")]
     c = _RowChecker(sample)
+    _check_source_file(c, sample.get("source_file"))
+    for key in ("participants", "group_id"):
+        for path, text in _strings(sample.get(key), key):
+            for hit in private_strings(text):
+                c.add(None, "V16", f"{path} holds an absolute path or URL {hit[:120]!r}")
+    all_rows = sample.get("rows") or []
+    if not all_rows:
+        c.add(None, "V15", "the sample has no rows (nothing was transcribed or every row was lost)")
+    n_rows = len(all_rows)
     utterance_types = set(taxonomy.utterance_types())
     strategies = set(taxonomy.support_strategies(scenario))
     relations = set(taxonomy.relation_patterns(scenario))
     duration = sample.get("duration_s")
     prev_start = None
-    for pos, row in enumerate(sample.get("rows") or []):
+    for pos, row in enumerate(all_rows):
         ri = row.get("row_index")
+        _check_private(c, ri, row)
         if ri != pos + 1:
             c.add(ri, "V4", f"row_index {ri} at position {pos + 1} (must be contiguous from 1)")
         speaker = row.get("primary_speaker")
@@ -182,6 +250,25 @@ def validate_sample(sample: dict, subtitle_lines: list[str] | None = None) -> li
         elif is_t and state != "" and state not in relations:
             c.add(ri, "V11", f"relation_cycle_state {state!r} is not a {scenario} relation pattern")
 
+        # V14 evidence rows (0-based positions of this sample's rows; later rows allowed, spec §1.6)
+        evidence = row.get("relation_cycle_evidence_rows")
+        if evidence and not is_t:
+            c.add(ri, "V14", f"relation_cycle_evidence_rows {evidence!r} on a non-therapist row")
+        elif evidence is not None and not isinstance(evidence, (list, tuple)):
+            c.add(ri, "V14", f"relation_cycle_evidence_rows must be a list of row positions (got {evidence!r})")
+        elif evidence:
+            seen: set[int] = set()
+            for e in evidence:
+                if isinstance(e, bool) or not isinstance(e, int):
+                    c.add(ri, "V14", f"relation_cycle_evidence_rows holds {e!r}, not a row position")
+                elif not 0 <= e < n_rows:
+                    c.add(ri, "V14", f"relation_cycle_evidence_rows holds {e}, outside the sample's rows "
+                                     f"(0-based positions 0-{n_rows - 1})")
+                elif e in seen:
+                    c.add(ri, "V14", f"relation_cycle_evidence_rows names row position {e} more than once")
+                else:
+                    seen.add(e)
+
     if subtitle_lines is not None:
         c.out.extend(check_subtitle_coverage(sample, subtitle_lines))
     return c.out
@@ -213,4 +300,32 @@ def validate_samples(samples: Iterable[dict]) -> list[Violation]:
     out: list[Violation] = []
     for s in samples:
         out.extend(validate_sample(s))
+    return out
+
+
+def scan_release(release_dir: str | Path) -> list[str]:
+    """Every absolute path or URL in the files of a built release, as ``"<file>: <field>: <hit>"``.
+
+    Parquet files are read cell by cell (every string, nested ones too); JSON, JSONL, Markdown,
+    YAML and other text files line by line. An empty list means the release is clean.
+    """
+    import pyarrow.parquet as pq
+
+    root = Path(release_dir)
+    out: list[str] = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if path.suffix == ".parquet":
+            table = pq.ParquetFile(path).read()
+            for name in table.column_names:
+                for i, value in enumerate(table.column(name).to_pylist()):
+                    for field_path, text in _strings(value, f"{name}[{i}]"):
+                        out += [f"{rel}: {field_path}: {hit}" for hit in private_strings(text)]
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            text = path.read_bytes().decode("latin-1")
+        for n, line in enumerate(text.splitlines(), 1):
+            out += [f"{rel}: line {n}: {hit}" for hit in private_strings(line)]
     return out
