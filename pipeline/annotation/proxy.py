@@ -1,0 +1,286 @@
+"""Blind by construction: the door annotators use to reach Label Studio.
+
+Label Studio Community has no roles: every login of an organization can list, open, edit and
+export every project, and ``/api/annotations/<id>/`` answers for any annotation
+(HumanSignal/label-studio#9796). A blind round (one project per annotator, :mod:`.push`)
+therefore needs a gate. This is an authenticating reverse proxy: annotators get its address,
+Label Studio itself stays on 127.0.0.1 for the pipeline (which talks to it directly with the
+admin token).
+
+For every request the proxy learns who asks (the login behind the session cookie or token, via
+``/api/current-user/whoami``, cached briefly) and which round project the request touches:
+
+* a project in the path (``/projects/<id>/...``, ``/api/projects/<id>/...``) or in the
+  ``project`` query parameter / JSON body field;
+* a task, annotation, draft or prediction in the path (``/api/tasks/<id>``,
+  ``/api/annotations/<id>``, ``/api/drafts/<id>``, ``/api/predictions/<id>``) or in the ``task``
+  query parameter / body field: resolved to its project with the admin token.
+
+A round project belongs to the annotator named in its key (the description's last line). A
+request that touches any project but the caller's own (another annotator's, an adjudication
+project, an object that does not exist) is refused (403) before it reaches Label Studio; the
+project list is cut down to the caller's own projects; exports, new projects and project
+settings writes are refused to annotators altogether; anything else passes unchanged. Logins that are not
+annotators of any round (the admin) pass without filtering.
+"""
+from __future__ import annotations
+
+import contextlib
+import http.cookiejar
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from pipeline.annotation.push import parse_project_key
+
+_PROJECT_PATH = re.compile(r"^/(?:api/)?projects/(\d+)(?:/|$)")
+_OBJECT_PATH = re.compile(r"^/api/(tasks|annotations|drafts|predictions|dm/views)/(\d+)(?:/|$)")
+_EXPORT_PATH = re.compile(r"^/api/projects/\d+/export")
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+        "transfer-encoding", "upgrade", "content-length"}
+WHO_TTL_S = 60.0
+
+
+def no_cookies() -> http.cookiejar.CookieJar:
+    """A cookie jar that never keeps a cookie (every request carries only its caller's). Given to
+    an httpx client as the jar itself: wrapped in ``httpx.Cookies`` it would be copied, policy lost."""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
+class Denied(Exception):
+    def __init__(self, message: str, status: int = 403):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Gate:
+    """The decisions (no HTTP serving): who owns which project, who may touch what."""
+
+    upstream: str
+    admin_token: str
+    _owners: dict[int, str | None] = field(default_factory=dict)
+    _objects: dict[tuple[str, int], int | None] = field(default_factory=dict)
+    _who: dict[str, tuple[float, str | None]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self):
+        self._admin = httpx.Client(base_url=self.upstream.rstrip("/"), timeout=30, cookies=no_cookies(),
+                                   headers={"Authorization": f"Token {self.admin_token}"})
+
+    def close(self) -> None:
+        self._admin.close()
+
+    # --- facts from Label Studio ------------------------------------------------------
+    def refresh_owners(self) -> None:
+        owners: dict[int, str | None] = {}
+        page = 1
+        while True:
+            body = self._admin.get("/api/projects/", params={"page": page, "page_size": 100,
+                                                              "include": "id,description"}).json()
+            items = body["results"] if isinstance(body, dict) else body
+            for p in items:
+                lines = (p.get("description") or "").strip().splitlines()
+                parsed = parse_project_key(lines[-1].strip()) if lines else None
+                owners[p["id"]] = parsed[2].lower() if parsed else None
+            if not isinstance(body, dict) or not body.get("next"):
+                break
+            page += 1
+        with self._lock:
+            self._owners = owners
+
+    def owner(self, project_id: int) -> str | None:
+        """The annotator a round project belongs to (None: not a round project)."""
+        if project_id not in self._owners:
+            self.refresh_owners()
+        return self._owners.get(project_id)
+
+    def annotators(self) -> set[str]:
+        if not self._owners:
+            self.refresh_owners()
+        return {o for o in self._owners.values() if o}
+
+    def project_of(self, kind: str, object_id: int) -> int | None:
+        key = (kind, object_id)
+        if key not in self._objects:
+            r = self._admin.get(f"/api/{kind}/{object_id}/")
+            body = r.json() if r.status_code == 200 else {}
+            project = body.get("project")
+            if project is None and body.get("task") is not None:
+                project = self.project_of("tasks", int(body["task"]))
+            self._objects[key] = project
+        return self._objects[key]
+
+    def whoami(self, cookie: str | None, authorization: str | None) -> str | None:
+        key = f"{cookie}|{authorization}"
+        now = time.monotonic()
+        hit = self._who.get(key)
+        if hit and now - hit[0] < WHO_TTL_S:
+            return hit[1]
+        headers = {k: v for k, v in (("cookie", cookie), ("authorization", authorization)) if v}
+        email = None
+        if headers:
+            r = httpx.get(f"{self.upstream.rstrip('/')}/api/current-user/whoami", headers=headers, timeout=30)
+            if r.status_code == 200:
+                email = (r.json().get("email") or "").lower() or None
+        self._who[key] = (now, email)
+        return email
+
+    # --- the decision -----------------------------------------------------------------
+    def projects_touched(self, method: str, path: str, query: dict[str, str], body: bytes) -> set[int]:
+        found: set[int] = set()
+        m = _PROJECT_PATH.match(path)
+        if m:
+            found.add(int(m[1]))
+        m = _OBJECT_PATH.match(path)
+        if m:
+            found.add(self.project_of(m[1], int(m[2])) or -1)
+        if query.get("project", "").isdigit():
+            found.add(int(query["project"]))
+        if query.get("task", "").isdigit():
+            found.add(self.project_of("tasks", int(query["task"])) or -1)
+        if query.get("view", "").isdigit():
+            found.add(self.project_of("dm/views", int(query["view"])) or -1)
+        if body and method in ("POST", "PUT", "PATCH", "DELETE"):
+            try:
+                data = json.loads(body)
+            except ValueError:
+                data = None
+            items = data if isinstance(data, list) else [data]
+            for item in items:
+                if isinstance(item, dict):
+                    if isinstance(item.get("project"), int):
+                        found.add(item["project"])
+                    if isinstance(item.get("task"), int):
+                        found.add(self.project_of("tasks", item["task"]) or -1)
+        return found
+
+    def check(self, user: str | None, method: str, path: str, query: dict[str, str], body: bytes) -> None:
+        """Raise :class:`Denied` when ``user`` (an annotator) may not make this request."""
+        if user is None or user not in self.annotators():
+            return  # not logged in (Label Studio answers) or not an annotator (the admin)
+        if _EXPORT_PATH.match(path):
+            raise Denied("exports are for the pipeline, not for annotators")
+        m = _PROJECT_PATH.match(path)
+        if m and path.startswith("/api/") and method in ("PATCH", "PUT", "DELETE") and path.rstrip("/").count("/") == 3:
+            raise Denied("project settings are for the pipeline, not for annotators")
+        if method == "POST" and path.rstrip("/") == "/api/projects":
+            raise Denied("projects are made by the pipeline")
+        for pid in self.projects_touched(method, path, query, body):
+            if pid == -1 or self.owner(pid) != user:
+                raise Denied("not one of your projects")
+
+    def filter_project_list(self, user: str, payload: bytes) -> bytes:
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            return payload
+        def own(p):
+            return isinstance(p, dict) and self.owner(int(p.get("id", -1))) == user
+        if isinstance(body, dict) and isinstance(body.get("results"), list):
+            body["results"] = [p for p in body["results"] if own(p)]
+            body["count"] = len(body["results"])
+        elif isinstance(body, list):
+            body = [p for p in body if own(p)]
+        return json.dumps(body).encode()
+
+
+def make_app(upstream: str, admin_token: str):
+    """The proxy as an ASGI app (Starlette) in front of Label Studio at ``upstream``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    gate = Gate(upstream, admin_token)
+    # No cookie jar: a shared client would keep one caller's session and send it for the next.
+    client = httpx.AsyncClient(base_url=upstream.rstrip("/"), timeout=300, follow_redirects=False,
+                               cookies=no_cookies())
+
+    async def forward(request: Request):
+        import anyio
+
+        path = request.url.path
+        query = dict(request.query_params)
+        body = await request.body()
+        user = await anyio.to_thread.run_sync(gate.whoami, request.headers.get("cookie"),
+                                              request.headers.get("authorization"))
+        try:
+            await anyio.to_thread.run_sync(gate.check, user, request.method, path, query, body)
+        except Denied as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+        # the caller's Host stays: Django checks it against the browser's Origin (CSRF)
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
+        upstream_request = client.build_request(request.method, path, params=request.url.query or None,
+                                                headers=headers, content=body)
+        r = await client.send(upstream_request, stream=True)
+        # every header line as it came (several Set-Cookie lines stay several lines)
+        raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
+        listing = request.method == "GET" and path.rstrip("/") == "/api/projects"
+        if listing and user in gate.annotators() and r.status_code == 200:
+            payload = await r.aread()  # decoded
+            await r.aclose()
+            response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
+            raw = [(k, v) for k, v in raw if k != "content-encoding"]
+        else:
+            async def stream():
+                try:
+                    async for chunk in r.aiter_raw():
+                        yield chunk
+                finally:
+                    await r.aclose()
+            response = StreamingResponse(stream(), status_code=r.status_code)
+        kept = [(k, v) for k, v in response.raw_headers if k.decode() in ("content-length",)]
+        response.raw_headers = kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in raw]
+        return response
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        await client.aclose()
+        gate.close()
+
+    app = Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)
+    app.state.gate = gate
+    return app
+
+
+class ProxyServer:
+    """The proxy served by uvicorn in a background thread (tests, ``rescue annotate gate``)."""
+
+    def __init__(self, upstream: str, admin_token: str, host: str = "127.0.0.1", port: int = 0):
+        import socket
+
+        import uvicorn
+
+        if port == 0:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        self.host, self.port = host, port
+        self.app = make_app(upstream, admin_token)
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
+                                                     lifespan="on"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30) -> "ProxyServer":
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the annotators' gate did not start on {self.url}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
