@@ -261,3 +261,23 @@ def annotate_status(
                       f"{s.samples_done} / {s.samples_total}", str(s.drafts),
                       (s.last_activity or "-")[:19].replace("T", " "), s.url)
     console.print(table if lines else "no annotation projects yet")
+
+
+@annotate_app.command("gate")
+def annotate_gate(
+    data_root: Optional[Path] = DataRoot,
+    host: str = typer.Option("127.0.0.1", help="Address annotators reach (e.g. the machine's LAN address)."),
+    port: int = typer.Option(8090, help="Port of the gate."),
+) -> None:
+    """Serve the annotators' gate to Label Studio (blind rounds): give annotators this address, never
+    Label Studio's own; each sees only their own projects (see pipeline.annotation.proxy)."""
+    import uvicorn
+
+    from pipeline.annotation.proxy import make_app
+
+    settings = _settings(data_root)
+    if not settings.label_studio_token:
+        _fail("set LABEL_STUDIO_USER_TOKEN (the gate asks Label Studio who owns what with it)")
+    console.print(f"annotators' gate on http://{host}:{port} -> {settings.label_studio_url}", highlight=False)
+    uvicorn.run(make_app(settings.label_studio_url, settings.label_studio_token.value), host=host, port=port,
+                log_level="warning")
