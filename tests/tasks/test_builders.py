@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import schemas
 from pipeline.benchmark import tasks
-from pipeline.benchmark.tasks.common import even_sample, pick_evenly
+from pipeline.benchmark.tasks.common import even_sample, instance_id, pick_evenly
 
 S1 = "alan_and_evelyn/001_s01e01_ct25_segment04"
 
@@ -45,7 +45,7 @@ def test_itp_sample1_is_balanced_4_plus_4(head_samples):
     yes = [r["row_index"] for r in got if r["label"] == "yes"]
     no = [r["row_index"] for r in got if r["label"] == "no"]
     assert yes == [2, 9, 11, 15] and no == [1, 6, 7, 8]
-    assert f"{S1}__pos_after_row9" in {r["instance_id"] for r in got}
+    assert instance_id(S1, "itp", 9) in {r["instance_id"] for r in got}
     assert [r["row_index"] for r in got] == sorted(r["row_index"] for r in got)
     r9 = next(r for r in got if r["row_index"] == 9)
     # context of 3 ends with the decision row (the scripts' window); the next row is hidden
@@ -58,7 +58,7 @@ def test_rpp_sample1_instances_and_full_prior_context(head_samples):
     assert [(r["row_index"], r["label"]) for r in got] == [
         (3, "attack_attack"), (5, "attack_attack"), (14, "withdraw_withdraw"), (16, "withdraw_withdraw")]
     assert [c["row_index"] for c in got[2]["prior_context"]] == list(range(1, 14))  # context -1 = all prior
-    assert got[0]["turn_id"] == "001_s01e01_ct25_segment04__row3" and got[0]["instance_id"] == f"{S1}__row3"
+    assert got[0]["turn_id"] == "001_s01e01_ct25_segment04__row3" and got[0]["instance_id"] == instance_id(S1, "rpp", 3)
     assert got[0]["label_evidence_rows"] == [1, 2]  # moved from the release's shifted copy on row 2
     assert "pursue_withdraw" in got[0]["candidate_relation_labels"]
 
@@ -74,7 +74,7 @@ def test_er_sample1_checkpoints(head_samples):
 
 def test_vp_first_instance_matches_released_record(head_samples):
     first = tasks.build_task("vp", head_samples, context_size=-1).to_pylist()[0]  # vp.jsonl holds all prior rows
-    assert first["instance_id"] == f"{S1}__row2" and first["row_index"] == 2
+    assert first["instance_id"] == instance_id(S1, "vp", 2) and first["row_index"] == 2
     assert first["participants"] == ["Alan", "Therapist", "Evelyn"]
     assert first["timestamp"] == "7.760-17.300" and first["speaker"] == "Alan" and first["target"] == ["Therapist"]
     assert first["label"] == [{"source": "Alan", "target": "Evelyn",
@@ -95,7 +95,7 @@ def test_vp_first_instance_matches_released_record(head_samples):
 
 def test_stp_and_ssp_share_rows_and_targets(head_samples):
     stp, ssp = tasks.build_task("stp", head_samples), tasks.build_task("ssp", head_samples)
-    assert stp["instance_id"].to_pylist() == ssp["instance_id"].to_pylist()
+    assert stp.select(["sample_id", "row_index"]).equals(ssp.select(["sample_id", "row_index"]))
     s1 = _rows(stp, S1)
     assert [(r["row_index"], r["label"]) for r in s1] == [(5, "Evelyn")]
     assert s1[0]["candidate_target_labels"] == ["Alan", "Evelyn", "Couple"]

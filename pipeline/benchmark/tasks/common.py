@@ -5,6 +5,7 @@ Python's ``round`` (banker's rounding), exactly as the paper's scripts.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import TypeVar
@@ -144,18 +145,28 @@ def turn_id(sample: dict, row_index: int) -> str:
     return "%s__row%d" % (PurePosixPath(sample["sample_id"]).name, row_index)
 
 
-def therapist_turn_keys(sample: dict, row_index: int) -> dict:
+def therapist_turn_keys(sample: dict, row_index: int, task: str) -> dict:
     """Key columns of the therapist-turn tasks (RPP, STP, SSP): the row keys, the paper's
     turn_id and the sample's participants."""
-    return {**instance_keys(sample, row_index), "turn_id": turn_id(sample, row_index),
+    return {**instance_keys(sample, row_index, task), "turn_id": turn_id(sample, row_index),
             "participants": list(sample.get("participants") or [])}
 
 
-def instance_keys(sample: dict, row_index: int) -> dict:
+def instance_id(sample_id: str, task: str, row_index: int) -> str:
+    """An opaque, stable instance id: ``<task>_`` + 20 hex digits of sha256(task, sample_id, row_index).
+
+    Nothing in it depends on the gold (the paper's ITP ids said ``pos``/``neg``: a model that saw
+    the id saw the answer); the same instance keeps its id across releases. The sample and row
+    stay readable in the ``sample_id`` / ``row_index`` columns."""
+    digest = hashlib.sha256(f"rescue\x1f{task}\x1f{sample_id}\x1f{row_index}".encode("utf-8")).hexdigest()
+    return f"{task}_{digest[:20]}"
+
+
+def instance_keys(sample: dict, row_index: int, task: str) -> dict:
     """The key columns every row-anchored task table starts with (schemas.TASK_KEY_FIELDS)."""
     sid = sample["sample_id"]
     return {"sample_id": sid, "scenario": sample["scenario"], "row_index": row_index,
-            "instance_id": f"{sid}__row{row_index}"}
+            "instance_id": instance_id(sid, task, row_index)}
 
 
 def group_id(sample: dict) -> str:

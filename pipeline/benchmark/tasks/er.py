@@ -63,7 +63,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, min_words: in
         k = row["row_index"]
         out.append(
             {
-                **instance_keys(sample, k),
+                **instance_keys(sample, k, "er"),
                 "group_id": group_id(sample),
                 **current_row_fields(row, inputs[k - 1]),
                 "prior_context": prior_context(inputs, k, context_size),

@@ -26,7 +26,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, speaker_filte
         k = row["row_index"]
         out.append(
             {
-                **therapist_turn_keys(sample, k),
+                **therapist_turn_keys(sample, k, "rpp"),
                 "target_primary_speaker": row["primary_speaker"],
                 "candidate_relation_labels": list(labels),
                 "prior_context": prior_context(inputs, k, context_size),

@@ -47,7 +47,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, include_targe
         k = row["row_index"]
         out.append(
             {
-                **therapist_turn_keys(sample, k),
+                **therapist_turn_keys(sample, k, "ssp"),
                 "known_support_target": target,
                 "candidate_strategy_labels": list(strategies),
                 "target_internal_emotion": (

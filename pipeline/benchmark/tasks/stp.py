@@ -25,7 +25,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int) -> list[dict]
         k = row["row_index"]
         out.append(
             {
-                **therapist_turn_keys(sample, k),
+                **therapist_turn_keys(sample, k, "stp"),
                 "target_primary_speaker": row["primary_speaker"],
                 # Gold is always in the set (the set scans every therapist row's targets);
                 # appended defensively as the scripts do.

@@ -57,7 +57,7 @@ def instances(sample: dict, inputs: list[dict], context_size: int, checkpoints: 
         k = row["row_index"]
         out.append(
             {
-                **instance_keys(sample, k),
+                **instance_keys(sample, k, "vp"),
                 "group_id": group_id(sample),
                 "participants": participants,
                 **current_row_fields(row, inputs[k - 1]),
