@@ -1,12 +1,13 @@
 """Turns as people hear them: row match and backchannels found on generated interviews.
 
-Generated couple and family interviews with backchannels spoken over a client's sentence
-(``overlapping_backchannels``) and subtitles without speaker names are diarized with the
+Generated couple and family interviews with the therapist's backchannels spoken over a client's
+sentence (``--overlapping``, and ``--partner``: by another client) and subtitles without speaker names are diarized with the
 offline default pipeline (cached under ``--cache``: the slow part) and segmented. Printed per
 interview and in total:
 
 * rows matching the script (speaker + text, in order; ``synthetic.interviews.row_match``),
-* backchannels found in the right row's ``background_dialogue`` (``backchannels_found``),
+* backchannels found in the right row's ``background_dialogue`` (``backchannels_found``), by
+  the therapist (in a pause or over the client's speech) and by a client (over another's),
 
 for three namings: ``hint`` (the manifest's speaking order, given in speaking order),
 ``voices`` (the default: neutral voice labels, then each voice named once from the voice
@@ -14,7 +15,8 @@ table by a simulated annotator: ``name_voices_from_truth``) and ``voices-misorde
 same with the participants listed in another order than they speak; the default ignores the
 order, so the figures equal ``voices``).
 
-    .venv/bin/python benchmarks/bench_turns.py [--seeds 0 1 2 3] [--scenarios couple family] [--cache DIR]
+    .venv/bin/python benchmarks/bench_turns.py [--seeds 0 1 2 3] [--scenarios couple family]
+        [--overlapping 3] [--partner 0] [--cache DIR]
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--scenarios", nargs="+", default=["couple", "family"])
-    ap.add_argument("--overlapping", type=int, default=3, help="backchannels spoken over a sentence, per interview")
+    ap.add_argument("--overlapping", type=int, default=3, help="therapist backchannels over a sentence, per interview")
+    ap.add_argument("--partner", type=int, default=0, help="client backchannels over another's sentence, per interview")
     ap.add_argument("--cache", default="build/bench_turns")
     args = ap.parse_args()
 
@@ -42,10 +45,10 @@ def main() -> None:
     for scenario in args.scenarios:
         for seed in args.seeds:
             name = f"{scenario}{seed}"
-            out = cache / f"{name}-o{args.overlapping}"
+            out = cache / f"{name}-o{args.overlapping}p{args.partner}"
             if not (out / f"{name}.rows.json").exists():
                 synth.make_interview(out, name, scenario, seed=seed, make_video=False,
-                                     overlapping_backchannels=args.overlapping)
+                                     overlapping_backchannels=args.overlapping, partner_backchannels=args.partner)
             hyp_path = out / f"{name}.hyp.rttm"
             if not hyp_path.exists():
                 wav16 = ingest.extract_wav(out / f"{name}.wav", out / f"{name}.16k.wav")
@@ -72,15 +75,24 @@ def main() -> None:
                     rows = table.to_pylist()
                 match = synth.row_match(rows, truth["rows"])
                 found, total = synth.backchannels_found(rows, truth["rows"])
+                by_t = synth.backchannels_found(rows, _only(truth["rows"], lambda who: who == "Therapist"))
+                by_c = synth.backchannels_found(rows, _only(truth["rows"], lambda who: who != "Therapist"))
                 figures[how] = (match, found, total)
-                totals.setdefault(how, []).append((match * len(truth["rows"]), len(truth["rows"]), found, total))
+                totals.setdefault(how, []).append((match * len(truth["rows"]), len(truth["rows"]), found, total,
+                                                   *by_t, *by_c))
             print(f"{name:9s} DER {rttm.der(rttm.read_rttm(out / f'{name}.rttm'), hyp):.3f}  " + "  ".join(
                 f"{how}: rows {m:.0%} backchannels {f}/{t}" for how, (m, f, t) in figures.items()), flush=True)
     for how, rs in totals.items():
-        matched, n, found, total = (sum(x[i] for x in rs) for i in range(4))
+        matched, n, found, total, ft, tt, fc, tc = (sum(x[i] for x in rs) for i in range(8))
         worst = min(x[0] / x[1] for x in rs)
         print(f"{how:18s} rows matching {matched / n:.1%} (worst interview {worst:.0%}), "
-              f"backchannels found {found}/{total} = {found / max(total, 1):.1%}")
+              f"backchannels found {found}/{total} = {found / max(total, 1):.1%} "
+              f"(therapist {ft}/{tt}, client {fc}/{tc})")
+
+
+def _only(rows: list[dict], keep) -> list[dict]:
+    """The script's rows with only the backchannels whose speaker ``keep`` accepts."""
+    return [{**r, "background_dialogue": [b for b in r["background_dialogue"] if keep(b["speaker"])]} for r in rows]
 
 
 if __name__ == "__main__":

@@ -417,7 +417,7 @@ def voice_table(sample_id: str, rows: pa.Table, turns: Sequence[Turn], names: Ma
                 sample_s: float = 5.0) -> pa.Table:
     """DRAFT_VOICES: every label the rows carry (primary or background speaker), in the order of
     its first row, with its first rows and up to ``sample_s`` seconds where that voice speaks
-    alone (its first diarization turn of at least 2 s that overlaps nobody, else its longest turn;
+    alone (its first diarization turn of at least 2 s that no other turn overlaps, else its longest turn;
     a voice without turns: its first row)."""
     records = rows.to_pylist()
     by_label: dict[str, list[str]] = {}
@@ -432,9 +432,8 @@ def voice_table(sample_id: str, rows: pa.Table, turns: Sequence[Turn], names: Ma
     for voice in seen:
         labels = by_label.get(voice, [])
         own = sorted((t for t in turns if t.speaker in labels), key=lambda t: (t.start, t.end))
-        others = [t for t in turns if t.speaker not in labels]
-        alone = [t for t in own if t.end - t.start >= 2.0
-                 and not any(o.start < t.end and t.start < o.end for o in others)]
+        alone = [t for t in own if t.end - t.start >= 2.0  # no other turn, not even its own voice's, overlaps
+                 and not any(o is not t and o.start < t.end and t.start < o.end for o in turns)]
         its_rows = [r for r in records if r["primary_speaker"] == voice]
         if alone or own:
             pick = alone[0] if alone else max(own, key=lambda t: t.end - t.start)

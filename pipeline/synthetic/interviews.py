@@ -4,8 +4,9 @@ A script is a list of rows (speaker, sentences, optional backchannels by other s
 generator speaks every sentence with a distinct voice per speaker, lays them on a timeline
 with realistic pauses, puts a backchannel in a pause inside the other speaker's row, lets
 one turn start before the previous one ends (an overlap), optionally speaks further
-backchannels *over* a client's sentence (``overlapping_backchannels``: the listener's
-"Mm-hmm." inside the speaker's cue, about 0.5-0.8 s of two voices at once), and writes:
+backchannels *over* a client's sentence (``overlapping_backchannels``: the therapist's
+"Mm-hmm." inside the client's cue, about 0.4-0.7 s of two voices at once;
+``partner_backchannels``: the same by another client), and writes:
 
     <name>.mp4      still frame + AAC audio
     <name>.srt      one cue per sentence (the subtitle truth; "NAME:" prefixes only when asked)
@@ -67,11 +68,12 @@ class ScriptRow:
 
 
 def make_script(scenario: str = "couple", participants: list[str] | None = None, n_rows: int = 16,
-                seed: int = 0, overlapping_backchannels: int = 0) -> tuple[list[str], list[ScriptRow]]:
+                seed: int = 0, overlapping_backchannels: int = 0,
+                partner_backchannels: int = 0) -> tuple[list[str], list[ScriptRow]]:
     """A deterministic therapy-interview script: therapist + 2 (couple) or 3-4 (family) clients.
-    ``overlapping_backchannels``: that many client rows get a listener's backchannel spoken over
-    one of their long sentences (the therapist, every second one another client); 0 leaves the
-    script exactly as before."""
+    ``overlapping_backchannels``: that many client rows get the therapist's backchannel spoken
+    over one of their long sentences; ``partner_backchannels``: that many more get one by another
+    client (interleaved). 0 and 0 leave the script exactly as before."""
     rng = random.Random(seed)
     if participants is None:
         participants = ["Alan", "Evelyn"] if scenario == "couple" else ["Dana", "Mark", "Lily", "Sam"][: 3 + seed % 2]
@@ -97,19 +99,28 @@ def make_script(scenario: str = "couple", participants: list[str] | None = None,
     a = next(i for i, r in enumerate(rows) if i > 4 and r.speaker != "Therapist")
     other = next(p for p in participants if p != rows[a].speaker)
     rows.insert(a + 1, ScriptRow(other, [rng.choice(CLIENT_LINES)], [rows[a].speaker], overlap_s=0.4))
-    if overlapping_backchannels:
-        _add_overlapped(rows, participants, overlapping_backchannels, random.Random(seed + 7))
+    if overlapping_backchannels or partner_backchannels:
+        _add_overlapped(rows, participants, overlapping_backchannels, partner_backchannels, random.Random(seed + 7))
     return participants, rows
 
 
-def _add_overlapped(rows: list[ScriptRow], participants: list[str], n: int, rng: random.Random) -> None:
-    """Put ``n`` backchannels over long client sentences (one per row, spread over the interview)."""
+def _add_overlapped(rows: list[ScriptRow], participants: list[str], n: int, m: int, rng: random.Random) -> None:
+    """Put ``n`` therapist and ``m`` partner backchannels over long client sentences (one per row,
+    spread over the interview; partner ones at every second place while both remain)."""
+    kinds, left_t, left_p = [], n, m if len(participants) > 1 else 0
+    while left_t or left_p:
+        if left_p and (len(kinds) % 2 == 1 or not left_t):
+            kinds.append("partner")
+            left_p -= 1
+        else:
+            kinds.append("Therapist")
+            left_t -= 1
     hosts = [r for r in rows if r.speaker != "Therapist" and not r.overlap_s
              and any(len(s.split()) >= 7 for s in r.sentences)]
-    step = max(1, len(hosts) // n) if hosts else 1
-    for k, row in enumerate(hosts[::step][:n]):
+    step = max(1, len(hosts) // len(kinds)) if hosts and kinds else 1
+    for kind, row in zip(kinds, hosts[::step]):
         j = next(i for i, s in enumerate(row.sentences) if len(s.split()) >= 7)
-        who = "Therapist" if k % 2 == 0 or len(participants) < 2 else next(p for p in participants if p != row.speaker)
+        who = kind if kind == "Therapist" else next(p for p in participants if p != row.speaker)
         row.overlapped.append((j, who, rng.choice(BACKCHANNELS)))
 
 
@@ -228,14 +239,16 @@ def _write_wav(path: Path, audio: np.ndarray) -> Path:
 
 def make_interview(out_dir: str | Path, name: str, scenario: str = "couple", seed: int = 0, n_rows: int = 16,
                    participants: list[str] | None = None, prefix_speakers: bool = False,
-                   make_video: bool = True, overlapping_backchannels: int = 0) -> dict[str, Path]:
-    people, script = make_script(scenario, participants, n_rows, seed, overlapping_backchannels)
+                   make_video: bool = True, overlapping_backchannels: int = 0,
+                   partner_backchannels: int = 0) -> dict[str, Path]:
+    people, script = make_script(scenario, participants, n_rows, seed, overlapping_backchannels, partner_backchannels)
     return render(out_dir, name, people, script, seed, prefix_speakers, make_video)
 
 
 def make_batch(batch_dir: str | Path, specs: list[dict]) -> Path:
     """A batch folder with videos, subtitles and manifest.csv. Each spec: name, scenario, seed,
     optional n_rows / participants / group (sample_id = group/name) / overlapping_backchannels /
+    partner_backchannels /
     listed (the participants in the order the manifest lists them; default: speaking order) /
     speaking_order (the manifest's ``speaking_order`` column; default ``yes`` when the list is in
     speaking order, else empty)."""
@@ -244,7 +257,8 @@ def make_batch(batch_dir: str | Path, specs: list[dict]) -> Path:
     for spec in specs:
         files = make_interview(batch_dir, spec["name"], spec.get("scenario", "couple"), spec.get("seed", 0),
                                spec.get("n_rows", 16), spec.get("participants"),
-                               overlapping_backchannels=spec.get("overlapping_backchannels", 0))
+                               overlapping_backchannels=spec.get("overlapping_backchannels", 0),
+                               partner_backchannels=spec.get("partner_backchannels", 0))
         files["wav"].unlink()
         people = json.loads(files["rows"].read_text())["participants"]
         listed = list(spec.get("listed") or people)

@@ -195,9 +195,11 @@ def test_segment_stage_reads_the_manifest_hint_from_the_catalog_and_writes_the_v
 
 # --- generated interviews, diarized: the figures ------------------------------------------------
 
-# (scenario, seed): couple and family, backchannels spoken over a client's sentence, subtitles
-# without speaker names, participants listed in ANOTHER order than they speak and no
-# speaking_order column in the manifest. benchmarks/bench_turns.py runs the wider sweep.
+# (scenario, seed): couple and family, the therapist's backchannels spoken over a client's
+# sentence (3 per interview, besides one in a pause), subtitles without speaker names,
+# participants listed in ANOTHER order than they speak and no speaking_order column in the
+# manifest. benchmarks/bench_turns.py runs the wider sweep (and clients' backchannels over
+# each other, which the offline diarization mostly gives the wrong voice: see its figures).
 CASES = [("couple", 0), ("couple", 1), ("family", 0), ("family", 1)]
 
 
