@@ -102,6 +102,7 @@ class Ingested:
     audio_path: str            # relative to the data root (DataRoot.resolve)
     subtitle_path: str | None  # relative to the data root, None when the manifest gave none
     duration_s: float
+    speaking_order: bool = False  # the manifest's naming hint (part of the segment task's cache key)
 
 
 @dataclass(frozen=True)
@@ -461,7 +462,7 @@ def catalog_entry(data_root: str | Path, sample_id: str) -> dict:
 def ingested(row: dict) -> Ingested:
     """The typed record of a catalog line with ``status=done``."""
     return Ingested(row["sample_id"], row["scenario"], tuple(row.get("participants") or ()), row["sha256"],
-                    row["audio_path"], row.get("subtitle_path"), row["duration_s"])
+                    row["audio_path"], row.get("subtitle_path"), row["duration_s"], bool(row.get("speaking_order")))
 
 
 # --- ingest -----------------------------------------------------------------------------
