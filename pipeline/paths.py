@@ -21,6 +21,8 @@ Layout::
     annotation/exports/<round>/<scenario>/<annotator>/<sha>.json   raw Label Studio exports
     annotation/labels/<round>.parquet        the long label table of a round (+ .problems)
     annotation/labels/<round>.agreement/     the agreement report of a round
+    annotation/pushed/<round>.json           which samples each annotator's projects were given
+    annotation/locks/<round>.lock            held while a round is pushed
     annotation/adjudications/<round>.parquet the adjudicator's answers
     annotation/gates/<round>.json            agreement gate (+ <round>.override.json)
     annotation/gold/                         gold provenance, violations, summary
@@ -208,6 +210,14 @@ class DataRoot:
             raise InvalidId(f"export digest {sha256!r} is not a sha256 hex digest")
         return self._inside("annotation", "exports", check_name(round_name, "round"),
                             check_name(scenario, "scenario"), slug(annotator), f"{sha256}.json")
+
+    def push_lock(self, round_name: str) -> Path:
+        """Held (``fcntl.flock``) around a round's project creation and task import (one host)."""
+        return self._inside("annotation", "locks", f"{check_name(round_name, 'round')}.lock")
+
+    def pushed(self, round_name: str) -> Path:
+        """What was pushed: ``{"<scenario>/<annotator>": [sample_id, ...]}`` (pull checks it)."""
+        return self._inside("annotation", "pushed", f"{check_name(round_name, 'round')}.json")
 
     def adjudications(self, round_name: str) -> Path:
         return self._inside("annotation", "adjudications", f"{check_name(round_name, 'round')}.parquet")

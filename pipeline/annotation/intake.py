@@ -96,5 +96,5 @@ def open_round(client: LabelStudioClient, root: str | os.PathLike, round_name: s
     media = root.media_dir()
     report = push.push_round(client, round_name, samples, annotators, k=k, prelabel=prelabel,
                              prelabel_source=prelabel_source, media_url=push.catalog_media_urls(root),
-                             media_dir=media if media.is_dir() else None, on_chunk=on_chunk)
+                             media_dir=media if media.is_dir() else None, on_chunk=on_chunk, data_root=root)
     return Opened(round_name, admitted, report)

@@ -10,6 +10,16 @@ and turned into the long label table (``schemas.LABELS``): one line per (sample,
 annotator, field) with the value as JSON of the row-schema type and the scenario of the task. A field with a problem gets no
 line; the problem goes to the report (``schemas.LABEL_PROBLEMS``) with the offending value.
 Nothing is "fixed" silently.
+
+Nothing already pulled is lost:
+
+* A pull of some annotators (``annotators=[...]``, ``rescue annotate pull ROUND -a EMAIL``)
+  replaces only those annotators' lines and problems in the round's tables; everyone else's
+  stay as they were pulled before.
+* The round's push record (:mod:`.pushed`) says which samples each annotator's project was
+  given. A task (or whole project) deleted in Label Studio after the push is reported, one
+  problem per (sample, annotator), in the problems table and :attr:`PullResult.missing`; the
+  label lines pulled for it before are kept. Pushing the round again recreates the task.
 """
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ from pipeline import schemas, store, taxonomy
 from pipeline.annotation import ls_config
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
+from pipeline.annotation.pushed import read_pushed
 from pipeline.annotation.rounds import Field, Round, load_round
 from pipeline.annotation.windows import stitch_tasks
 from pipeline.paths import DataRoot, check_name
@@ -288,10 +299,19 @@ class PullResult:
     snapshots: list[Path] = field(default_factory=list)
     new_snapshots: int = 0
     progress: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (annotator, scenario) -> (done, total)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (sample_id, annotator): pushed, gone from Label Studio
+    kept: list[str] = field(default_factory=list)  # annotators whose earlier lines were kept (not pulled this time)
 
     def summary(self) -> str:
-        return (f"round {self.round}: {self.labels.num_rows} label lines, {self.problems.num_rows} problems, "
-                f"{len(self.snapshots)} exports ({self.new_snapshots} new)")
+        s = (f"round {self.round}: {self.labels.num_rows} label lines, {self.problems.num_rows} problems, "
+             f"{len(self.snapshots)} exports ({self.new_snapshots} new)")
+        if self.kept:
+            s += f"; lines of {', '.join(self.kept)} kept from the earlier pull"
+        if self.missing:
+            s += (f"; {len(self.missing)} pushed tasks are gone from Label Studio: "
+                  + ", ".join(f"{sid} ({who})" for sid, who in self.missing[:5])
+                  + (" ..." if len(self.missing) > 5 else ""))
+        return s
 
 
 def _sorted_table(records: list[dict], schema: pa.Schema, keys: list[str]) -> pa.Table:
@@ -324,7 +344,9 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
     # The server serialises exports slowly (seconds per large project): ask for a few at once.
     with ThreadPoolExecutor(EXPORT_WORKERS) as pool:
         exports = list(pool.map(lambda item: client.export_tasks(item[0].id), wanted))
+    exported: dict[tuple[str, str], set[str]] = {}  # (scenario, annotator) -> sample ids with a task
     for (project, (_, scenario, annotator)), raw in zip(wanted, exports):
+        exported.setdefault((scenario, annotator), set())
         path, new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
         result.snapshots.append(path)
         result.new_snapshots += int(new)
@@ -334,6 +356,8 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
             problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": annotator,
                              "field": None, "problem": f"export {path.name} is not JSON: {exc}", "value": None})
             continue
+        exported[(scenario, annotator)] |= {(t.get("data") or {}).get("sample_id") for t in tasks
+                                            if isinstance(t, dict)}
         tasks, notes = stitch_tasks(tasks)  # windows of a long sample -> one task per sample
         problems += [{"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
                       "field": None, "problem": note, "value": None} for sid, note in notes]
@@ -341,6 +365,35 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
         labels += lines
         problems += probs
         result.progress[(annotator, scenario)] = (done, len(tasks))
+    # Pushed but gone: a task or project deleted in Label Studio after the push.
+    pulled = {a for (_, a) in exported}
+    for key, sample_ids in sorted(read_pushed(root, rnd.name).items()):
+        scenario, _, annotator = key.partition("/")
+        if annotators and annotator not in annotators:
+            continue
+        have = exported.get((scenario, annotator))
+        for sid in sample_ids:
+            if have is not None and sid in have:
+                continue
+            what = "task" if have is not None else f"project ({rnd.name} / {scenario} / {annotator})"
+            problems.append({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
+                             "field": None, "value": None,
+                             "problem": f"pushed to {annotator} but its {what} is gone from Label Studio (deleted "
+                                        f"after the push); labels pulled for it before are kept; `rescue annotate "
+                                        f"push {rnd.name}` recreates the task"})
+            result.missing.append((sid, annotator))
+    for who in annotators or []:
+        if who not in pulled:
+            problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": who, "field": None,
+                             "value": None, "problem": f"{who} has no project in round {rnd.name}; nothing pulled "
+                                                       "for them (earlier lines kept)"})
+    # Keep what was pulled before for annotators not pulled now, and for tasks that are gone.
+    gone = set(result.missing)
+    old_labels = _read_rows(root.labels(rnd.name))
+    old_problems = _read_rows(root.label_problems(rnd.name))
+    labels += [r for r in old_labels if r["annotator"] not in pulled or (r["sample_id"], r["annotator"]) in gone]
+    problems += [r for r in old_problems if r["annotator"] not in pulled and (not annotators or r["annotator"] not in annotators)]
+    result.kept = sorted({r["annotator"] for r in old_labels if r["annotator"] not in pulled})
     result.labels = _sorted_table(labels, schemas.LABELS, ["sample_id", "row_index", "annotator", "field"])
     result.problems = _sorted_table(problems, schemas.LABEL_PROBLEMS,
                                     ["sample_id", "row_index", "annotator", "field", "problem"])
@@ -348,6 +401,15 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
         store.write_parquet(result.labels, root.labels(rnd.name))
         store.write_parquet(result.problems, root.label_problems(rnd.name))
     return result
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """The lines of an earlier pull's table ([] when there is none)."""
+    if not path.is_file():
+        return []
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).read().to_pylist()
 
 
 def round_progress(client: LabelStudioClient) -> dict[tuple[str, str, str], tuple[int, int]]:

@@ -154,7 +154,25 @@ def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: C
     return out
 
 
-def push_round(
+def push_round(client: LabelStudioClient, round_name: str, samples: Sequence[dict],
+               annotators: Sequence[str] | None = None, *, data_root=None, **options) -> PushReport:
+    """:func:`_push_round` (see there); with ``data_root`` it holds the round's push lock
+    (:func:`.pushed.round_lock`: two pushes at once make no duplicate project or task) and
+    records who was given which samples (:func:`.pushed.record_pushed`; pull reports deleted tasks)."""
+    if data_root is None:
+        return _push_round(client, round_name, samples, annotators, **options)
+    from pipeline.annotation import pushed
+
+    with pushed.round_lock(data_root, round_name):
+        report = _push_round(client, round_name, samples, annotators, **options)
+        scenario_of = {s["sample_id"]: s["scenario"] for s in samples}
+        given = [(sc, ann, sid) for key in report.projects if (parsed := parse_project_key(key))
+                 for _, sc, ann in [parsed] for sid, s_sc in scenario_of.items() if s_sc == sc]
+        pushed.record_pushed(data_root, report.round, given)
+    return report
+
+
+def _push_round(
     client: LabelStudioClient,
     round_name: str,
     samples: Sequence[dict],

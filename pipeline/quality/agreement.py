@@ -6,6 +6,10 @@ metrics and thresholds of the round definition), writes the report
 (:mod:`pipeline.quality.reports`, into ``DataRoot.agreement_report_dir``) and the release gate
 (:mod:`pipeline.quality.gates`), and returns a :class:`RoundMeasure`.
 
+A round labelled by fewer annotators than its definition's ``annotators`` (e.g. only one
+annotator pulled so far) is refused with :class:`TooFewAnnotators`, naming who is missing (the
+annotators it was pushed to, :mod:`pipeline.annotation.pushed`); gold refuses it too.
+
 Scenarios for the per-scenario breakdown come from the label table's ``scenario`` column (pull
 writes the scenario of the project each task came from); label lines without one take it from
 the sample table (the corpus).
@@ -13,15 +17,37 @@ the sample table (the corpus).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import corpus, store
-from pipeline.annotation.rounds import load_round
+from pipeline.annotation.pushed import pushed_annotators
+from pipeline.annotation.rounds import Round, load_round
 from pipeline.paths import DataRoot, check_name
 from pipeline.quality import gates, reports
 from pipeline.quality.coding import clean_labels, label_scenarios
 from pipeline.quality.measures import RoundAgreement, round_agreement
+
+
+class TooFewAnnotators(ValueError):
+    """A round's label table holds fewer annotators than the round requires."""
+
+
+def require_annotators(root: DataRoot, rnd: Round, present: Iterable[str], what: str) -> None:
+    """Refuse ``rnd`` when fewer than ``rnd.annotators`` people labelled it, naming who is missing."""
+    present = sorted({a for a in present if a})
+    if len(present) >= rnd.annotators:
+        return
+    missing = [a for a in pushed_annotators(root, rnd.name) if a not in present]
+    msg = (f"{what}: round {rnd.name!r} needs {rnd.annotators} annotators (the round definition's "
+           f"`annotators`), its label table has {len(present)} ({', '.join(present) or 'none'})")
+    if missing:
+        msg += (f"; missing: {', '.join(missing)} - pull them with `rescue annotate pull {rnd.name} "
+                + " ".join(f"-a {a}" for a in missing) + "`")
+    else:
+        msg += f"; pull every annotator of the round first (`rescue annotate pull {rnd.name}`)"
+    raise TooFewAnnotators(msg)
 
 
 @dataclass(frozen=True)
@@ -54,6 +80,7 @@ def measure_round(data_root: str | os.PathLike, round_name: str,
         raise FileNotFoundError(f"{path}: no label table for round {rnd.name!r}; run `rescue annotate pull "
                                 f"{rnd.name}` first")
     df, issues = clean_labels(path)
+    require_annotators(root, rnd, df["annotator"].unique().to_list(), "agreement")
     known = label_scenarios(df)
     scenarios = {}
     if set(df["sample_id"].unique().to_list()) - set(known):  # lines without a scenario: the sample table

@@ -44,6 +44,7 @@ from pipeline import corpus, store, taxonomy, validate
 from pipeline.annotation.rounds import load_round
 from pipeline.annotation.rounds import round_names as all_rounds
 from pipeline.paths import DataRoot, check_name
+from pipeline.quality.agreement import require_annotators
 from pipeline.quality.disagreements import index_labels, record_key, structure, value_key
 
 PROVENANCE = pa.schema([
@@ -312,6 +313,8 @@ def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] |
         raise FileNotFoundError(f"no base samples: neither the work store under {root.work_dir()} nor the corpus "
                                 f"under {root.corpus_dir()} holds any")
     tables = [pq.read_table(root.labels(n)) for n in names]
+    for n, table in zip(names, tables):  # one annotator's answers are never "unanimous"
+        require_annotators(root, load_round(n), table.column("annotator").to_pylist(), "gold")
     adj = [pq.read_table(root.adjudications(n)) for n in names if root.adjudications(n).is_file()]
     labels = pa.concat_tables(tables, promote_options="default")
     adjudications = pa.concat_tables(adj, promote_options="default") if adj else None

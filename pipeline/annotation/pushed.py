@@ -1,0 +1,69 @@
+"""What a round was pushed to, kept under the data root, and the lock around a push.
+
+Label Studio is not the record of what was handed out: a task or project deleted there after
+the push would otherwise just vanish from the next pull. Every push with a data root merges
+``{"<scenario>/<annotator>": [sample_id, ...]}`` into ``DataRoot.pushed(round)``; the pull
+(:func:`pipeline.annotation.pull.pull_round`) reports each pushed (sample, annotator) whose task
+is gone, and agreement and gold name the annotators a round was given to but who have no labels.
+
+:func:`round_lock` is an exclusive ``fcntl.flock`` on ``DataRoot.push_lock(round)``, held by
+:func:`pipeline.annotation.push.push_round` from "find or create the project" to the last task
+imported, so two pushes of a round at once (two CLI processes, two flow runs) never create a
+second project or a second copy of a task. It holds between processes on ONE host (and on a
+shared file system whose flock is reliable, e.g. local or NFSv4 with lock support); workers on
+several hosts must serialise pushes elsewhere (a Prefect global concurrency limit of 1 around
+the push task, or a single push worker).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Iterator
+
+from pipeline import store
+from pipeline.paths import DataRoot, check_name
+
+
+@contextlib.contextmanager
+def round_lock(data_root: str | os.PathLike, round_name: str) -> Iterator[None]:
+    """Hold the round's push lock (waits for another holder; every holder opens the file anew)."""
+    path = DataRoot(data_root).push_lock(check_name(round_name, "round"))
+    store.make_private_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def read_pushed(data_root: str | os.PathLike, round_name: str) -> dict[str, list[str]]:
+    """``{"<scenario>/<annotator>": [sample_id, ...]}`` of every push so far ({} before any)."""
+    path = DataRoot(data_root).pushed(check_name(round_name, "round"))
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: the record of what was pushed is not JSON ({exc}); "
+                         "push the round again to rewrite it") from None
+    return {str(k): sorted(map(str, v)) for k, v in (raw.get("projects") or {}).items()}
+
+
+def record_pushed(data_root: str | os.PathLike, round_name: str,
+                  given: Iterable[tuple[str, str, str]]) -> dict[str, list[str]]:
+    """Merge ``(scenario, annotator, sample_id)`` triples into the round's record (never drops)."""
+    projects = {k: set(v) for k, v in read_pushed(data_root, round_name).items()}
+    for scenario, annotator, sample_id in given:
+        projects.setdefault(f"{scenario}/{annotator}", set()).add(sample_id)
+    out = {k: sorted(v) for k, v in sorted(projects.items())}
+    store.atomic_write_text(DataRoot(data_root).pushed(round_name),
+                            store.canonical_json({"round": round_name, "projects": out}))
+    return out
+
+
+def pushed_annotators(data_root: str | os.PathLike, round_name: str) -> list[str]:
+    """Everyone the round was pushed to (sorted e-mails)."""
+    return sorted({k.split("/", 1)[1] for k in read_pushed(data_root, round_name)})

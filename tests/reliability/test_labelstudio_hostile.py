@@ -1,0 +1,165 @@
+"""Label Studio faults against the session's real server: a pull of some annotators keeps the
+others' labels, tasks and projects deleted after the push are reported (never dropped in
+silence), two pushes at once (two processes) make no duplicate project or task."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "annotation"))
+from ls_samples import make_sample  # noqa: E402
+
+from pipeline.annotation import ls_config, pull, push  # noqa: E402
+from pipeline.annotation.pushed import read_pushed  # noqa: E402
+from pipeline.annotation.rounds import load_round  # noqa: E402
+from pipeline.paths import DataRoot  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROUND = "emotion"
+
+
+@pytest.fixture
+def two(ls_client, request):
+    """Two fresh annotators of this test (unique e-mails; projects are per annotator)."""
+    stem = request.node.name.lower().replace("_", "-")[:40]
+    out = [f"{stem}-{i}@reliability.test" for i in (0, 1)]
+    for email in out:
+        ls_client.create_user(email)
+    return out
+
+
+def _samples(tag: str) -> list[dict]:
+    return [make_sample(f"rel_{tag}/s1", "couple", 4), make_sample(f"rel_{tag}/s2", "couple", 3)]
+
+
+def _annotate(client, project_id, samples, user_id, intensity=None):
+    rnd = load_round(ROUND)
+    by_id = {s["sample_id"]: s for s in samples}
+    for task in client.tasks(project_id):
+        values = push.input_values(rnd, by_id[task["data"]["sample_id"]])
+        if intensity is not None:
+            for v in values.values():
+                for em in v.get("internal_emotion") or []:
+                    em["intensity"] = intensity
+        client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
+                                 completed_by=user_id)
+
+
+def _pushed_and_annotated(ls_client, two, root, tag):
+    samples = _samples(tag)
+    report = push.push_round(ls_client, ROUND, samples, two, data_root=root)
+    users = {u["email"]: u["id"] for u in ls_client.users()}
+    for n, who in enumerate(two):
+        _annotate(ls_client, report.projects[push.project_key(ROUND, "couple", who)], samples, users[who],
+                  intensity=3 + 4 * n)  # the two disagree on every intensity
+    return samples, report
+
+
+def _lines(root, who=None):
+    rows = pq.read_table(DataRoot(root).labels(ROUND)).to_pylist()
+    return sorted((r["sample_id"], r["row_index"], r["annotator"], r["field"], r["value"])
+                  for r in rows if who is None or r["annotator"] == who)
+
+
+def test_the_push_records_who_was_given_which_samples(ls_client, two, tmp_path):
+    samples = _samples("rec")
+    push.push_round(ls_client, ROUND, samples, two, data_root=tmp_path)
+    assert read_pushed(tmp_path, ROUND) == {f"couple/{a}": sorted(s["sample_id"] for s in samples) for a in two}
+
+
+def test_pulling_one_annotator_keeps_the_other_annotators_labels(ls_client, two, tmp_path):
+    a, b = two
+    _pushed_and_annotated(ls_client, two, tmp_path, "merge")
+    full = pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    assert {r for r in full.labels.column("annotator").to_pylist()} == {a, b}
+    before_b = _lines(tmp_path, b)
+    assert before_b
+    again = pull.pull_round(ls_client, ROUND, tmp_path, annotators=[a])
+    assert _lines(tmp_path, b) == before_b  # b's answers are still there, unchanged
+    assert set(again.labels.column("annotator").to_pylist()) == {a, b}
+    assert b in again.kept and b in again.summary()
+
+
+def test_pulling_an_annotator_without_a_project_keeps_everything_and_says_so(ls_client, two, tmp_path):
+    _pushed_and_annotated(ls_client, two, tmp_path, "nobody")
+    pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    before = _lines(tmp_path)
+    res = pull.pull_round(ls_client, ROUND, tmp_path, annotators=["nobody@reliability.test"])
+    assert _lines(tmp_path) == before
+    assert any("has no project" in p["problem"] for p in res.problems.to_pylist())
+
+
+def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_client, two, tmp_path):
+    a, b = two
+    samples, report = _pushed_and_annotated(ls_client, two, tmp_path, "deltask")
+    pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    before = _lines(tmp_path)
+    pid = report.projects[push.project_key(ROUND, "couple", a)]
+    victim = next(t for t in ls_client.tasks(pid) if t["data"]["sample_id"] == samples[0]["sample_id"])
+    ls_client.request("DELETE", f"/api/tasks/{victim['id']}/", "delete a task (test)")
+    res = pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    assert res.missing == [(samples[0]["sample_id"], a)]
+    probs = [p for p in res.problems.to_pylist() if "gone from Label Studio" in p["problem"]]
+    assert [(p["sample_id"], p["annotator"]) for p in probs] == [(samples[0]["sample_id"], a)]
+    assert "deleted after the push" in probs[0]["problem"] and samples[0]["sample_id"] in res.summary()
+    assert _lines(tmp_path) == before  # what was pulled for it before is kept
+
+
+def test_a_project_deleted_after_the_push_is_reported_per_sample(ls_client, two, tmp_path):
+    a, b = two
+    samples, report = _pushed_and_annotated(ls_client, two, tmp_path, "delproj")
+    pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    ls_client.request("DELETE", f"/api/projects/{report.projects[push.project_key(ROUND, 'couple', b)]}/",
+                      "delete a project (test)")
+    res = pull.pull_round(ls_client, ROUND, tmp_path)
+    mine = [m for m in res.missing if m[1] in two]
+    assert sorted(mine) == sorted((s["sample_id"], b) for s in samples)
+    assert _lines(tmp_path, b)  # b's earlier answers are kept
+
+
+_PUSHER = textwrap.dedent("""
+    import sys, time, json
+    from pathlib import Path
+    sys.path.insert(0, {ann_dir!r})
+    from ls_samples import make_sample
+    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.annotation import push
+    url, token, root, go, *annotators = sys.argv[1:]
+    client = LabelStudioClient(url, token)
+    samples = [make_sample(f"rel_race/s{{i}}", "couple", 3) for i in range(4)]
+    while not Path(go).exists():
+        time.sleep(0.01)
+    rep = push.push_round(client, "emotion", samples, annotators, data_root=root)
+    print(json.dumps({{"created": rep.created}}))
+""")
+
+
+def test_two_pushes_at_once_make_no_duplicate_project_or_task(ls_server, ls_client, ls_credentials, two, tmp_path):
+    script = tmp_path / "pusher.py"
+    script.write_text(_PUSHER.format(ann_dir=str(Path(__file__).resolve().parents[1] / "annotation")))
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = [sys.executable, str(script), ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"],
+            str(tmp_path / "root"), str(go), *two]
+    procs = [subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    import time
+    time.sleep(3)  # both imported and waiting
+    go.touch()
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    created = sorted(json.loads(o.strip().splitlines()[-1])["created"] for o, _ in outs)
+    assert created == [0, 8]  # one push made every task, the other found them
+    for who in two:
+        key = push.project_key(ROUND, "couple", who)
+        projects = [p for p in ls_client.projects() if p.key == key]
+        assert len(projects) == 1, f"{len(projects)} projects for {key}"
+        ids = [t["data"]["sample_id"] for t in ls_client.tasks(projects[0].id)]
+        assert sorted(ids) == sorted(set(ids)) and len(ids) == 4
