@@ -94,6 +94,11 @@ def open_round(client: LabelStudioClient, root: str | os.PathLike, round_name: s
         raise push.PushError(f"no interviews in annotation under {root.work_dir()}: ingest, transcribe, diarize "
                              "and segment a batch first (or run the ingest-batch flow)")
     media = root.media_dir()
+    if not annotators:  # "every annotator": never the people who adjudicate (pushed.adjudicators)
+        from pipeline.annotation.pushed import adjudicators
+
+        judges = set(adjudicators(root))
+        annotators = [a for a in push.list_annotators(client) if a not in judges] if judges else annotators
     report = push.push_round(client, round_name, samples, annotators, k=k, prelabel=prelabel,
                              prelabel_source=prelabel_source, media_url=push.catalog_media_urls(root),
                              media_dir=media if media.is_dir() else None, on_chunk=on_chunk, data_root=root)

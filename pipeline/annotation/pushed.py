@@ -1,5 +1,9 @@
 """What a round was pushed to, kept under the data root, and the lock around a push.
 
+Adjudicators never annotate what they adjudicate: a round pushed to "every annotator"
+(annotators omitted) leaves out everyone who has adjudicated (:func:`adjudicators`), and the
+adjudication pull refuses answers of anyone the round was pushed to or who has labels in it.
+
 Label Studio is not the record of what was handed out: a task or project deleted there after
 the push would otherwise just vanish from the next pull. Every push with a data root merges
 ``{"<scenario>/<annotator>": [sample_id, ...]}`` into ``DataRoot.pushed(round)``; the pull
@@ -62,6 +66,18 @@ def record_pushed(data_root: str | os.PathLike, round_name: str,
     store.atomic_write_text(DataRoot(data_root).pushed(round_name),
                             store.canonical_json({"round": round_name, "projects": out}))
     return out
+
+
+def adjudicators(data_root: str | os.PathLike) -> list[str]:
+    """Everyone whose answers are in a pulled adjudication table (``DataRoot.adjudications``) of any
+    round: they are left out when a round is pushed to "every annotator" (annotators omitted)."""
+    import pyarrow.parquet as pq
+
+    folder = DataRoot(data_root).adjudications("x").parent
+    out: set[str] = set()
+    for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+        out |= {a for a in pq.ParquetFile(path).read(columns=["annotator"]).column(0).to_pylist() if a}
+    return sorted(out)
 
 
 def pushed_annotators(data_root: str | os.PathLike, round_name: str) -> list[str]:

@@ -15,6 +15,11 @@ The stage entry points the CLI (``rescue adjudicate push|pull``) and the annotat
 both call: :func:`push_round` (the round's pulled labels, ``DataRoot.labels``, against the
 samples it was pushed from, default the corpus) and :func:`pull_round` (answers written to
 ``DataRoot.adjudications``).
+
+An adjudicator is never an annotator of the round: :func:`pull_round` refuses (with
+:class:`AdjudicatorIsAnnotator`, writing nothing) answers from anyone the round was pushed to
+(:mod:`pipeline.annotation.pushed`) or who has labels in its table - whether the round's
+annotators were named or "every annotator" was meant.
 """
 from __future__ import annotations
 
@@ -244,11 +249,28 @@ class AdjudicationPull:
         return len(set(zip(self.table.column("sample_id").to_pylist(), self.table.column("row_index").to_pylist())))
 
 
+class AdjudicatorIsAnnotator(ValueError):
+    """Adjudication answers from someone who annotated the round."""
+
+
 def pull_round(client, data_root: str | os.PathLike, round_name: str) -> AdjudicationPull:
     """Pull a round's adjudications and write them to ``DataRoot.adjudications`` (deterministic bytes)."""
+    from pipeline.annotation.pushed import pushed_annotators
+
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     table = pull(client, rnd)
+    labelled = set(pq.ParquetFile(root.labels(rnd.name)).read(columns=["annotator"]).column(0).to_pylist()) \
+        if root.labels(rnd.name).is_file() else set()
+    annotated = labelled | set(pushed_annotators(root, rnd.name))
+    judges = table.column("annotator").to_pylist()
+    clash = sorted({a for a in judges if a in annotated})
+    if clash:
+        counts = {a: judges.count(a) for a in clash}
+        raise AdjudicatorIsAnnotator(
+            f"adjudication of round {rnd.name!r} refused: {', '.join(f'{a} ({n} answers)' for a, n in counts.items())} "
+            f"annotated this round and cannot adjudicate it. Nothing was written; delete those answers in the "
+            f"project '{project_title(rnd.name, '...')}' and have someone who did not annotate the round adjudicate")
     table = table.sort_by([("sample_id", "ascending"), ("row_index", "ascending"), ("field", "ascending"),
                            ("annotator", "ascending")])
     return AdjudicationPull(rnd.name, table, store.write_parquet(table, root.adjudications(rnd.name)))

@@ -163,3 +163,64 @@ def test_two_pushes_at_once_make_no_duplicate_project_or_task(ls_server, ls_clie
         assert len(projects) == 1, f"{len(projects)} projects for {key}"
         ids = [t["data"]["sample_id"] for t in ls_client.tasks(projects[0].id)]
         assert sorted(ids) == sorted(set(ids)) and len(ids) == 4
+
+
+# --- adjudicators never adjudicate what they annotated ---------------------------------------
+
+def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, two, tmp_path):
+    from pipeline.quality import adjudication
+
+    a, b = two
+    rnd = load_round("relation")
+    samples = _samples("judge")
+    report = push.push_round(ls_client, "relation", samples, two, prelabel=None, data_root=tmp_path)
+    users = {u["email"]: u["id"] for u in ls_client.users()}
+    flip = {"": "pursue_withdraw", "pursue_withdraw": "mixed_transition", "mixed_transition": ""}
+    by_id = {s["sample_id"]: s for s in samples}
+    for who in two:
+        pid = report.projects[push.project_key("relation", "couple", who)]
+        for task in ls_client.tasks(pid):
+            values = push.input_values(rnd, by_id[task["data"]["sample_id"]])
+            if who == b:  # b disagrees on every relation label
+                for v in values.values():
+                    v["relation_cycle_state"] = flip[v.get("relation_cycle_state") or ""]
+            ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
+                                        completed_by=users[who])
+    pull.pull_round(ls_client, "relation", tmp_path, annotators=two)
+    summary = adjudication.push_round(ls_client, tmp_path, "relation", samples=samples)
+    assert summary.disagreements > 0
+    pid = summary.projects["couple"]
+    mine = [t for t in ls_client.tasks(pid) if t["data"]["sample_id"] in by_id]
+    try:
+        for task in mine:  # annotator a "adjudicates" their own round
+            values = push.input_values(rnd, by_id[task["data"]["sample_id"]])
+            ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
+                                        completed_by=users[a])
+        with pytest.raises(adjudication.AdjudicatorIsAnnotator) as err:
+            adjudication.pull_round(ls_client, tmp_path, "relation")
+        assert a in str(err.value) and "cannot adjudicate" in str(err.value) and "relation" in str(err.value)
+        assert not DataRoot(tmp_path).adjudications("relation").exists()  # nothing written
+    finally:  # the adjudication project is shared by the session's tests
+        for task in mine:
+            ls_client.request("DELETE", f"/api/tasks/{task['id']}/", "delete a test task")
+
+
+def test_every_annotator_means_nobody_who_adjudicates(tmp_path, monkeypatch):
+    """With ``annotators`` omitted a round goes to every Label Studio user except adjudicators."""
+    import pyarrow as pa
+
+    from pipeline import corpus, schemas, store
+    from pipeline.annotation import intake
+
+    judge = "judge@reliability.test"
+    store.write_parquet(pa.Table.from_pylist([{"round": "transcript", "sample_id": "x/1", "scenario": "couple",
+                                               "row_index": 1, "annotator": judge, "field": "target",
+                                               "value": "[]"}], schema=schemas.LABELS),
+                        DataRoot(tmp_path).adjudications("transcript"))
+    corpus.merge_into_work(tmp_path, [make_sample("rel_default/s1", "couple", 3)])
+    seen = {}
+    monkeypatch.setattr(push, "list_annotators", lambda client: ["a@x.test", "b@x.test", judge])
+    monkeypatch.setattr(push, "push_round", lambda client, rn, samples, annotators, **kw:
+                        seen.setdefault("annotators", annotators) and push.PushReport(rn, list(annotators)))
+    intake.open_round(object(), tmp_path, "emotion", None)
+    assert seen["annotators"] == ["a@x.test", "b@x.test"]
