@@ -3,9 +3,14 @@
 ``releases/<X.Y.Z>/`` under the data root holds::
 
     data/<config>/<split>.parquet   configs: samples, rows, itp, rpp, stp, ssp, er, vp
-    manifest.json                   sha256/rows/bytes per file, Table 6 counts, label
-                                    distributions, Table 3 statistics, source hashes
-    README.md                       Hugging Face dataset card (``configs:`` front matter)
+    paper/                          the same data in the paper's own shapes (benchmark.jsonl,
+                                    er.jsonl, vp.jsonl, data/<sample_id>.json):
+                                    :mod:`pipeline.benchmark.paper_export`
+    manifest.json                   sha256/rows/bytes per file (Parquet and paper/), Table 6
+                                    counts, label distributions, Table 3 statistics, source
+                                    hashes, annotation rounds with agreement and overrides,
+                                    card options, synthetic markers
+    README.md                       Hugging Face dataset card (:mod:`pipeline.benchmark.card`)
 
 Split ``test`` holds every sample not in ``dev`` (the paper evaluates on everything). With a
 dev fraction, a whole couple/family group goes to ``dev`` when sha256(group_id) falls below
@@ -17,8 +22,8 @@ atomically (built beside it, then renamed) and is never written again.
 
 :func:`build_or_reuse` is the release stage the CLI (``rescue release build``) and the
 ``build-release`` flow both call: it validates the input, and for a version that exists
-already returns it unchanged (``reused=True``) when it was built from the same input and split,
-or refuses (:class:`pipeline.store.AlreadyExists`, naming the version) when not.
+already returns it unchanged (``reused=True``) when it was built from the same input, split,
+file layout (:data:`RELEASE_LAYOUT`: which files a release holds) and card options, or refuses (:class:`pipeline.store.AlreadyExists`, naming the version) when not.
 :func:`build_release` underneath refuses any existing version. Inputs: the corpus
 (:func:`load_corpus_input`, the default), a rows directory, or the paper's JSONL
 (:func:`load_source` picks by the source given); the synthetic corpus comes from
@@ -31,7 +36,7 @@ import importlib.metadata
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +46,9 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
 from pipeline.benchmark import tasks
+from pipeline.benchmark.card import CardOptions, SIMULATED_ANNOTATOR_PREFIX, dataset_card, synthetic_markers
+from pipeline.benchmark.paper_export import (PAPER_CONTEXT, paper_task_records,  # noqa: F401 (public here too)
+                                             write_paper_files)
 from pipeline.benchmark.paper_format import load_rescue_jsonl
 from pipeline.config import Settings
 from pipeline.paths import DataRoot, InvalidId, check_version
@@ -53,6 +61,8 @@ from pipeline.validate import validate_samples
 PIPELINE_VERSION = importlib.metadata.version("rescue-pipeline")
 SPLITS = ("dev", "test")
 LABEL_TASKS = ("itp", "rpp", "stp", "ssp")  # tasks with a categorical label
+# What a release holds; part of "the same input" for reuse. 2: Parquet + paper/ + the full card.
+RELEASE_LAYOUT = 2
 
 
 class ReleaseError(ValueError):
@@ -199,6 +209,34 @@ def statistics(samples_t: pa.Table, rows_t: pa.Table) -> dict:
     return out
 
 
+def annotation_rounds(data_root: str | os.PathLike, gate_list: list[dict]) -> list[dict]:
+    """Per round behind the corpus, for the manifest and the card: annotators (a count, and how
+    many are simulated - never their names), units, adjudicated rows, the gate's figures and the
+    override that lets a failing round through."""
+    root = DataRoot(data_root)
+    out = []
+    for g in gate_list:
+        rec = {"round": g["round"], "passed": g["passed"], "fields": g["fields"], "override": g["override"],
+               "annotators": max((f.get("n_annotators") or 0 for f in g["fields"]), default=0),
+               "simulated_annotators": 0, "units": None, "adjudicated_rows": 0}
+        try:
+            labels_path, adj_path = root.labels(g["round"]), root.adjudications(g["round"])
+        except InvalidId:
+            out.append(rec)
+            continue
+        if labels_path.is_file():
+            t = pq.read_table(labels_path, columns=["annotator", "sample_id", "row_index"])
+            anns = set(t["annotator"].to_pylist())
+            rec["annotators"] = len(anns)
+            rec["simulated_annotators"] = sum(1 for a in anns if str(a).startswith(SIMULATED_ANNOTATOR_PREFIX))
+            rec["units"] = len(set(zip(t["sample_id"].to_pylist(), t["row_index"].to_pylist())))
+        if adj_path.is_file():
+            t = pq.read_table(adj_path, columns=["sample_id", "row_index"])
+            rec["adjudicated_rows"] = len(set(zip(t["sample_id"].to_pylist(), t["row_index"].to_pylist())))
+        out.append(rec)
+    return out
+
+
 def build_release(
     inp: ReleaseInput,
     version: str,
@@ -209,6 +247,7 @@ def build_release(
     task_options: dict[str, dict] | None = None,
     strict: bool = False,
     on_step: Callable[[str], None] | None = None,
+    card: CardOptions | None = None,
 ) -> ReleaseResult:
     """Build ``releases/<version>/`` under ``data_root`` from ``inp``; an existing version is
     refused (:func:`build_or_reuse` reuses one built from the same input); see the module doc."""
@@ -233,6 +272,8 @@ def build_release(
     gate_list = [{"round": g["round"], "passed": g["passed"], "fields": g["fields"],
                   "override": {k: v for k, v in g["override"].items() if k != "labels_sha256"}
                   if g["override_valid"] else None} for g in gates.gate_records(data_root)]
+    rounds = annotation_rounds(data_root, gate_list)
+    card = card or CardOptions()
     step = on_step or (lambda _msg: None)
 
     samples = sorted(inp.samples, key=lambda s: s["sample_id"])
@@ -260,6 +301,8 @@ def build_release(
                 path = store.write_parquet(part, tmp / rel)
                 files[rel] = {"sha256": store.sha256_file(path), "rows": part.num_rows, "bytes": path.stat().st_size}
             step(f"write {config}")
+        paper_files = write_paper_files(samples, tmp, opts, on_step=step)
+        files.update(paper_files)
         split_counts = Counter(split_by_sample.values())
         problems = Counter(v.rule for v in inp.problems)
         manifest = {
@@ -276,6 +319,12 @@ def build_release(
             "label_distributions": {t: _label_distribution(t, tables[t]) for t in tasks.TASKS},
             "validation": {"problems": sum(problems.values()), "by_rule": dict(sorted(problems.items()))},
             "agreement_gates": gate_list,
+            "annotation": {"rounds": rounds},
+            "paper": {"samples": len(samples), "context_size": PAPER_CONTEXT,
+                      "files": sorted(k for k in paper_files if not k.startswith("paper/data/"))},
+            "layout": RELEASE_LAYOUT,
+            "card": card.to_manifest(),
+            "synthetic": synthetic_markers(inp.source, samples, rounds),
         }
         store.atomic_write_text(tmp / "manifest.json", store.canonical_json(manifest))
         store.atomic_write_text(tmp / "README.md", dataset_card(manifest))
@@ -303,6 +352,7 @@ def build_or_reuse(
     settings: Settings | None = None,
     strict: bool = False,
     on_step: Callable[[str], None] | None = None,
+    card: CardOptions | None = None,
 ) -> ReleaseResult:
     """The release stage: validate ``inp`` and build ``version`` - or, when that version exists
     already, return it untouched (``reused=True``) if it was built from the same input (source
@@ -315,120 +365,26 @@ def build_or_reuse(
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         same_source = manifest.get("source") == _jsonable(inp.source)
         same_split = manifest.get("splits", {}).get("dev_fraction") == dev_fraction
-        if same_source and same_split:
+        same_layout = manifest.get("layout") == RELEASE_LAYOUT
+        same_card = manifest.get("card") == _jsonable((card or CardOptions()).to_manifest())
+        missing = [rel for rel in manifest.get("files", {}) if not (final / rel).is_file()]
+        if same_source and same_split and same_layout and same_card and not missing:
             return ReleaseResult(final, manifest, reused=True)
-        what = "input" if not same_source else f"dev fraction ({manifest.get('splits', {}).get('dev_fraction')})"
+        if not same_source:
+            what = "input"
+        elif not same_split:
+            what = f"dev fraction ({manifest.get('splits', {}).get('dev_fraction')})"
+        elif not same_layout:
+            what = (f"file layout (layout {manifest.get('layout', 1)}, now {RELEASE_LAYOUT}: e.g. without paper/; "
+                    f"`rescue release export-paper {version} DIR` writes the paper files from it)")
+        elif not same_card:
+            what = "dataset card configuration (licence or citation)"
+        else:
+            what = f"set of files ({len(missing)} listed in its manifest are missing, e.g. {missing[0]})"
         raise store.AlreadyExists(f"release {version} already exists at {final}, built from a different {what}; "
                                   "releases are immutable - choose a new version")
     return build_release(inp, version, data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
-                         on_step=on_step)
-
-
-# --- dataset card -----------------------------------------------------------------------
-
-def _md_table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def dataset_card(manifest: dict) -> str:
-    """README.md with Hugging Face ``configs:`` front matter; every number comes from the manifest."""
-    by_config: dict[str, list[tuple[str, str]]] = {}
-    for rel in sorted(manifest["files"]):
-        _, config, name = rel.split("/")
-        by_config.setdefault(config, []).append((name.removesuffix(".parquet"), rel))
-    yaml = ["---", "pretty_name: RESCUE", "license: other", "language:", "- en", "configs:"]
-    for config in schemas.RELEASE_CONFIGS:
-        if config not in by_config:
-            continue
-        yaml += [f"- config_name: {config}", "  data_files:"]
-        for split, rel in by_config[config]:
-            yaml += [f"  - split: {split}", f"    path: {rel}"]
-    yaml.append("---")
-
-    st = manifest["statistics"]
-    cols = [*taxonomy.SCENARIOS, "all"]
-    stat_rows = [
-        ["Samples"] + [st[c]["samples"] for c in cols],
-        ["Total duration (min)"] + [st[c]["total_duration_min"] for c in cols],
-        ["Total turns"] + [st[c]["total_turns"] for c in cols],
-        ["Avg. duration / sample (min)"] + [st[c]["avg_duration_min"] for c in cols],
-        ["Avg. turns / sample"] + [st[c]["avg_turns"] for c in cols],
-        ["Avg. speakers / sample (incl. therapist)"] + [st[c]["avg_speakers"] for c in cols],
-        ["Therapist turn share"] + [f"{100 * st[c]['therapist_turn_share']:.1f}%" for c in cols],
-    ]
-    counts = manifest["counts"]
-    count_rows = [[t.upper()] + [counts[t][c]["instances"] for c in taxonomy.SCENARIOS]
-                  + [counts[t][c]["samples"] for c in taxonomy.SCENARIOS] for t in tasks.TASKS]
-    ctx = manifest["task_settings"]["context_size"]
-    files = _md_table(["file", "rows", "bytes", "sha256"],
-                      [[f"`{k}`", v["rows"], v["bytes"], f"`{v['sha256'][:16]}…`"] for k, v in sorted(manifest["files"].items())])
-    dist = []
-    for task in LABEL_TASKS:
-        for scenario in taxonomy.SCENARIOS:
-            d = manifest["label_distributions"][task][scenario]
-            total = sum(d.values()) or 1
-            dist.append([task.upper(), scenario, ", ".join(f"{k} {v} ({100 * v / total:.1f}%)" for k, v in
-                                                          sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))])
-    splits = manifest["splits"]
-    body = f"""
-# RESCUE {manifest['version']}
-
-Relation-aware multi-party emotional support conversations from couple and family therapy
-interviews, rebuilt by `rescue-pipeline` {manifest['pipeline_version']}. Six benchmark tasks:
-intervention timing (ITP), relation pattern (RPP), support target (STP), support strategy
-(SSP), emotion recognition (ER) and viewpoint prediction (VP).
-
-## Configs
-
-`samples` (one line per interview clip), `rows` (one line per annotated turn; the relation
-label sits on the therapist row it annotates, `relation_cycle_*`), and one config per task.
-Every task table has `sample_id`, `scenario`, `row_index`, `instance_id`, its inputs, and the
-gold in the columns starting with `label`. Context rows (`prior_context`) carry input fields
-only: no emotion, viewpoint, strategy, relation or utterance-type annotation.
-
-```python
-from datasets import load_dataset
-ds = load_dataset("path/to/releases/{manifest['version']}", "itp")
-```
-
-## Statistics (paper Table 3 shape)
-
-{_md_table(["Statistic", *cols], stat_rows)}
-
-## Task instances (paper Table 6 shape)
-
-{_md_table(["Task", "Couple inst.", "Family inst.", "Couple samp.", "Family samp."], count_rows)}
-
-Context sizes: {", ".join(f"{t.upper()} {'all prior rows' if v < 0 else v}" for t, v in ctx.items())}.
-
-## Label distributions
-
-{_md_table(["Task", "Scenario", "Labels"], dist)}
-
-## Splits
-
-`test` holds every sample not in `dev` (the paper evaluates on all samples). Dev fraction:
-{splits['dev_fraction']}; whole couple/family groups are assigned by sha256 of the group id, so
-a sample never moves between splits when interviews are added. Samples per split:
-{", ".join(f"{k} {v}" for k, v in splits['samples'].items())}.
-
-## Construction notes
-
-- Task instances follow the RESCUE paper's scripts (balanced ITP with `even_sample`, ER/VP
-  checkpoints with `pick_evenly`, ER early cutoff 0.3 and 5-word minimum).
-- ITP `prior_context` ends with the decision row, as in the scripts (it also appears as
-  `decision_after_row`).
-- STP candidate targets list each label once (the scripts can repeat the group label).
-- No clip paths or absolute paths are released; timestamps are `start-end` seconds.
-- Validation problems recorded at build time: {manifest['validation']['problems']}.
-
-## Files
-
-{files}
-"""
-    return "\n".join(yaml) + "\n" + body
+                         on_step=on_step, card=card)
 
 
 # --- reading and diff -------------------------------------------------------------------
@@ -484,47 +440,17 @@ def diff_releases(data_root: str | Path, a: str, b: str, examples: int = 10) -> 
     for task in tasks.TASKS:
         ta, tb = read_config(pa_, task), read_config(pb, task)
         label_cols = [c for c in tb.column_names if c.startswith("label")]
-        labels[task] = _compare(_fingerprints(ta, ["instance_id"], label_cols),
-                                _fingerprints(tb, ["instance_id"], label_cols), examples)
+        # keyed by sample and row (one instance per row and task; readable, unlike the opaque id)
+        labels[task] = _compare(_fingerprints(ta, ["sample_id", "row_index"], label_cols),
+                                _fingerprints(tb, ["sample_id", "row_index"], label_cols), examples)
     out["labels"] = labels
     return out
 
 
-# --- the paper's er.jsonl / vp.jsonl shapes (spec §7.4, §7.5) -----------------------------
-
-_CURRENT_KEYS = ("timestamp", "speaker", "target", "dialogue", "background_dialogue", "tone_of_voice", "body_posture",
-                 "facial_expressions", "self_directed_behavior", "interaction_behavior")
-
-
-def paper_task_records(task: str, table: pa.Table, samples: pa.Table | Iterable[dict]) -> Iterator[dict]:
-    """ER/VP instances as the paper's JSONL records (key order of the release).
-
-    Deviation: ``clip_path`` / ``clip_duration_sec`` are left out; row clips are not
-    released and the paper's values were absolute local paths.
-    """
-    if task not in ("er", "vp"):
-        raise ValueError(f"the paper released instance files only for er and vp, not {task!r}")
-    rows = samples.to_pylist() if isinstance(samples, pa.Table) else samples
-    source_file = {s["sample_id"]: s.get("source_file") for s in rows}
-    for rec in table.to_pylist():
-        sid = rec["sample_id"]
-        out = {"sample_id": sid, "couple": rec["group_id"].rpartition("/")[2], "row_index": rec["row_index"]}
-        for key in _CURRENT_KEYS:
-            out[key] = rec[key]
-            if key == "speaker" and task == "vp":
-                out["participants"] = rec["participants"]
-        out["prior_context"] = rec["prior_context"]
-        if task == "er":
-            out["gold_internal_emotion"] = rec["label"]
-            out["gold_intensity_score"] = rec["label_intensity"]
-        else:
-            out["gold_viewpoints"] = rec["label"]
-        out.update(task=task, instance_id=rec["instance_id"], scenario=rec["scenario"], source_sample_id=sid,
-                   source_file=source_file.get(sid))
-        yield out
-
+# --- the paper's er.jsonl / vp.jsonl shapes (spec §7.4, §7.5): pipeline.benchmark.paper_export ---------
 
 def write_paper_task_jsonl(task: str, table: pa.Table, samples: pa.Table | Iterable[dict], path: str | Path) -> int:
+    """One task table (any context size) as the paper's ER/VP JSONL at ``path``; returns the count."""
     lines = [json.dumps(r, ensure_ascii=False) for r in paper_task_records(task, table, samples)]
     store.atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)

@@ -119,3 +119,28 @@ def release_diff(
         table.add_row(name, str(r["added"]), str(r["removed"]), str(r["changed"]),
                       ", ".join(f"{k} {v}" for k, v in r["changed_fields"].items()))
     console.print(table)
+
+
+@release_app.command("export-paper")
+def release_export_paper(
+    version: str = typer.Argument(..., help="An existing release version X.Y.Z."),
+    out_dir: Path = typer.Argument(..., help="A new folder; the files land in OUT_DIR/paper/."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+) -> None:
+    """Write a release's data in the paper's shapes (benchmark.jsonl, er.jsonl, vp.jsonl, data/<sample>.json)."""
+    from rich.console import Console
+
+    from pipeline import store
+    from pipeline.benchmark import paper_export, release
+    from pipeline.config import Settings
+
+    console = Console()
+    try:
+        path = release.open_release(Settings.from_env(data_root).data_root, version)
+        files = paper_export.export_paper(path, out_dir)
+    except (release.ReleaseError, paper_export.PaperExportError, store.AlreadyExists) as exc:
+        console.print(f"[red]export-paper failed:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    samples = sum(1 for k in files if k.startswith(paper_export.SAMPLES_DIR + "/"))
+    console.print(f"release {version}: {len(files)} files ({samples} per-sample files) -> {Path(out_dir) / 'paper'}",
+                  highlight=False)

@@ -167,7 +167,7 @@ def _sample(scenario: str, sample_id: str, group: str, clients: list[str], n_row
             row["facial_expressions"] = [{"person": speaker, "description": "brow furrowed"}]
         rows.append(row)
     return {"sample_id": sample_id, "scenario": scenario, "participants": clients, "group_id": group,
-            "source_file": f"{sample_id}.json", "duration_s": round(t + rng.uniform(0.5, 3.0), 2), "rows": rows}
+            "source_file": f"synthetic/{sample_id}.json", "duration_s": round(t + rng.uniform(0.5, 3.0), 2), "rows": rows}
 
 
 def _scenario(scenario: str, scale: float, seed: int) -> list[dict]:

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline import schemas, store
 from pipeline.benchmark import release
+from pipeline.benchmark.tasks.common import instance_id
 from pipeline.synthetic import corpus as synth_corpus
 
 S1 = "alan_and_evelyn/001_s01e01_ct25_segment04"
@@ -102,7 +103,7 @@ def test_diff_reports_samples_rows_and_labels(head_input, tmp_path):
     assert d["samples"]["added"] == 0 and d["samples"]["changed"] == 0
     assert d["rows"]["removed"] == 36 and d["rows"]["changed"] == 2
     assert d["rows"]["changed_fields"] == {"dialogue_cleaned": 1, "relation_cycle_state": 1}
-    assert d["labels"]["rpp"]["changed"] == 1 and d["labels"]["rpp"]["examples"]["changed"] == [f"{S1}__row3"]
+    assert d["labels"]["rpp"]["changed"] == 1 and d["labels"]["rpp"]["examples"]["changed"] == [f"{S1}/3"]
     assert d["labels"]["itp"]["changed"] == 0 and d["labels"]["itp"]["removed"] > 0
 
 
@@ -140,7 +141,7 @@ def test_load_with_datasets_and_polars(head_input, tmp_path):
     res = release.build_release(head_input, "1.0.0", tmp_path)
     ds = datasets.load_dataset(str(res.path), "vp", cache_dir=str(tmp_path / "hf_cache"))
     first = ds["test"][0]
-    assert first["instance_id"] == f"{S1}__row2" and first["label"][0]["target"] == "Evelyn"
+    assert first["instance_id"] == instance_id(S1, "vp", 2) and first["label"][0]["target"] == "Evelyn"
     rows = datasets.load_dataset(str(res.path), "rows", cache_dir=str(tmp_path / "hf_cache"))["test"]
     assert rows.num_rows == 16 + 17 + 36
     df = pl.read_parquet(res.path / "data" / "itp" / "test.parquet")

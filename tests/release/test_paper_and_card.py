@@ -1,0 +1,357 @@
+"""The paper's shapes in every release (``paper/``), export-paper, reuse with the new files, and the
+dataset card as Hugging Face reads it.
+
+The loader below is written from the spec (RESCUE_SPEC §1.1, §1.2, §4.0, §4.5, §4.6) in our own
+words, independently of ``pipeline.benchmark.tasks``: it reads ``paper/data`` the way the authors'
+scripts do and must rebuild the same ER/VP instances as the release's Parquet tables.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import store
+from pipeline.benchmark import paper_export, release
+from pipeline.benchmark.card import SIMULATED_ANNOTATOR_PREFIX, CardOptions
+from pipeline.paths import DataRoot
+from pipeline.synthetic import corpus as synth_corpus
+
+S1 = "alan_and_evelyn/001_s01e01_ct25_segment04"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# --- a loader from the spec ----------------------------------------------------------------
+
+_WORD = re.compile(r"[A-Za-z0-9']+")
+_NOT_CLIENT = {"Therapist", "Couple", "Family"}
+_CUES = ("background_dialogue", "tone_of_voice", "body_posture", "facial_expressions", "self_directed_behavior",
+         "interaction_behavior")
+_NEEDED = {"background_dialogue": ("speaker", "target", "content"), "body_posture": ("person", "description"),
+           "facial_expressions": ("person", "description"), "self_directed_behavior": ("person", "description"),
+           "interaction_behavior": ("initiator", "target", "description")}
+
+
+def spec_load(data_root: Path) -> list[dict]:
+    """Every ``*.json`` with a ``rows`` list under the root; sample id = relative path without suffix."""
+    out = []
+    for path in sorted(data_root.rglob("*.json")):
+        if path.name == "manifest.json":
+            continue
+        obj = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(obj.get("rows"), list):
+            out.append({"sample_id": path.relative_to(data_root).with_suffix("").as_posix(),
+                        "couple": path.parent.name, **{k: v for k, v in obj.items() if k != "sample_id"}})
+    return out
+
+
+def _evenly(items: list, limit: int) -> list:
+    """Spread picks: positions round(r*(n-1)/(limit-1)); one pick takes the first item."""
+    if limit <= 0 or len(items) <= limit:
+        return list(items)
+    if limit == 1:
+        return [items[0]]
+    chosen = sorted({round(r * (len(items) - 1) / (limit - 1)) for r in range(limit)})
+    return [items[i] for i in chosen]
+
+
+def _context_row(row: dict) -> dict:
+    rec = {"row_index": row["row_index"], "timestamp": "%.3f-%.3f" % (row["start_time"], row["end_time"]),
+           "primary_speaker": row["primary_speaker"], "target": list(row["target"]),
+           "dialogue_cleaned": row["dialogue_cleaned"]}
+    for key in _CUES:
+        value = row[key]
+        rec[key] = value if key == "tone_of_voice" else [dict(i) for i in value if all(i.get(k) for k in _NEEDED[key])]
+    return rec
+
+
+def _window(rows: list[dict], k: int, size: int) -> list[dict]:
+    if size == 0:
+        return []
+    first = 1 if size < 0 else max(1, k - size)
+    return [_context_row(r) for r in rows[first - 1:k - 1]]
+
+
+def spec_er(sample: dict, size: int) -> list[dict]:
+    rows = sample["rows"]
+    cutoff = min(len(rows) - 1, math.ceil(len(rows) * 0.3))
+    found = []
+    for row in rows:
+        speaker = row["primary_speaker"]
+        if row["row_index"] <= cutoff or speaker in _NOT_CLIENT or len(_WORD.findall(row["dialogue_cleaned"])) < 5:
+            continue
+        for e in row["internal_emotion"]:
+            if e["person"] == speaker and e["emotion_description"].strip() and 0 <= round(float(e["intensity"])) <= 10:
+                found.append((row, e["emotion_description"].strip(), int(round(float(e["intensity"])))))
+                break
+    return [{"sample_id": sample["sample_id"], "row_index": r["row_index"], "label": d, "label_intensity": i,
+             "dialogue": r["dialogue_cleaned"], "prior_context": _window(rows, r["row_index"], size)}
+            for r, d, i in _evenly(found, 5)]
+
+
+def spec_vp(sample: dict, size: int) -> list[dict]:
+    rows = sample["rows"]
+    found = []
+    for row in rows:
+        speaker = row["primary_speaker"]
+        if speaker in _NOT_CLIENT:
+            continue
+        gold = [{"source": v["source"], "target": v["target"].strip(), "viewpoint": v["viewpoint"].strip(),
+                 "attitude": v["attitude"].strip()} for v in row["viewpoints_attitudes"]
+                if v["source"] == speaker and v["target"].strip() and v["viewpoint"].strip()]
+        if gold:
+            found.append((row, gold))
+    return [{"sample_id": sample["sample_id"], "row_index": r["row_index"], "label": g,
+             "dialogue": r["dialogue_cleaned"], "prior_context": _window(rows, r["row_index"], size)}
+            for r, g in _evenly(found, 5)]
+
+
+def _parquet(release_path: Path, config: str) -> list[dict]:
+    return release.read_config(release_path, config).to_pylist()
+
+
+def _check_paper_against_parquet(res: release.ReleaseResult) -> None:
+    path = res.path
+    samples = spec_load(path / "paper" / "data")
+    assert len(samples) == res.manifest["statistics"]["all"]["samples"]
+    ctx = res.manifest["task_settings"]["context_size"]
+    for task, build in (("er", spec_er), ("vp", spec_vp)):
+        ours = sorted((x for s in samples for x in build(s, ctx[task])), key=lambda r: (r["sample_id"], r["row_index"]))
+        table = sorted(_parquet(path, task), key=lambda r: (r["sample_id"], r["row_index"]))
+        assert len(ours) == len(table) > 0, task
+        for mine, theirs in zip(ours, table):
+            for key, value in mine.items():
+                assert theirs[key] == value, (task, mine["sample_id"], mine["row_index"], key)
+        # paper/<task>.jsonl: the same instances with every prior row
+        full = sorted((x for s in samples for x in build(s, -1)), key=lambda r: (r["sample_id"], r["row_index"]))
+        lines = [json.loads(x) for x in (path / "paper" / f"{task}.jsonl").read_text(encoding="utf-8").splitlines()]
+        lines.sort(key=lambda r: (r["sample_id"], r["row_index"]))
+        assert len(lines) == len(full)
+        for mine, rec in zip(full, lines):
+            assert rec["instance_id"] == f"{mine['sample_id']}__row{mine['row_index']}"
+            assert rec["dialogue"] == mine["dialogue"] and rec["prior_context"] == mine["prior_context"]
+            if task == "er":
+                assert (rec["gold_internal_emotion"], rec["gold_intensity_score"]) == (mine["label"], mine["label_intensity"])
+            else:
+                assert rec["gold_viewpoints"] == mine["label"]
+            assert "clip_path" not in rec  # no media in this release
+
+
+ER_KEYS = ["sample_id", "couple", "row_index", "timestamp", "speaker", "target", "dialogue", "background_dialogue",
+           "tone_of_voice", "body_posture", "facial_expressions", "self_directed_behavior", "interaction_behavior",
+           "prior_context", "gold_internal_emotion", "gold_intensity_score", "task", "instance_id", "scenario",
+           "source_sample_id", "source_file"]
+
+
+# --- paper/ in a release --------------------------------------------------------------------
+
+def test_head_release_has_the_paper_shapes(head_input, head_path, tmp_path):
+    res = release.build_release(head_input, "1.0.0", tmp_path)
+    paper = res.path / "paper"
+    assert (paper / "benchmark.jsonl").read_bytes() == head_path.read_bytes()  # byte-identical round trip
+    lines = head_path.read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        sid = json.loads(line)["sample_id"]
+        assert (paper / "data" / f"{sid}.json").read_text(encoding="utf-8") == line + "\n"
+    er = [json.loads(x) for x in (paper / "er.jsonl").read_text().splitlines()]
+    assert list(er[0]) == ER_KEYS
+    assert er[0]["instance_id"] == f"{S1}__row6" and [c["row_index"] for c in er[0]["prior_context"]] == [1, 2, 3, 4, 5]
+    assert er[0]["couple"] == "alan_and_evelyn" and er[0]["source_file"] == f"data/therapy_merged_all/{S1}.json"
+    vp = json.loads((paper / "vp.jsonl").read_text().splitlines()[0])
+    assert list(vp)[:6] == ["sample_id", "couple", "row_index", "timestamp", "speaker", "participants"]
+    assert "gold_viewpoints" in vp and vp["task"] == "vp"
+    # every paper file is in the manifest with its sha256; nothing lies outside the release
+    listed = {k: v for k, v in res.manifest["files"].items() if k.startswith("paper/")}
+    on_disk = {k for k in _files(res.path) if k.startswith("paper/")}
+    assert set(listed) == on_disk and len(on_disk) == 3 + len(lines)
+    for rel, info in listed.items():
+        assert info["sha256"] == store.sha256_file(res.path / rel) and info["bytes"] == (res.path / rel).stat().st_size
+        assert (res.path / rel).resolve().is_relative_to(res.path.resolve())
+    _check_paper_against_parquet(res)
+
+
+def test_spec_loader_rebuilds_er_vp_on_a_synthetic_release_with_families(tmp_path):
+    res = release.build_release(synth_corpus.load_synthetic(scale=0.1, seed=7), "1.0.0", tmp_path, dev_fraction=0.3)
+    assert res.manifest["counts"]["er"]["family"]["instances"] > 0
+    assert any(k.startswith("paper/data/family_therapy/") for k in res.manifest["files"])
+    _check_paper_against_parquet(res)
+
+
+def test_export_paper_writes_the_same_bytes(small_input, tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    res = release.build_release(small_input, "1.0.0", tmp_path)
+    mine = {k: v for k, v in _files(res.path).items() if k.startswith("paper/")}
+    files = paper_export.export_paper(res.path, tmp_path / "out")
+    assert {k: v for k, v in _files(tmp_path / "out").items()} == mine
+    assert {k: v["sha256"] for k, v in files.items()} == {k: res.manifest["files"][k]["sha256"] for k in files}
+    with pytest.raises(store.AlreadyExists):
+        paper_export.export_paper(res.path, tmp_path / "out")
+    out = CliRunner().invoke(app, ["release", "export-paper", "1.0.0", str(tmp_path / "cli"), "--data-root", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert _files(tmp_path / "cli") == mine
+    bad = CliRunner().invoke(app, ["release", "export-paper", "9.9.9", str(tmp_path / "x"), "--data-root", str(tmp_path)])
+    assert bad.exit_code == 1 and "9.9.9" in bad.output
+
+
+def test_clips_are_relative_to_the_release_and_only_where_they_exist(head_input):
+    from pipeline.benchmark import tasks
+    from pipeline.rows import samples_to_tables
+
+    samples_t, _ = samples_to_tables(head_input.samples)
+    er = tasks.build_task("er", head_input.samples, context_size=-1)
+    clips = {(S1, 6): ("media/clips/a/006.mp4", 10.83), (S1, 1): ("media/clips/a/001.mp4", 6.08)}
+    rec = next(paper_export.paper_task_records("er", er, samples_t, clips))
+    assert rec["clip_path"] == "media/clips/a/006.mp4" and rec["clip_duration_sec"] == 10.83
+    assert list(rec).index("clip_path") == list(rec).index("gold_intensity_score") + 1  # the released order
+    assert rec["prior_context"][0]["clip_path"] == "media/clips/a/001.mp4"
+    assert "clip_path" not in rec["prior_context"][1]
+    with pytest.raises(paper_export.PaperExportError, match="relative"):
+        next(paper_export.paper_task_records("er", er, samples_t, {(S1, 6): ("/Users/x/006.mp4", 1.0)}))
+
+
+def test_sample_files_never_leave_the_release(tmp_path):
+    from pipeline.paths import InvalidId
+
+    with pytest.raises(InvalidId):
+        paper_export.sample_file("../escape")
+    with pytest.raises(InvalidId):
+        paper_export.sample_file("/abs/path")
+    assert paper_export.sample_file("family_therapy/smiths/002") == "paper/data/family_therapy/smiths/002.json"
+
+
+# --- reuse compares the new files too ---------------------------------------------------------
+
+def test_reuse_compares_layout_card_and_files(small_input, tmp_path):
+    first = release.build_or_reuse(small_input, "1.0.0", tmp_path)
+    assert release.build_or_reuse(small_input, "1.0.0", tmp_path).reused
+    with pytest.raises(store.AlreadyExists, match="dataset card configuration"):
+        release.build_or_reuse(small_input, "1.0.0", tmp_path, card=CardOptions(license="cc-by-nc-4.0"))
+    # a release written before paper/ existed (layout 1) is not "the same" any more
+    manifest = json.loads((first.path / "manifest.json").read_text())
+    old = dict(manifest, layout=1)
+    (first.path / "manifest.json").write_text(store.canonical_json(old))
+    with pytest.raises(store.AlreadyExists, match="file layout .* export-paper"):
+        release.build_or_reuse(small_input, "1.0.0", tmp_path)
+    (first.path / "manifest.json").write_text(store.canonical_json(manifest))
+    (first.path / "paper" / "er.jsonl").unlink()
+    with pytest.raises(store.AlreadyExists, match="missing, e.g. paper/er.jsonl"):
+        release.build_or_reuse(small_input, "1.0.0", tmp_path)
+
+
+# --- the dataset card ---------------------------------------------------------------------------
+
+def _card(path: Path):
+    hub = pytest.importorskip("huggingface_hub")
+    return hub.DatasetCard.load(path / "README.md")
+
+
+def _write_round(root: Path, name: str, annotators: list[str], passed: bool) -> None:
+    dr = DataRoot(root)
+    gate = {"round": name, "passed": passed, "labels_sha256": "ab" * 32,
+            "failing": [] if passed else [{"field": "utterance_type", "metric": "nominal", "alpha": 0.41,
+                                           "threshold": 0.667}],
+            "fields": [{"field": "utterance_type", "metric": "nominal", "alpha": 0.91 if passed else 0.41,
+                        "threshold": 0.667, "n_units": 40, "n_annotators": len(annotators)}]}
+    store.atomic_write_text(dr.gate(name), store.canonical_json(gate))
+    t = pa.table({"annotator": annotators * 2, "sample_id": ["s/1"] * len(annotators) + ["s/2"] * len(annotators),
+                  "row_index": [1] * (2 * len(annotators))})
+    dr.labels(name).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(t, dr.labels(name))
+
+
+def test_card_parts_for_real_data(head_input, tmp_path):
+    from pipeline.quality import gates
+
+    _write_round(tmp_path, "emotion", ["ann1@example.org", "ann2@example.org", "ann3@example.org"], passed=False)
+    _write_round(tmp_path, "relation", ["ann1@example.org", "ann2@example.org"], passed=True)
+    gates.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
+    res = release.build_release(head_input, "1.0.0", tmp_path)
+    card = _card(res.path)
+    data = card.data.to_dict()
+    assert data["license"] == "other" and data["license_name"] == "rescue-release-terms"
+    assert data["size_categories"] == ["n<1K"] and "text-classification" in data["task_categories"]
+    assert data["annotations_creators"] == ["expert-generated"] and "synthetic" not in data.get("tags", [])
+    info = {c["config_name"]: c for c in data["dataset_info"]}
+    assert set(info) == {"samples", "rows", "itp", "rpp", "stp", "ssp", "er", "vp"}
+    itp = {f["name"]: f for f in info["itp"]["features"]}
+    assert itp["label"]["dtype"]["class_label"]["names"] == {"0": "no", "1": "yes"}
+    rpp = {f["name"]: f for f in info["rpp"]["features"]}["label"]["dtype"]["class_label"]["names"]
+    assert "pursue_withdraw" in rpp.values() and "cooperative_family_alliance" in rpp.values()
+    assert "class_label" in {f["name"]: f for f in info["ssp"]["features"]}["label"]["dtype"]
+    assert info["itp"]["splits"] == [{"name": "test", "num_bytes": res.manifest["files"]["data/itp/test.parquet"]["bytes"],
+                                      "num_examples": 30}]
+    text = card.text
+    for section in ("## Licence", "## Files in the paper's shapes", "## Label distributions", "## How the data was built",
+                    "### Agreement per round and field", "### Overrides", "## Sensitive data", "## Consent",
+                    "## Intended use", "## Out-of-scope use", "## Limitations", "## Citation"):
+        assert section in text, section
+    assert "the source videos apply" in text
+    assert "@misc{hu2026rescuebench" in text and "PLACEHOLDER" in text and "arXiv" in text
+    assert "@misc{rescue_release_1_0_0" in text
+    assert "pilot round; guidelines revised for the next batch" in text and "by maintainer" not in text
+    assert "released on the decision of maintainer" in text
+    assert "Krippendorff 2004" in text
+    dist = text.split("## Label distributions")[1].split("##")[0]
+    for task in ("ITP", "RPP", "STP", "SSP", "ER", "VP"):
+        assert f"| {task} | couple |" in dist, task
+    assert "SYNTHETIC" not in text and "ann1@example.org" not in text  # annotators are counts, never names
+    rounds = {r["round"]: r for r in res.manifest["annotation"]["rounds"]}
+    assert rounds["emotion"]["annotators"] == 3 and rounds["emotion"]["override"]["by"] == "maintainer"
+    assert rounds["relation"]["override"] is None
+
+
+def test_card_license_is_configurable(small_input, tmp_path):
+    opts = CardOptions(license="cc-by-nc-4.0", license_text="Research use only.",
+                       paper_bibtex="@article{x, title={Y}}")
+    res = release.build_release(small_input, "1.0.0", tmp_path, card=opts)
+    card = _card(res.path)
+    assert card.data.license == "cc-by-nc-4.0" and "license_name" not in card.data.to_dict()
+    assert "Research use only." in card.text and "@article{x, title={Y}}" in card.text
+
+
+def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp_path):
+    assert SIMULATED_ANNOTATOR_PREFIX == __import__("pipeline.synthetic.annotators", fromlist=["x"]).SIMULATED_PREFIX
+    res = release.build_release(small_input, "1.0.0", tmp_path / "a")
+    card = _card(res.path)
+    assert "SYNTHETIC / DEMO DATA" in card.text and card.data.to_dict()["annotations_creators"] == ["machine-generated"]
+    assert any("synthetic corpus" in m for m in res.manifest["synthetic"])
+    # the same samples from a rows directory still carry the corpus's own marker (source_file)
+    from pipeline.rows import write_rows_dir
+
+    write_rows_dir(small_input.samples, tmp_path / "rows")
+    res = release.build_release(release.load_rows_dir(tmp_path / "rows"), "1.0.0", tmp_path / "b")
+    assert "SYNTHETIC / DEMO DATA" in _card(res.path).text
+    # real-looking samples, simulated annotators: banner too
+    _write_round(tmp_path / "c", "emotion", [f"{SIMULATED_ANNOTATOR_PREFIX}annotator1@example.org",
+                                             f"{SIMULATED_ANNOTATOR_PREFIX}annotator2@example.org"], passed=True)
+    clean = [dict(s, source_file=f"{s['sample_id']}.json") for s in small_input.samples]
+    res = release.build_release(release.ReleaseInput(clean, {"kind": "rows_dir"}), "1.0.0", tmp_path / "c")
+    assert res.manifest["synthetic"] == ["round emotion: 2 of 2 annotators are simulated"]
+    assert "SYNTHETIC / DEMO DATA" in _card(res.path).text
+
+
+def test_card_features_match_what_datasets_reads(small_input, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    res = release.build_release(small_input, "1.0.0", tmp_path)
+    ds = datasets.load_dataset(str(res.path), "itp", cache_dir=str(tmp_path / "hf"))["test"]
+    assert isinstance(ds.features["label"], datasets.ClassLabel) and ds.features["label"].names == ["no", "yes"]
+    assert set(ds.features["label"].int2str(ds["label"])) == {"no", "yes"}
+    from pipeline.benchmark import card as card_mod
+    from pipeline import schemas
+
+    for config, schema in {"rows": schemas.ROWS, "vp": schemas.VP, "itp": schemas.ITP}.items():
+        theirs = datasets.Features.from_arrow_schema(schema)
+        for name, names in card_mod.class_labels().get(config, {}).items():
+            theirs[name] = datasets.ClassLabel(names=names)
+        assert card_mod.features(config) == theirs._to_yaml_list(), config
