@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pipeline.config import REPO_ROOT, Settings
 from pipeline.paths import DataRoot
+from pipeline.store import make_private_dir
 
 WORK_POOL = "rescue-cpu"          # the process pool the local worker (and compose's cpu-worker) serves
 GPU_WORK_POOL = "rescue-gpu"      # compose's GPU workers; no local worker serves it by default
@@ -123,18 +124,39 @@ def _read_pid(paths: StackPaths, name: str) -> int | None:
     return pid if _start_time(pid) == rec["start_time"] else None
 
 
+def make_private(paths: StackPaths) -> None:
+    """The stack's state is owner-only: ``stack/`` (pids, logs, the Prefect home and its database:
+    flow parameters, logs with sample ids) and ``prefect-results/`` (the resume cache holds stage
+    results) are 0700 folders; files already there are narrowed to 0600."""
+    stack = DataRoot(paths.root).stack_dir()
+    for folder in (stack, paths.pids, paths.logs, paths.home, paths.results):
+        make_private_dir(folder)
+    for folder in (stack, paths.results):
+        for p in folder.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                os.chmod(p, 0o600)
+            elif p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o700)
+
+
+def _private_file(path: Path):
+    """Open ``path`` for appending, created 0600."""
+    return open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+
+
 def _write_pid(paths: StackPaths, name: str, pid: int) -> None:
-    paths.pids.mkdir(parents=True, exist_ok=True)
+    make_private_dir(paths.pids)
     tmp = paths.pid_file(name).with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": pid, "start_time": _start_time(pid)}))
+    os.chmod(tmp, 0o600)
     os.replace(tmp, paths.pid_file(name))
 
 
 def _spawn(paths: StackPaths, name: str, argv: list[str], env: dict[str, str]) -> int:
-    paths.logs.mkdir(parents=True, exist_ok=True)
-    log = open(paths.log_file(name), "ab")
+    make_private_dir(paths.logs)
+    log = _private_file(paths.log_file(name))
     proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, umask=0o077,  # 0600 / 0700
                             start_new_session=True)  # own process group: `down` stops its children too
     log.close()
     _write_pid(paths, name, proc.pid)
@@ -185,7 +207,7 @@ def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> Non
     if _port_busy(port):
         raise StackError(f"port {port} on 127.0.0.1 is taken by a process this stack did not start; "
                          f"stop it or choose another port with RESCUE_PREFECT_PORT")
-    paths.home.mkdir(parents=True, exist_ok=True)
+    make_private_dir(paths.home)
     _seed_database(paths)
     pid = _spawn(paths, "prefect-server",
                  [_prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env)
@@ -208,6 +230,7 @@ def _seed_database(paths: StackPaths) -> None:
         return
     tmp = db.with_suffix(".tmp")
     shutil.copyfile(PREFECT_TEMPLATE_DB, tmp)
+    os.chmod(tmp, 0o600)
     os.replace(tmp, db)
 
 
@@ -272,6 +295,7 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     paths = StackPaths(settings.data_root.resolve())
     port = prefect_port()
     env = prefect_env(paths.root, port)
+    make_private(paths)
     # Label Studio and the Prefect server start side by side (each mostly waits for its own
     # imports); the worker starts while the pools and deployments are registered.
     ls_error: list[BaseException] = []

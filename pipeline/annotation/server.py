@@ -23,6 +23,7 @@ import httpx
 
 from pipeline.config import REPO_ROOT
 from pipeline.paths import DataRoot
+from pipeline.store import make_private_dir
 
 LS_VERSION = "1.23.2"
 DEFAULT_VENV = REPO_ROOT / ".label-studio" / "venv"
@@ -141,6 +142,12 @@ class LabelStudioServer:
             "FRONTEND_SENTRY_DSN": "",
             "DO_NOT_TRACK": "1",
             "PYTHONUNBUFFERED": "1",
+            # Label Studio's request log (ContextLogMiddleware, always on) writes a server id to
+            # appdirs' user_config_dir (~/.config/label-studio/user_id) whatever COLLECT_ANALYTICS
+            # says; the XDG folders keep that and its cache/data dirs inside the private data dir.
+            "XDG_CONFIG_HOME": str(self.data_dir / "xdg" / "config"),
+            "XDG_DATA_HOME": str(self.data_dir / "xdg" / "data"),
+            "XDG_CACHE_HOME": str(self.data_dir / "xdg" / "cache"),
         })
         return env
 
@@ -165,22 +172,27 @@ class LabelStudioServer:
                 f"another port (RESCUE_LABEL_STUDIO_PORT / --port)")
         env = self._env()
         exe = self._executable()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.data_dir)  # its database holds transcripts and answers: owner-only
         self.media_root.mkdir(parents=True, exist_ok=True)
         db = self.data_dir / DB_NAME
         if not db.exists() and TEMPLATE_DB.is_file():
             tmp_db = db.with_suffix(".tmp")
             shutil.copyfile(TEMPLATE_DB, tmp_db)
+            os.chmod(tmp_db, 0o600)
             tmp_db.replace(db)
-        log = open(self.log_file, "ab")
+        for existing in (db, self.log_file, self.pid_file):  # from before files were private
+            if existing.exists():
+                os.chmod(existing, 0o600)
+        log = open(os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         proc = subprocess.Popen(
             [str(exe), "start", "--no-browser", "--internal-host", self.host, "--port", str(self.port),
              "--data-dir", str(self.data_dir)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=self.data_dir, start_new_session=True)
+            cwd=self.data_dir, start_new_session=True, umask=0o077)  # what it writes: 0600 / 0700
         log.close()
         tmp = self.pid_file.with_suffix(".tmp")
         tmp.write_text(str(proc.pid))
+        os.chmod(tmp, 0o600)
         tmp.replace(self.pid_file)
         return self._wait(proc.pid, timeout)
 

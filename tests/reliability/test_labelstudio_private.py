@@ -1,0 +1,106 @@
+"""Private state: Label Studio's database and folder and the local stack's state (pids, logs,
+Prefect home, result cache) are owner-only; a Label Studio start plus a push writes nothing
+into the user's home (its request log would write ~/.config/label-studio/user_id)."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.paths import DataRoot
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def _open_to_others(folder: Path) -> list[str]:
+    return [f"{p} {oct(mode(p))}" for p in [folder, *folder.rglob("*")]
+            if not p.is_symlink() and mode(p) & 0o077]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_label_studio_start_and_push_leave_home_empty_and_its_files_owner_only(
+        ls_credentials, tmp_path, monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "annotation"))
+    from ls_samples import make_sample
+
+    from pipeline.annotation import push
+    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.annotation.server import LabelStudioServer
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    old = os.umask(0o022)  # an ordinary login's umask: privacy must not depend on it
+    try:
+        root = DataRoot(tmp_path / "data")
+        server = LabelStudioServer(root.label_studio_dir(), port=_free_port(), media_root=root.root)
+        server.start(timeout=400)
+        try:
+            client = LabelStudioClient(server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"])
+            client.create_user("private-a@reliability.test")
+            rep = push.push_round(client, "emotion", [make_sample("rel_private/s1", "couple", 3)],
+                                  ["private-a@reliability.test"], k=1, data_root=root)
+            assert rep.created == 1
+            client.export_tasks(next(iter(rep.projects.values())))
+            client.close()
+        finally:
+            server.stop()
+    finally:
+        os.umask(old)
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+    ls_dir = root.label_studio_dir()
+    assert mode(ls_dir) == 0o700 and mode(ls_dir / "label_studio.sqlite3") == 0o600
+    assert _open_to_others(ls_dir) == []
+    assert _open_to_others(root.push_lock("emotion").parent) == []
+
+
+def test_the_stack_state_is_owner_only(tmp_path):
+    from ops import stack as st
+
+    old = os.umask(0o022)
+    try:
+        paths = st.StackPaths(tmp_path)
+        # left from an older version: shared modes are narrowed
+        paths.home.mkdir(parents=True)
+        (paths.home / "old.db").write_text("x")
+        os.chmod(paths.home / "old.db", 0o644)
+        st.make_private(paths)
+        child = paths.home / "written-by-the-server.txt"
+        pid = st._spawn(paths, "probe", [sys.executable, "-c",
+                                         "import sys, os; os.makedirs(sys.argv[2]); open(sys.argv[1], 'w').write('x'); print('hello')",
+                                         str(child), str(paths.home / "made-by-it")], {})
+        deadline = time.monotonic() + 30
+        while not child.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        st._stop(paths, "probe")
+        assert pid
+    finally:
+        os.umask(old)
+    assert child.exists() and mode(child) == 0o600 and mode(paths.home / "made-by-it") == 0o700
+    assert mode(paths.log_file("probe")) == 0o600 and mode(paths.home / "old.db") == 0o600
+    assert _open_to_others(DataRoot(tmp_path).stack_dir()) == []
+    assert _open_to_others(paths.results) == []
+
+
+def test_the_pid_file_is_owner_only(tmp_path):
+    from ops import stack as st
+
+    paths = st.StackPaths(tmp_path)
+    st._write_pid(paths, "x", os.getpid())
+    assert mode(paths.pid_file("x")) == 0o600 and mode(paths.pids) == 0o700
