@@ -32,24 +32,28 @@ def load_input(source: str, data_root: Path):
 
 
 @task(name="build-release")
-def build(source: str, version: str, data_root: str, dev_fraction: float):
-    """-> :class:`pipeline.benchmark.release.ReleaseResult`"""
+def build(source: str, version: str, data_root: str, dev_fraction: float, card: dict | None = None):
+    """-> :class:`pipeline.benchmark.release.ReleaseResult`; ``card``: CardOptions fields (licence, citation)."""
     from pipeline.benchmark import release
+    from pipeline.benchmark.card import CardOptions
 
     root = Path(data_root)
     return release.build_or_reuse(load_input(source, root), version, root, dev_fraction=dev_fraction,
-                                  settings=Settings.from_env(root))
+                                  settings=Settings.from_env(root), card=CardOptions(**(card or {})))
 
 
 @flow(name="build-release", log_prints=True, persist_result=True)
 def build_release_flow(version: str, source: str = "", dev_fraction: float = 0.0,
-                       data_root: str | None = None) -> str:
-    """Build release ``version`` (X.Y.Z) from ``source`` (default: the corpus under the data root)."""
+                       data_root: str | None = None, license: str = "other", license_name: str = "rescue-release-terms",
+                       license_link: str = "") -> str:
+    """Build release ``version`` (X.Y.Z) from ``source`` (default: the corpus under the data root);
+    ``license*``: the dataset card's licence (as ``rescue release build --license ...``)."""
     from pipeline.paths import check_version
 
     check_version(version)
     root = Settings.from_env(data_root).data_root.resolve()
-    out = build(source, version, str(root), dev_fraction)
+    out = build(source, version, str(root), dev_fraction,
+                {"license": license, "license_name": license_name, "license_link": license_link})
     manifest = out.manifest
     counts = [{"task": t, **c} if isinstance(c, dict) else {"task": t, "count": c}
               for t, c in manifest.get("counts", {}).items()]

@@ -1,6 +1,7 @@
 """``rescue release``: versioned, immutable benchmark releases."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +30,14 @@ def release_build(
     seed: int = typer.Option(0, "--seed", help="Synthetic corpus seed."),
     dev_fraction: float = typer.Option(0.0, "--dev-fraction", help="Share of couple/family groups in a dev split."),
     strict: bool = typer.Option(False, "--strict", help="Refuse to build when validation finds problems."),
+    license_id: str = typer.Option("other", "--license", help="Licence id for the dataset card (e.g. cc-by-nc-4.0); "
+                                   "'other' (default) names the terms with --license-name / --license-link."),
+    license_name: str = typer.Option("rescue-release-terms", "--license-name", help="Name of the terms when --license other."),
+    license_link: str = typer.Option("", "--license-link", help="Where the terms are (URL or a path in the release)."),
+    license_text: Optional[str] = typer.Option(None, "--license-text", help="The card's licence paragraph (default: the "
+                                               "terms are the maintainer's to set; the source videos' terms apply)."),
+    citation: Optional[Path] = typer.Option(None, "--citation", help="A .bib file with the paper's BibTeX (default: a "
+                                            "marked placeholder built from the title and arXiv id)."),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
     """Build releases/<version>/ from the corpus (default), a rows directory, a RESCUE JSONL file or the synthetic corpus."""
@@ -46,7 +55,17 @@ def release_build(
         console.print("[red]give at most one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
         raise typer.Exit(2)
     settings = Settings.from_env(data_root)
-    steps = 3 + 6 + len(release.schemas.RELEASE_CONFIGS) + 1  # load, validate, tables, tasks, files, manifest
+    from pipeline.benchmark.card import CardOptions
+
+    card = CardOptions(license=license_id, license_name=license_name, license_link=license_link)
+    if license_text:
+        card = replace(card, license_text=license_text)
+    if citation is not None:
+        if not citation.is_file():
+            console.print(f"[red]--citation {citation}: no such file[/red]", highlight=False)
+            raise typer.Exit(2)
+        card = replace(card, paper_bibtex=citation.read_text(encoding="utf-8").strip())
+    steps = 3 + 6 + len(release.schemas.RELEASE_CONFIGS) + 4  # load, validate, tables, tasks, files, paper, manifest
     try:
         with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
@@ -57,7 +76,7 @@ def release_build(
                 inp = release.load_source(input_file or rows_dir, settings.data_root)
             progress.update(bar, advance=2, description="building tasks")
             result = release.build_or_reuse(
-                inp, version, settings.data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
+                inp, version, settings.data_root, dev_fraction=dev_fraction, settings=settings, strict=strict, card=card,
                 on_step=lambda msg: progress.update(bar, advance=1, description=msg))
     except (release.ReleaseError, store.AlreadyExists) as exc:
         console.print(f"[red]release build failed:[/red] {exc}")
@@ -82,6 +101,11 @@ def release_build(
                   + f"; validation problems: {m['validation']['problems']}")
     if inp.problems:
         _print_violations(console, inp.problems, limit=10)
+    if m.get("synthetic"):
+        console.print("[yellow]SYNTHETIC / DEMO data (the card says so):[/yellow] " + "; ".join(m["synthetic"]),
+                      highlight=False)
+    console.print(f"paper shapes: {len([k for k in m['files'] if k.startswith('paper/')])} files under "
+                  f"{result.path / 'paper'} (benchmark.jsonl, er.jsonl, vp.jsonl, data/<sample_id>.json)", highlight=False)
     console.print(f"written: {result.path}")
 
 

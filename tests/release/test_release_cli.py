@@ -51,3 +51,20 @@ def test_bad_versions_are_refused_before_any_file_is_written(tmp_path):
                                   "--data-root", str(tmp_path / "data")])
         assert res.exit_code == 1 and "X.Y.Z" in res.output, (version, res.output)
     assert not (tmp_path / "data" / "releases").exists() and not (tmp_path / "x").exists()
+
+
+def test_build_sets_the_card_licence_and_citation(tmp_path):
+    bib = tmp_path / "paper.bib"
+    bib.write_text("@article{hu2026, title={RESCUE-BENCH}, author={Hu, T. and Others, A.}}\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["release", "build", "--version", "0.2.0", "--synthetic", "--scale", "0.05",
+                              "--license", "cc-by-nc-4.0", "--citation", str(bib), "--data-root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "SYNTHETIC / DEMO" in res.output and "paper shapes:" in res.output
+    card = (tmp_path / "releases" / "0.2.0" / "README.md").read_text()
+    assert "license: cc-by-nc-4.0" in card and "author={Hu, T. and Others, A.}" in card and "PLACEHOLDER" not in card
+    manifest = json.loads((tmp_path / "releases" / "0.2.0" / "manifest.json").read_text())
+    assert manifest["card"]["license"] == "cc-by-nc-4.0"
+    missing = runner.invoke(app, ["release", "build", "--version", "0.3.0", "--synthetic", "--citation",
+                                  str(tmp_path / "nope.bib"), "--data-root", str(tmp_path)])
+    assert missing.exit_code == 2 and "no such" in missing.output and "nope.bib" in missing.output.replace("\n", "")
