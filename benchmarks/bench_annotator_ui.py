@@ -158,11 +158,18 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
 # --- the browser ---------------------------------------------------------------------------
 
 def measure_page(page, url: str) -> dict:
+    from playwright.sync_api import Error as PlaywrightError
+
     t0 = time.perf_counter()
     page.goto(url)
     unit = page.locator("#unit_0")  # the Repeater renders lazily: bring the first form into view
     unit.wait_for(state="attached")
-    unit.scroll_into_view_if_needed()
+    for _ in range(20):  # the form may re-render right after it first appears
+        try:
+            unit.scroll_into_view_if_needed(timeout=15_000)
+            break
+        except PlaywrightError:
+            time.sleep(0.2)
     unit.locator(".lsf-choices, textarea, input, [data-testid=htx-textbox-edit-button]").first.wait_for(state="visible")
     first_form = time.perf_counter() - t0
     # a text control to type in: an empty one, else a pre-filled one opened for editing
@@ -190,6 +197,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[111, 250])
     ap.add_argument("--rounds", nargs="+", default=list(round_names()))
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--window", type=int, help="units per task (default: the pipeline's)")
     ap.add_argument("--page-timeout", type=float, default=240, help="seconds a page may take (default 240)")
     ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
     args = ap.parse_args()
@@ -229,7 +237,8 @@ def main() -> None:
                         rnd = load_round(name)
                         report = push.push_round(client, name, [sample], [email], k=1,
                                                  prelabel=push.input_values if name == "transcript" else None,
-                                                 prelabel_source="input" if name == "transcript" else "none")
+                                                 prelabel_source="input" if name == "transcript" else "none",
+                                                 **({"window": args.window} if args.window else {}))
                         pid = report.projects[push.project_key(name, "family", email)]
                         tasks = sorted(client.find_tasks(pid, "sample_id", sample["sample_id"]),
                                        key=lambda t: (t["data"].get("window") or {}).get("index", 0))

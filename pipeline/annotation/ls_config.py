@@ -320,10 +320,11 @@ def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
 
 
 def build_tasks_data(rnd: Round, sample: dict, media_url: str = "", window: int | None = None) -> list[dict]:
-    """The task data of one sample as pushed: one task, or windows of ``window`` units
-    (default :data:`pipeline.annotation.windows.WINDOW_UNITS`) for a long sample."""
+    """The task data of one sample as pushed: one task, or windows for a long sample (default:
+    more than ``windows.SPLIT_ABOVE`` units, windows of ``windows.WINDOW_UNITS``; ``window``:
+    more than ``window`` units, windows of ``window``)."""
     whole = build_task_data(rnd, sample, media_url)
-    parts = windows.split(whole, window or windows.WINDOW_UNITS)
+    parts = windows.split(whole, window)
     if len(parts) > 1:
         for part in parts:
             part["heading"] = heading(part)

@@ -193,7 +193,8 @@ def _push_round(
     None for none). ``media_url``: sample -> URL shown in the Audio player (e.g.
     ``/data/local-files/?d=media/x.wav``); ``media_dir``: absolute folder to register as the
     projects' local storage. ``on_chunk(done, total)`` is called after each imported chunk.
-    ``window``: units per task for long samples (default ``windows.WINDOW_UNITS``).
+    ``window``: units per task for long samples (default: samples above ``windows.SPLIT_ABOVE``
+    units in windows of ``windows.WINDOW_UNITS``).
     """
     rnd = load_round(round_name)
     chosen = choose_annotators(client, rnd, annotators, k)

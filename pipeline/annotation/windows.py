@@ -1,11 +1,12 @@
 """Windowed tasks: a long sample is pushed as several Label Studio tasks and stitched on pull.
 
 Why: Label Studio builds every control of a task before it shows the form, and its cost grows
-with the controls *and* their choice lists. A 111-row family interview as one task took 21-35 s
-to show its form and 1.3-1.9 s to echo a key; a task of ~20 rows with controls shows in a few
-seconds and echoes keys at once. Paging inside one task (the Repeater's pagination mode) does not
-help: the controls of every page are still built up front. So a sample with more than
-:data:`WINDOW_UNITS` units (rows that get controls in a round) becomes consecutive windows:
+with the controls *and* their choice lists. A 111-row family interview as one task took 17-77 s
+to show its form, 250 rows 27 s to never (``benchmarks/bench_annotator_ui.py``, loaded machine).
+A window of 10 rows with controls costs no more than Label Studio's own start (measured: windows
+of 2 and of 10 rows show their form equally fast, 20 rows take about twice as long). So a
+sample with more than :data:`SPLIT_ABOVE` units (rows that get controls in a round) becomes
+consecutive windows of at most :data:`WINDOW_UNITS` units:
 
 * the sample's rows are cut into contiguous ranges, each holding at most ``WINDOW_UNITS`` units
   (rows without controls stay with the range before them), so every row belongs to exactly one
@@ -16,7 +17,7 @@ help: the controls of every page are still built up front. So a sample with more
 * ``data["window"]`` says ``index`` (0-based), ``count``, ``first_unit`` (the unit offset of the
   window in the whole sample) and the window's own ``rows``.
 
-A sample with at most ``WINDOW_UNITS`` units stays one task without a ``window`` key, exactly as
+A sample with at most ``SPLIT_ABOVE`` units stays one task without a ``window`` key, exactly as
 before. :func:`stitch_tasks` turns an export of windowed tasks back into one task per sample
 whose data equals the unwindowed task data and whose annotation holds every window's results
 with control names renumbered to the whole sample: what an unwindowed pull would have parsed.
@@ -26,7 +27,8 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
-WINDOW_UNITS = 20     # units (rows with controls) per task
+WINDOW_UNITS = 10     # units (rows with controls) per task of a long sample
+SPLIT_ABOVE = 20      # a sample with at most this many units stays one task, as before
 CONTEXT_BEFORE = 6    # read-only dialogue rows shown before a window's own rows
 CONTEXT_AFTER = 3     # and after them
 WINDOW_KEYS = ("window",)  # task-data keys only windowed tasks carry
@@ -51,10 +53,15 @@ def window_ranges(row_indices: list[int], unit_rows: set[int], size: int = WINDO
     return [tuple(r) for r in ranges]
 
 
-def split(data: dict, size: int = WINDOW_UNITS, before: int = CONTEXT_BEFORE, after: int = CONTEXT_AFTER) -> list[dict]:
-    """The task data of each window of a whole-sample task (``[data]`` when it fits in one)."""
+def split(data: dict, size: int | None = None, before: int = CONTEXT_BEFORE, after: int = CONTEXT_AFTER) -> list[dict]:
+    """The task data of each window of a whole-sample task (``[data]`` when it fits in one).
+
+    Default: a sample with more than :data:`SPLIT_ABOVE` units becomes windows of at most
+    :data:`WINDOW_UNITS`; with ``size``, one with more than ``size`` units windows of ``size``."""
     units = data["units"]
-    if len(units) <= size:
+    above = SPLIT_ABOVE if size is None else size
+    size = size or WINDOW_UNITS
+    if len(units) <= above:
         return [data]
     order = [t["row_index"] for t in data["turns"]]
     ranges = window_ranges(order, {u["row_index"] for u in units}, size)

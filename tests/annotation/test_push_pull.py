@@ -220,22 +220,21 @@ def test_model_pre_annotation_from_an_openai_compatible_endpoint(ls_client, new_
 def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, new_annotators, tmp_path):
     """45 transcript units at 20 per task -> 3 windows per annotator; a re-push changes nothing;
     annotating every window through the API pulls exactly the labels of the whole sample."""
-    from pipeline.annotation import windows
     from pipeline.annotation.pull import parse_annotation
 
     sample = make_sample("synthetic/family_045", "family", 45)
     annotators = new_annotators(2)
     rnd = load_round("transcript")
-    report = push.push_round(ls_client, "transcript", [sample], annotators)
+    report = push.push_round(ls_client, "transcript", [sample], annotators, window=20)
     assert report.created == 2 * 3
-    again = push.push_round(ls_client, "transcript", [sample], annotators)
+    again = push.push_round(ls_client, "transcript", [sample], annotators, window=20)
     assert (again.created, again.updated, again.unchanged) == (0, 0, 6)
     users = {u["email"]: u["id"] for u in ls_client.users()}
     a = annotators[0]
     pid = report.projects[push.project_key("transcript", "family", a)]
     tasks = ls_client.tasks(pid)
     assert sorted(t["data"]["window"]["index"] for t in tasks) == [0, 1, 2]
-    assert all(len(t["data"]["units"]) <= windows.WINDOW_UNITS for t in tasks)
+    assert all(len(t["data"]["units"]) <= 20 for t in tasks)
     values = push.input_values(rnd, sample)
     for ri in values:
         values[ri]["dialogue_cleaned"] = f"corrected line {ri}"

@@ -16,7 +16,7 @@ def test_status_counts_rows_drafts_and_windows(ls_client, new_annotators):
     sample = make_sample("synthetic/status_045", "family", 45)  # 45 transcript units: 3 windows
     short = make_sample("synthetic/status_006", "family", 6)
     a, b = new_annotators(2)
-    report = push.push_round(ls_client, "transcript", [sample, short], [a, b])
+    report = push.push_round(ls_client, "transcript", [sample, short], [a, b], window=20)
     rnd = load_round("transcript")
     users = {u["email"]: u["id"] for u in ls_client.users()}
     pid = report.projects[push.project_key("transcript", "family", a)]

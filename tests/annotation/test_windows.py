@@ -1,4 +1,5 @@
-"""Windowed tasks: a long sample is split into tasks of at most WINDOW_UNITS units and a pull of
+"""Windowed tasks: a long sample (more than SPLIT_ABOVE units) is split into tasks of at most
+WINDOW_UNITS units and a pull of
 the windows gives exactly what a pull of the whole sample gives (no server needed)."""
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_windows_stitch_back_to_the_whole_task_data(name, n_rows):
     sample = make_sample(f"synthetic/family_{n_rows}", "family", n_rows)
     whole = ls_config.build_task_data(rnd, sample, "/data/local-files/?d=media/x.wav")
     parts = ls_config.build_tasks_data(rnd, sample, "/data/local-files/?d=media/x.wav")
-    if len(whole["units"]) <= windows.WINDOW_UNITS:
+    if len(whole["units"]) <= windows.SPLIT_ABOVE:
         assert parts == [whole] and "window" not in whole
         return
     assert len(parts) == -(-len(whole["units"]) // windows.WINDOW_UNITS)
