@@ -107,45 +107,101 @@ def paper_task_records(task: str, table: pa.Table, samples: pa.Table | Iterable[
         yield out
 
 
-def _jsonl(lines: Iterable[str]) -> bytes:
-    return "".join(line + "\n" for line in lines).encode("utf-8")
+class _Sink:
+    """One file of a folder being built: streamed, hashed as it is written (no per-file fsync:
+    the folder appears atomically as a whole)."""
+
+    def __init__(self, root: Path, rel: str, files: dict[str, dict]):
+        self.path = root.joinpath(*rel.split("/"))
+        real_root = root.resolve()
+        if real_root not in self.path.resolve().parents:
+            raise PaperExportError(f"{rel} would leave the release folder {real_root}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.rel, self.files, self.rows, self.size = rel, files, 0, 0
+        self.sha = hashlib.sha256()
+        self.fh = open(self.path, "wb")
+
+    def line(self, text: str) -> bytes:
+        data = (text + "\n").encode("utf-8")
+        self.fh.write(data)
+        self.sha.update(data)
+        self.rows += 1
+        self.size += len(data)
+        return data
+
+    def close(self, rows: int | None = None) -> None:
+        self.fh.close()
+        self.files[self.rel] = {"sha256": self.sha.hexdigest(), "rows": self.rows if rows is None else rows,
+                                "bytes": self.size}
 
 
-def _put(root: Path, rel: str, data: bytes, files: dict[str, dict], rows: int) -> None:
-    """Write ``data`` at ``root/rel`` (inside a folder being built: no per-file fsync) and list it."""
-    path = root.joinpath(*rel.split("/"))
-    real_root = root.resolve()
-    if real_root not in path.resolve().parents:
-        raise PaperExportError(f"{rel} would leave the release folder {real_root}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": rows, "bytes": len(data)}
+_CTX = "\x00prior_context\x00"
+_CTX_JSON = json.dumps(_CTX)  # how the placeholder reads once dumped
+
+
+def _fast_records(task: str, sample: dict, inputs: list[dict], options: Mapping, clips: Clips,
+                  ctx_json: list[str]) -> Iterator[str]:
+    """The paper's records of one sample as JSON lines; every prior row's JSON is made once per
+    sample and spliced in (a record with all prior rows repeats them: re-dumping each is slow)."""
+    module = tasks._MODULES[task]
+    sid = sample["sample_id"]
+    couple = (sample.get("group_id") or group_id_of(sid)).rpartition("/")[2]
+    for rec in module.instances(sample, inputs, 0, **options):
+        k = rec["row_index"]
+        out = {"sample_id": sid, "couple": couple, "row_index": k}
+        for key in _CURRENT_KEYS:
+            out[key] = rec[key]
+            if key == "speaker" and task == "vp":
+                out["participants"] = rec["participants"]
+        out["prior_context"] = _CTX
+        if task == "er":
+            out["gold_internal_emotion"] = rec["label"]
+            out["gold_intensity_score"] = rec["label_intensity"]
+        else:
+            out["gold_viewpoints"] = rec["label"]
+        _with_clip(out, clips.get((sid, k)))
+        out.update(task=task, instance_id=paper_instance_id(sid, k), scenario=sample["scenario"],
+                   source_sample_id=sid, source_file=sample.get("source_file"))
+        yield dumps_line(out).replace(_CTX_JSON, "[" + ", ".join(ctx_json[:k - 1]) + "]", 1)
 
 
 def write_paper_files(samples: list[dict], root: str | os.PathLike, options: Mapping[str, Mapping] | None = None,
                       clips: Clips | None = None, on_step: Callable[[str], None] | None = None) -> dict[str, dict]:
     """Write ``paper/`` under ``root`` for ``samples`` (sorted by sample_id); ``options``: the
     task options of the release (ER/VP checkpoint sampling). Returns the manifest entries
-    (path relative to ``root`` -> sha256, rows, bytes)."""
+    (path relative to ``root`` -> sha256, rows, bytes). Files are streamed: memory stays flat."""
     root = Path(root)
     step = on_step or (lambda _m: None)
+    clips = clips or {}
     samples = sorted(samples, key=lambda s: s["sample_id"])
     opts = tasks.default_options()
     for task, extra in (options or {}).items():
         if task in opts:
             opts[task].update(extra)
     files: dict[str, dict] = {}
-    released = [release_sample(s) for s in samples]
-    _put(root, BENCHMARK_FILE, _jsonl(dumps_line(s) for s in released), files, len(released))
-    for s in released:
-        _put(root, sample_file(s["sample_id"]), (dumps_line(s) + "\n").encode("utf-8"), files, len(s["rows"]))
+    bench = _Sink(root, BENCHMARK_FILE, files)
+    for s in samples:
+        released = release_sample(s)
+        data = bench.line(dumps_line(released))
+        one = _Sink(root, sample_file(s["sample_id"]), files)
+        one.fh.write(data)
+        one.sha.update(data)
+        one.size = len(data)
+        one.close(rows=len(released["rows"]))
+    bench.close()
     step("paper benchmark + per-sample files")
-    inputs = {s["sample_id"]: [input_row(r) for r in s["rows"]] for s in samples}
-    for task, rel in TASK_FILES.items():
-        table = tasks.build_task(task, samples, PAPER_CONTEXT, inputs=inputs, **opts[task])
-        lines = [dumps_line(r) for r in paper_task_records(task, table, samples, clips)]
-        _put(root, rel, _jsonl(lines), files, len(lines))
-        step(f"paper {task}.jsonl")
+    sinks = {task: _Sink(root, rel, files) for task, rel in TASK_FILES.items()}
+    try:
+        for s in samples:
+            inputs = [input_row(r) for r in s["rows"]]
+            ctx_json = [dumps_line(_with_clip(dict(r), clips.get((s["sample_id"], r["row_index"])))) for r in inputs]
+            for task, sink in sinks.items():
+                for line in _fast_records(task, s, inputs, opts[task], clips, ctx_json):
+                    sink.line(line)
+    finally:
+        for sink in sinks.values():
+            sink.close()
+    step("paper er.jsonl + vp.jsonl")
     return files
 
 

@@ -176,6 +176,9 @@ def test_head_release_has_the_paper_shapes(head_input, head_path, tmp_path):
         assert info["sha256"] == store.sha256_file(res.path / rel) and info["bytes"] == (res.path / rel).stat().st_size
         assert (res.path / rel).resolve().is_relative_to(res.path.resolve())
     _check_paper_against_parquet(res)
+    # from the Parquet tables (export-paper) the same bytes as from the published JSONL
+    paper_export.export_paper(res.path, tmp_path / "exported")
+    assert _files(tmp_path / "exported") == {k: v for k, v in _files(res.path).items() if k.startswith("paper/")}
 
 
 def test_spec_loader_rebuilds_er_vp_on_a_synthetic_release_with_families(tmp_path):
