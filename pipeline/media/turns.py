@@ -8,10 +8,11 @@ Rules, in this order (spec §2.2-2.4):
    except for speech heard *over* someone else's:
 
    * a cue lying inside another, longer cue's span (enclosing speaker X: that cue's speaker)
-     goes to the speaker other than X most active during it (``assign.speaker_overlaps``);
-     when diarization hears nobody else then, it still is not X's (one voice's cues never
-     overlap each other): it goes to the listener, the last other voice heard before the
-     enclosing cue (else the next one);
+     goes to the speaker other than X most active during it (``assign.speaker_overlaps``; active:
+     at least ``MIN_ACTIVE_S`` = 0.3 s of it, as a shorter diarization piece carries pyannote's
+     unchecked label); when diarization hears nobody else then, it still is not X's (one voice's
+     cues never overlap each other): it goes to the listener, the last other voice heard before
+     the enclosing cue (else the next one);
    * an ASR word whose neighbours on both sides are X's goes to another speaker only when that
      speaker is active for at least half of the word (a transcript holds one voice at a time,
      so a word in the middle of X's speech stays X's unless diarization clearly hears another);

@@ -106,7 +106,8 @@ def make_script(scenario: str = "couple", participants: list[str] | None = None,
 
 def _add_overlapped(rows: list[ScriptRow], participants: list[str], n: int, m: int, rng: random.Random) -> None:
     """Put ``n`` therapist and ``m`` partner backchannels over long client sentences (one per row,
-    spread over the interview; partner ones at every second place while both remain)."""
+    spread over the interview, never in the row the interruption cuts into; partner ones at every
+    second place while both remain)."""
     kinds, left_t, left_p = [], n, m if len(participants) > 1 else 0
     while left_t or left_p:
         if left_p and (len(kinds) % 2 == 1 or not left_t):
@@ -115,7 +116,8 @@ def _add_overlapped(rows: list[ScriptRow], participants: list[str], n: int, m: i
         else:
             kinds.append("Therapist")
             left_t -= 1
-    hosts = [r for r in rows if r.speaker != "Therapist" and not r.overlap_s
+    interrupted = {id(rows[i - 1]) for i, r in enumerate(rows) if r.overlap_s}  # its end is overlapped already
+    hosts = [r for r in rows if r.speaker != "Therapist" and not r.overlap_s and id(r) not in interrupted
              and any(len(s.split()) >= 7 for s in r.sentences)]
     step = max(1, len(hosts) // len(kinds)) if hosts and kinds else 1
     for kind, row in zip(kinds, hosts[::step]):
