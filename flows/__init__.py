@@ -8,16 +8,23 @@ shared machinery is here so every flow resumes, retries and reports the same way
   finish; editing a stage's task code or bumping the pipeline version invalidates it. Stage
   inputs are content-addressed records (paths + sha256), so the key follows file CONTENT.
   ``file_key`` hashes a file's bytes for the first stage, whose input is a raw path.
-- ``NETWORK_RETRIES``: exponential backoff for Label Studio / network calls.
+- ``NETWORK_RETRIES``: exponential backoff for Label Studio / network calls, and ONLY for
+  transient errors (:func:`transient`: network, timeouts, HTTP 5xx); a configuration error (no
+  annotators, unknown round, bad parameter) fails at once with its message.
 - ``gpu_slot()``: the strict global concurrency limit ``gpu`` around model inference.
 - ``settle()``: wait for ALL futures, then sort them into done / cached / failed (calling
   ``.result()`` on the first failure would cancel the siblings and lose their work).
-- ``report()``: the per-run summary artifacts.
+- ``report()``: the per-run summary artifacts; ``summary_on_failure`` publishes them for a
+  failed run too (what was done, cached, quarantined - noted with ``note()`` - and the error).
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
+import inspect
 import os
+from collections.abc import Callable
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +43,39 @@ GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")
 
 RESUME = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=lambda ctx, params: CODE_VERSION)
 
+def transient_error(exc: BaseException) -> bool:
+    """Worth retrying: the network, a timeout, a server error (HTTP 5xx) - never a configuration
+    or input error, which would only fail the same way three more times."""
+    import httpx
+
+    from pipeline.annotation.client import LabelStudioError, LabelStudioUnavailable
+
+    if isinstance(exc, (LabelStudioUnavailable, httpx.TransportError, TimeoutError, ConnectionError)):
+        return True
+    text = str(exc)
+    if isinstance(exc, LabelStudioError) or type(exc).__name__ == "PushError":
+        import re
+
+        return bool(re.search(r"\(HTTP 5\d\d\)|did not answer", text))
+    return False
+
+
+def transient(task, task_run, state) -> bool:
+    """Prefect ``retry_condition_fn``: retry only :func:`transient_error`."""
+    exc = state.data if isinstance(state.data, BaseException) else None
+    if exc is None:
+        try:
+            state.result(raise_on_failure=True)
+        except BaseException as err:  # noqa: BLE001 - classified, not handled
+            exc = err
+    return exc is not None and transient_error(exc)
+
+
 NETWORK_RETRIES: dict[str, Any] = dict(
     retries=3,
     retry_delay_seconds=exponential_backoff(backoff_factor=1),  # 1 s, 2 s, 4 s
     retry_jitter_factor=0.5,
+    retry_condition_fn=transient,
 )
 
 
@@ -126,12 +162,17 @@ def settle(chains: dict[str, list[tuple[str, PrefectFuture]]]) -> list[Outcome]:
 
 
 def report(key: str, title: str, outcomes: Iterable[Outcome], extra_markdown: str = "",
-           tables: dict[str, list[dict]] | None = None) -> dict[str, int]:
+           tables: dict[str, list[dict]] | None = None, error: BaseException | None = None) -> dict[str, int]:
     """One markdown summary + one table per run (artifact keys: lowercase, digits, dashes)."""
     outcomes = list(outcomes)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("done", "cached", "quarantined")}
-    lines = [f"# {title}", "", f"**{counts['done']}** done, **{counts['cached']}** cached, "
+    lines = [f"# {title}" + (" - FAILED" if error else ""), "",
+             f"**{counts['done']}** done, **{counts['cached']}** cached, "
              f"**{counts['quarantined']}** quarantined", ""]
+    if error is not None:
+        text = str(error).strip().replace("|", "/") or type(error).__name__
+        lines += ["## Error", "", f"**{type(error).__name__}**: {text[:2000]}", "",
+                  "Everything done before the error is kept (cached): fix the cause and run it again.", ""]
     bad = [o for o in outcomes if o.status == "quarantined"]
     if bad:
         lines += ["## Quarantined", "", "| item | reason |", "|---|---|"]
@@ -146,6 +187,56 @@ def report(key: str, title: str, outcomes: Iterable[Outcome], extra_markdown: st
         if rows:
             create_table_artifact(key=f"{key}-{name}", table=rows)
     return counts
+
+
+_RUN: contextvars.ContextVar[dict | None] = contextvars.ContextVar("rescue_run", default=None)
+
+
+def note(outcomes: Iterable[Outcome] | None = None, extra_markdown: str | None = None) -> None:
+    """Tell :func:`summary_on_failure` what the run has done so far (shown if it fails later)."""
+    run = _RUN.get()
+    if run is None:
+        return
+    if outcomes is not None:
+        run["outcomes"] = list(outcomes)
+    if extra_markdown is not None:
+        run["extra"] = extra_markdown
+
+
+def artifact_key(text: str) -> str:
+    """An artifact key (lowercase letters, digits, dashes) from any text."""
+    import re
+
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]+", "-", str(text).lower())).strip("-")[:60] or "run"
+
+
+def summary_on_failure(key: str | Callable[[dict], str], title: Callable[[dict], str]):
+    """Decorate a flow function (under ``@flow``): when it raises, publish its summary artifacts
+    (``report``) with what it ``note()``-d and the error, then re-raise. ``key`` and ``title``
+    may be functions of the flow's parameters."""
+    def deco(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            run = {"outcomes": [], "extra": ""}
+            token = _RUN.set(run)
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                try:
+                    bound = sig.bind_partial(*args, **kwargs)
+                    bound.apply_defaults()
+                    params = dict(bound.arguments)
+                    report(artifact_key(key(params) if callable(key) else key), title(params), run["outcomes"],
+                           run["extra"], error=exc)
+                except Exception:  # noqa: BLE001 - the run's own error matters more
+                    pass
+                raise
+            finally:
+                _RUN.reset(token)
+        return wrapper
+    return deco
 
 
 def ensure_infrastructure(pools: Iterable[str], gpu_limit: str, gpu_slots: int) -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
-from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, report, sha256_file
+from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, note, report, sha256_file, summary_on_failure
 from pipeline.annotation import rounds
 from pipeline.config import Settings
 from pipeline.paths import check_name
@@ -37,7 +37,7 @@ def _client(data_root: str):
 
 # Pulls and gold read state that changes outside the run (Label Studio, the label tables): never
 # cached, not even within a run (a paused run pulls the adjudication again after resuming).
-@task(name="pull-round", cache_policy=NO_CACHE, **NETWORK_RETRIES)
+@task(name="pull-round", task_run_name="pull-round[{round_name}]", cache_policy=NO_CACHE, **NETWORK_RETRIES)
 def pull(round_name: str, data_root: str, annotators: list[str] | None = None) -> dict:
     from pipeline.annotation import pull as ls_pull
 
@@ -60,7 +60,7 @@ def _agreement_key(ctx, params: dict) -> str:
                         CODE_VERSION, raise_on_failure=True)
 
 
-@task(name="agreement", cache_policy=CacheKeyFnPolicy(cache_key_fn=_agreement_key) + TASK_SOURCE)
+@task(name="agreement", task_run_name="agreement[{round_name}]", cache_policy=CacheKeyFnPolicy(cache_key_fn=_agreement_key) + TASK_SOURCE)
 def agreement(round_name: str, data_root: str) -> dict:
     from pipeline.quality import agreement as ag
 
@@ -72,7 +72,7 @@ def agreement(round_name: str, data_root: str) -> dict:
     return {"passed": rep.passed, "fields": fields, "report": {k: str(v) for k, v in out.paths.items()}}
 
 
-@task(name="push-adjudication", **NETWORK_RETRIES)
+@task(name="push-adjudication", task_run_name="push-adjudication[{round_name}]", **NETWORK_RETRIES)
 def push_adjudication(round_name: str, data_root: str):
     """-> :class:`pipeline.quality.adjudication.PushSummary`"""
     from pipeline.quality import adjudication
@@ -80,7 +80,8 @@ def push_adjudication(round_name: str, data_root: str):
     return adjudication.push_round(_client(data_root), data_root, round_name)
 
 
-@task(name="pull-adjudication", cache_policy=NO_CACHE, **NETWORK_RETRIES)
+@task(name="pull-adjudication", task_run_name="pull-adjudication[{round_name}]", cache_policy=NO_CACHE,
+      **NETWORK_RETRIES)
 def pull_adjudication(round_name: str, data_root: str) -> int:
     from pipeline.quality import adjudication
 
@@ -99,7 +100,7 @@ def gold_rows(data_root: str) -> dict | None:
         return None
 
 
-@task(name="push-next-round", **NETWORK_RETRIES)
+@task(name="push-next-round", task_run_name="push-next-round[{next_round}]", **NETWORK_RETRIES)
 def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> dict:
     from pipeline.annotation import intake
 
@@ -108,6 +109,7 @@ def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> 
 
 
 @flow(name="annotation-round", log_prints=True, persist_result=True)
+@summary_on_failure(lambda p: f"round-{p.get('round_name')}", lambda p: f"Round {p.get('round_name')}")
 def annotation_round_flow(round_name: str, data_root: str | None = None, open_next: bool = True,
                           annotators: list[str] | None = None, wait_for_adjudication_s: int = 0) -> dict:
     """Close ``round_name`` (pull, validate, agreement, adjudication) and, when everything is
@@ -123,7 +125,14 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
 
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
-    nxt = rounds.next_round(check_name(round_name, "round"))
+    try:
+        nxt = rounds.next_round(check_name(round_name, "round"))
+    except ValueError as exc:  # a configuration error: named by the flow parameter, never retried
+        raise ValueError(f"flow parameter round_name={round_name!r}: {exc}") from None
+    if annotators is not None and (not isinstance(annotators, list) or not all(isinstance(a, str) and a
+                                                                               for a in annotators)):
+        raise ValueError(f"flow parameter annotators={annotators!r}: give a list of Label Studio e-mails, "
+                         "or leave it out for every annotator")
     pulled = pull(round_name, root, annotators)
     agr = agreement(round_name, root)
     adj = push_adjudication(round_name, root)

@@ -24,7 +24,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import NETWORK_RETRIES, RESUME, Outcome, file_resume, gpu_slot, report, settle, sha256_file
+from flows import (NETWORK_RETRIES, RESUME, Outcome, file_resume, gpu_slot, note, report, settle, sha256_file,
+                   summary_on_failure)
 from pipeline.config import Settings
 from pipeline.media import diarize as dz
 from pipeline.media import ingest as media
@@ -36,7 +37,7 @@ from pipeline.media.transcribe import Transcribed
 from pipeline.media.turns import Segmented
 
 
-@task(name="ingest", cache_policy=file_resume("video"))
+@task(name="ingest", task_run_name="ingest[{entry.sample_id}]", cache_policy=file_resume("video"))
 def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
            subtitles_sha256: str | None = None, allow_outside_batch: bool = False) -> Ingested:
     """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
@@ -48,7 +49,7 @@ def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
     return result.ingested
 
 
-@task(name="transcript", cache_policy=RESUME)
+@task(name="transcript", task_run_name="transcript[{ingested.sample_id}]", cache_policy=RESUME)
 def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
                device: str) -> Transcribed:
     chosen = tr.resolve_backend(backend, ingested.subtitle_path)
@@ -56,7 +57,7 @@ def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str 
         return tr.transcribe_stage(ingested.sample_id, data_root, chosen, asr_model, align_model, device)
 
 
-@task(name="diarize", cache_policy=RESUME)
+@task(name="diarize", task_run_name="diarize[{ingested.sample_id}]", cache_policy=RESUME)
 def diarize(ingested: Ingested, data_root: str, diarization: str | None, device: str, voices: str = "") -> Diarized:
     """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
     from the voices under the data root)."""
@@ -65,7 +66,7 @@ def diarize(ingested: Ingested, data_root: str, diarization: str | None, device:
         return dz.diarize_stage(ingested.sample_id, data_root, pipeline=model, device=device)
 
 
-@task(name="segment", cache_policy=RESUME)
+@task(name="segment", task_run_name="segment[{ingested.sample_id}]", cache_policy=RESUME)
 def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, data_root: str) -> Segmented:
     return turns.segment_stage(ingested.sample_id, data_root)
 
@@ -87,6 +88,7 @@ def push_drafts(drafted: list[Segmented], data_root: str, annotators: list[str] 
 
 
 @flow(name="ingest-batch", log_prints=True, persist_result=True)
+@summary_on_failure("ingest-batch", lambda p: f"Batch {Path(str(p.get('batch_dir'))).name}")
 def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str = "auto",
                       asr_model: str | None = None, align_model: str | None = None,
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,
@@ -103,7 +105,11 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     root = str(Settings.from_env(data_root).data_root.resolve())
     batch = Path(batch_dir).resolve()
     manifest_warnings: list[str] = []
-    entries = media.read_manifest(media.find_manifest(batch), manifest_warnings)
+    try:
+        manifest = media.find_manifest(batch)
+    except media.ManifestError as exc:  # a configuration error: named by the flow parameter, never retried
+        raise media.ManifestError(f"flow parameter batch_dir={batch_dir!r}: {exc}") from None
+    entries = media.read_manifest(manifest, manifest_warnings)
     for warning in manifest_warnings:
         logger.warning(warning)
     logger.info("%d interviews in %s", len(entries), batch.name)
@@ -129,6 +135,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
             f_sg = runner.submit(segment, {"ingested": f_in, "transcribed": f_tr, "diarized": f_dz, "data_root": root})
             chains[entry.sample_id] = [("ingest", f_in), ("transcript", f_tr), ("diarize", f_dz), ("segment", f_sg)]
         outcomes = sorted(settle(chains) + refused, key=lambda o: o.item)
+    note(outcomes)  # shown in the summary even if the push below fails
 
     drafted = [o.result for o in outcomes if o.status != "quarantined"]
     pushed = push_drafts(drafted, root, annotators) if push and drafted else None

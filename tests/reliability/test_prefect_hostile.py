@@ -1,0 +1,179 @@
+"""Prefect under faults, on the real engine in-process (one temporary server for the module):
+only transient errors are retried, configuration errors fail at once with their message, a
+failed run still publishes its summary artifact, task runs are named per sample."""
+from __future__ import annotations
+
+import itertools
+
+import httpx
+import pytest
+from prefect import flow, task
+
+from flows import NETWORK_RETRIES, transient_error
+from pipeline.annotation.client import LabelStudioAuthError, LabelStudioError, LabelStudioUnavailable
+from pipeline.annotation.push import PushError
+from pipeline.paths import InvalidId
+
+FAST = {**NETWORK_RETRIES, "retry_delay_seconds": 0, "retry_jitter_factor": None}
+
+
+@pytest.mark.parametrize("exc,retry", [
+    (LabelStudioUnavailable("Label Studio at http://x did not answer"), True),
+    (httpx.ConnectError("refused"), True),
+    (httpx.ReadTimeout("slow"), True),
+    (TimeoutError("slow"), True),
+    (ConnectionResetError("reset"), True),
+    (LabelStudioError("Label Studio refused to import 3 tasks (HTTP 502): bad gateway"), True),
+    (PushError("push of round 'emotion' stopped before importing: Label Studio at x did not answer"), True),
+    (LabelStudioError("Label Studio refused to create project (HTTP 400): invalid config"), False),
+    (LabelStudioAuthError("rejected the API token (HTTP 401)"), False),
+    (PushError("round 'emotion' needs 2 annotators, 0 available (none)"), False),
+    (KeyError("no annotation round 'nosuch'"), False),
+    (InvalidId("round '../x' is not allowed"), False),
+    (ValueError("bad parameter"), False),
+    (FileNotFoundError("no labels"), False),
+])
+def test_only_transient_errors_are_retryable(exc, retry):
+    assert transient_error(exc) is retry
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            yield
+
+
+@pytest.fixture
+def storage(harness, tmp_path, monkeypatch):
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+
+    monkeypatch.setenv("RESCUE_GPU_LIMIT", "")
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path / "results"}):
+        yield tmp_path
+
+
+def _attempts(errors: list[BaseException]):
+    calls = itertools.count(1)
+    seen = []
+
+    @task(name="flaky", **FAST)
+    def flaky() -> str:
+        n = next(calls)
+        seen.append(n)
+        if n <= len(errors):
+            raise errors[n - 1]
+        return "ok"
+
+    @flow
+    def run():
+        state = flaky(return_state=True)
+        return {"failed": state.is_failed(), "message": state.message,
+                "result": None if state.is_failed() else state.result()}
+
+    return run(), seen
+
+
+def test_a_network_error_is_retried_until_it_passes(storage):
+    out, seen = _attempts([LabelStudioUnavailable("did not answer"), httpx.ConnectError("refused")])
+    assert not out["failed"] and out["result"] == "ok" and seen == [1, 2, 3]
+
+
+def test_a_server_error_is_retried(storage):
+    out, seen = _attempts([LabelStudioError("Label Studio refused to export (HTTP 503): busy")])
+    assert not out["failed"] and seen == [1, 2]
+
+
+@pytest.mark.parametrize("error", [PushError("round 'emotion' needs 2 annotators, 0 available (none)"),
+                                   KeyError("no annotation round 'nosuch'"),
+                                   LabelStudioError("Label Studio refused to import (HTTP 400): bad")])
+def test_a_configuration_error_fails_at_once_with_its_message(storage, error):
+    out, seen = _attempts([error] * 4)
+    assert out["failed"] and seen == [1]
+    assert type(error).__name__ in out["message"] and str(error).strip("'\"") in out["message"]
+
+
+def test_the_round_push_task_does_not_retry_no_annotators(storage, monkeypatch):
+    from flows import annotation_round as ar
+    from pipeline.annotation import intake
+
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(1)
+        raise PushError("round 'emotion' needs 2 annotators, 0 available (none)")
+
+    monkeypatch.setattr(intake, "open_round", refuse)
+    monkeypatch.setattr(ar, "_client", lambda data_root: None)
+
+    @flow
+    def run():
+        state = ar.push_next.with_options(retry_delay_seconds=0)("emotion", str(storage), None, return_state=True)
+        return state.is_failed(), state.message
+
+    failed, message = run()
+    assert failed and calls == [1] and "needs 2 annotators" in message
+
+
+def _artifacts(flow_run_id) -> dict[str, str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
+            any_=[flow_run_id])))
+    return {a.key: str(a.data) for a in found}
+
+
+def test_a_failed_ingest_run_publishes_its_summary_naming_the_parameter(storage):
+    from flows.ingest_batch import ingest_batch_flow
+
+    state = ingest_batch_flow(batch_dir=str(storage / "no-such-batch"), data_root=str(storage / "data"),
+                              return_state=True)
+    assert state.is_failed()
+    assert "flow parameter batch_dir=" in state.message and "does not exist" in state.message
+    arts = _artifacts(state.state_details.flow_run_id)
+    summary = arts["ingest-batch-summary"]
+    assert "FAILED" in summary and "batch_dir" in summary and "does not exist" in summary
+    assert "ingest-batch-items" in arts
+
+
+def test_a_failed_round_run_publishes_its_summary_and_an_unknown_round_names_the_parameter(storage):
+    from flows.annotation_round import annotation_round_flow
+
+    state = annotation_round_flow(round_name="nosuch", data_root=str(storage / "data"), return_state=True)
+    assert state.is_failed() and "flow parameter round_name='nosuch'" in state.message
+    assert "known rounds" in state.message or "rounds:" in state.message
+    summary = _artifacts(state.state_details.flow_run_id)["round-nosuch-summary"]
+    assert "FAILED" in summary and "round_name" in summary
+
+
+def test_a_bad_annotators_parameter_fails_at_once(storage):
+    from flows.annotation_round import annotation_round_flow
+
+    state = annotation_round_flow(round_name="emotion", data_root=str(storage / "data"), annotators=[""],
+                                  return_state=True)
+    assert state.is_failed() and "flow parameter annotators=" in state.message
+
+
+def test_task_runs_are_named_per_sample_and_a_bad_video_is_quarantined(storage):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.ingest_batch import ingest_batch_flow
+
+    batch = storage / "batch"
+    batch.mkdir()
+    (batch / "manifest.csv").write_text("sample_id,scenario,video,participants\n"
+                                        "rel_names/001,couple,missing.mp4,Ann;Bo\n")
+    state = ingest_batch_flow(batch_dir=str(batch), data_root=str(storage / "data"), push=False,
+                              return_state=True)
+    assert state.is_completed(), state.message
+    assert "rel_names/001" in state.result()["quarantined"]
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(
+            any_=[state.state_details.flow_run_id])))
+    assert "ingest[rel_names/001]" in {r.name for r in runs}, sorted(r.name for r in runs)
