@@ -20,8 +20,9 @@ Rules, in this order (spec §2.2-2.4):
 2. units are put in time order (start, then end, speaker, text: overlapping speech gives the
    same rows on every run), and text inside a row is always in that order;
 3. consecutive units of one speaker form a run (speech over another speaker's run ends a run
-   at that run's end: a backchannel never absorbs the turn its speaker takes next); a short run (a backchannel: at most
-   ``backchannel_max_words`` words and ``backchannel_max_s`` seconds) by someone else inside
+   at that run's end: a backchannel never absorbs the turn its speaker takes next); a short
+   run (a backchannel: at most ``backchannel_max_words`` words and ``backchannel_max_s``
+   seconds) by someone else inside
    another speaker's ongoing turn (it ends before that turn's last unit ends, or that speaker
    resumes within ``max_pause_s``) becomes that row's ``background_dialogue`` entry (speaker,
    target: the row's speaker, content), in time order; a short answer to a question stays a row;
@@ -41,8 +42,8 @@ Naming voices (:func:`voice_labels`). Rows carry one stable label per diarized v
   1 s, get the names left in that order (``"order"``: the behaviour before voice labels);
 * without a hint (the default): the therapist when identified (``"role"``: the first voice to
   speak is also the one whose sentences of three words or more are most often questions, at
-  least 30 % of them, ahead of every other voice), and ``Speaker 1``, ``Speaker 2``, ... for the others in the order of
-  their first turn; the participants' order in the manifest is not used.
+  least 30 % of them, ahead of every other voice), and ``Speaker 1``, ``Speaker 2``, ... for
+  the others in the order of their first turn; the participants' order is not used.
 
 The voice table (:func:`voice_table`, written to ``draft-voices/<sample_id>.parquet``) lists each
 label with its first rows and a few seconds where that voice speaks alone; an annotator names
@@ -66,6 +67,7 @@ import pyarrow as pa
 from pipeline import schemas
 from pipeline.media.assign import MAX_WORD_S, assign_speakers, fill_word_times, speaker_overlaps
 from pipeline.media.ingest import catalog_entry
+from pipeline.media.refine import MIN_PIECE_S
 from pipeline.media.rttm import Turn, read_rttm
 from pipeline.media.transcribe import Transcript, Unit, read_transcript
 from pipeline.paths import DataRoot
@@ -77,7 +79,8 @@ _UNNAMED = re.compile(r"SPEAKER_\d+")   # pyannote's labels; any other RTTM labe
 VOICE_LABEL = "Speaker {n}"   # a voice nobody named yet
 MIN_FIRST_TURN_S = 1.0        # a voice's place in the speaking order: its first turn this long
 WORD_OTHER_SHARE = 0.5        # an enclosed ASR word changes speaker when another is active this much of it
-MIN_ACTIVE_S = 0.05           # a speaker counts as active during a cue from this much overlap
+MIN_ACTIVE_S = MIN_PIECE_S    # a speaker counts as active during a cue from this much overlap: a shorter
+                              # piece kept pyannote's label, which no voice print checked (pipeline.media.refine)
 THERAPIST_QUESTION_SHARE = 0.3
 
 
