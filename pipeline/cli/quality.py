@@ -42,14 +42,27 @@ def agreement_cmd(
         raise typer.Exit(1) from None
     rep = out.report
     table = Table(title=f"agreement - round {round_name}")
-    for col in ("field", "metric", "alpha", "threshold", "units", "pairable", "% agree", "Fleiss", "gate"):
-        table.add_column(col, justify="left" if col in ("field", "metric", "gate") else "right")
+    for col in ("field", "metric", "alpha", "95% CI", "reading", "threshold", "units", "pairable", "disagree",
+                "% agree", "Fleiss", "gate"):
+        table.add_column(col, justify="left" if col in ("field", "metric", "reading", "gate") else "right")
     fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+    from pipeline.quality.measures import band
+
     for f in rep.fields:
         gate = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "[yellow]undefined[/yellow]"}[f.passed]
-        table.add_row(f.field, f.metric, fmt(f.alpha), f"{f.threshold:.3f}", str(f.n_units), str(f.n_pairable),
-                      fmt(f.percent_agreement), fmt(f.fleiss_kappa), gate)
+        ci = "n/a" if f.ci_low is None else f"{f.ci_low:.2f}-{f.ci_high:.2f}"
+        table.add_row(f.field, f.metric, fmt(f.alpha), ci, band(f.alpha) or "undefined", f"{f.threshold:.3f}",
+                      str(f.n_units), str(f.n_pairable), str(f.n_disagreeing), fmt(f.percent_agreement),
+                      fmt(f.fleiss_kappa), gate)
     console.print(table)
+    console.print("reading: Krippendorff (2004) - alpha >= .800 reliable, >= .667 tentative, below unreliable",
+                  highlight=False)
+    for f in rep.fields:
+        for w in f.warnings:
+            console.print(f"  [yellow]warning[/yellow] {f.field}: {w}", highlight=False)
+    for t in rep.text_fields:
+        console.print(f"  free text {t.field} ({t.measure}): {fmt(t.value)} over {t.n_units} units - {t.reading}",
+                      highlight=False)
     for issue in rep.issues[:10]:
         console.print(f"  [yellow]{issue['kind']}[/yellow] {issue['message']}", highlight=False)
     if len(rep.issues) > 10:
@@ -63,6 +76,11 @@ def agreement_cmd(
             raise typer.Exit(1) from None
         console.print(f"override recorded by {rec['by']}: {rec['reason']}", highlight=False)
     elif not rep.passed:
+        existing = gates.current_override(root, round_name)
+        if existing:
+            console.print(f"below threshold, released under the override recorded by {existing['by']} "
+                          f"({existing.get('recorded_at')}): {existing['reason']}", highlight=False)
+            return
         console.print("[red]below threshold: this round blocks a release[/red] (adjudicate / re-annotate, or "
                       "--override REASON --by NAME)")
         raise typer.Exit(3)

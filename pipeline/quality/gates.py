@@ -5,6 +5,10 @@ override with a reason is recorded. Both records are small canonical-JSON files 
 root (``DataRoot.gate`` / ``DataRoot.gate_override``: ``annotation/gates/<round>.json`` and
 ``<round>.override.json``); an override only counts for the exact label table it was made for
 (its sha256), so labels pulled again after the override block the release again.
+
+The round's agreement report shows the override where it applies: recording one rewrites the
+report's gate verdict (:func:`pipeline.quality.reports.mark_override`), and so does writing the
+gate again for labels an override was made for.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from datetime import datetime, timezone
 
 from pipeline import store
 from pipeline.paths import DataRoot
+from pipeline.quality import reports
 from pipeline.quality.measures import RoundAgreement
 
 OVERRIDE_SUFFIX = ".override.json"
@@ -26,8 +31,28 @@ def write_gate(data_root: str | os.PathLike, report: RoundAgreement, labels_sha2
                           for f in report.failing()],
               "fields": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold,
                           "n_units": f.n_units, "n_annotators": f.n_annotators} for f in report.fields]}
-    store.atomic_write_text(DataRoot(data_root).gate(report.round), store.canonical_json(record))
+    root = DataRoot(data_root)
+    store.atomic_write_text(root.gate(report.round), store.canonical_json(record))
+    override = current_override(root, report.round)
+    if override and not report.passed:
+        reports.mark_override(root.agreement_report_dir(report.round), report.round, False, _failing_text(record),
+                              override)
     return record
+
+
+def _failing_text(gate: dict) -> list[str]:
+    return [f"{f['field']} {_fmt(f['alpha'])} < {f['threshold']:.3f}" for f in gate.get("failing", [])]
+
+
+def current_override(data_root: str | os.PathLike, round_name: str) -> dict | None:
+    """The override recorded for the round's current gate (same labels), else None."""
+    root = DataRoot(data_root)
+    gate_path, ov_path = root.gate(round_name), root.gate_override(round_name)
+    if not (gate_path.is_file() and ov_path.is_file()):
+        return None
+    gate = json.loads(gate_path.read_text(encoding="utf-8"))
+    override = json.loads(ov_path.read_text(encoding="utf-8"))
+    return override if override.get("labels_sha256") == gate.get("labels_sha256") else None
 
 
 def record_override(data_root: str | os.PathLike, round_name: str, reason: str, by: str) -> dict:
@@ -44,6 +69,7 @@ def record_override(data_root: str | os.PathLike, round_name: str, reason: str, 
     record = {"round": round_name, "reason": reason.strip(), "by": by.strip(), "labels_sha256": gate["labels_sha256"],
               "failing": gate["failing"], "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     store.atomic_write_text(root.gate_override(round_name), store.canonical_json(record))
+    reports.mark_override(root.agreement_report_dir(round_name), round_name, False, _failing_text(gate), record)
     return record
 
 

@@ -6,6 +6,14 @@ Written by the agreement stage (:func:`pipeline.quality.agreement.measure_round`
 per annotator and a confusion matrix per annotator pair (categories), plus one chart of
 per-annotator alpha. ``RoundAgreement.summary()`` is the small dict the release manifest and
 the Prefect artifact carry.
+
+What a maintainer needs to act: the gate verdict says whether the round blocks a release or was
+let through by an override (who, when, why - :func:`mark_override` rewrites the verdict when an
+override is recorded after the report was written); a "how to read" section names the
+interpretation bands and their source and what each metric means; each field has its bootstrap
+95% interval, a one-line reading, warnings (too few units), the disagreeing rows with every
+annotator's value and where their adjudication task is; free-text fields have their own measure.
+Plots use large type (readable on a laptop screen without zooming).
 """
 from __future__ import annotations
 
@@ -17,11 +25,34 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import store
+from pipeline.quality.adjudication import project_key, project_title
 from pipeline.quality.coding import confusion, label_text
-from pipeline.quality.measures import FieldAgreement, RoundAgreement
+from pipeline.quality.measures import (BANDS_SOURCE, METRIC_MEANING, MIN_UNITS, TEXT_MEANING, FieldAgreement,
+                                       RoundAgreement)
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 MAX_LABELS_PLOTTED = 25  # set-valued fields can have many distinct values: plot the most frequent
+MAX_ROWS_SHOWN = 50  # disagreeing rows per field in report.md / .html (all kept ones are in agreement.json)
+# Type sizes and resolution of the plots (points / dots per inch).
+FONT, SMALL, TITLE, DPI = 12, 11, 14, 110
+GATE_MD = "**Gate:**"  # the verdict line's prefix in report.md (mark_override rewrites that line)
+
+
+def verdict(passed: bool, failing: list[str], override: dict | None, round_name: str) -> str:
+    """The gate line: passed; below threshold and released under an override; or blocking."""
+    if passed:
+        return "PASSED: every measured field reaches its threshold."
+    below = ", ".join(failing) or "some fields"
+    if override:
+        return (f"BELOW THRESHOLD ({below}) - released under an override recorded by {override.get('by')} "
+                f"on {override.get('recorded_at', '?')}: \"{override.get('reason')}\". The release manifest and "
+                "dataset card carry this override.")
+    return (f"BELOW THRESHOLD ({below}): this round blocks a release until it is adjudicated and measured again, "
+            f"or an override with a reason is recorded (`rescue agreement {round_name} --override REASON --by NAME`).")
+
+
+def _failing(report: RoundAgreement) -> list[str]:
+    return [f"{f.field} {_f(f.alpha)} < {f.threshold:.3f}" for f in report.failing()]
 
 
 def _f(x) -> str:
@@ -46,36 +77,40 @@ def _plots(fa: FieldAgreement, out: Path) -> list[tuple[str, str]]:
                        for a in range(len(coded.annotators))]) if coded.annotators else np.zeros((0, 0))
     top = np.argsort(-counts.sum(axis=0), kind="stable")[:MAX_LABELS_PLOTTED]
     names = [label_text(coded.domain[i])[:28] for i in top]
-    fig, ax = plt.subplots(figsize=(max(5, 0.45 * len(top) + 2), 3.6))
+    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(top) + 3), 5.5))
     width = 0.8 / max(1, len(coded.annotators))
     for a, ann in enumerate(coded.annotators):
         ax.bar(np.arange(len(top)) + a * width, counts[a, top], width, label=ann)
-    ax.set_xticks(np.arange(len(top)) + 0.4 - width / 2, names, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("units")
-    ax.set_title(f"{fa.round}: {fa.field} - labels per annotator", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_xticks(np.arange(len(top)) + 0.4 - width / 2, names, rotation=50, ha="right", fontsize=SMALL)
+    ax.tick_params(axis="y", labelsize=SMALL)
+    ax.set_ylabel("units", fontsize=FONT)
+    ax.set_title(f"{fa.round}: {fa.field} - labels per annotator", fontsize=TITLE)
+    ax.legend(fontsize=SMALL)
     fig.tight_layout()
     name = f"{_slug(fa.field)}.distribution.png"
-    fig.savefig(out / name, dpi=72)
+    fig.savefig(out / name, dpi=DPI)
     plt.close(fig)
     made.append(("label distribution", name))
     if fa.metric in ("nominal", "presence"):  # categories: one confusion matrix per annotator pair
         for i in range(len(coded.annotators)):
             for j in range(i + 1, len(coded.annotators)):
                 conf = confusion(coded, i, j)[np.ix_(top, top)]
-                fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(top) + 2.5), max(3.5, 0.35 * len(top) + 2)))
+                side = max(6.5, 0.55 * len(top) + 3.5)
+                fig, ax = plt.subplots(figsize=(side, side))
                 ax.imshow(conf, cmap="Blues")
+                peak = conf.max() or 1
                 for (r, c), v in np.ndenumerate(conf):
                     if v:
-                        ax.text(c, r, str(v), ha="center", va="center", fontsize=6)
-                ax.set_xticks(range(len(top)), names, rotation=60, ha="right", fontsize=6)
-                ax.set_yticks(range(len(top)), names, fontsize=6)
-                ax.set_xlabel(coded.annotators[j], fontsize=8)
-                ax.set_ylabel(coded.annotators[i], fontsize=8)
-                ax.set_title(f"{fa.field}: {coded.annotators[i]} vs {coded.annotators[j]}", fontsize=9)
+                        ax.text(c, r, str(v), ha="center", va="center", fontsize=SMALL,
+                                color="white" if v > peak / 2 else "black")
+                ax.set_xticks(range(len(top)), names, rotation=50, ha="right", fontsize=SMALL)
+                ax.set_yticks(range(len(top)), names, fontsize=SMALL)
+                ax.set_xlabel(coded.annotators[j], fontsize=FONT)
+                ax.set_ylabel(coded.annotators[i], fontsize=FONT)
+                ax.set_title(f"{fa.field}: {coded.annotators[i]} vs {coded.annotators[j]}", fontsize=TITLE)
                 fig.tight_layout()
                 name = f"{_slug(fa.field)}.confusion.{i}-{j}.png"
-                fig.savefig(out / name, dpi=72)
+                fig.savefig(out / name, dpi=DPI)
                 plt.close(fig)
                 made.append((f"confusion {coded.annotators[i]} vs {coded.annotators[j]}", name))
     return made
@@ -87,7 +122,7 @@ def _annotator_plot(report: RoundAgreement, out: Path) -> str | None:
     anns = sorted({a["annotator"] for f in report.fields for a in f.annotators})
     if not anns or not report.fields:
         return None
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(report.fields) + 2), 3.6))
+    fig, ax = plt.subplots(figsize=(max(8, 1.5 * len(report.fields) + 3), 5.5))
     width = 0.8 / len(anns)
     for k, ann in enumerate(anns):
         vals = [next((a["alpha_vs_others"] for a in f.annotators if a["annotator"] == ann), None) for f in report.fields]
@@ -95,13 +130,14 @@ def _annotator_plot(report: RoundAgreement, out: Path) -> str | None:
     for i, f in enumerate(report.fields):
         ax.hlines(f.threshold, i - 0.1, i + 0.9, colors="red", linestyles="dashed", linewidth=1)
     ax.set_xticks(np.arange(len(report.fields)) + 0.4 - width / 2, [f.field for f in report.fields],
-                  rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("mean pairwise alpha vs others")
-    ax.set_title(f"{report.round}: per-annotator agreement (dashed: threshold)", fontsize=9)
-    ax.legend(fontsize=7)
+                  rotation=30, ha="right", fontsize=SMALL)
+    ax.tick_params(axis="y", labelsize=SMALL)
+    ax.set_ylabel("mean pairwise alpha vs others", fontsize=FONT)
+    ax.set_title(f"{report.round}: per-annotator agreement (dashed: threshold)", fontsize=TITLE)
+    ax.legend(fontsize=SMALL)
     fig.tight_layout()
     name = "annotators.alpha.png"
-    fig.savefig(out / name, dpi=72)
+    fig.savefig(out / name, dpi=DPI)
     plt.close(fig)
     return name
 
@@ -115,8 +151,9 @@ def _table(headers: list[str], rows: list[list]) -> tuple[str, str]:
     return "\n".join(md), "\n".join(h)
 
 
-def write_report(report: RoundAgreement, out_dir: str | Path) -> dict[str, Path]:
-    """Write the report files; returns their paths by kind. Same figures -> same text files."""
+def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | None = None) -> dict[str, Path]:
+    """Write the report files; returns their paths by kind. Same figures -> same text files.
+    ``override``: the valid override of this round's labels, if one is recorded."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md: list[str] = [f"# Agreement report - round `{report.round}`", ""]
@@ -125,13 +162,24 @@ def write_report(report: RoundAgreement, out_dir: str | Path) -> dict[str, Path]
                      "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;"
                      "font-size:13px}.fail{color:#b00}.pass{color:#070}</style></head><body>",
                      f"<h1>Agreement report - round <code>{html.escape(report.round)}</code></h1>"]
-    verdict = "PASSED" if report.passed else "BELOW THRESHOLD (blocks the release unless overridden)"
-    md += [f"**Gate:** {verdict}", ""]
-    hp.append(f"<p><b>Gate:</b> <span class='{'pass' if report.passed else 'fail'}'>{html.escape(verdict)}</span></p>")
-    headers = ["field", "metric", "alpha", "threshold", "passed", "units", "pairable", "annotators",
-               "% agreement", "unanimous", "Fleiss kappa"]
-    rows = [[f.field, f.metric, f.alpha, f.threshold, {True: "yes", False: "NO", None: "undefined"}[f.passed],
-             f.n_units, f.n_pairable, f.n_annotators, f.percent_agreement, f.unanimous, f.fleiss_kappa]
+    text = verdict(report.passed, _failing(report), override if not report.passed else None, report.round)
+    md += [f"{GATE_MD} {text}", ""]
+    hp.append(_gate_html(report.passed, text))
+    metrics = sorted({f.metric for f in report.fields})
+    how = [f"Alpha is read in the bands of {BANDS_SOURCE}.",
+           "The 95% interval comes from resampling units with replacement (500 resamples, seeded: the same "
+           "labels give the same interval); a wide interval means more units are needed.",
+           f"A field with fewer than {MIN_UNITS} pairable units (rows labelled by two or more annotators) is flagged.",
+           *[f"`{m}`: {METRIC_MEANING[m]}." for m in metrics if m in METRIC_MEANING],
+           "Disagreeing rows are listed per field with each annotator's value; the adjudicator sees them in "
+           "Label Studio (project named below) and decides."]
+    md += ["## How to read this report", "", *[f"- {h}" for h in how], ""]
+    hp += ["<h2>How to read this report</h2><ul>", *[f"<li>{html.escape(h)}</li>" for h in how], "</ul>"]
+    headers = ["field", "metric", "alpha", "95% CI", "threshold", "passed", "reading", "units", "pairable",
+               "annotators", "disagreeing", "% agreement", "unanimous", "Fleiss kappa"]
+    rows = [[f.field, f.metric, f.alpha, _ci(f), f.threshold, {True: "yes", False: "NO", None: "undefined"}[f.passed],
+             _band(f), f.n_units, f.n_pairable, f.n_annotators, f.n_disagreeing, f.percent_agreement, f.unanimous,
+             f.fleiss_kappa]
             for f in report.fields]
     t_md, t_h = _table(headers, rows)
     md += ["## Fields", "", t_md, ""]
@@ -142,8 +190,15 @@ def write_report(report: RoundAgreement, out_dir: str | Path) -> dict[str, Path]
         hp.append(f"<img src='{ann_plot}' alt='per-annotator alpha'>")
     plots = {}
     for f in report.fields:
-        md += [f"## `{f.field}` ({f.metric})", ""]
+        md += [f"## `{f.field}` ({f.metric})", "", f"**Reading:** {f.reading}", ""]
         hp.append(f"<h2><code>{html.escape(f.field)}</code> ({html.escape(f.metric)})</h2>")
+        hp.append(f"<p><b>Reading:</b> {html.escape(f.reading)}</p>")
+        for w in f.warnings:
+            md += [f"> **Warning:** {w}", ""]
+            hp.append(f"<p class='fail'><b>Warning:</b> {html.escape(w)}</p>")
+        d_md, d_h = _disagreements(report.round, f)
+        md += d_md
+        hp += d_h
         parts = [("Annotator pairs", ["a", "b", "units", "% agreement", "alpha", "Cohen kappa"],
                   [[p["a"], p["b"], p["n_units"], p["percent_agreement"], p["alpha"], p["cohen_kappa"]] for p in f.pairs]),
                  ("Annotators (against the others)", ["annotator", "units", "coverage", "alpha vs others",
@@ -165,6 +220,9 @@ def write_report(report: RoundAgreement, out_dir: str | Path) -> dict[str, Path]
             md += [f"![{caption}]({name})", ""]
             hp.append(f"<figure><img src='{name}' alt='{html.escape(caption)}'><figcaption>"
                       f"{html.escape(caption)}</figcaption></figure>")
+    t_md, t_h = _text_fields(report)
+    md += t_md
+    hp += t_h
     if report.issues:
         md += ["## Data issues", ""]
         hp.append("<h2>Data issues</h2><ul>")
@@ -179,10 +237,97 @@ def write_report(report: RoundAgreement, out_dir: str | Path) -> dict[str, Path]
     paths = {
         "markdown": store.atomic_write_text(out / "report.md", "\n".join(md) + "\n"),
         "html": store.atomic_write_text(out / "report.html", "\n".join(hp) + "\n"),
-        "json": store.atomic_write_text(out / "agreement.json", json.dumps(report.to_dict(), indent=1,
-                                                                           ensure_ascii=False, default=str) + "\n"),
+        "json": store.atomic_write_text(out / "agreement.json", json.dumps(
+            {**report.to_dict(), "override": override if not report.passed else None}, indent=1,
+            ensure_ascii=False, default=str) + "\n"),
     }
     if ann_plot:
         paths["annotators_plot"] = out / ann_plot
     paths.update(plots)
     return paths
+
+
+def _ci(f: FieldAgreement) -> str:
+    return "n/a" if f.ci_low is None else f"{f.ci_low:.3f}-{f.ci_high:.3f}"
+
+
+def _band(f: FieldAgreement) -> str:
+    from pipeline.quality.measures import band
+
+    return band(f.alpha) or "undefined"
+
+
+def _gate_html(passed: bool, text: str) -> str:
+    return f"<p id='gate'><b>Gate:</b> <span class='{'pass' if passed else 'fail'}'>{html.escape(text)}</span></p>"
+
+
+def _disagreements(round_name: str, f: FieldAgreement) -> tuple[list[str], list[str]]:
+    """The disagreeing rows of a field and where the adjudicator finds them."""
+    if not f.n_disagreeing:
+        return [], []
+    scen = sorted({d["scenario"] for d in f.disagreements})
+    where = "; ".join(f"Label Studio project \"{project_title(round_name, s)}\" (key `{project_key(round_name, s)}`)"
+                      for s in scen)
+    intro = (f"{f.n_disagreeing} units where annotators disagree (first {min(MAX_ROWS_SHOWN, f.n_disagreeing)} "
+             f"below; agreement.json keeps up to {len(f.disagreements)}). Adjudication: one task per sample in {where} "
+             "(`rescue adjudicate push " + round_name + "`).")
+    anns = sorted({a for d in f.disagreements for a in d["values"]})
+    rows = [[d["sample_id"], d["row_index"], d["part"] or "", *[d["values"].get(a, "-") for a in anns]]
+            for d in f.disagreements[:MAX_ROWS_SHOWN]]
+    t_md, t_h = _table(["sample", "row", "record", *anns], rows)
+    return (["### Disagreeing rows", "", intro, "", t_md, ""],
+            ["<h3>Disagreeing rows</h3>", f"<p>{html.escape(intro)}</p>", t_h])
+
+
+def _text_fields(report: RoundAgreement) -> tuple[list[str], list[str]]:
+    if not report.text_fields:
+        return [], []
+    md = ["## Free-text fields", "", "No alpha for free text; these measures show how alike the annotators' texts "
+          "are. They are reported, never a gate.", ""]
+    hp = ["<h2>Free-text fields</h2>", "<p>No alpha for free text; these measures show how alike the annotators' "
+          "texts are. They are reported, never a gate.</p>"]
+    for t in report.text_fields:
+        md += [f"### `{t.field}` ({t.measure})", "", f"- Measure: {TEXT_MEANING[t.measure]}.",
+               f"- Value: {_f(t.value)} over {t.n_units} units; {t.n_differing} units differ.",
+               f"- Reading: {t.reading}", ""]
+        hp += [f"<h3><code>{html.escape(t.field)}</code> ({html.escape(t.measure)})</h3><ul>",
+               f"<li>Measure: {html.escape(TEXT_MEANING[t.measure])}.</li>",
+               f"<li>Value: {html.escape(_f(t.value))} over {t.n_units} units; {t.n_differing} units differ.</li>",
+               f"<li>Reading: {html.escape(t.reading)}</li></ul>"]
+        if t.pairs:
+            t_md, t_h = _table(["a", "b", "units", t.measure], [[p["a"], p["b"], p["n_units"], p["value"]] for p in t.pairs])
+            md += [t_md, ""]
+            hp.append(t_h)
+        if t.examples:
+            anns = sorted({a for e in t.examples for a in e["values"]})
+            t_md, t_h = _table(["sample", "row", *anns], [[e["sample_id"], e["row_index"],
+                                                           *[e["values"].get(a, "-") for a in anns]]
+                                                          for e in t.examples[:MAX_ROWS_SHOWN]])
+            md += ["Differing rows:", "", t_md, ""]
+            hp += ["<p>Differing rows:</p>", t_h]
+    return md, hp
+
+
+def mark_override(out_dir: str | Path, round_name: str, passed: bool, failing: list[str], override: dict | None) -> bool:
+    """Rewrite the gate verdict of an existing report (report.md, report.html, agreement.json) for
+    an override recorded after it was written. Returns whether a report was there to update."""
+    out = Path(out_dir)
+    md_path, html_path, json_path = out / "report.md", out / "report.html", out / "agreement.json"
+    if not md_path.is_file():
+        return False
+    text = verdict(passed, failing, override if not passed else None, round_name)
+    lines = md_path.read_text(encoding="utf-8").split("\n")
+    lines = [f"{GATE_MD} {text}" if line.startswith(GATE_MD) else line for line in lines]
+    store.atomic_write_text(md_path, "\n".join(lines))
+    if html_path.is_file():
+        page = html_path.read_text(encoding="utf-8")
+        start = page.find("<p id='gate'>")
+        if start >= 0:
+            end = page.index("</p>", start) + len("</p>")
+            page = page[:start] + _gate_html(passed, text) + page[end:]
+            store.atomic_write_text(html_path, page)
+    if json_path.is_file():
+        data = json.loads(json_path.read_text(encoding="utf-8"))
+        data["override"] = override if not passed else None
+        store.atomic_write_text(json_path, json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n")
+    return True
