@@ -1,6 +1,8 @@
 """The local stack: a Prefect server, a process worker and Label Studio, all on 127.0.0.1.
 
-``rescue stack up`` starts what is not running yet (idempotent), registers the work pools,
+``rescue stack up`` starts what is not running yet (idempotent) - including a small sweeper
+process that marks flow runs whose process died (a killed worker) as Crashed within
+``RESCUE_SWEEP_EVERY_S`` (30 s) instead of leaving them Running - registers the work pools,
 the ``gpu`` concurrency limit and prefect.yaml's deployments; ``down`` stops what this
 module started (by the pids it recorded, never by name); ``status`` says what runs where.
 
@@ -263,6 +265,64 @@ def _start_worker(paths: StackPaths, env: dict[str, str], log, limit: int) -> No
     log(f"prefect worker: started on pool {WORK_POOL} (pid {pid}, log {paths.log_file('prefect-worker')})")
 
 
+# --- crashed flow runs: the sweeper ------------------------------------------------------
+SWEEP_EVERY_S = float(os.environ.get("RESCUE_SWEEP_EVERY_S", "30"))
+
+
+def _flow_process_alive(pid: int) -> bool:
+    """A live process that runs Prefect (a reused pid running something else counts as dead)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"prefect" in cmdline or b"flows" in cmdline
+
+
+def sweep(log=print) -> list[str]:
+    """Mark flow runs left RUNNING or CANCELLING by a process that is gone (a killed worker, a
+    crashed host) as Crashed, naming the pid; a rerun of the deployment then resumes from the
+    cache. Uses the Prefect server at PREFECT_API_URL. The local stack's server listens on
+    127.0.0.1 only, so every flow-run process it knows ran on this host; multi-host stacks use
+    Prefect's flow-run heartbeats with a zombie automation instead (docs/OPERATIONS.md)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    swept = []
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+            type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.CANCELLING]))))
+        for run in runs:
+            raw = str(run.infrastructure_pid or "").rpartition(":")[2]
+            if not raw.isdigit() or _flow_process_alive(int(raw)):
+                continue  # not started by a worker (in-process run), or still running
+            client.set_flow_run_state(run.id, Crashed(
+                message=f"its process (pid {raw}) is gone: the worker or host died while it ran; "
+                        f"run the deployment again - finished work is reused from the cache"), force=True)
+            swept.append(f"{run.name} ({run.id})")
+            log(f"sweeper: flow run {run.name} marked Crashed (process {raw} is gone)")
+    return swept
+
+
+def sweeper_loop(every: float = SWEEP_EVERY_S) -> None:
+    """``rescue stack up`` runs this as its own process: a sweep now (runs left Running by the
+    previous stack), then every ``every`` seconds."""
+    while True:
+        try:
+            sweep()
+        except Exception as exc:  # noqa: BLE001 - the server may be restarting: try again later
+            print(f"sweeper: {type(exc).__name__}: {exc}", flush=True)
+        time.sleep(every)
+
+
+def _start_sweeper(paths: StackPaths, env: dict[str, str], log) -> None:
+    if _read_pid(paths, "sweeper"):
+        return
+    pid = _spawn(paths, "sweeper", [sys.executable, "-c", "from ops.stack import sweeper_loop; sweeper_loop()"], env)
+    log(f"sweeper: marks flow runs whose process died as Crashed every {SWEEP_EVERY_S:.0f} s (pid {pid})")
+
+
 def _label_studio(settings: Settings):
     from pipeline.annotation.server import default_server
 
@@ -304,6 +364,7 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
         ls.start()
     _start_server(paths, env, port, log)
     _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit)
+    _start_sweeper(paths, env, log)
     register(env, log)
     if label_studio:
         ls.join()
@@ -324,7 +385,7 @@ def _catch(errors: list[BaseException], fn):
 def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=print) -> None:
     settings = Settings.from_env(data_root)
     paths = StackPaths(settings.data_root.resolve())
-    for name in ("prefect-worker", "prefect-server"):
+    for name in ("sweeper", "prefect-worker", "prefect-server"):
         log(f"{name}: {'stopped' if _stop(paths, name) else 'was not running'}")
     if label_studio:
         log(f"label-studio: {'stopped' if _label_studio(settings).stop() else 'was not running'}")

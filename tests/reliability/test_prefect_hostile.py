@@ -177,3 +177,50 @@ def test_task_runs_are_named_per_sample_and_a_bad_video_is_quarantined(storage):
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(
             any_=[state.state_details.flow_run_id])))
     assert "ingest[rel_names/001]" in {r.name for r in runs}, sorted(r.name for r in runs)
+
+
+def test_a_flow_run_whose_process_died_is_marked_crashed_and_live_ones_are_left(storage):
+    import subprocess
+    import sys
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Running
+
+    from ops import stack as st
+
+    @flow(name="victim")
+    def victim():
+        return None
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "prefect-flow-run"])
+    try:
+        with get_client(sync_client=True) as client:
+            ids = []
+            for pid in (dead.pid, alive.pid, None):  # worker run that died / still runs / in-process run
+                run = client.create_flow_run(victim, state=Running())
+                if pid:
+                    client.update_flow_run(run.id, infrastructure_pid=str(pid))
+                ids.append(run.id)
+            messages = []
+            swept = st.sweep(log=messages.append)
+            states = [client.read_flow_run(i).state for i in ids]
+    finally:
+        alive.kill()
+        alive.wait()
+    assert [s.type for s in states] == [StateType.CRASHED, StateType.RUNNING, StateType.RUNNING]
+    assert f"pid {dead.pid}" in states[0].message and "run the deployment again" in states[0].message
+    assert len(swept) == 1 and str(ids[0]) in swept[0] and messages
+
+
+def test_the_stack_starts_and_stops_a_sweeper_process(tmp_path, monkeypatch):
+    from ops import stack as st
+
+    spawned = []
+    monkeypatch.setattr(st, "_spawn", lambda paths, name, argv, env: spawned.append((name, argv)) or 4242)
+    st._start_sweeper(st.StackPaths(tmp_path), {"PREFECT_API_URL": "http://127.0.0.1:1/api"}, lambda m: None)
+    assert spawned and spawned[0][0] == "sweeper" and "sweeper_loop" in spawned[0][1][-1]
+    import inspect
+    assert '"sweeper"' in inspect.getsource(st.down) and "_start_sweeper" in inspect.getsource(st.up)
