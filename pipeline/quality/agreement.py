@@ -43,10 +43,10 @@ def require_annotators(root: DataRoot, rnd: Round, present: Iterable[str], what:
     msg = (f"{what}: round {rnd.name!r} needs {rnd.annotators} annotators (the round definition's "
            f"`annotators`), its label table has {len(present)} ({', '.join(present) or 'none'})")
     if missing:
-        msg += (f"; missing: {', '.join(missing)} - pull them with `rescue annotate pull {rnd.name} "
-                + " ".join(f"-a {a}" for a in missing) + "`")
+        msg += (f"; missing: {', '.join(missing)} (the round was pushed to them) - pull the round for them too, "
+                "or wait until they have finished")
     else:
-        msg += f"; pull every annotator of the round first (`rescue annotate pull {rnd.name}`)"
+        msg += f"; pull every annotator of the round first (rescue annotate pull {rnd.name})"
     raise TooFewAnnotators(msg)
 
 
