@@ -112,11 +112,13 @@ class _Sink:
     the folder appears atomically as a whole)."""
 
     def __init__(self, root: Path, rel: str, files: dict[str, dict]):
+        # ``root`` is a folder this build just created (nothing in it can be a symlink), so the check is
+        # lexical: the normalised path must stay under it (sample ids are checked against the grammar too)
         self.path = root.joinpath(*rel.split("/"))
-        real_root = root.resolve()
-        if real_root not in self.path.resolve().parents:
-            raise PaperExportError(f"{rel} would leave the release folder {real_root}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.normpath(self.path).startswith(os.path.normpath(root) + os.sep):
+            raise PaperExportError(f"{rel} would leave the release folder {root}")
+        if not self.path.parent.is_dir():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rel, self.files, self.rows, self.size = rel, files, 0, 0
         self.sha = hashlib.sha256()
         self.fh = open(self.path, "wb")
