@@ -27,6 +27,7 @@ from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, note, report, sha256_f
 from pipeline.annotation import rounds
 from pipeline.config import Settings
 from pipeline.paths import check_name
+from pipeline.quality.agreement import TooFewAnnotators
 
 
 def _client(data_root: str):
@@ -134,7 +135,12 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
         raise ValueError(f"flow parameter annotators={annotators!r}: give a list of Label Studio e-mails, "
                          "or leave it out for every annotator")
     pulled = pull(round_name, root, annotators)
-    agr = agreement(round_name, root)
+    try:
+        agr = agreement(round_name, root)
+    except TooFewAnnotators as exc:  # name the flow parameter that decides whose labels were pulled
+        raise TooFewAnnotators(f"{exc} (flow parameter annotators={annotators!r}"
+                               + (": pull the missing ones too)" if annotators else
+                                  ": every annotator with a project was pulled)")) from None
     adj = push_adjudication(round_name, root)
     adjudicated = pull_adjudication(round_name, root) if adj.disagreements else 0
     gold = gold_rows(root)

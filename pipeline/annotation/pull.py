@@ -412,6 +412,31 @@ def _read_rows(path: Path) -> list[dict]:
     return pq.ParquetFile(path).read().to_pylist()
 
 
+def missing_tasks(client: LabelStudioClient, data_root: str | os.PathLike,
+                  rounds: list[str] | None = None) -> list[tuple[str, str, str, str]]:
+    """``(round, scenario, annotator, sample_id)`` pushed (the push record) but gone from the
+    live Label Studio projects: a deleted task or project. For ``rescue annotate status``."""
+    from pipeline.annotation.rounds import round_names
+
+    root = DataRoot(data_root)
+    live: dict[tuple[str, str, str], set[str]] = {}
+    projects = [(p, parse_project_key(p.key)) for p in client.projects()]
+    out = []
+    for name in rounds or round_names():
+        record = read_pushed(root, name)
+        if not record:
+            continue
+        for project, parsed in projects:
+            if parsed and parsed[0] == name:
+                live.setdefault(parsed, set()).update(
+                    (t.get("data") or {}).get("sample_id") for t in client.tasks(project.id))
+        for key, sample_ids in sorted(record.items()):
+            scenario, _, annotator = key.partition("/")
+            have = live.get((name, scenario, annotator), set())
+            out += [(name, scenario, annotator, sid) for sid in sample_ids if sid not in have]
+    return out
+
+
 def round_progress(client: LabelStudioClient) -> dict[tuple[str, str, str], tuple[int, int]]:
     """``(round, scenario, annotator) -> (done, total)`` from the live task counts."""
     out = {}

@@ -110,6 +110,8 @@ def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_client
     assert [(p["sample_id"], p["annotator"]) for p in probs] == [(samples[0]["sample_id"], a)]
     assert "deleted after the push" in probs[0]["problem"] and samples[0]["sample_id"] in res.summary()
     assert _lines(tmp_path) == before  # what was pulled for it before is kept
+    # the live check (for `rescue annotate status`) names it too
+    assert pull.missing_tasks(ls_client, tmp_path, [ROUND]) == [(ROUND, "couple", a, samples[0]["sample_id"])]
 
 
 def test_a_project_deleted_after_the_push_is_reported_per_sample(ls_client, two, tmp_path):
