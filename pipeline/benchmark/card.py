@@ -216,7 +216,8 @@ def _annotation_section(manifest: dict) -> str:
     for r in rounds:
         ov = r.get("override")
         rows.append([r["round"], r["annotators"], r.get("simulated_annotators", 0), r.get("units", "n/a"),
-                     r.get("adjudicated_rows", 0), "passed" if r["passed"] else
+                     r.get("adjudicated_rows", 0), ", ".join(r.get("prefilled") or []) or "none",
+                     "passed" if r["passed"] else
                      ("below threshold, released under an override" if ov else "below threshold")])
     text = [
         "Interviews go through blind annotation rounds in Label Studio: each annotator works in an own "
@@ -225,7 +226,8 @@ def _annotation_section(manifest: dict) -> str:
         "annotators correct; later rounds start from the gold of the round before. Rows where annotators "
         "disagree go to an adjudicator, whose answer is gold; numbers take the median.",
         "",
-        _md_table(["round", "annotators", "of them simulated", "units", "rows adjudicated", "gate"], rows),
+        _md_table(["round", "annotators", "of them simulated", "units", "rows adjudicated", "pre-filled fields",
+                   "gate"], rows),
         "",
         "### Agreement per round and field",
         "",

@@ -312,6 +312,10 @@ def test_card_parts_for_real_data(head_input, tmp_path):
     rounds = {r["round"]: r for r in res.manifest["annotation"]["rounds"]}
     assert rounds["emotion"]["annotators"] == 3 and rounds["emotion"]["override"]["by"] == "maintainer"
     assert rounds["relation"]["override"] is None
+    _write_round(tmp_path / "t", "transcript", ["ann1@example.org", "ann2@example.org"], passed=True)
+    res = release.build_release(head_input, "1.0.0", tmp_path / "t")
+    assert res.manifest["annotation"]["rounds"][0]["prefilled"] == ["dialogue_cleaned"]
+    assert "| transcript | 2 | 0 | 2 | 0 | dialogue_cleaned | passed |" in (res.path / "README.md").read_text()
 
 
 def test_card_license_is_configurable(small_input, tmp_path):
