@@ -15,9 +15,9 @@ Debian Chromium (Playwright) and opens the annotator's task. Prints one line per
   character being in the control (measured with Playwright round trips, which add
   a few ms).
 * ``clicks_per_turn`` / ``keys_per_turn``: the clicks and key presses (not counting the
-  characters of free text) that enter the benchmark's answers into the form as it is pushed
-  (configuration and pre-filled values read back from Label Studio), averaged over the rows
-  that have controls; ``text_fields_per_turn``: free-text fields typed per turn. Counting rules
+  characters of free text) that enter the benchmark's answers into the forms of every task of
+  the sample as the pipeline pushes them (its labeling config and pre-filled values), averaged
+  over the rows that have controls (``--work-only``: these figures alone, no browser); ``text_fields_per_turn``: free-text fields typed per turn. Counting rules
   are in :func:`work_per_turn` (a dropdown: 2 clicks; a choice with a hotkey: 1 key; a text:
   1 click + Shift+Enter; a number: 1 click + digits + Tab; a multi-select: 1 click, 1 per
   item, Escape).
@@ -132,12 +132,16 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
             continue
         parsed = ls_config.parse_control_name(name)
         template = ls_config.control_name(parsed[0], "{{idx}}", parsed[1], parsed[2]) if parsed else name
-        el = controls.get(template) or controls.get(name)
+        el = controls.get(template)
+        if el is None:  # (an Element without children is falsy: no `or` here)
+            el = controls.get(name)
         tag = el.tag if el is not None else r["type"]
         if tag in ("Choices", "choices"):
             items = value if isinstance(value, list) else [value]
-            hotkeys = el is not None and all(c.get("hotkey") for c in el.findall("Choice")
-                                             if c.get("value") in items or c.get("alias") in items)
+            # only hotkeys the config sets count (Label Studio's automatic ones repeat in every row)
+            marked = [c for c in (el.findall("Choice") if el is not None else [])
+                      if c.get("value") in items or c.get("alias") in items]
+            hotkeys = bool(marked) and all(c.get("hotkey") for c in marked)
             if el is not None and el.get("layout") != "select" and hotkeys:
                 keys += len(items)
             elif el is not None and el.get("layout") != "select":
@@ -151,8 +155,22 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
             clicks, keys, texts = clicks + 1, keys + 1, texts + 1
         elif tag in ("Number", "number"):
             clicks, keys = clicks + 1, keys + len(str(value)) + 1
-    units = max(1, len(data["units"]))
-    return {"clicks": clicks / units, "keys": keys / units, "texts": texts / units}
+    return {"clicks": clicks, "keys": keys, "texts": texts, "units": len(data["units"])}
+
+
+def work_for_sample(rnd, sample: dict, truth: dict[int, dict]) -> dict:
+    """:func:`work_per_turn` over every task of the sample as the pipeline pushes it (the
+    transcript round pre-filled with the draft, the later rounds empty), per unit."""
+    build = getattr(ls_config, "build_tasks_data", None)  # absent before windowed tasks
+    tasks = build(rnd, sample) if build else [ls_config.build_task_data(rnd, sample)]
+    config = ls_config.render_config(rnd, sample["scenario"])
+    total = {"clicks": 0, "keys": 0, "texts": 0, "units": 0}
+    for data in tasks:
+        pre = ls_config.values_to_results(rnd, data, push.input_values(rnd, sample)) if rnd.name == "transcript" else []
+        for k, v in work_per_turn(rnd, config, data, pre, truth).items():
+            total[k] += v
+    units = max(1, total["units"])
+    return {"clicks": total["clicks"] / units, "keys": total["keys"] / units, "texts": total["texts"] / units}
 
 
 # --- the browser ---------------------------------------------------------------------------
@@ -197,6 +215,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[111, 250])
     ap.add_argument("--rounds", nargs="+", default=list(round_names()))
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--work-only", action="store_true", help="only the clicks and keys per turn (no browser)")
     ap.add_argument("--window", type=int, help="units per task (default: the pipeline's)")
     ap.add_argument("--page-timeout", type=float, default=240, help="seconds a page may take (default 240)")
     ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
@@ -204,6 +223,15 @@ def main() -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
+    if args.work_only:  # no server, no browser: the clicks and keys per turn alone
+        for n_rows in args.rows:
+            sample = family_sample(n_rows)
+            for name in args.rounds:
+                rnd = load_round(name)
+                w = work_for_sample(rnd, sample, answers(rnd, sample))
+                print(f"{name.upper()} {n_rows} clicks_per_turn={w['clicks']:.2f} keys_per_turn={w['keys']:.2f} "
+                      f"text_fields_per_turn={w['texts']:.2f}")
+        return
     if not shutil.which(CHROMIUM):
         sys.exit("Debian chromium is not installed (scripts/setup.sh installs it)")
     os.environ.update({"LABEL_STUDIO_USERNAME": "bench-admin@rescue.test",
@@ -243,11 +271,7 @@ def main() -> None:
                         tasks = sorted(client.find_tasks(pid, "sample_id", sample["sample_id"]),
                                        key=lambda t: (t["data"].get("window") or {}).get("index", 0))
                         task = tasks[len(tasks) // 2]  # a window from the middle when windowed
-                        exported = {t["id"]: t for t in json.loads(client.export_snapshot(pid))}
-                        pred = (exported[task["id"]].get("predictions") or [{}])[0].get("result") or []
-                        config = next(p for p in client.projects() if p.id == pid).label_config
-                        truth = answers(rnd, sample)
-                        work = work_per_turn(rnd, config, task["data"], pred, truth)
+                        work = work_for_sample(rnd, sample, answers(rnd, sample))
                         page = context.new_page()  # a fresh page: a hung one from before cannot slow this one
                         try:
                             page_figures = measure_page(page, f"{server.url}/projects/{pid}/data?task={task['id']}")
