@@ -281,7 +281,8 @@ class LabelStudioServer:
 
     def set_password(self, email: str, password: str) -> None:
         """Set a user's login password (Label Studio's API ignores passwords on user creation)."""
-        self.manage("reset_password", "--username", email, "--password", password)
+        # "--password=..." in one word: a password starting with "-" is not read as an option
+        self.manage("reset_password", "--username", email, f"--password={password}")
 
 
 def default_server(settings) -> LabelStudioServer:
