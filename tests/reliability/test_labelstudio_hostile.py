@@ -135,7 +135,7 @@ _PUSHER = textwrap.dedent("""
     from pipeline.annotation import push
     url, token, root, go, *annotators = sys.argv[1:]
     client = LabelStudioClient(url, token)
-    samples = [make_sample(f"rel_race/s{{i}}", "couple", 3) for i in range(4)]
+    samples = [make_sample(f"rel_race/s{{i}}", "couple", 3) for i in range(30)]
     while not Path(go).exists():
         time.sleep(0.01)
     rep = push.push_round(client, "emotion", samples, annotators, data_root=root)
@@ -158,13 +158,13 @@ def test_two_pushes_at_once_make_no_duplicate_project_or_task(ls_server, ls_clie
     outs = [p.communicate(timeout=240) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     created = sorted(json.loads(o.strip().splitlines()[-1])["created"] for o, _ in outs)
-    assert created == [0, 8]  # one push made every task, the other found them
+    assert created == [0, 60], created  # one push made every task, the other found them (without the lock: [60, 60])
     for who in two:
         key = push.project_key(ROUND, "couple", who)
         projects = [p for p in ls_client.projects() if p.key == key]
         assert len(projects) == 1, f"{len(projects)} projects for {key}"
         ids = [t["data"]["sample_id"] for t in ls_client.tasks(projects[0].id)]
-        assert sorted(ids) == sorted(set(ids)) and len(ids) == 4
+        assert sorted(ids) == sorted(set(ids)) and len(ids) == 30
 
 
 # --- adjudicators never adjudicate what they annotated ---------------------------------------
