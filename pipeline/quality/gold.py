@@ -319,7 +319,18 @@ def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] |
     labels = pa.concat_tables(tables, promote_options="default")
     adjudications = pa.concat_tables(adj, promote_options="default") if adj else None
     labelled = set(labels.column("sample_id").to_pylist())
-    base = [s for s in base if s["sample_id"] in labelled]
+    # A sample some annotators of a round have not labelled yet waits: one person's answers are
+    # not "unanimous" (it is listed in the summary and merged nowhere).
+    short: dict[str, list[str]] = {}
+    for n, table in zip(names, tables):
+        need = load_round(n).annotators
+        per: dict[str, set] = {}
+        for sid, who in zip(table.column("sample_id").to_pylist(), table.column("annotator").to_pylist()):
+            per.setdefault(sid, set()).add(who)
+        for sid, who in sorted(per.items()):
+            if len(who) < need:
+                short.setdefault(sid, []).append(f"{n}: {len(who)} of {need} annotators ({', '.join(sorted(who))})")
+    base = [s for s in base if s["sample_id"] in labelled and s["sample_id"] not in short]
     result = build_gold(base, labels, [load_round(n) for n in names], adjudications, strict=strict)
     labelled_in = {n: set(tb.column("sample_id").to_pylist()) for n, tb in zip(names, tables)}
     finished = {s["sample_id"] for s in result.samples
@@ -337,6 +348,7 @@ def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] |
     store.write_parquet(result.provenance, out / "provenance.parquet")
     store.write_parquet(validate.violations_table(violations), out / "violations.parquet")
     summary = {**result.summary, "rounds": names, "violations": len(violations), "invalid_samples": sorted(bad),
+               "waiting_for_annotators": {sid: short[sid] for sid in sorted(short)},
                "corpus": {"added": len(merged.added), "replaced": len(merged.replaced),
                           "unchanged": len(merged.unchanged)},
                "work": {"added": len(work.added), "replaced": len(work.replaced), "unchanged": len(work.unchanged)},

@@ -72,3 +72,19 @@ def test_the_cli_says_so_without_a_traceback(tmp_path, samples):
         res = runner.invoke(app, [*args, "--data-root", str(root)])
         assert res.exit_code != 0 and "Traceback" not in res.output, res.output
         assert B in res.output and "needs 2 annotators" in res.output, res.output
+
+
+def test_a_sample_one_annotator_has_not_labelled_yet_waits_and_is_not_unanimous(tmp_path, samples):
+    root = _root_with(tmp_path, samples, [A, B])
+    labels_path = DataRoot(root).labels("emotion")
+    import pyarrow.parquet as pq
+
+    late = samples[0]["sample_id"]
+    table = pq.read_table(labels_path).to_pylist()
+    store.write_parquet(pa.Table.from_pylist([r for r in table if not (r["sample_id"] == late and r["annotator"] == B)],
+                                             schema=schemas.LABELS), labels_path)
+    before = {s["sample_id"]: s for s in corpus.load_corpus(root)}[late]
+    out = gold.build_and_store(root)
+    assert out.summary["waiting_for_annotators"] == {late: [f"emotion: 1 of 2 annotators ({A})"]}
+    assert all(p["sample_id"] != late for p in out.result.provenance.to_pylist())
+    assert {s["sample_id"]: s for s in corpus.load_corpus(root)}[late] == before  # not changed
