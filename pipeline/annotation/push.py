@@ -259,15 +259,24 @@ def _sync_existing(client: LabelStudioClient, project_id: int, annotator: str, p
         existing[key] = task
     wanted = {p.key for p in prepared}
     pushed = {p.sample_id for p in prepared}
-    for key, task in existing.items():  # windows a re-segmented sample no longer has
-        if key[0] in pushed and key not in wanted:
-            if task.get("total_annotations", 0) or task.get("cancelled_annotations", 0):
-                report.changed_after_annotation.append((annotator, key[0]))
-            else:
-                client.request("DELETE", f"/api/tasks/{task['id']}/", "delete an outdated window")
-                report.updated += 1
+    annotated = lambda t: t.get("total_annotations", 0) or t.get("cancelled_annotations", 0)  # noqa: E731
+    # A sample whose tasks are cut differently now (re-segmented, other window size): while any
+    # of its old tasks carries annotations, it is left as it is (like any task changed after
+    # annotation); otherwise its old tasks are replaced.
+    kept: set[str] = set()
+    for key, task in existing.items():
+        if key[0] in pushed and key not in wanted and annotated(task):
+            kept.add(key[0])
+    for key, task in existing.items():
+        if key[0] in pushed and key not in wanted and key[0] not in kept:
+            client.request("DELETE", f"/api/tasks/{task['id']}/", "delete an outdated window")
+            report.updated += 1
+    for sid in sorted(kept):
+        report.changed_after_annotation.append((annotator, sid))
     new = []
     for p in prepared:
+        if p.sample_id in kept:
+            continue
         task = existing.get(p.key)
         if task is None:
             task = {"data": p.data}

@@ -255,3 +255,15 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, n
     strip = lambda rows: sorted((r["row_index"], r["field"], r["value"]) for r in rows)  # noqa: E731
     got = [{k: v for k, v in r.items() if k not in meta} for r in result.labels.to_pylist()]
     assert strip(got) == strip(want) and len(got) == 3 * 45
+    project = ls_client._json("GET", f"/api/projects/{pid}/", "read the project")
+    assert project["show_instruction"] and "Spoken to *" in project["expert_instruction"]  # the panel
+
+    # cut differently (windows of 10): a's annotated sample is left as it is; b's tasks are replaced
+    recut = push.push_round(ls_client, "transcript", [sample], annotators)
+    assert recut.changed_after_annotation == [(a, sample["sample_id"])]
+    assert recut.created == 5 and recut.updated == 3
+    b_tasks = ls_client.tasks(report.projects[push.project_key("transcript", "family", annotators[1])])
+    assert sorted(t["data"]["window"]["index"] for t in b_tasks) == [0, 1, 2, 3, 4]
+    assert {t["data"]["window"]["count"] for t in b_tasks} == {5}
+    assert len(ls_client.tasks(pid)) == 3
+    assert pull.pull_round(ls_client, "transcript", tmp_path, annotators=[a], write=False).labels.equals(result.labels)
