@@ -265,16 +265,28 @@ def _words(text: str) -> frozenset:
 
 
 def _wer(refs: list[str], hyps: list[str]) -> float:
+    """Corpus word error rate between two annotators, symmetric: the word edits (jiwer's alignment)
+    divided by each side's word count, averaged. Lower-cased words, punctuation removed; units
+    where either text has no word are left out; identical units cost no alignment."""
     import jiwer
 
-    norm = jiwer.Compose([jiwer.ToLowerCase(), jiwer.RemovePunctuation(), jiwer.RemoveMultipleSpaces(), jiwer.Strip(),
-                          jiwer.ReduceToListOfListOfWords()])
-    pairs = [(r, h) for r, h in zip(refs, hyps) if _WORD.search(r.lower()) and _WORD.search(h.lower())]
-    if not pairs:
+    edits_from, edits_to, n_a, n_b = [], [], 0, 0
+    for r, h in zip(refs, hyps):
+        rw, hw = _WORD.findall(r.lower()), _WORD.findall(h.lower())
+        if not rw or not hw:
+            continue
+        n_a += len(rw)
+        n_b += len(hw)
+        if rw != hw:
+            edits_from.append(" ".join(rw))
+            edits_to.append(" ".join(hw))
+    if not n_a:
         return math.nan
-    r, h = [p[0] for p in pairs], [p[1] for p in pairs]
-    return (jiwer.wer(r, h, reference_transform=norm, hypothesis_transform=norm)
-            + jiwer.wer(h, r, reference_transform=norm, hypothesis_transform=norm)) / 2.0
+    edits = 0
+    if edits_from:
+        out = jiwer.process_words(edits_from, edits_to)
+        edits = out.substitutions + out.deletions + out.insertions
+    return (edits / n_a + edits / n_b) / 2.0
 
 
 @dataclass
@@ -309,6 +321,13 @@ def text_agreement(rdf: pl.DataFrame, round_name: str, field_name: str, measure:
             texts.setdefault((sid, ri), {})[ann] = val
     units = sorted(u for u, v in texts.items() if len(v) >= 2)
     annotators = sorted({a for v in texts.values() for a in v})
+    cache: dict[str, frozenset] = {}
+
+    def words(text: str) -> frozenset:
+        if text not in cache:
+            cache[text] = _words(text)
+        return cache[text]
+
     pairs, weighted, total = [], 0.0, 0
     for a, b in combinations(annotators, 2):
         both = [u for u in units if a in texts[u] and b in texts[u]]
@@ -318,7 +337,8 @@ def text_agreement(rdf: pl.DataFrame, round_name: str, field_name: str, measure:
         if measure == "wer":
             v = _wer(ta, tb)
         else:
-            scores = [len(x & y) / len(x | y) if (x | y) else 1.0 for x, y in zip(map(_words, ta), map(_words, tb))]
+            scores = [1.0 if x == y else (len(words(x) & words(y)) / len(words(x) | words(y))
+                                          if (words(x) | words(y)) else 1.0) for x, y in zip(ta, tb)]
             v = float(np.mean(scores))
         v = _nan_to_none(v)
         pairs.append({"a": a, "b": b, "n_units": len(both), "value": v})
@@ -326,7 +346,8 @@ def text_agreement(rdf: pl.DataFrame, round_name: str, field_name: str, measure:
             weighted += v * len(both)
             total += len(both)
     value = weighted / total if total else None
-    differing = [u for u in units if len({" ".join(_WORD.findall(t.lower())) for t in texts[u].values()}) > 1]
+    differing = [u for u in units if len(set(texts[u].values())) > 1
+                 and len({" ".join(_WORD.findall(t.lower())) for t in texts[u].values()}) > 1]
     examples = [{"sample_id": u[0], "row_index": u[1], "values": dict(sorted(texts[u].items()))}
                 for u in differing[:MAX_DISAGREEMENTS]]
     if value is None:
