@@ -10,6 +10,8 @@ Debian Chromium (Playwright) and opens the annotator's task. Prints one line per
 
 * ``first_form_s``: from navigation to the first row's form being on the page, scrolled into
   view (the page answering), with its first control visible.
+* ``next_part_s``: for a windowed sample, from clicking the next part in the task list to its
+  form being ready (no page load: what an annotator waits between parts); nan for one task.
 * ``key_echo_ms``: median over 5 key presses in the first text control of that form (an empty
   one, else a pre-filled one opened with its edit button) of the time from the key press to the
   character being in the control (measured with Playwright round trips, which add
@@ -175,12 +177,12 @@ def work_for_sample(rnd, sample: dict, truth: dict[int, dict]) -> dict:
 
 # --- the browser ---------------------------------------------------------------------------
 
-def measure_page(page, url: str) -> dict:
+def _form_ready(page, unit_text: str | None = None) -> None:
     from playwright.sync_api import Error as PlaywrightError
 
-    t0 = time.perf_counter()
-    page.goto(url)
     unit = page.locator("#unit_0")  # the Repeater renders lazily: bring the first form into view
+    if unit_text:
+        unit = page.locator("#unit_0", has_text=unit_text)
     unit.wait_for(state="attached")
     for _ in range(20):  # the form may re-render right after it first appears
         try:
@@ -189,7 +191,21 @@ def measure_page(page, url: str) -> dict:
         except PlaywrightError:
             time.sleep(0.2)
     unit.locator(".lsf-choices, textarea, input, [data-testid=htx-textbox-edit-button]").first.wait_for(state="visible")
+
+
+def measure_page(page, url: str, next_part: tuple[str, str] | None = None) -> dict:
+    """``next_part``: (text of the next task's row in the task list, text of its first form)."""
+    t0 = time.perf_counter()
+    page.goto(url)
+    _form_ready(page)
     first_form = time.perf_counter() - t0
+    next_form = float("nan")
+    if next_part:  # the next part of the sample, opened from the task list (no page load)
+        t1 = time.perf_counter()
+        page.locator(".lsf-table__row-wrapper", has_text=next_part[0]).first.click()
+        _form_ready(page, next_part[1])
+        next_form = time.perf_counter() - t1
+    unit = page.locator("#unit_0")
     # a text control to type in: an empty one, else a pre-filled one opened for editing
     box = unit.locator("textarea")
     if box.count():
@@ -207,7 +223,7 @@ def measure_page(page, url: str) -> dict:
     stats = page.evaluate("""() => ({height: Math.max(...[...document.querySelectorAll('*')].map(e => e.scrollHeight)),
         nodes: document.getElementsByTagName('*').length,
         heap: (performance.memory ? performance.memory.usedJSHeapSize : 0)})""")
-    return {"first_form_s": first_form, "key_echo_ms": statistics.median(echoes), **stats}
+    return {"first_form_s": first_form, "next_form_s": next_form, "key_echo_ms": statistics.median(echoes), **stats}
 
 
 def main() -> None:
@@ -274,9 +290,13 @@ def main() -> None:
                         work = work_for_sample(rnd, sample, answers(rnd, sample))
                         page = context.new_page()  # a fresh page: a hung one from before cannot slow this one
                         try:
-                            page_figures = measure_page(page, f"{server.url}/projects/{pid}/data?task={task['id']}")
+                            following = tasks[len(tasks) // 2 + 1] if len(tasks) > 1 else None
+                            nxt = (f"part {following['data']['window']['index'] + 1} of ",
+                                   f"Row {following['data']['units'][0]['row_index']} ·") if following else None
+                            page_figures = measure_page(page, f"{server.url}/projects/{pid}/data?task={task['id']}", nxt)
                         except PlaywrightTimeout:
-                            page_figures = {"first_form_s": float("inf"), "key_echo_ms": float("nan"),
+                            page_figures = {"first_form_s": float("inf"), "next_form_s": float("nan"),
+                                            "key_echo_ms": float("nan"),
                                             "height": 0, "nodes": 0, "heap": 0}
                             print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s",
                                   flush=True)
@@ -288,6 +308,7 @@ def main() -> None:
                                 "load": os.getloadavg()}
                         out.append(line)
                         print(f"{name.upper()} {n_rows} first_form_s={line['first_form_s']:.1f} "
+                              f"next_part_s={line['next_form_s']:.1f} "
                               f"key_echo_ms={line['key_echo_ms']:.0f} clicks_per_turn={work['clicks']:.2f} "
                               f"keys_per_turn={work['keys']:.2f} text_fields_per_turn={work['texts']:.2f} "
                               f"tasks={len(tasks)} page_px={line['height']} dom_nodes={line['nodes']} "
