@@ -303,12 +303,15 @@ def validate_samples(samples: Iterable[dict]) -> list[Violation]:
     return out
 
 
-def scan_release(release_dir: str | Path) -> list[str]:
+def scan_release(release_dir: str | Path, allow: Iterable[str] = ()) -> list[str]:
     """Every absolute path or URL in the files of a built release, as ``"<file>: <field>: <hit>"``.
 
     Parquet files are read cell by cell (every string, nested ones too); JSON, JSONL, Markdown,
-    YAML and other text files line by line. An empty list means the release is clean.
+    YAML and other text files line by line. ``allow``: public URLs the maintainer put there on
+    purpose (a licence link, a citation URL), ignored where they occur (a hit that starts with one).
+    An empty list means the release is clean.
     """
+    allowed = tuple(a for a in allow if a)
     import pyarrow.parquet as pq
 
     root = Path(release_dir)
@@ -320,12 +323,14 @@ def scan_release(release_dir: str | Path) -> list[str]:
             for name in table.column_names:
                 for i, value in enumerate(table.column(name).to_pylist()):
                     for field_path, text in _strings(value, f"{name}[{i}]"):
-                        out += [f"{rel}: {field_path}: {hit}" for hit in private_strings(text)]
+                        out += [f"{rel}: {field_path}: {hit}" for hit in private_strings(text)
+                                if not (allowed and hit.startswith(allowed))]
             continue
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             text = path.read_bytes().decode("latin-1")
         for n, line in enumerate(text.splitlines(), 1):
-            out += [f"{rel}: line {n}: {hit}" for hit in private_strings(line)]
+            out += [f"{rel}: line {n}: {hit}" for hit in private_strings(line)
+                    if not (allowed and hit.startswith(allowed))]
     return out

@@ -130,3 +130,10 @@ def test_the_release_scan_finds_a_path_in_a_parquet_cell_and_a_text_file(tmp_pat
     assert any("data/t.parquet" in f and "/home/ann/secret.wav" in f for f in found), found
     assert any("README.md" in f and "https://intranet.example" in f for f in found), found
     assert not any("manifest.json" in f for f in found)
+
+
+def test_the_release_scan_lets_through_only_the_public_urls_it_is_told(tmp_path):
+    (tmp_path / "README.md").write_text("license: https://creativecommons.org/licenses/by-nc/4.0/\n"
+                                        "clip: https://intranet.example/a.wav\n")
+    found = scan_release(tmp_path, allow=["https://creativecommons.org/licenses/"])
+    assert len(found) == 1 and "intranet.example" in found[0]
