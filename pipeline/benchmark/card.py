@@ -250,19 +250,19 @@ def _annotation_section(manifest: dict) -> str:
             ov = r["override"]
             fails = ", ".join(f"{f['field']} alpha {_fmt(f.get('alpha'))} < {f['threshold']}" for f in ov.get("failing", []))
             text.append(f"- round `{r['round']}` ({fails}): released on the decision of {ov.get('by')} "
-                        f"({ov.get('recorded_at', 'date not recorded')}), reason: \"{ov.get('reason')}\"")
+                        f"(recorded_at: {ov.get('recorded_at', 'not recorded')}), reason: \"{ov.get('reason')}\"")
     else:
         text.append("None: every round reached its agreement thresholds.")
     return "\n".join(text)
 
 
-def release_bibtex(manifest: dict, manifest_sha256: str) -> str:
+def release_bibtex(manifest: dict, content_sha256: str) -> str:
     v = manifest["version"]
     key = "rescue_release_" + v.replace(".", "_")
     return (f"@misc{{{key},\n"
             f"  title = {{RESCUE release {v}: relation-aware multi-party emotional support conversations}},\n"
-            f"  note  = {{Built with rescue-pipeline {manifest['pipeline_version']}; manifest sha256 "
-            f"{manifest_sha256}}},\n"
+            f"  note  = {{Built with rescue-pipeline {manifest['pipeline_version']}; content sha256 "
+            f"{content_sha256} (of the file list in manifest.json)}},\n"
             f"  howpublished = {{Dataset release {v}}}\n}}")
 
 
@@ -314,7 +314,9 @@ def dataset_card(manifest: dict) -> str:
     license_line = (f"`{card['license']}`" + (f" - `{card['license_name']}`" if card["license"] == "other" else "")
                     + (f" ({card['license_link']})" if card["license_link"] else ""))
     src = manifest["source"]
-    manifest_sha = hashlib.sha256(store.canonical_json(manifest).encode("utf-8")).hexdigest()
+    # the data's fingerprint: the sha256 of every released file (not the whole manifest, which also
+    # holds when an override was recorded)
+    content_sha = hashlib.sha256(store.canonical_json(manifest["files"]).encode("utf-8")).hexdigest()
     v = manifest["version"]
     body = f"""
 # RESCUE {v}{' (SYNTHETIC DEMO)' if markers else ''}
@@ -438,7 +440,7 @@ The RESCUE paper:
 This release:
 
 ```bibtex
-{release_bibtex(manifest, manifest_sha)}
+{release_bibtex(manifest, content_sha)}
 ```
 
 ## Files
