@@ -191,10 +191,16 @@ def _fmt(x) -> str:
 
 def _dist_text(d: dict) -> str:
     total = sum(d.values()) or 1
-    return ", ".join(f"{k or '(empty)'} {v} ({100 * v / total:.1f}%)"
+    return ", ".join(f"`{k}` {v} ({100 * v / total:.1f}%)"
                      for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+SOURCE_TEXT = {
+    "rows_dir": ("gold rows of this pipeline: videos probed and hashed, transcribed (subtitles where given, else "
+                 "WhisperX), diarized (pyannote), segmented into draft turns, annotated in rounds and adjudicated."),
+    "rescue_jsonl": "imported from a file in the shape of the published RESCUE benchmark_191.jsonl.",
+    "synthetic": "the synthetic corpus: generated word-salad interviews with labels drawn to the paper's skews.",
+}
 DIST_WHAT = {"itp": "should the therapist speak next (label)", "rpp": "relation pattern (label)",
              "stp": "support target (label)", "ssp": "support strategy (label)",
              "er": "gold intensity 0-10 (label_intensity)", "vp": "gold viewpoints per instance (label)"}
@@ -377,11 +383,10 @@ Context sizes: {", ".join(f"{t.upper()} {'all prior rows' if n < 0 else n}" for 
 
 ## How the data was built
 
-Source: `{src.get('kind')}`. Pipeline: `rescue-pipeline` {manifest['pipeline_version']}. Videos are
-probed and hashed, transcribed (subtitles where given, else WhisperX) and diarized (pyannote),
-segmented into draft turns, annotated in rounds, adjudicated and validated against the RESCUE row
-rules (V1-V13) before task instances are derived exactly as the paper's scripts derive them.
-Validation problems recorded at build time: {manifest['validation']['problems']}.
+Source: `{src.get('kind')}` - {SOURCE_TEXT.get(src.get('kind'), SOURCE_TEXT['rows_dir'])} Pipeline:
+`rescue-pipeline` {manifest['pipeline_version']}. Every sample is validated against the RESCUE row rules
+(V1-V13) and task instances are derived as the paper's scripts derive them. Validation problems
+recorded at build time: {manifest['validation']['problems']}.
 
 {_annotation_section(manifest)}
 
