@@ -57,8 +57,9 @@ BAND_ADVICE = {
 METRIC_MEANING = {
     "nominal": "categories: two annotators agree only on the same label",
     "interval": "numbers: disagreement grows with the squared difference (intensity 6 vs 7 is a small one)",
-    "masi": "sets (e.g. several addressees): MASI distance (Passonneau 2006) gives partial credit for overlapping "
-            "sets - identical 0, one a subset of the other 1/3 of the Jaccard credit withheld, disjoint 1",
+    "masi": "sets (e.g. several addressees): MASI distance (Passonneau 2006) = 1 - Jaccard x M, with M = 1 for "
+            "identical sets, 2/3 when one set contains the other, 1/3 when they only overlap, 0 when disjoint: "
+            "partial credit for partly matching sets",
     "presence": "optional records (e.g. internal emotion): only whether an annotator gave any record at all, "
                 "present vs absent; what the records say is measured by the field's subfields",
 }

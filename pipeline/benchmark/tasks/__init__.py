@@ -2,7 +2,9 @@
 
 Each task module has ``instances(sample, inputs, context_size, **options) -> list[dict]``;
 this package turns them into Arrow tables with the schemas in ``pipeline.schemas``.
-Call :func:`build_task` for one task or :func:`build_all` for all six.
+Call :func:`build_task` for one task or :func:`build_all` for all six. Every instance gets an
+opaque, stable ``instance_id`` (:func:`common.instance_id`: a hash of task, sample and row), so no
+id tells the answer (the paper's ITP ids named it: ``..._pos_after_row2``).
 """
 from __future__ import annotations
 
