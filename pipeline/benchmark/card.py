@@ -346,6 +346,8 @@ only: no emotion, viewpoint, strategy, relation or utterance-type annotation. `i
 opaque (`<task>_` + 20 hex digits of a hash of task, sample and row): stable across releases,
 and it tells nothing about the answer. Categorical gold columns are `class_label` features
 (names in the YAML header); the STP label is a participant name or the group label.
+The `samples` / `rows` configs and `paper/` hold every annotated row, so they contain every task's
+gold: when evaluating, give a model only the task config's input columns (not `label*`).
 
 ```python
 from datasets import load_dataset
