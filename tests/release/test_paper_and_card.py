@@ -165,6 +165,15 @@ def test_head_release_has_the_paper_shapes(head_input, head_path, tmp_path):
     assert list(er[0]) == ER_KEYS
     assert er[0]["instance_id"] == f"{S1}__row6" and [c["row_index"] for c in er[0]["prior_context"]] == [1, 2, 3, 4, 5]
     assert er[0]["couple"] == "alan_and_evelyn" and er[0]["source_file"] == f"data/therapy_merged_all/{S1}.json"
+    # the streamed writer and the table-based one (release.paper_task_records) agree line for line
+    from pipeline.benchmark import tasks
+    from pipeline.rows import samples_to_tables
+
+    samples_t, _ = samples_to_tables(head_input.samples)
+    for task in ("er", "vp"):
+        table = tasks.build_task(task, head_input.samples, context_size=-1)
+        expect = [json.dumps(r, ensure_ascii=False) for r in release.paper_task_records(task, table, samples_t)]
+        assert (paper / f"{task}.jsonl").read_text(encoding="utf-8").splitlines() == expect, task
     vp = json.loads((paper / "vp.jsonl").read_text().splitlines()[0])
     assert list(vp)[:6] == ["sample_id", "couple", "row_index", "timestamp", "speaker", "participants"]
     assert "gold_viewpoints" in vp and vp["task"] == "vp"
@@ -346,6 +355,18 @@ def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp
     res = release.build_release(release.ReleaseInput(clean, {"kind": "rows_dir"}), "1.0.0", tmp_path / "c")
     assert res.manifest["synthetic"] == ["round emotion: 2 of 2 annotators are simulated"]
     assert "SYNTHETIC / DEMO DATA" in _card(res.path).text
+
+
+def test_demo_interviews_are_marked_synthetic():
+    from pipeline.benchmark.card import synthetic_markers
+
+    demo = [{"sample_id": "synthetic_couple/session01", "group_id": "synthetic_couple", "source_file": None}]
+    assert synthetic_markers({"kind": "rows_dir"}, demo, []) == ["1 samples are generated interviews (group synthetic_*)"]
+    rounds = [{"round": "emotion", "annotators": 2, "simulated_annotators": 0,
+               "override": {"reason": "DEMO: simulated annotators on a few synthetic interviews"}}]
+    assert synthetic_markers({"kind": "rows_dir"}, [], rounds) == ["round emotion: released under a demo override"]
+    real = [{"sample_id": "alan_and_evelyn/001", "group_id": "alan_and_evelyn", "source_file": "data/x.json"}]
+    assert synthetic_markers({"kind": "rescue_jsonl"}, real, []) == []
 
 
 def test_card_features_match_what_datasets_reads(small_input, tmp_path):
