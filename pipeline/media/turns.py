@@ -7,12 +7,14 @@ Rules, in this order (spec §2.2-2.4):
    name. Otherwise it gets the diarization speaker it overlaps most (``assign.assign_speakers``),
    except for speech heard *over* someone else's:
 
-   * a cue lying inside another, longer cue's span (enclosing speaker X: that cue's speaker)
-     goes to the speaker other than X most active during it (``assign.speaker_overlaps``; active:
-     at least ``MIN_ACTIVE_S`` = 0.3 s of it, as a shorter diarization piece carries pyannote's
-     unchecked label); when diarization hears nobody else then, it still is not X's (one voice's
-     cues never overlap each other): it goes to the listener, the last other voice heard before
-     the enclosing cue (else the next one);
+   * a cue lying inside another, longer cue's span (enclosing speaker X: that cue's speaker),
+     or starting inside an earlier cue of speaker X and overlapping it by at least
+     ``MIN_ACTIVE_S`` (an interruption), goes to the speaker other than X most active during it
+     (``assign.speaker_overlaps``; active: at least ``MIN_ACTIVE_S`` = 0.3 s of it, as a shorter
+     diarization piece carries pyannote's unchecked label). When diarization hears nobody else
+     then, an interruption keeps the largest overlap, and a cue inside another still is not X's
+     (one voice's cues never overlap each other): it goes to the listener, the last other voice
+     heard before the enclosing cue (else the next one);
    * an ASR word whose neighbours on both sides are X's goes to another speaker only when that
      speaker is active for at least half of the word (a transcript holds one voice at a time,
      so a word in the middle of X's speech stays X's unless diarization clearly hears another);
@@ -243,34 +245,37 @@ def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: Mapping[str, 
     return out
 
 
-def _enclosing(starts: np.ndarray, ends: np.ndarray) -> list[int | None]:
-    """For each cue, the longest other cue whose span holds it and is longer (else None)."""
+def _overlapped_by(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, bool] | None]:
+    """For each cue, the earlier cue reaching furthest that it overlaps by at least MIN_ACTIVE_S
+    (or lies inside, being shorter), and whether it lies inside that cue; else None."""
     order = np.lexsort((-ends, starts))  # a longer cue first among cues starting together
-    out: list[int | None] = [None] * len(starts)
+    out: list[tuple[int, bool] | None] = [None] * len(starts)
     longest: int | None = None  # among cues started so far: the one reaching furthest
     for i in order:
-        if longest is not None and ends[i] <= ends[longest] and starts[longest] <= starts[i] \
-                and ends[longest] - starts[longest] > ends[i] - starts[i]:
-            out[i] = int(longest)
+        if longest is not None:
+            inside = ends[i] <= ends[longest] and ends[longest] - starts[longest] > ends[i] - starts[i]
+            if inside or min(ends[i], ends[longest]) - starts[i] >= MIN_ACTIVE_S:
+                out[i] = (int(longest), bool(inside))
         if longest is None or ends[i] > ends[longest]:
             longest = int(i)
     return out
 
 
 def _reattribute_cues(units, starts, ends, labels, turns) -> list[str | None]:
-    inside = _enclosing(starts, ends)
-    if not any(j is not None for j in inside):
+    over = _overlapped_by(starts, ends)
+    if not any(over):
         return labels
     speakers, overlap, _ = speaker_overlaps(starts, ends, turns)
     labels = list(labels)
-    for i, j in enumerate(inside):
-        if j is None or units[i].speaker:
+    for i, hit in enumerate(over):
+        if hit is None or units[i].speaker:
             continue
+        j, inside = hit
         host = units[j].speaker or labels[j]
         others = [(overlap[i, k], -k) for k, s in enumerate(speakers) if s != host and overlap[i, k] >= MIN_ACTIVE_S]
         if others:
             labels[i] = speakers[-max(others)[1]]
-        else:
+        elif inside:
             labels[i] = _listener(turns, host, starts[j]) or labels[i]
     return labels
 

@@ -64,6 +64,20 @@ def test_attribution_excludes_the_enclosing_speaker_only_for_enclosed_cues():
     assert [u.speaker for u in got] == [C, T, C]
 
 
+def test_an_interruption_starting_inside_a_cue_is_not_that_cues_speaker_when_another_voice_is_heard():
+    # B cuts in 0.4 s before A's cue ends; diarization stretches A over most of B's cue
+    cues = [Unit(0.0, 4.0, "I was saying something long."), Unit(3.6, 5.4, "You never ask me.")]
+    dia = [Turn(0.0, 5.0, C), Turn(3.6, 3.9, "SPEAKER_02"), Turn(5.0, 5.4, "SPEAKER_02")]
+    from pipeline.media.assign import assign_speakers
+    assert assign_speakers([3.6], [5.4], dia) == [C]  # largest overlap: A 1.4 s against 0.7 s
+    assert [u.speaker for u in turns.attribute(cues, dia)] == [C, "SPEAKER_02"]
+    # nobody else heard for 0.3 s: the largest overlap stands (no listener for an interruption)
+    assert [u.speaker for u in turns.attribute(cues, [Turn(0.0, 5.4, C), Turn(4.6, 4.8, T)])] == [C, C]
+    # consecutive cues touching or overlapping by less than 0.3 s are no interruption
+    touching = [Unit(0.0, 2.0, "One."), Unit(1.9, 3.0, "Two.")]
+    assert [u.speaker for u in turns.attribute(touching, [Turn(0, 3, C), Turn(1.9, 2.3, T)])] == [C, C]
+
+
 def test_asr_words_between_words_of_one_speaker_go_to_another_only_when_clearly_heard():
     words = [Unit(0.0, 0.4, "I"), Unit(0.4, 0.8, "did"), Unit(0.8, 1.2, "mm-hmm"), Unit(1.2, 1.6, "it"),
              Unit(1.6, 2.0, "all"), Unit(2.0, 2.4, "alone.")]
