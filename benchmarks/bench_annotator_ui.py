@@ -201,10 +201,18 @@ def measure_page(page, url: str, next_part: tuple[str, str] | None = None) -> di
     first_form = time.perf_counter() - t0
     next_form = float("nan")
     if next_part:  # the next part of the sample, opened from the task list (no page load)
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
         t1 = time.perf_counter()
-        page.locator(".lsf-table__row-wrapper", has_text=next_part[0]).first.click()
-        _form_ready(page, next_part[1])
-        next_form = time.perf_counter() - t1
+        try:
+            page.locator(".lsf-table__row-wrapper", has_text=next_part[0]).first.click()
+            _form_ready(page, next_part[1])
+            next_form = time.perf_counter() - t1
+        except PlaywrightTimeout:
+            next_form = float("inf")
+            page.screenshot(path="test-output/bench_next_part_failed.png")
+            page.goto(url)  # back to a known state for the key echo
+            _form_ready(page)
     unit = page.locator("#unit_0")
     # a text control to type in: an empty one, else a pre-filled one opened for editing
     box = unit.locator("textarea")
