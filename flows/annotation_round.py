@@ -38,7 +38,7 @@ def _client(data_root: str):
 
 # Pulls and gold read state that changes outside the run (Label Studio, the label tables): never
 # cached, not even within a run (a paused run pulls the adjudication again after resuming).
-@task(name="pull-round", task_run_name="pull-round[{round_name}]", cache_policy=NO_CACHE, **NETWORK_RETRIES)
+@task(name="pull-round", task_run_name="pull-round-{round_name}", cache_policy=NO_CACHE, **NETWORK_RETRIES)
 def pull(round_name: str, data_root: str, annotators: list[str] | None = None) -> dict:
     from pipeline.annotation import pull as ls_pull
 
@@ -61,7 +61,7 @@ def _agreement_key(ctx, params: dict) -> str:
                         CODE_VERSION, raise_on_failure=True)
 
 
-@task(name="agreement", task_run_name="agreement[{round_name}]", cache_policy=CacheKeyFnPolicy(cache_key_fn=_agreement_key) + TASK_SOURCE)
+@task(name="agreement", task_run_name="agreement-{round_name}", cache_policy=CacheKeyFnPolicy(cache_key_fn=_agreement_key) + TASK_SOURCE)
 def agreement(round_name: str, data_root: str) -> dict:
     from pipeline.quality import agreement as ag
 
@@ -73,7 +73,7 @@ def agreement(round_name: str, data_root: str) -> dict:
     return {"passed": rep.passed, "fields": fields, "report": {k: str(v) for k, v in out.paths.items()}}
 
 
-@task(name="push-adjudication", task_run_name="push-adjudication[{round_name}]", **NETWORK_RETRIES)
+@task(name="push-adjudication", task_run_name="push-adjudication-{round_name}", **NETWORK_RETRIES)
 def push_adjudication(round_name: str, data_root: str):
     """-> :class:`pipeline.quality.adjudication.PushSummary`"""
     from pipeline.quality import adjudication
@@ -81,7 +81,7 @@ def push_adjudication(round_name: str, data_root: str):
     return adjudication.push_round(_client(data_root), data_root, round_name)
 
 
-@task(name="pull-adjudication", task_run_name="pull-adjudication[{round_name}]", cache_policy=NO_CACHE,
+@task(name="pull-adjudication", task_run_name="pull-adjudication-{round_name}", cache_policy=NO_CACHE,
       **NETWORK_RETRIES)
 def pull_adjudication(round_name: str, data_root: str) -> int:
     from pipeline.quality import adjudication
@@ -101,7 +101,7 @@ def gold_rows(data_root: str) -> dict | None:
         return None
 
 
-@task(name="push-next-round", task_run_name="push-next-round[{next_round}]", **NETWORK_RETRIES)
+@task(name="push-next-round", task_run_name="push-next-round-{next_round}", **NETWORK_RETRIES)
 def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> dict:
     from pipeline.annotation import intake
 

@@ -16,7 +16,9 @@ both call: :func:`push_round` (the round's pulled labels, ``DataRoot.labels``, a
 samples it was pushed from, default the corpus) and :func:`pull_round` (answers written to
 ``DataRoot.adjudications``).
 
-An adjudicator is never an annotator of the round: :func:`pull_round` refuses (with
+Only samples of this data root's label table are taken (the adjudication project is per round and
+scenario on the server, shared by every data root that uses it). An adjudicator is never an
+annotator of the round: :func:`pull_round` refuses (with
 :class:`AdjudicatorIsAnnotator`, writing nothing) answers from anyone the round was pushed to
 (:mod:`pipeline.annotation.pushed`) or who has labels in its table - whether the round's
 annotators were named or "every annotator" was meant.
@@ -260,8 +262,12 @@ def pull_round(client, data_root: str | os.PathLike, round_name: str) -> Adjudic
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     table = pull(client, rnd)
-    labelled = set(pq.ParquetFile(root.labels(rnd.name)).read(columns=["annotator"]).column(0).to_pylist()) \
-        if root.labels(rnd.name).is_file() else set()
+    labels = pq.ParquetFile(root.labels(rnd.name)).read(columns=["sample_id", "annotator"]) \
+        if root.labels(rnd.name).is_file() else None
+    labelled = set(labels.column("annotator").to_pylist()) if labels is not None else set()
+    if labels is not None:  # the adjudication project may hold other data roots' samples: only ours
+        ours = set(labels.column("sample_id").to_pylist())
+        table = table.filter(pa.array([sid in ours for sid in table.column("sample_id").to_pylist()], pa.bool_()))
     annotated = labelled | set(pushed_annotators(root, rnd.name))
     judges = table.column("annotator").to_pylist()
     clash = sorted({a for a in judges if a in annotated})

@@ -202,6 +202,18 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, two,
             adjudication.pull_round(ls_client, tmp_path, "relation")
         assert a in str(err.value) and "cannot adjudicate" in str(err.value) and "relation" in str(err.value)
         assert not DataRoot(tmp_path).adjudications("relation").exists()  # nothing written
+        # another data root sharing the server takes none of these answers (and is not refused)
+        import pyarrow as pa
+
+        from pipeline import schemas, store
+
+        other = tmp_path / "other-root"
+        store.write_parquet(pa.Table.from_pylist([{"round": "relation", "sample_id": "elsewhere/x", "scenario": "couple",
+                                                   "row_index": 1, "annotator": "x@else.test", "field": "f",
+                                                   "value": "1"}], schema=schemas.LABELS),
+                            DataRoot(other).labels("relation"))
+        theirs = adjudication.pull_round(ls_client, other, "relation").table
+        assert not set(theirs.column("sample_id").to_pylist()) & set(by_id)
     finally:  # the adjudication project is shared by the session's tests
         for task in mine:
             ls_client.request("DELETE", f"/api/tasks/{task['id']}/", "delete a test task")
