@@ -65,6 +65,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline import schemas
 from pipeline.media.assign import MAX_WORD_S, assign_speakers, fill_word_times, speaker_overlaps
@@ -536,7 +537,6 @@ def segment_sample(sample_id: str, data_root: str | Path, config: SegmenterConfi
 
 def read_voice_table(sample_id: str, data_root: str | Path) -> pa.Table:
     """The voice table :func:`segment_sample` wrote for a sample."""
-    import pyarrow.parquet as pq
     return pq.read_table(DataRoot(data_root).draft_voices(sample_id), schema=schemas.DRAFT_VOICES)
 
 
