@@ -200,10 +200,11 @@ def segment_cmd(
 
     console = Console()
     root = _media_settings(data_root).data_root
-    prepare_data_root(root, ("drafts", "draft-voices"))
     cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
     failed = 0
-    for sid in _sample_ids(root, sample_ids, all_):
+    ids = _sample_ids(root, sample_ids, all_)  # bad ids end the command before anything is written
+    prepare_data_root(root, ("drafts", "draft-voices"))
+    for sid in ids:
         try:
             done = segment_stage(sid, root, cfg)
             console.print(f"{sid}: {done.rows} draft rows", highlight=False)
