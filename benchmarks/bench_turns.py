@@ -17,6 +17,17 @@ order, so the figures equal ``voices``).
 
     .venv/bin/python benchmarks/bench_turns.py [--seeds 0 1 2 3] [--scenarios couple family]
         [--overlapping 3] [--partner 0] [--cache DIR]
+
+Measured (2026-11-30, seeds 0-3, couple and family, 3 therapist backchannels over a client's
+sentence + 1 in a pause per interview, 17 rows each; DER 0.036-0.088):
+
+    before (largest overlap; names by the manifest order)  rows 71.3 % (worst 18 %), backchannels 3/32
+      ... participants listed in another order              rows 45.6 % (worst 0 %),  backchannels 1/32
+    after, hint (names by the manifest order)              rows 90.4 % (worst 24 %), backchannels 27/32
+    after, default (voice labels, each voice named once)   rows 100 %,               backchannels 31/32
+      ... participants listed in another order              rows 100 %,               backchannels 31/32
+
+The one backchannel missed: diarization gives its 0.56 s piece to a client's voice.
 """
 from __future__ import annotations
 
