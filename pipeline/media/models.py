@@ -79,38 +79,46 @@ class DVectorEmbedding(Model):
         if n <= self.PARTIAL:
             return _pad_to(mels, self.PARTIAL)[None]
         k = max(1, round(n / self.PARTIAL))
-        starts = torch.linspace(0, n - self.PARTIAL, k).round().long().tolist()
+        starts = torch.linspace(0, n - self.PARTIAL, k, device=mels.device).round().long().tolist()
         return torch.stack([mels[s:s + self.PARTIAL] for s in starts])
 
     def forward(self, waveforms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-        batch = waveforms.shape[0]
+        # Every tensor made here lives on the input's device (the model's, once pyannote moved
+        # it with ``pipeline.to``): CPU index tensors on CUDA data fail or copy per call.
+        # tests/media/test_devices.py checks it on CPU; the gpu-marked test runs it on CUDA.
+        device, batch = waveforms.device, waveforms.shape[0]
+        waveforms = waveforms.to(self.window.device)
+        if weights is not None:
+            weights = weights.to(self.window.device)
+            # one host transfer for the whole batch instead of one sync per chunk
+            active_s = ((weights > 0.5).float().mean(dim=1) * waveforms.shape[-1] / 16000).tolist()
         parts, owner = [], []
         for b in range(batch):
-            if weights is not None and float((weights[b] > 0.5).float().mean()) * waveforms.shape[-1] < 0.3 * 16000:
+            if weights is not None and active_s[b] < 0.3:
                 continue  # speaker (nearly) silent in this chunk: no voice print (NaN below)
             mels = self._mels(waveforms[b, 0])
             if weights is not None:
                 w = weights[b]
-                idx = torch.clamp((torch.arange(mels.shape[0]) * w.shape[0]) // mels.shape[0],
-                                  max=w.shape[0] - 1)
+                frames = torch.arange(mels.shape[0], device=mels.device)
+                idx = torch.clamp((frames * w.shape[0]) // mels.shape[0], max=w.shape[0] - 1)
                 mels = mels[w[idx] > 0.5]
             if mels.shape[0] < 30:  # < 0.3 s of speech
                 continue
             p = self._partials(mels)
             parts.append(p)
             owner += [b] * p.shape[0]
-        out = torch.full((batch, self.HIDDEN), float("nan"))
+        out = torch.full((batch, self.HIDDEN), float("nan"), device=self.window.device)
         if not parts:
-            return out
+            return out.to(device)
         # one LSTM call for every partial of the batch: batched matmuls are far cheaper on CPU
         _, (hidden, _) = self.lstm(torch.cat(parts))
         raw = torch.relu(self.linear(hidden[-1]))
         raw = raw / raw.norm(dim=1, keepdim=True).clamp_min(1e-8)
-        owner_t = torch.tensor(owner)
+        owner_t = torch.tensor(owner, device=raw.device)
         for b in sorted(set(owner)):
             mean = raw[owner_t == b].mean(0)
             out[b] = mean / mean.norm().clamp_min(1e-8)
-        return out
+        return out.to(device)
 
 
 def _pad_to(x: torch.Tensor, n: int) -> torch.Tensor:
