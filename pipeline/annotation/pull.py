@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
-from pipeline.annotation import ls_config
+from pipeline.annotation import ls_config, naming
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.pushed import read_pushed
-from pipeline.annotation.rounds import Field, Round, load_round
+from pipeline.annotation.rounds import Field, Round, load_round, round_names
 from pipeline.annotation.windows import stitch_tasks
 from pipeline.paths import DataRoot, check_name
 
@@ -207,7 +208,7 @@ def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -
     raw: dict[int, dict] = defaultdict(dict)
     for result in annotation.get("result") or []:
         name = result.get("from_name", "")
-        parsed = ls_config.parse_control_name(name)
+        parsed = naming.parse_control_name(name)
         if parsed is None:
             problems.add(None, name, "unknown control", result.get("value"))
             continue
@@ -407,8 +408,6 @@ def _read_rows(path: Path) -> list[dict]:
     """The lines of an earlier pull's table ([] when there is none)."""
     if not path.is_file():
         return []
-    import pyarrow.parquet as pq
-
     return pq.ParquetFile(path).read().to_pylist()
 
 
@@ -416,8 +415,6 @@ def missing_tasks(client: LabelStudioClient, data_root: str | os.PathLike,
                   rounds: list[str] | None = None) -> list[tuple[str, str, str, str]]:
     """``(round, scenario, annotator, sample_id)`` pushed (the push record) but gone from the
     live Label Studio projects: a deleted task or project. For ``rescue annotate status``."""
-    from pipeline.annotation.rounds import round_names
-
     root = DataRoot(data_root)
     live: dict[tuple[str, str, str], set[str]] = {}
     projects = [(p, parse_project_key(p.key)) for p in client.projects()]

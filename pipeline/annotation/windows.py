@@ -27,6 +27,8 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
+from pipeline.annotation.naming import control_name, heading, parse_control_name
+
 WINDOW_UNITS = 10     # units (rows with controls) per task of a long sample
 SPLIT_ABOVE = 20      # a sample with at most this many units stays one task, as before
 CONTEXT_BEFORE = 6    # read-only dialogue rows shown before a window's own rows
@@ -91,15 +93,11 @@ def stitch_data(windows: list[dict]) -> dict:
     whole["turns"] = [copy.deepcopy(turns[k]) for k in sorted(turns)]
     whole["units"] = [copy.deepcopy(u) for d in windows for u in d["units"]]
     if "heading" in whole:
-        from pipeline.annotation.ls_config import heading
-
         whole["heading"] = heading(whole)
     return whole
 
 
 def _renumber(result: dict, offset: int) -> dict:
-    from pipeline.annotation.ls_config import control_name, parse_control_name
-
     parsed = parse_control_name(result.get("from_name", ""))
     if parsed is None or not offset:
         return result

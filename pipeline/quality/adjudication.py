@@ -36,8 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import corpus, schemas, store, taxonomy
-from pipeline.annotation.ls_config import (build_task_data, content_sha, parse_control_name, render_config,
-                                           result_value, values_to_results)
+from pipeline.annotation.ls_config import build_task_data, content_sha, render_config, result_value, values_to_results
+from pipeline.annotation.naming import parse_control_name
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot, check_name
 from pipeline.quality.disagreements import disagreements

@@ -13,7 +13,7 @@ import pytest
 from ls_samples import make_sample
 from typer.testing import CliRunner
 
-from pipeline.annotation import ls_config, pull, push
+from pipeline.annotation import naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 from pipeline.config import REPO_ROOT
@@ -77,7 +77,7 @@ def _fill(page, rnd, data, values) -> None:
         row = values.get(u["row_index"], {})
         for f in rnd.fields:
             if f.type != "records":
-                control(f, ls_config.control_name(f.name, i), row.get(f.name))
+                control(f, naming.control_name(f.name, i), row.get(f.name))
                 continue
             records = row.get(f.name) or []
             for slot in range(1, f.max_items + 1):
@@ -85,7 +85,7 @@ def _fill(page, rnd, data, values) -> None:
                 if f.required and slot == 1 and not records:  # an explicit "none" decision
                     rec = {s.name: "" for s in f.subfields if s.empty_choice}
                 for sub in f.subfields:
-                    control(sub, ls_config.control_name(f.name, i, slot, sub.name), rec.get(sub.name))
+                    control(sub, naming.control_name(f.name, i, slot, sub.name), rec.get(sub.name))
 
 
 KEYBOARD_ROUND = "strategy"  # filled and submitted with the keyboard alone
@@ -131,8 +131,8 @@ def _fill_by_keyboard(page, rnd, data, values) -> int:
                         press("Space")
                     k += 1
                 elif sub.type == "text" and value:
-                    name = ls_config.control_name(f.name, i, 1, sub.name) if f.type == "records" \
-                        else ls_config.control_name(f.name, i)
+                    name = naming.control_name(f.name, i, 1, sub.name) if f.type == "records" \
+                        else naming.control_name(f.name, i)
                     tab_to(lambda a, name=name: a["tag"] == "TEXTAREA" and a["name"] == name)
                     page.keyboard.type(value)
                     keys += len(value)

@@ -8,7 +8,7 @@ import pytest
 from ls_samples import make_sample, release_head
 
 from pipeline import taxonomy
-from pipeline.annotation import ls_config, push
+from pipeline.annotation import ls_config, naming, push
 from pipeline.annotation.pull import parse_annotation
 from pipeline.annotation.rounds import RoundDefinitionError, load_round, parse_round, round_names
 
@@ -77,9 +77,9 @@ def test_config_has_synced_media_and_one_control_per_field(name, scenario):
             for slot in range(1, f.max_items + 1):
                 for sub in f.subfields:
                     if sub.type != "const":
-                        assert ls_config.control_name(f.name, "{{idx}}", slot, sub.name) in controls
+                        assert naming.control_name(f.name, "{{idx}}", slot, sub.name) in controls
         else:
-            el = controls[ls_config.control_name(f.name, "{{idx}}")]
+            el = controls[naming.control_name(f.name, "{{idx}}")]
             assert (el.get("required") == "true") == f.required
             if not f.is_dynamic and f.type in ("choice", "multichoice"):
                 assert tuple(c.get("value") for c in el.findall("Choice")) == f.options(scenario)
