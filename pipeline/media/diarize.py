@@ -90,7 +90,8 @@ def _load(source: str, device: str):
     if pipeline is None:
         raise DiarizationError(f"could not load the diarization pipeline {source!r} (gated model without HF_TOKEN?)")
     pipeline.to(torch.device(device))
-    return pipeline
+    from pipeline.media.models import bound_clustering  # clustering cost linear in the hour
+    return bound_clustering(pipeline)
 
 
 def _looks_like_hub_id(source: str) -> bool:

@@ -41,6 +41,56 @@ OFFLINE_PARAMS = {
 }
 
 
+# pyannote clusters every (10-s window, local speaker) voice print it keeps: about 3 per second
+# of audio, with linkage and dendrogram search that grow with the square of their number (29 s
+# of a one-hour run here). Above this many, an evenly spread sample is clustered and every print
+# is then given to the nearest centroid (pyannote's own last step), so the clustering costs a
+# constant plus a linear assignment. Windows overlap 90 % (1-s step), so neighbours are nearly
+# copies and a sample of one print per few seconds loses little. Interviews up to about
+# 10 minutes are clustered in full, exactly as before.
+MAX_CLUSTERED_EMBEDDINGS = 1500
+
+
+class _BoundedClusteringSample:
+    """Mixin for a pyannote clustering: ``filter_embeddings`` keeps at most ``max_embeddings``."""
+
+    max_embeddings: int = MAX_CLUSTERED_EMBEDDINGS
+
+    def filter_embeddings(self, embeddings, segmentations=None, min_active_ratio: float = 0.2):
+        train, chunk_idx, speaker_idx = super().filter_embeddings(embeddings, segmentations=segmentations,
+                                                                  min_active_ratio=min_active_ratio)
+        keep = evenly_spread(len(train), self.max_embeddings)
+        return train[keep], chunk_idx[keep], speaker_idx[keep]
+
+
+def evenly_spread(n: int, limit: int) -> np.ndarray:
+    """Indices of at most ``limit`` of ``n`` items (time order), evenly spread; all when n <= limit."""
+    if n <= limit:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, limit).round().astype(int))
+
+
+_BOUNDED: dict[type, type] = {}
+
+
+def bound_clustering(pipeline, max_embeddings: int = MAX_CLUSTERED_EMBEDDINGS):
+    """Make a loaded pyannote ``SpeakerDiarization`` pipeline cluster at most ``max_embeddings``
+    voice prints (see ``MAX_CLUSTERED_EMBEDDINGS``); the rest are assigned to the nearest centroid
+    by pyannote's own code. Works for every clustering that samples through ``filter_embeddings``
+    (agglomerative: the offline default; VBx: community-1). The instance keeps its instantiated
+    hyper-parameters (its class becomes a subclass). Returns the pipeline."""
+    clustering = getattr(pipeline, "clustering", None)
+    if clustering is None or not hasattr(clustering, "filter_embeddings") or type(clustering).__name__ == "OracleClustering":
+        return pipeline
+    if not isinstance(clustering, _BoundedClusteringSample):
+        cls = type(clustering)
+        if cls not in _BOUNDED:
+            _BOUNDED[cls] = type(f"Bounded{cls.__name__}", (_BoundedClusteringSample, cls), {"__module__": __name__})
+        object.__setattr__(clustering, "__class__", _BOUNDED[cls])
+    object.__setattr__(clustering, "max_embeddings", int(max_embeddings))
+    return pipeline
+
+
 class DVectorEmbedding(Model):
     """Resemblyzer's 3-layer LSTM d-vector (GE2E) as a pyannote embedding model.
 

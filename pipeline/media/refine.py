@@ -56,9 +56,10 @@ def cut_silences(turns: Sequence[Turn], speech: np.ndarray, min_silence_s: float
     out = []
     for t in turns:
         pieces, cursor = [], t.start
-        for s, e in silences[np.searchsorted(silence_ends, t.start, side="right"):]:
-            if s >= t.end:
-                break
+        k = int(np.searchsorted(silence_ends, t.start, side="right"))
+        while k < len(silences) and silences[k][0] < t.end:  # no slice copy: linear in the hour
+            s, e = silences[k]
+            k += 1
             if s > cursor:
                 pieces.append((cursor, s))
             cursor = max(cursor, e)
@@ -178,10 +179,12 @@ def split_voice_changes(pieces: Sequence[Turn], embed, centres: dict[str, np.nda
         return sort_turns(pieces)
     prints = embed(windows)
     nearest = np.where(np.isnan(prints).any(axis=1), -1, (np.nan_to_num(prints) @ centre.T).argmax(axis=1))
-    owner_a = np.array(owner)
-    out = [t for i, t in enumerate(pieces) if i not in set(owner)]
-    for i in sorted(set(owner)):
-        t, mine = pieces[i], np.nonzero(owner_a == i)[0]
+    scanned: dict[int, list[int]] = {}  # piece -> its windows, in time order (linear in the hour)
+    for w, i in enumerate(owner):
+        scanned.setdefault(i, []).append(w)
+    out = [t for i, t in enumerate(pieces) if i not in scanned]
+    for i, mine in scanned.items():
+        t = pieces[i]
         votes = [names[v] if v >= 0 else t.speaker for v in nearest[mine]]
         for j in range(1, len(votes) - 1):
             if votes[j - 1] == votes[j + 1]:
