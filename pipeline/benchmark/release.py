@@ -55,7 +55,7 @@ from pipeline.config import Settings
 from pipeline.paths import DataRoot, InvalidId, check_version
 from pipeline.quality import gates
 from pipeline.rows import group_id_of, read_rows_dir, rows_dir_paths, samples_to_tables
-from pipeline.validate import validate_samples
+from pipeline.validate import private_strings, scan_release, validate_samples
 
 # From the installed distribution: `import pipeline` can resolve to a namespace package
 # (editable install, cwd outside the repo) in which pipeline/__init__.py never ran.
@@ -266,6 +266,10 @@ def build_release(
         raise ReleaseError("no samples to release (the input was empty or every sample was invalid)")
     if strict and inp.problems:
         raise ReleaseError(f"{len(inp.problems)} validation problems and --strict given; first: {inp.problems[0]}")
+    leaks = [v for v in inp.problems if v.rule == "V16"]
+    if leaks:  # absolute paths and URLs never reach a release, strict or not
+        raise ReleaseError(f"{len(leaks)} absolute paths or URLs would reach the release (V16); fix the source "
+                           "first:\n  " + "\n  ".join(str(v) for v in leaks[:10]))
     # Agreement gates of the annotation rounds behind this corpus: a failing round blocks the
     # release unless an override with a reason was recorded (which the manifest then carries).
     blockers = gates.release_blockers(data_root)
@@ -333,6 +337,13 @@ def build_release(
         }
         store.atomic_write_text(tmp / "manifest.json", store.canonical_json(manifest))
         store.atomic_write_text(tmp / "README.md", dataset_card(manifest))
+        # The last guard before the release appears: no file may hold an absolute path or a URL
+        # other than those the maintainer put in the card on purpose (licence link, citations).
+        chosen = [card.license_link, *private_strings(card.paper_bibtex), *private_strings(card.license_text)]
+        hits = scan_release(tmp, allow=[u for u in chosen if u])
+        if hits:
+            raise ReleaseError("absolute paths or URLs in the built release (nothing was published):\n  "
+                               + "\n  ".join(hits[:10]))
         step("manifest and card")
     return ReleaseResult(final, manifest)
 

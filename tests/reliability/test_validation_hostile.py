@@ -137,3 +137,35 @@ def test_the_release_scan_lets_through_only_the_public_urls_it_is_told(tmp_path)
                                         "clip: https://intranet.example/a.wav\n")
     found = scan_release(tmp_path, allow=["https://creativecommons.org/licenses/"])
     assert len(found) == 1 and "intranet.example" in found[0]
+
+
+def test_a_release_is_refused_when_a_path_or_url_would_reach_it(tmp_path):
+    """V16 problems refuse the build even without --strict; nothing is published."""
+    from pipeline.benchmark import release
+    from pipeline.paths import DataRoot
+    from pipeline.synthetic.corpus import load_synthetic
+
+    inp = load_synthetic(scale=0.02, seed=4)
+    inp.samples[0]["rows"][0]["dialogue_cleaned"] = "as filed in /home/ann/interviews/raw.wav"
+    release.validate(inp)
+    with pytest.raises(release.ReleaseError, match="V16") as err:
+        release.build_release(inp, "1.0.0", tmp_path)
+    assert "/home/ann/interviews/raw.wav" in str(err.value)
+    assert not DataRoot(tmp_path).release("1.0.0").exists()
+
+
+def test_the_built_release_is_scanned_before_it_appears(tmp_path):
+    """A URL in a card field that is not one of the allowed links is caught by the last scan."""
+    from pipeline.benchmark import release
+    from pipeline.benchmark.card import CardOptions
+    from pipeline.paths import DataRoot
+    from pipeline.synthetic.corpus import load_synthetic
+
+    inp = load_synthetic(scale=0.02, seed=4)
+    release.validate(inp)
+    card = CardOptions(license_name="terms at https://intranet.example/terms")
+    with pytest.raises(release.ReleaseError, match="intranet.example"):
+        release.build_release(inp, "1.0.0", tmp_path, card=card)
+    assert not DataRoot(tmp_path).release("1.0.0").exists()
+    allowed = CardOptions(license_link="https://creativecommons.org/licenses/by-nc/4.0/")
+    assert release.build_release(inp, "1.0.0", tmp_path, card=allowed).path.is_dir()
