@@ -97,3 +97,30 @@ def test_dockerfile_copies_only_existing_paths():
         if line.startswith("COPY "):
             for src in line.split()[1:-1]:
                 assert (REPO_ROOT / src).exists(), f"Dockerfile copies missing {src}"
+
+
+def test_cpu_worker_scales(config):
+    """`docker compose up --scale cpu-worker=N`: nothing in the service may be unique per host -
+    no container_name, no published host port, no fixed hostname or worker name - so N replicas
+    start side by side; the replica count comes from CPU_WORKERS."""
+    worker = config["services"]["cpu-worker"]
+    assert "container_name" not in worker and "hostname" not in worker
+    assert not worker.get("ports"), "a published host port can be bound by one replica only"
+    assert "--name" not in worker["command"], "Prefect must name each replica itself"
+    assert worker["deploy"]["replicas"] == 1
+    assert worker["environment"]["OMP_NUM_THREADS"] == "1"  # one torch thread per flow run by default
+    # every worker talks to the server by service name, never to a host-local port
+    assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+
+
+def test_cpu_worker_replicas_from_the_env_file(tmp_path):
+    env = tmp_path / "scaled.env"
+    env.write_text((REPO_ROOT / "docker/.env.example").read_text().replace("CPU_WORKERS=1", "CPU_WORKERS=4"))
+    proc = _config("--env-file", str(env), "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["services"]["cpu-worker"]["deploy"]["replicas"] == 4
+
+
+def test_no_service_pins_a_container_name(config):
+    """A fixed container_name blocks `--scale` and a second stack on the same engine."""
+    assert not [name for name, svc in config["services"].items() if "container_name" in svc]
