@@ -45,6 +45,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.config import Settings
+
 _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 SAMPLE_ID_RE = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT}){{0,3}}")
 SAMPLE_ID_MAX = 200
@@ -112,8 +114,6 @@ class DataRoot:
 
     @classmethod
     def from_env(cls, explicit: str | os.PathLike | None = None) -> "DataRoot":
-        from pipeline.config import Settings
-
         return cls(Settings.from_env(explicit).data_root)
 
     def __fspath__(self) -> str:

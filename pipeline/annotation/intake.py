@@ -22,6 +22,7 @@ from pipeline.annotation.rounds import round_names
 from pipeline.media.ingest import read_catalog
 from pipeline.paths import DataRoot, check_sample_id
 from pipeline.rows import group_id_of
+from pipeline.annotation.pushed import adjudicators
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,6 @@ def open_round(client: LabelStudioClient, root: str | os.PathLike, round_name: s
                              "and segment a batch first (or run the ingest-batch flow)")
     media = root.media_dir()
     if not annotators:  # "every annotator": never the people who adjudicate (pushed.adjudicators)
-        from pipeline.annotation.pushed import adjudicators
 
         judges = set(adjudicators(root))
         annotators = [a for a in push.list_annotators(client) if a not in judges] if judges else annotators

@@ -27,6 +27,8 @@ from pipeline.annotation import ls_config
 from pipeline.annotation.client import LabelStudioClient, LabelStudioError, LabelStudioUnavailable, chunks
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.rows import tables_to_samples
+from pipeline.annotation import pushed
+from pipeline.media.ingest import read_catalog
 
 KEY_PREFIX = "rescue-project:"
 IMPORT_CHUNK = 100  # tasks per import request: one request per chunk, committed as a whole
@@ -136,7 +138,6 @@ def local_media_url(audio_path: str) -> str:
 
 def catalog_media_urls(data_root: str | Path) -> Callable[[dict], str]:
     """sample -> the Audio player's URL of its extracted WAV, from the ingest catalog ("" if none)."""
-    from pipeline.media.ingest import read_catalog
 
     audio = {r["sample_id"]: r["audio_path"] for r in read_catalog(data_root).to_pylist()
              if r["status"] == "done" and r["audio_path"]}
@@ -161,8 +162,6 @@ def push_round(client: LabelStudioClient, round_name: str, samples: Sequence[dic
     records who was given which samples (:func:`.pushed.record_pushed`; pull reports deleted tasks)."""
     if data_root is None:
         return _push_round(client, round_name, samples, annotators, **options)
-    from pipeline.annotation import pushed
-
     with pushed.round_lock(data_root, round_name):
         report = _push_round(client, round_name, samples, annotators, **options)
         scenario_of = {s["sample_id"]: s["scenario"] for s in samples}

@@ -26,6 +26,7 @@ import pyarrow as pa
 import yaml
 
 from pipeline import schemas, store, taxonomy
+from pipeline.benchmark import tasks
 
 # Simulated annotators name themselves so (pipeline.synthetic.annotators.SIMULATED_PREFIX; a test
 # keeps the two equal - the benchmark layer may not import the synthetic one).
@@ -274,8 +275,6 @@ def release_bibtex(manifest: dict, content_sha256: str) -> str:
 
 def dataset_card(manifest: dict) -> str:
     """README.md of a release; every number comes from the manifest."""
-    from pipeline.benchmark import tasks  # the task list (tasks imports nothing from here)
-
     meta = front_matter(manifest)
     head = "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100) + "---\n"
     card = manifest["card"]

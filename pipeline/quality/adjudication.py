@@ -41,6 +41,7 @@ from pipeline.annotation.naming import parse_control_name
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot, check_name
 from pipeline.quality.disagreements import disagreements
+from pipeline.annotation.pushed import pushed_annotators
 
 ADJUDICATOR_VERSION = "adjudication"  # the project's own model_version: no annotator pre-filled
 
@@ -257,7 +258,6 @@ class AdjudicatorIsAnnotator(ValueError):
 
 def pull_round(client, data_root: str | os.PathLike, round_name: str) -> AdjudicationPull:
     """Pull a round's adjudications and write them to ``DataRoot.adjudications`` (deterministic bytes)."""
-    from pipeline.annotation.pushed import pushed_annotators
 
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))

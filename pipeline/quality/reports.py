@@ -29,6 +29,7 @@ from pipeline.quality.adjudication import project_key, project_title
 from pipeline.quality.coding import confusion, label_text
 from pipeline.quality.measures import (BANDS_SOURCE, METRIC_MEANING, MIN_UNITS, TEXT_MEANING, FieldAgreement,
                                        RoundAgreement)
+from pipeline.quality.measures import band
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 MAX_LABELS_PLOTTED = 25  # set-valued fields can have many distinct values: plot the most frequent
@@ -252,7 +253,6 @@ def _ci(f: FieldAgreement) -> str:
 
 
 def _band(f: FieldAgreement) -> str:
-    from pipeline.quality.measures import band
 
     return band(f.alpha) or "undefined"
 
