@@ -202,7 +202,7 @@ def annotate_push(
             else:
                 report = push.push_round(
                     _client(settings), round_name, sample_list, annotator or None, k=k,
-                    media_dir=media if media.is_dir() else None,
+                    data_root=settings.data_root, media_dir=media if media.is_dir() else None,
                     media_url=push.catalog_media_urls(settings.data_root), on_chunk=on_chunk, **kwargs)
     except (push.PushError, LabelStudioError, KeyError, FileNotFoundError) as exc:
         _fail(str(exc).strip("'\""))
@@ -248,10 +248,15 @@ def annotate_status(
 ) -> None:
     """Per round and annotator: rows done / total, skipped, drafts, last activity, project URL."""
     from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.pull import missing_tasks
     from pipeline.annotation.status import round_status
 
+    settings = _settings(data_root)
     try:
-        lines = round_status(_client(_settings(data_root)), round_name or None, annotator or None)
+        client = _client(settings)
+        lines = round_status(client, round_name or None, annotator or None)
+        gone = [m for m in missing_tasks(client, settings.data_root, round_name or None)
+                if not annotator or m[2] in annotator]
     except LabelStudioError as exc:
         _fail(str(exc))
     table = Table("round", "scenario", "annotator", "rows done", "skipped", "samples done", "drafts",
@@ -261,6 +266,9 @@ def annotate_status(
                       f"{s.samples_done} / {s.samples_total}", str(s.drafts),
                       (s.last_activity or "-")[:19].replace("T", " "), s.url)
     console.print(table if lines else "no annotation projects yet")
+    for rnd, scenario, who, sid in gone:  # pushed, then deleted in Label Studio: never dropped in silence
+        console.print(f"[yellow]missing task[/yellow]: {rnd} {scenario} {who}: {sid} was pushed but is gone from "
+                      "Label Studio (deleted); `rescue annotate push` recreates it", highlight=False)
 
 
 @annotate_app.command("gate")

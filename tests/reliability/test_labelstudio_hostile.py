@@ -96,7 +96,8 @@ def test_pulling_an_annotator_without_a_project_keeps_everything_and_says_so(ls_
     assert any("has no project" in p["problem"] for p in res.problems.to_pylist())
 
 
-def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_client, two, tmp_path):
+def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_server, ls_client, two, tmp_path,
+                                                                       monkeypatch):
     a, b = two
     samples, report = _pushed_and_annotated(ls_client, two, tmp_path, "deltask")
     pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
@@ -112,6 +113,17 @@ def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_client
     assert _lines(tmp_path) == before  # what was pulled for it before is kept
     # the live check (for `rescue annotate status`) names it too
     assert pull.missing_tasks(ls_client, tmp_path, [ROUND]) == [(ROUND, "couple", a, samples[0]["sample_id"])]
+    # ... and so does `rescue annotate status`
+    from typer.testing import CliRunner
+
+    from ops.cli import app
+
+    monkeypatch.setenv("RESCUE_LABEL_STUDIO_URL", ls_server.url)
+    out = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["annotate", "status", "--data-root", str(tmp_path),
+                                                         "-r", ROUND, "-a", a])
+    assert out.exit_code == 0, out.output
+    assert f"missing task: {ROUND} couple {a}: {samples[0]['sample_id']} was pushed but is gone" in \
+        " ".join(out.output.split()), out.output
 
 
 def test_a_project_deleted_after_the_push_is_reported_per_sample(ls_client, two, tmp_path):
