@@ -152,14 +152,15 @@ class LabelStudioClient:
             "project": project_id, "path": path, "title": title, "use_blob_urls": False})
 
     # --- tasks ---------------------------------------------------------------------------
-    def tasks(self, project_id: int) -> list[dict]:
-        """Every task of a project: ``id``, ``data``, annotation counts."""
+    def tasks(self, project_id: int, *, fields: str = "task_only", page_size: int = 1000) -> list[dict]:
+        """Every task of a project, page by page: ``id``, ``data``, annotation counts
+        (``fields="all"``: the data manager's full task fields, drafts included)."""
         out, page = [], 1
         while True:
             try:
                 body = self._json("GET", "/api/tasks/", f"list tasks of project {project_id}",
-                                  params={"project": project_id, "page": page, "page_size": 1000,
-                                          "fields": "task_only"})
+                                  params={"project": project_id, "page": page, "page_size": page_size,
+                                          "fields": fields})
             except LabelStudioError as exc:  # the data manager answers 404 past the last page
                 if "HTTP 404" in str(exc) and page > 1:
                     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.rounds import round_names
 
@@ -31,27 +31,9 @@ class ProjectStatus:
     last_activity: str | None  # ISO time of the latest submission or draft, None before any
 
 
-def _all_tasks(client: LabelStudioClient, project_id: int) -> list[dict]:
-    """Every task with its drafts (the data manager's full task fields), page by page."""
-    out, page = [], 1
-    while True:
-        try:
-            body = client._json("GET", "/api/tasks/", f"list tasks of project {project_id}",
-                                params={"project": project_id, "page": page, "page_size": 200, "fields": "all"})
-        except LabelStudioError as exc:  # the data manager answers 404 past the last page
-            if "HTTP 404" in str(exc) and page > 1:
-                return out
-            raise
-        items = body.get("tasks", [])
-        out += items
-        if len(out) >= body.get("total", 0) or not items:
-            return out
-        page += 1
-
-
 def project_status(client: LabelStudioClient, project, parsed: tuple[str, str, str]) -> ProjectStatus:
     rnd, scenario, annotator = parsed
-    tasks = _all_tasks(client, project.id)
+    tasks = client.tasks(project.id, fields="all", page_size=200)  # drafts included
     rows_done = rows_total = rows_skipped = drafts = 0
     last: list[str] = []
     samples: dict[str, bool] = {}
