@@ -37,6 +37,11 @@ def group_label(scenario: str) -> str:
     return _load()["entities"]["group_labels"][check_scenario(scenario)]
 
 
+def group_label_alone(scenario: str) -> bool:
+    """V10: in this scenario a support target naming the group label names nobody else."""
+    return check_scenario(scenario) in _load()["entities"].get("group_label_alone", ())
+
+
 def group_labels() -> tuple[str, ...]:
     return tuple(_load()["entities"]["group_labels"].values())
 

@@ -238,7 +238,7 @@ def validate_sample(sample: dict, subtitle_lines: list[str] | None = None) -> li
             c.targets(ri, "support_strategy.target", tg, THERAPIST, "V10")
             if st.get("strategy_type") not in strategies:
                 c.add(ri, "V10", f"strategy_type {st.get('strategy_type')!r} is not a {scenario} strategy")
-            if scenario == "couple" and isinstance(tg, list) and c.group in tg and len(tg) != 1:
+            if taxonomy.group_label_alone(scenario) and isinstance(tg, list) and c.group in tg and len(tg) != 1:
                 c.add(ri, "V10", f"{c.group} must be the only support target when used")
 
         # V11

@@ -180,7 +180,8 @@ def _parse_field(raw: dict, where: str, sibling_names: set[str] | None = None) -
         values=values,
         empty_choice=raw.get("empty_choice"),
         distinct_from=raw.get("distinct_from"),
-        group_label_alone=tuple(raw.get("group_label_alone") or ()),
+        group_label_alone=tuple(s for s in taxonomy.SCENARIOS if taxonomy.group_label_alone(s))
+        if raw.get("group_label_alone") else (),
         minimum=raw.get("min"),
         maximum=raw.get("max"),
         prefill=bool(raw.get("prefill", False)),
