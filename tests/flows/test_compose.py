@@ -124,3 +124,14 @@ def test_cpu_worker_replicas_from_the_env_file(tmp_path):
 def test_no_service_pins_a_container_name(config):
     """A fixed container_name blocks `--scale` and a second stack on the same engine."""
     assert not [name for name, svc in config["services"].items() if "container_name" in svc]
+
+
+def test_worker_only_host_points_at_a_remote_server(tmp_path):
+    """Workers on another host reach the server by the env file's WORKER_PREFECT_API_URL (not
+    PREFECT_API_URL: an operator shell exporting the local one would leak into the containers)."""
+    env = tmp_path / "worker-host.env"
+    env.write_text((REPO_ROOT / "docker/.env.example").read_text()
+                   + "WORKER_PREFECT_API_URL=http://prefect.internal:4200/api\n")
+    proc = _config("--env-file", str(env), "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["services"]["cpu-worker"]["environment"]["PREFECT_API_URL"] == "http://prefect.internal:4200/api"
