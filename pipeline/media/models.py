@@ -7,6 +7,11 @@ in the whisperx wheel and the d-vector speaker encoder bundled in the Resemblyze
 (Apache-2.0), wrapped below as a pyannote ``Model`` (:class:`DVectorEmbedding`; its checkpoint
 records this module path, so the class stays here) without Resemblyzer's own dependencies.
 
+``bound_clustering`` (applied by ``diarize.load_pipeline`` to every pipeline it loads) makes
+pyannote cluster at most ``MAX_CLUSTERED_EMBEDDINGS`` evenly spread voice prints and assign the
+rest to the nearest centroid, so clustering costs the same per audio hour on a 5-minute clip
+and on a 3-hour session (benchmarks/bench_diarize.py, docs/SCALING.md).
+
 The builder is idempotent: a finished directory carries a ``.complete`` marker and is reused.
 The tiny random-weight WhisperX / alignment models that exercise the ASR code in tests are
 built by ``pipeline.synthetic.test_models``.
