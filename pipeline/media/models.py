@@ -46,14 +46,15 @@ OFFLINE_PARAMS = {
 }
 
 
-# pyannote clusters every (10-s window, local speaker) voice print it keeps: about 3 per second
-# of audio, with linkage and dendrogram search that grow with the square of their number (29 s
-# of a one-hour run here). Above this many, an evenly spread sample is clustered and every print
-# is then given to the nearest centroid (pyannote's own last step), so the clustering costs a
-# constant plus a linear assignment. Windows overlap 90 % (1-s step), so neighbours are nearly
-# copies and a sample of one print per few seconds loses little. Interviews up to about
-# 10 minutes are clustered in full, exactly as before.
-MAX_CLUSTERED_EMBEDDINGS = 1500
+# pyannote clusters every (10-s window, local speaker) voice print it keeps, about 170 per minute
+# of audio, with linkage and a dendrogram search that grow with the square of their number (36 CPU
+# s of a one-hour run here). Above this many, an evenly spread sample is clustered and every
+# print is then given to the nearest centroid (pyannote's own last step), so the clustering costs
+# a constant plus a linear assignment. Windows overlap 90 % (1-s step), so neighbours are nearly
+# copies and a sample of one print per second or two loses little. Interviews up to about 17
+# minutes are clustered in full, exactly as before. Generated hour (benchmarks/bench_diarize.py):
+# all 10,404 prints DER 0.009, 36 CPU s; 1,500: 0.012, 2 s; 3,000: 0.008, 3 s.
+MAX_CLUSTERED_EMBEDDINGS = 3000
 
 
 class _BoundedClusteringSample:
@@ -89,7 +90,7 @@ def bound_clustering(pipeline, max_embeddings: int = MAX_CLUSTERED_EMBEDDINGS):
         return pipeline
     if not isinstance(clustering, _BoundedClusteringSample):
         cls = type(clustering)
-        if cls not in _BOUNDED:
+        if cls not in _BOUNDED:  # one subclass per clustering class
             _BOUNDED[cls] = type(f"Bounded{cls.__name__}", (_BoundedClusteringSample, cls), {"__module__": __name__})
         object.__setattr__(clustering, "__class__", _BOUNDED[cls])
     object.__setattr__(clustering, "max_embeddings", int(max_embeddings))
