@@ -11,7 +11,7 @@ shared machinery is here so every flow resumes, retries and reports the same way
 - ``NETWORK_RETRIES``: exponential backoff for Label Studio / network calls, and ONLY for
   transient errors (:func:`transient`: network, timeouts, HTTP 5xx); a configuration error (no
   annotators, unknown round, bad parameter) fails at once with its message.
-- ``gpu_slot()``: the strict global concurrency limit ``gpu`` around model inference.
+- ``gpu_slot(device)``: the strict global concurrency limit ``gpu`` around model inference on a GPU.
 - ``settle()``: wait for ALL futures, then sort them into done / cached / failed (calling
   ``.result()`` on the first failure would cancel the siblings and lose their work).
 - ``report()``: the per-run summary artifacts; ``summary_on_failure`` publishes them for a
@@ -99,13 +99,15 @@ def file_resume(param: str):
 
 
 @contextlib.contextmanager
-def gpu_slot():
-    """Hold one slot of the global `gpu` limit while a model runs (cache hits take none).
+def gpu_slot(device: str):
+    """Hold one slot of the global `gpu` limit while a model runs on a GPU (cache hits take none;
+    CPU work takes none either: the limit guards GPU memory, and one slot for the whole server
+    would otherwise run CPU diarization one interview at a time across every worker).
 
     Strict: a missing limit is an error rather than silently unthrottled inference.
     ``RESCUE_GPU_LIMIT=`` (empty) turns it off, e.g. for a server-less local test harness.
     """
-    if not GPU_LIMIT:
+    if not GPU_LIMIT or not str(device).startswith("cuda"):
         yield
         return
     from prefect.concurrency.sync import concurrency

@@ -23,7 +23,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
-from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, note, report, sha256_file, summary_on_failure
+from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, report, sha256_file, summary_on_failure
 from pipeline.annotation import rounds
 from pipeline.config import Settings
 from pipeline.paths import check_name

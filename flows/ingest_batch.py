@@ -53,7 +53,7 @@ def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
 def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
                device: str) -> Transcribed:
     chosen = tr.resolve_backend(backend, ingested.subtitle_path)
-    with gpu_slot() if chosen == "whisperx" else contextlib.nullcontext():  # subtitles: no model, no slot
+    with gpu_slot(device) if chosen == "whisperx" else contextlib.nullcontext():  # subtitles: no model, no slot
         return tr.transcribe_stage(ingested.sample_id, data_root, chosen, asr_model, align_model, device)
 
 
@@ -62,7 +62,7 @@ def diarize(ingested: Ingested, data_root: str, diarization: str | None, device:
     """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
     from the voices under the data root)."""
     model = dz.load_pipeline(diarization, device, Settings.from_env(data_root))  # once per process
-    with gpu_slot():
+    with gpu_slot(device):
         return dz.diarize_stage(ingested.sample_id, data_root, pipeline=model, device=device)
 
 
