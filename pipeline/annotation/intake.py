@@ -27,10 +27,12 @@ from pipeline.annotation.pushed import adjudicators
 
 @dataclass(frozen=True)
 class Admitted:
-    """Segmented interviews admitted to the work store (``added``) or already there (``kept``)."""
+    """Segmented interviews admitted to the work store (``added``), already there (``kept``), or
+    refused because segmenting left no row (``empty``: a 0-row sample never reaches annotators)."""
 
     added: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
 
 
 def first_round() -> str:
@@ -63,9 +65,11 @@ def admit_drafts(root: str | os.PathLike, sample_ids: Sequence[str] | None = Non
             raise FileNotFoundError(f"no draft rows for {', '.join(missing)}: ingest and segment them first "
                                     "(rescue ingest, transcribe, diarize, segment)")
     known = {s["sample_id"] for s in corpus.load_work(root)} | {s["sample_id"] for s in corpus.load_corpus(root)}
-    new = [sample_from_drafts(root, sid, catalog[sid]) for sid in ids if sid not in known]
+    drafted = [sample_from_drafts(root, sid, catalog[sid]) for sid in ids if sid not in known]
+    new = [s for s in drafted if s["rows"]]
     corpus.merge_into_work(root, new)
-    return Admitted(added=[s["sample_id"] for s in new], kept=[sid for sid in ids if sid in known])
+    return Admitted(added=[s["sample_id"] for s in new], kept=[sid for sid in ids if sid in known],
+                    empty=[s["sample_id"] for s in drafted if not s["rows"]])
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,9 @@ def annotate_push(
                 if opened.admitted.added:
                     console.print(f"{len(opened.admitted.added)} segmented interviews admitted to annotation",
                                   highlight=False)
+                for sid in opened.admitted.empty:
+                    console.print(f"[yellow]not admitted[/yellow]: {sid}: segmenting left no row (nothing to "
+                                  "annotate; check its transcript and diarization)", highlight=False)
             else:
                 report = push.push_round(
                     _client(settings), round_name, sample_list, annotator or None, k=k,
