@@ -29,14 +29,14 @@ def import_rescue(
     from rich.console import Console
 
     from pipeline import corpus, store
-    from pipeline.benchmark import paper_format as rescue_format
+    from pipeline.benchmark import paper_format
     from pipeline.paths import DataRoot
     from pipeline.validate import violations_table
 
     console = Console()
     root = DataRoot.from_env(data_root)
     with console.status(f"reading {file.name}"):
-        result = rescue_format.load_rescue_jsonl(file, fix_mojibake=fix_mojibake)
+        result = paper_format.load_rescue_jsonl(file, fix_mojibake=fix_mojibake)
     merged = corpus.merge_into_corpus(root, result.samples)
     report = root.import_report(result.source_sha256)
     store.write_parquet(violations_table(result.violations + result.quirks), report)
