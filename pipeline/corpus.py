@@ -47,6 +47,12 @@ def load_samples(root: str | os.PathLike, store: str = CORPUS) -> list[dict]:
     return read_rows_dir(sdir)
 
 
+def sample_ids(root: str | os.PathLike, store: str = CORPUS) -> set[str]:
+    """The ids in a store, from its samples table alone (the rows are not read)."""
+    path = rows_dir_paths(store_dir(root, store))["samples"]
+    return set(pq.ParquetFile(path).read(columns=["sample_id"]).column(0).to_pylist()) if path.is_file() else set()
+
+
 def scenarios(root: str | os.PathLike) -> dict[str, str]:
     """sample_id -> scenario from the samples tables of the corpus and the work store."""
     out: dict[str, str] = {}

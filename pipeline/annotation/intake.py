@@ -64,7 +64,7 @@ def admit_drafts(root: str | os.PathLike, sample_ids: Sequence[str] | None = Non
         if missing:
             raise FileNotFoundError(f"no draft rows for {', '.join(missing)}: ingest and segment them first "
                                     "(rescue ingest, transcribe, diarize, segment)")
-    known = {s["sample_id"] for s in corpus.load_work(root)} | {s["sample_id"] for s in corpus.load_corpus(root)}
+    known = corpus.sample_ids(root, corpus.WORK) | corpus.sample_ids(root, corpus.CORPUS)
     drafted = [sample_from_drafts(root, sid, catalog[sid]) for sid in ids if sid not in known]
     new = [s for s in drafted if s["rows"]]
     corpus.merge_into_work(root, new)

@@ -304,7 +304,7 @@ def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] |
     for n in names:
         if not root.labels(n).is_file():
             raise FileNotFoundError(f"{root.labels(n)}: no labels for round {n!r}; run `rescue annotate pull {n}` first")
-    in_work = {s["sample_id"] for s in corpus.load_work(root)}
+    in_work = corpus.sample_ids(root, corpus.WORK)
     if base_samples is not None:
         base = list(base_samples)
     else:
