@@ -91,7 +91,9 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     pushed = adjudication.push(ls_client, rnd, labels_table, truth)
     assert pushed.disagreements == len(todo) and pushed.tasks_created == len({d["sample_id"] for d in todo})
     pid = pushed.projects["couple"]
-    task = ls_client.tasks(pid)[0]
+    # the adjudication project is per round and scenario, shared on the server: take this test's task
+    mine = {d["sample_id"] for d in todo}
+    task = next(t for t in ls_client.tasks(pid) if t["data"]["sample_id"] in mine)
     preds = ls_client._json("GET", "/api/predictions/", "list predictions", params={"task": task["id"]})
     assert sorted(p["model_version"] for p in preds) == sorted(emails)
     again = adjudication.push(ls_client, rnd, labels_table, truth)
