@@ -16,21 +16,33 @@ For every request the proxy learns who asks (the login behind the session cookie
   ``/api/annotations/<id>``, ``/api/drafts/<id>``, ``/api/predictions/<id>``) or in the ``task``
   query parameter / body field: resolved to its project with the admin token.
 
-A round project belongs to the annotator named in its key (the description's last line). A
-request that touches any project but the caller's own (another annotator's, an adjudication
-project, an object that does not exist) is refused (403) before it reaches Label Studio; the
-project list is cut down to the caller's own projects; exports, new projects and project
-settings writes are refused to annotators altogether; anything else passes unchanged. Logins that are not
-annotators of any round (the admin) pass without filtering.
+A round project belongs to the annotator named in its key (the description's last line); an
+adjudication project (key ``rescue-adjudication:<round>/<scenario>``) belongs to the
+adjudicators. Three kinds of login:
+
+* the admin (the login of the pipeline's token): passes unfiltered;
+* an annotator (a login some round project belongs to): only their own round projects, never an
+  adjudication project;
+* anyone else is taken as an adjudicator: only the adjudication projects, no annotator's
+  project. With ``adjudicators`` named (``RESCUE_ADJUDICATORS``, comma-separated e-mails), only
+  those logins are; any other login then reaches no project at all (e.g. an annotator added
+  before the first push).
+
+A request that touches a project the caller may not reach (or an object that does not exist) is
+refused (403) before it reaches Label Studio; the project list is cut down to the caller's
+projects; exports, new projects and project settings writes are refused to annotators and
+adjudicators alike; anything else passes unchanged.
 """
 from __future__ import annotations
 
 import contextlib
 import http.cookiejar
 import json
+import os
 import re
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -43,6 +55,12 @@ _EXPORT_PATH = re.compile(r"^/api/projects/\d+/export")
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
         "transfer-encoding", "upgrade", "content-length"}
 WHO_TTL_S = 60.0
+OWNERS_TTL_S = 10.0  # a login not found among annotators is looked up again after this long
+# adjudication projects' key prefix (pipeline.quality.adjudication.project_key; the quality layer
+# sits above this one, so the prefix is repeated here and a test ties the two together)
+ADJUDICATION_KEY_PREFIX = "rescue-adjudication:"
+ADJUDICATION = "\x00adjudication"  # the owner of an adjudication project (no e-mail can equal it)
+ADJUDICATORS_ENV = "RESCUE_ADJUDICATORS"
 
 
 def no_cookies() -> http.cookiejar.CookieJar:
@@ -63,6 +81,7 @@ class Gate:
 
     upstream: str
     admin_token: str
+    adjudicators: frozenset[str] | None = None  # None: every login that annotates no round
     _owners: dict[int, str | None] = field(default_factory=dict)
     _objects: dict[tuple[str, int], int | None] = field(default_factory=dict)
     _who: dict[str, tuple[float, str | None]] = field(default_factory=dict)
@@ -71,6 +90,10 @@ class Gate:
     def __post_init__(self):
         self._admin = httpx.Client(base_url=self.upstream.rstrip("/"), timeout=30, cookies=no_cookies(),
                                    headers={"Authorization": f"Token {self.admin_token}"})
+        if self.adjudicators is not None:
+            self.adjudicators = frozenset(a.strip().lower() for a in self.adjudicators if a.strip())
+        self._admin_email: str | None = None
+        self._owners_at = float("-inf")
 
     def close(self) -> None:
         self._admin.close()
@@ -85,16 +108,20 @@ class Gate:
             items = body["results"] if isinstance(body, dict) else body
             for p in items:
                 lines = (p.get("description") or "").strip().splitlines()
-                parsed = parse_project_key(lines[-1].strip()) if lines else None
-                owners[p["id"]] = parsed[2].lower() if parsed else None
+                key = lines[-1].strip() if lines else ""
+                parsed = parse_project_key(key)
+                owners[p["id"]] = (parsed[2].lower() if parsed
+                                   else ADJUDICATION if key.startswith(ADJUDICATION_KEY_PREFIX) else None)
             if not isinstance(body, dict) or not body.get("next"):
                 break
             page += 1
         with self._lock:
             self._owners = owners
+            self._owners_at = time.monotonic()
 
     def owner(self, project_id: int) -> str | None:
-        """The annotator a round project belongs to (None: not a round project)."""
+        """The annotator a round project belongs to, :data:`ADJUDICATION` for an adjudication
+        project (None: neither)."""
         if project_id not in self._owners:
             self.refresh_owners()
         return self._owners.get(project_id)
@@ -102,7 +129,30 @@ class Gate:
     def annotators(self) -> set[str]:
         if not self._owners:
             self.refresh_owners()
-        return {o for o in self._owners.values() if o}
+        return {o for o in self._owners.values() if o and o != ADJUDICATION}
+
+    def admin_email(self) -> str | None:
+        if self._admin_email is None:
+            r = self._admin.get("/api/current-user/whoami")
+            if r.status_code == 200:
+                self._admin_email = (r.json().get("email") or "").lower() or None
+        return self._admin_email
+
+    def role(self, user: str | None) -> str | None:
+        """Whose projects ``user`` may reach: their e-mail (an annotator), :data:`ADJUDICATION`,
+        "" (no project at all), or None (unfiltered: the admin, or not logged in - Label Studio
+        answers those itself)."""
+        if user is None or user == self.admin_email():
+            return None
+        if user in self.annotators():
+            return user
+        if time.monotonic() - self._owners_at > OWNERS_TTL_S:
+            self.refresh_owners()  # pushed to since we last looked: an annotator, not an adjudicator
+            if user in self.annotators():
+                return user
+        if self.adjudicators is None or user in self.adjudicators:
+            return ADJUDICATION
+        return ""
 
     def project_of(self, kind: str, object_id: int) -> int | None:
         key = (kind, object_id)
@@ -160,9 +210,10 @@ class Gate:
         return found
 
     def check(self, user: str | None, method: str, path: str, query: dict[str, str], body: bytes) -> None:
-        """Raise :class:`Denied` when ``user`` (an annotator) may not make this request."""
-        if user is None or user not in self.annotators():
-            return  # not logged in (Label Studio answers) or not an annotator (the admin)
+        """Raise :class:`Denied` when ``user`` may not make this request (see :meth:`role`)."""
+        role = self.role(user)
+        if role is None:
+            return  # not logged in (Label Studio answers) or the admin
         if _EXPORT_PATH.match(path):
             raise Denied("exports are for the pipeline, not for annotators")
         m = _PROJECT_PATH.match(path)
@@ -171,16 +222,18 @@ class Gate:
         if method == "POST" and path.rstrip("/") == "/api/projects":
             raise Denied("projects are made by the pipeline")
         for pid in self.projects_touched(method, path, query, body):
-            if pid == -1 or self.owner(pid) != user:
+            if pid == -1 or not role or self.owner(pid) != role:
                 raise Denied("not one of your projects")
 
     def filter_project_list(self, user: str, payload: bytes) -> bytes:
+        """The project list cut down to the projects ``user`` may reach."""
+        role = self.role(user)
         try:
             body = json.loads(payload)
         except ValueError:
             return payload
         def own(p):
-            return isinstance(p, dict) and self.owner(int(p.get("id", -1))) == user
+            return bool(role) and isinstance(p, dict) and self.owner(int(p.get("id", -1))) == role
         if isinstance(body, dict) and isinstance(body.get("results"), list):
             body["results"] = [p for p in body["results"] if own(p)]
             body["count"] = len(body["results"])
@@ -189,14 +242,18 @@ class Gate:
         return json.dumps(body).encode()
 
 
-def make_app(upstream: str, admin_token: str):
-    """The proxy as an ASGI app (Starlette) in front of Label Studio at ``upstream``."""
+def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None = None):
+    """The proxy as an ASGI app (Starlette) in front of Label Studio at ``upstream``.
+    ``adjudicators``: the logins that adjudicate (default: ``$RESCUE_ADJUDICATORS``, else every
+    login that annotates no round)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    gate = Gate(upstream, admin_token)
+    if adjudicators is None and os.environ.get(ADJUDICATORS_ENV, "").strip():
+        adjudicators = os.environ[ADJUDICATORS_ENV].split(",")
+    gate = Gate(upstream, admin_token, frozenset(adjudicators) if adjudicators is not None else None)
     # No cookie jar: a shared client would keep one caller's session and send it for the next.
     client = httpx.AsyncClient(base_url=upstream.rstrip("/"), timeout=300, follow_redirects=False,
                                cookies=no_cookies())
@@ -221,7 +278,7 @@ def make_app(upstream: str, admin_token: str):
         # every header line as it came (several Set-Cookie lines stay several lines)
         raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
         listing = request.method == "GET" and path.rstrip("/") == "/api/projects"
-        if listing and user in gate.annotators() and r.status_code == 200:
+        if listing and gate.role(user) is not None and r.status_code == 200:
             payload = await r.aread()  # decoded
             await r.aclose()
             response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
@@ -253,7 +310,8 @@ def make_app(upstream: str, admin_token: str):
 class ProxyServer:
     """The proxy served by uvicorn in a background thread (tests, ``rescue annotate gate``)."""
 
-    def __init__(self, upstream: str, admin_token: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, upstream: str, admin_token: str, host: str = "127.0.0.1", port: int = 0,
+                 adjudicators: Iterable[str] | None = None):
         import socket
 
         import uvicorn
@@ -263,7 +321,7 @@ class ProxyServer:
                 s.bind((host, 0))
                 port = s.getsockname()[1]
         self.host, self.port = host, port
-        self.app = make_app(upstream, admin_token)
+        self.app = make_app(upstream, admin_token, adjudicators)
         self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
                                                      lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, daemon=True)

@@ -11,8 +11,9 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, push
-from pipeline.annotation.proxy import ProxyServer
+from pipeline.annotation.proxy import ADJUDICATION_KEY_PREFIX, ProxyServer
 from pipeline.annotation.rounds import load_round
+from pipeline.quality import adjudication
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +92,78 @@ def test_an_annotator_cannot_reach_another_annotators_work_through_the_gate(ls_s
         assert project.title != "mine now"
     finally:
         gate.stop()
+
+
+def _ids(listing) -> set[int]:
+    return {p["id"] for p in (listing["results"] if isinstance(listing, dict) else listing)}
+
+
+def test_the_adjudicator_alone_reaches_the_adjudication_projects(ls_server, ls_client, ls_credentials):
+    """A login that annotates no round (the adjudicator) sees the adjudication projects and no
+    annotator's project; an annotator never sees an adjudication project; with the adjudicators
+    named, any other login reaches no project; the admin passes unfiltered."""
+    tag = secrets.token_hex(3)
+    a, judge, other = (f"{who}-{tag}@rescue.test" for who in ("adj-annotator", "adj-judge", "adj-other"))
+    passwords = {}
+    for who in (a, judge, other):
+        ls_client.create_user(who)
+        passwords[who] = "pw" + secrets.token_urlsafe(12)
+        ls_server.set_password(who, passwords[who])
+    rnd = load_round("emotion")
+    sample = make_sample(f"synthetic/adj_{tag}", "couple", 6)
+    report = push.push_round(ls_client, "emotion", [sample], [a], k=1)
+    own = report.projects[push.project_key("emotion", "couple", a)]
+    # an adjudication project as pipeline.quality.adjudication keys it
+    key = adjudication.project_key("emotion", "couple")
+    assert key.startswith(ADJUDICATION_KEY_PREFIX)
+    adj = ls_client.ensure_project(key, adjudication.project_title("emotion", "couple"),
+                                   ls_config.render_config(rnd, "couple"), description="adjudication").id
+    data = ls_config.build_task_data(rnd, sample)
+    ls_client.import_tasks(adj, [{"data": data}])
+    adj_task = ls_client.find_tasks(adj, "sample_id", sample["sample_id"])[0]
+    own_task = ls_client.tasks(own)[0]
+
+    gate = ProxyServer(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"]).start()
+    try:
+        j = _login(gate.url, judge, passwords[judge])
+        listed = _ids(j.get("/api/projects/", params={"page_size": 100}).json())
+        assert adj in listed and own not in listed
+        assert all(p.key.startswith(ADJUDICATION_KEY_PREFIX) for p in ls_client.projects() if p.id in listed)
+        assert j.get(f"/api/projects/{adj}/").status_code == 200
+        assert j.get(f"/projects/{adj}/data").status_code == 200
+        assert j.get(f"/api/tasks/{adj_task['id']}/").status_code == 200
+        answer = j.post(f"/api/tasks/{adj_task['id']}/annotations/", json={"result": ls_config.values_to_results(
+            rnd, data, push.input_values(rnd, sample)), "lead_time": 3})
+        assert answer.status_code == 201, answer.text[:300]
+        refused = [j.get(f"/api/projects/{own}/"), j.get(f"/projects/{own}/data"),
+                   j.get("/api/tasks/", params={"project": own}), j.get(f"/api/tasks/{own_task['id']}/"),
+                   j.post(f"/api/tasks/{own_task['id']}/annotations/", json={"result": []}),
+                   j.get(f"/api/projects/{adj}/export", params={"exportType": "JSON"}),
+                   j.patch(f"/api/projects/{adj}/", json={"title": "mine"})]
+        assert [r.status_code for r in refused] == [403] * len(refused)
+
+        ann = _login(gate.url, a, passwords[a])
+        assert adj not in _ids(ann.get("/api/projects/", params={"page_size": 100}).json())
+        refused = [ann.get(f"/api/projects/{adj}/"), ann.get(f"/projects/{adj}/data"),
+                   ann.get("/api/tasks/", params={"project": adj}), ann.get(f"/api/tasks/{adj_task['id']}/"),
+                   ann.get(f"/api/annotations/{answer.json()['id']}/")]
+        assert [r.status_code for r in refused] == [403] * len(refused)
+        assert ann.get(f"/api/projects/{own}/").status_code == 200
+
+        admin = httpx.Client(base_url=gate.url, timeout=60,
+                             headers={"Authorization": f"Token {ls_credentials['LABEL_STUDIO_USER_TOKEN']}"})
+        assert {adj, own} <= _ids(admin.get("/api/projects/", params={"page_size": 1000}).json())
+        assert admin.get(f"/api/annotations/{answer.json()['id']}/").status_code == 200
+    finally:
+        gate.stop()
+
+    named = ProxyServer(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"], adjudicators=[judge]).start()
+    try:  # adjudicators named: a login that is neither annotator nor adjudicator reaches nothing
+        o = _login(named.url, other, passwords[other])
+        assert _ids(o.get("/api/projects/", params={"page_size": 100}).json()) == set()
+        assert o.get(f"/api/projects/{adj}/").status_code == 403
+        assert o.get(f"/api/projects/{own}/").status_code == 403
+        j = _login(named.url, judge, passwords[judge])
+        assert j.get(f"/api/projects/{adj}/").status_code == 200
+    finally:
+        named.stop()
