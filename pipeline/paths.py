@@ -20,6 +20,7 @@ Layout::
     corpus/{samples,rows}.parquet            the corpus: imported samples and finished gold samples
     annotation/exports/<round>/<scenario>/<annotator>/<sha>.json   raw Label Studio exports
     annotation/labels/<round>.parquet        the long label table of a round (+ .problems)
+    annotation/labels/<round>.acceptance.parquet  what annotators did with the pre-annotation
     annotation/labels/<round>.agreement/     the agreement report of a round
     annotation/pushed/<round>.json           which samples each annotator's projects were given
     annotation/locks/<round>.lock            held while a round is pushed
@@ -201,6 +202,11 @@ class DataRoot:
 
     def label_problems(self, round_name: str) -> Path:
         return self._inside("annotation", "labels", f"{check_name(round_name, 'round')}.problems.parquet")
+
+    def acceptance(self, round_name: str) -> Path:
+        """Per (sample, row, annotator, field): kept, changed, cleared or added against the
+        pre-annotation (:mod:`pipeline.annotation.acceptance`); written by the pull."""
+        return self._inside("annotation", "labels", f"{check_name(round_name, 'round')}.acceptance.parquet")
 
     def agreement_report_dir(self, round_name: str) -> Path:
         return self._inside("annotation", "labels", f"{check_name(round_name, 'round')}.agreement")

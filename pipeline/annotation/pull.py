@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
-from pipeline.annotation import ls_config, naming
+from pipeline.annotation import acceptance, ls_config, naming
+from pipeline.annotation import voice_naming
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.pushed import read_pushed
@@ -204,6 +205,7 @@ def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -
     """Label lines and problems of one annotation of one task."""
     sample_id = data.get("sample_id", "?")
     problems = _Problems(rnd.name, sample_id, annotator)
+    annotation = voice_naming.resolve(rnd, data, annotation, problems.add)  # voice names -> every row of the voice
     units = data.get("units") or []
     raw: dict[int, dict] = defaultdict(dict)
     for result in annotation.get("result") or []:
@@ -333,7 +335,7 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
     """
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
-    labels, problems = [], []
+    labels, problems, accepted = [], [], []
     result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
     users = {u["id"]: u["email"] for u in client.users()}
     wanted = []
@@ -359,6 +361,10 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
             continue
         exported[(scenario, annotator)] |= {(t.get("data") or {}).get("sample_id") for t in tasks
                                             if isinstance(t, dict)}
+        # What annotators did with the pre-annotation (kept / changed / cleared), from the raw tasks.
+        accepted += acceptance.measure_tasks(rnd, scenario, annotator, tasks,
+                                             acceptance.project_predictions(client, project.id), users,
+                                             parse=parse_annotation)
         tasks, notes = stitch_tasks(tasks)  # windows of a long sample -> one task per sample
         problems += [{"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
                       "field": None, "problem": note, "value": None} for sid, note in notes]
@@ -401,6 +407,7 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
     if write:
         store.write_parquet(result.labels, root.labels(rnd.name))
         store.write_parquet(result.problems, root.label_problems(rnd.name))
+        acceptance.write(root, rnd.name, accepted, pulled, gone)
     return result
 
 

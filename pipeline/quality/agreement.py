@@ -3,7 +3,8 @@
 :func:`measure_round` reads the round's pulled label table (``DataRoot.labels``), computes the
 figures of every measured field (:func:`pipeline.quality.measures.round_agreement`, with the
 metrics and thresholds of the round definition), writes the report
-(:mod:`pipeline.quality.reports`, into ``DataRoot.agreement_report_dir``) and the release gate
+(:mod:`pipeline.quality.reports`, into ``DataRoot.agreement_report_dir``, with the pull's
+pre-annotation acceptance, :mod:`pipeline.annotation.acceptance`) and the release gate
 (:mod:`pipeline.quality.gates`), and returns a :class:`RoundMeasure`.
 
 A round labelled by fewer annotators than its definition's ``annotators`` (e.g. only one
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import corpus, store
+from pipeline.annotation import acceptance
 from pipeline.annotation.pushed import pushed_annotators
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.paths import DataRoot, check_name
@@ -86,6 +88,8 @@ def measure_round(data_root: str | os.PathLike, round_name: str,
     if set(df["sample_id"].unique().to_list()) - set(known):  # lines without a scenario: the sample table
         scenarios = corpus.scenarios(root)
     report = round_agreement((df, issues), rnd.name, rnd, scenarios)
-    paths = reports.write_report(report, root.agreement_report_dir(rnd.name))
+    # The acceptance of the pulled round's pre-annotation (another label table has none).
+    accepted = acceptance.read(root, rnd.name) if labels_path is None else None
+    paths = reports.write_report(report, root.agreement_report_dir(rnd.name), acceptance=accepted)
     gate = gates.write_gate(root, report, store.sha256_file(path))
     return RoundMeasure(report, path, paths, gate)

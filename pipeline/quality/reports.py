@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import store
+from pipeline.annotation import acceptance as acc
 from pipeline.quality.adjudication import project_key, project_title
 from pipeline.quality.coding import confusion, label_text
 from pipeline.quality.measures import (BANDS_SOURCE, METRIC_MEANING, MIN_UNITS, TEXT_MEANING, FieldAgreement,
@@ -152,9 +153,12 @@ def _table(headers: list[str], rows: list[list]) -> tuple[str, str]:
     return "\n".join(md), "\n".join(h)
 
 
-def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | None = None) -> dict[str, Path]:
+def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | None = None,
+                 acceptance: list[dict] | None = None) -> dict[str, Path]:
     """Write the report files; returns their paths by kind. Same figures -> same text files.
-    ``override``: the valid override of this round's labels, if one is recorded."""
+    ``override``: the valid override of this round's labels, if one is recorded. ``acceptance``:
+    the round's pre-annotation acceptance lines (:func:`pipeline.annotation.acceptance.read`;
+    None leaves the section out)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md: list[str] = [f"# Agreement report - round `{report.round}`", ""]
@@ -189,6 +193,9 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
     if ann_plot:
         md += [f"![per-annotator alpha]({ann_plot})", ""]
         hp.append(f"<img src='{ann_plot}' alt='per-annotator alpha'>")
+    a_md, a_h = _acceptance(acceptance)
+    md += a_md
+    hp += a_h
     plots = {}
     for f in report.fields:
         md += [f"## `{f.field}` ({f.metric})", "", f"**Reading:** {f.reading}", ""]
@@ -239,13 +246,48 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
         "markdown": store.atomic_write_text(out / "report.md", "\n".join(md) + "\n"),
         "html": store.atomic_write_text(out / "report.html", "\n".join(hp) + "\n"),
         "json": store.atomic_write_text(out / "agreement.json", json.dumps(
-            {**report.to_dict(), "override": override if not report.passed else None}, indent=1,
+            {**report.to_dict(), "override": override if not report.passed else None,
+             **({"acceptance": acc.summarize(acceptance, by_annotator=True)} if acceptance is not None else {})},
+            indent=1,
             ensure_ascii=False, default=str) + "\n"),
     }
     if ann_plot:
         paths["annotators_plot"] = out / ann_plot
     paths.update(plots)
     return paths
+
+
+ACCEPTANCE_HOW = ("What annotators did with the pre-filled values (the prediction a round was pushed with), "
+                  "per field: kept it, changed it, cleared it, or added a value where none was predicted. "
+                  "Source is the prediction's model version (<round>-v<version>-<source>: `input` = the "
+                  "segmenter's draft or earlier gold, `model-...` = a model). A high kept share with low "
+                  "agreement, or one annotator keeping far more than the others, means the drafts anchor "
+                  "people; many changes mean the drafts cost more than they save.")
+
+
+def _share(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _acceptance(lines: list[dict] | None) -> tuple[list[str], list[str]]:
+    """The pre-annotation acceptance section: per source and field, then per annotator."""
+    if lines is None:
+        return [], []
+    md = ["## Pre-annotation acceptance", "", ACCEPTANCE_HOW, ""]
+    hp = ["<h2>Pre-annotation acceptance</h2>", f"<p>{html.escape(ACCEPTANCE_HOW)}</p>"]
+    if not lines:
+        text = "No submitted task of this round carried a prediction."
+        return md + [text, ""], hp + [f"<p>{text}</p>"]
+    counts = ["predicted", "kept", "changed", "cleared", "added", "kept %"]
+    for title, rows, lead in (
+            ("All annotators", acc.summarize(lines), ["source", "field"]),
+            ("Per annotator", acc.summarize(lines, by_annotator=True), ["source", "annotator", "field"])):
+        t_md, t_h = _table(lead + counts, [[r[k] for k in lead] + [r["predicted"], r["kept"], r["changed"],
+                                                                   r["cleared"], r["added"], _share(r["kept_share"])]
+                                           for r in rows])
+        md += [f"### {title}", "", t_md, ""]
+        hp += [f"<h3>{title}</h3>", t_h]
+    return md, hp
 
 
 def _ci(f: FieldAgreement) -> str:

@@ -1,0 +1,240 @@
+"""Pre-annotation acceptance: what annotators did with the values a round's prediction pre-filled.
+
+A round is pushed with predictions (:mod:`.push`: the input rows' values - the segmenter's draft
+in the transcript round, earlier gold after it - or a model's, :mod:`.prelabel`), and Label
+Studio shows them as the form's starting values. No annotation tool reports whether people then
+*kept* them, so a model whose drafts anchor annotators looks the same as one that helps. The pull
+(:func:`pipeline.annotation.pull.pull_round`) measures it per (sample, row, annotator, field):
+
+* ``kept``: predicted, and the submitted value equals the prediction;
+* ``changed``: predicted, and the submitted value differs;
+* ``cleared``: predicted, and the annotator left the field empty;
+* ``added``: nothing predicted, and the annotator filled the field.
+
+Both sides go through the pull's own parser (:func:`pipeline.annotation.pull.parse_annotation`,
+handed in by the pull),
+so values compare as the label table stores them (choice lists and records as sets: their order
+on the form does not matter); a value the parser refuses compares by its raw Label Studio result.
+A field counts as filled when any of its controls has a non-empty result ("no strategy" and the
+like are choices, so they are filled). Only tasks that carried a prediction count, and only the
+annotator's own latest submitted annotation, as in the label table; a windowed sample
+(:mod:`.windows`) counts once every window is submitted. The prediction's ``model_version``
+(``<round>-v<version>-<source>``, :func:`.push.model_version`) names where the drafts came from.
+
+Label Studio's synchronous export (the archived one) gives predictions by id only, so the pull
+reads each project's predictions with one request (``GET /api/predictions/?project=``).
+The long table goes to ``DataRoot.acceptance(round)``; :func:`summarize` counts it per source,
+annotator and field for the agreement report and the annotation-round run.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import store
+from pipeline.annotation import ls_config, naming
+from pipeline.annotation.client import LabelStudioClient
+from pipeline.annotation.rounds import Round
+from pipeline.annotation.windows import stitch_tasks
+from pipeline.paths import DataRoot
+
+OUTCOMES = ("kept", "changed", "cleared", "added")
+SCHEMA = pa.schema([
+    ("round", pa.string()), ("scenario", pa.string()), ("sample_id", pa.string()), ("row_index", pa.int64()),
+    ("annotator", pa.string()), ("field", pa.string()), ("model_version", pa.string()),
+    ("outcome", pa.string()),
+    ("predicted", pa.string()),  # JSON of the label-table value (lists sorted); null when none was predicted
+    ("value", pa.string()),      # JSON of the submitted value; null when cleared
+])
+# The pull's parser, :func:`pipeline.annotation.pull.parse_annotation` (passed in by the pull,
+# which calls this module: no import cycle): (round, task data, annotation, annotator) -> (lines, problems).
+Parser = Callable[[Round, dict, dict, str], tuple[list[dict], list[dict]]]
+_PREDICTOR = "\x00prediction"  # the stand-in author of a prediction while windows are stitched
+
+
+def project_predictions(client: LabelStudioClient, project_id: int) -> dict[int, list[dict]]:
+    """``task id -> [prediction, ...]`` of one project (one request; pages when the server pages)."""
+    out: dict[int, list[dict]] = {}
+    page = 1
+    while True:
+        body = client._json("GET", "/api/predictions/", f"list the predictions of project {project_id}",
+                            params={"project": project_id, "page": page, "page_size": 1000})
+        items = body.get("results", []) if isinstance(body, dict) else (body or [])
+        for p in items:
+            out.setdefault(p.get("task"), []).append(p)
+        if not isinstance(body, dict) or not body.get("next"):
+            return out
+        page += 1
+
+
+def _email(completed_by, users: dict[int, str]) -> str | None:
+    return completed_by.get("email") if isinstance(completed_by, dict) else users.get(completed_by)
+
+
+def _own_latest(annotations: Iterable[dict], annotator: str, users: dict[int, str]) -> dict | None:
+    """The annotator's latest submitted (not skipped) annotation, chosen as the pull chooses it."""
+    live = [a for a in annotations or [] if _email(a.get("completed_by"), users) in (None, annotator)
+            and not a.get("was_cancelled")]
+    return max(live, key=lambda a: (a.get("updated_at") or "", a.get("id") or 0)) if live else None
+
+
+def _shown_prediction(task: dict, predictions: dict[int, list[dict]], annotator: str,
+                      users: dict[int, str]) -> dict | None:
+    """The prediction the annotator started from: the one their annotation names as its parent,
+    else the task's latest (a push replaces predictions only on tasks nobody annotated)."""
+    preds = predictions.get(task.get("id")) or []
+    if not preds:
+        return None
+    mine = _own_latest(task.get("annotations"), annotator, users)
+    parent = (mine or {}).get("parent_prediction")
+    return next((p for p in preds if p.get("id") == parent), None) or max(preds, key=lambda p: p.get("id") or 0)
+
+
+def _filled(results: list[dict], data: dict) -> set[tuple[int, str]]:
+    """``(row_index, field)`` of every field with at least one non-empty control."""
+    units = data.get("units") or []
+    out = set()
+    for r in results or []:
+        parsed = naming.parse_control_name(r.get("from_name", ""))
+        value = ls_config.result_value(r)
+        if parsed is None or parsed[3] >= len(units) or value in (None, [], "") \
+                or (isinstance(value, str) and not value.strip()):
+            continue
+        out.add((units[parsed[3]]["row_index"], parsed[0]))
+    return out
+
+
+def _canonical(value) -> str:
+    """JSON with choice lists and records as sets (the form's order is no decision)."""
+    def norm(v):
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in sorted(v.items())}
+        if isinstance(v, list):
+            items = [norm(x) for x in v]
+            return sorted(items, key=lambda x: json.dumps(x, sort_keys=True, ensure_ascii=False))
+        return v
+    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
+
+
+def _values(parse: Parser, rnd: Round, data: dict, results: list[dict]) -> tuple[dict, dict]:
+    """``(parsed, raw)``: ``(row_index, field) -> canonical value`` by the pull's parser (fields it
+    accepts) and as the raw Label Studio results (every field)."""
+    lines, _ = parse(rnd, data, {"result": results}, "")
+    parsed = {(ln["row_index"], ln["field"]): _canonical(json.loads(ln["value"])) for ln in lines}
+    units = data.get("units") or []
+    raw: dict[tuple[int, str], list] = {}
+    for r in results or []:
+        name = naming.parse_control_name(r.get("from_name", ""))
+        if name is not None and name[3] < len(units):
+            control = naming.control_name(name[0], 0, name[1], name[2])  # the unit does not matter here
+            raw.setdefault((units[name[3]]["row_index"], name[0]), []).append([control, ls_config.result_value(r)])
+    return parsed, {k: _canonical(v) for k, v in raw.items()}
+
+
+def _same(key, pvals: tuple[dict, dict], avals: tuple[dict, dict]) -> bool:
+    """Equal as the label table stores them; as given when the parser refuses either side."""
+    if key in pvals[0] and key in avals[0]:
+        return pvals[0][key] == avals[0][key]
+    return pvals[1].get(key) == avals[1].get(key)
+
+
+def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
+                  predictions: dict[int, list[dict]], users: dict[int, str] | None = None, *,
+                  parse: Parser) -> list[dict]:
+    """Acceptance lines (``SCHEMA``) of one annotator project's raw export (windows not yet stitched).
+
+    ``predictions``: :func:`project_predictions` of the project; ``users``: Label Studio user id
+    -> e-mail (the synchronous export names annotators by id); ``parse``: the pull's parser.
+    """
+    users = users or {}
+    shown: dict[int, dict] = {}
+    pred_tasks = []
+    for t in tasks:
+        if not isinstance(t, dict):
+            continue
+        p = _shown_prediction(t, predictions, annotator, users)
+        if p is not None:
+            shown[t.get("id")] = p
+        # The prediction as an annotation of its own, so windows stitch it like the labels.
+        pred_tasks.append({**{k: v for k, v in t.items() if k not in ("annotations", "predictions", "drafts")},
+                           "annotations": [{"id": t.get("id"), "completed_by": _PREDICTOR,
+                                            "result": (p or {}).get("result") or [], "updated_at": ""}]})
+    versions: dict[str, set[str]] = {}
+    for t in tasks:
+        if isinstance(t, dict) and t.get("id") in shown:
+            versions.setdefault((t.get("data") or {}).get("sample_id"), set()).add(
+                shown[t["id"]].get("model_version") or "")
+    whole_ann, _ = stitch_tasks([t for t in tasks if isinstance(t, dict)])
+    whole_pred, _ = stitch_tasks(pred_tasks)
+    pred_of = {}
+    for t in whole_pred:
+        pred_of.setdefault((t.get("data") or {}).get("sample_id"), t)
+    lines: list[dict] = []
+    seen: set[str] = set()
+    for task in whole_ann:
+        data = task.get("data") or {}
+        sid = data.get("sample_id")
+        if sid in seen or sid not in versions:  # a duplicate (the pull uses the first), or no prediction
+            continue
+        seen.add(sid)
+        mine = _own_latest(task.get("annotations"), annotator, users)
+        ptask = pred_of.get(sid)
+        if mine is None or ptask is None or not ptask.get("annotations"):
+            continue  # not submitted yet (every window), or skipped
+        presults = ptask["annotations"][0].get("result") or []
+        aresults = mine.get("result") or []
+        predicted, filled = _filled(presults, data), _filled(aresults, data)
+        pvals, avals = _values(parse, rnd, data, presults), _values(parse, rnd, data, aresults)
+        version = ",".join(sorted(versions[sid]))
+        for key in sorted(predicted | filled):
+            p = (pvals[0].get(key) or pvals[1].get(key)) if key in predicted else None
+            a = (avals[0].get(key) or avals[1].get(key)) if key in filled else None
+            if key in predicted and key in filled:
+                outcome = "kept" if _same(key, pvals, avals) else "changed"
+            else:
+                outcome = "cleared" if key in predicted else "added"
+            lines.append({"round": rnd.name, "scenario": data.get("scenario") or scenario, "sample_id": sid,
+                          "row_index": key[0], "annotator": annotator, "field": key[1], "model_version": version,
+                          "outcome": outcome, "predicted": p, "value": a})
+    return lines
+
+
+def write(data_root: str | os.PathLike, round_name: str, lines: list[dict], pulled: set[str],
+          gone: set[tuple[str, str]] = frozenset()) -> Path:
+    """Store a pull's lines at ``DataRoot.acceptance``, keeping earlier lines of annotators not
+    pulled now and of (sample, annotator) whose task is gone, as the label table does."""
+    path = DataRoot(data_root).acceptance(round_name)
+    old = pq.ParquetFile(path).read().to_pylist() if path.is_file() else []
+    keep = [r for r in old if r["annotator"] not in pulled or (r["sample_id"], r["annotator"]) in gone]
+    rows = sorted(lines + keep, key=lambda r: (r["sample_id"], r["row_index"], r["annotator"], r["field"]))
+    store.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+    return path
+
+
+def read(data_root: str | os.PathLike, round_name: str) -> list[dict] | None:
+    """The round's acceptance lines; None when the round was never pulled with this measure."""
+    path = DataRoot(data_root).acceptance(round_name)
+    return pq.ParquetFile(path).read().to_pylist() if path.is_file() else None
+
+
+def summarize(lines: Iterable[dict], by_annotator: bool = False) -> list[dict]:
+    """Counts per prediction source and field (and annotator): ``predicted`` (kept + changed +
+    cleared), each outcome, and ``kept_share`` = kept / predicted (None when nothing was predicted)."""
+    counts: dict[tuple, Counter] = {}
+    for r in lines:
+        key = (r["model_version"], r["annotator"] if by_annotator else None, r["field"])
+        counts.setdefault(key, Counter())[r["outcome"]] += 1
+    out = []
+    for (source, who, fname), c in sorted(counts.items(), key=lambda kv: tuple(x or "" for x in kv[0])):
+        predicted = c["kept"] + c["changed"] + c["cleared"]
+        row = {"source": source, **({"annotator": who} if by_annotator else {}), "field": fname,
+               "predicted": predicted, **{o: c[o] for o in OUTCOMES},
+               "kept_share": round(c["kept"] / predicted, 3) if predicted else None}
+        out.append(row)
+    return out

@@ -1,0 +1,123 @@
+"""Pre-annotation acceptance through the real Label Studio server: a round pushed with
+predictions, annotations submitted through the API that keep, change, clear and add values; the
+pull counts each per field, annotator and source, and the agreement report shows the counts."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+from ls_samples import make_sample
+
+from pipeline import taxonomy
+from pipeline.annotation import acceptance, ls_config, pull, push
+from pipeline.annotation.rounds import load_round
+from pipeline.paths import DataRoot
+from pipeline.quality import agreement
+
+pytestmark = pytest.mark.slow
+
+COUPLE = "synthetic/accept_couple"   # rows 1, 2, 4, 5 are client rows (emotion units)
+FAMILY = "synthetic/accept_family"   # 24 client rows: three windows of 8
+
+
+def _prelabel(rnd, sample):
+    """The drafts as a 'model' would give them: the input values, without row 1's tone."""
+    values = push.input_values(rnd, sample)
+    if sample["sample_id"] == COUPLE:
+        values[1].pop("tone_of_voice")
+    return values
+
+
+def _post(client, task, rnd, values, user_id):
+    client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values), completed_by=user_id)
+
+
+def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_them(ls_client, new_annotators,
+                                                                                      tmp_path):
+    rnd = load_round("emotion")
+    couple, family = make_sample(COUPLE, "couple", 6), make_sample(FAMILY, "family", 36)
+    a, b = new_annotators(2)
+    report = push.push_round(ls_client, "emotion", [couple, family], [a, b], prelabel=_prelabel,
+                             prelabel_source="draftmodel")
+    source = push.model_version(rnd, "draftmodel")
+    assert source == "emotion-v1-draftmodel"
+    users = {u["email"]: u["id"] for u in ls_client.users()}
+
+    def tasks(scenario, who):
+        return sorted(ls_client.tasks(report.projects[push.project_key("emotion", scenario, who)]),
+                      key=lambda t: (t["data"].get("window") or {}).get("index", 0))
+
+    # Annotator a, couple: starts from the input values (the prediction plus row 1's tone) and edits.
+    values = push.input_values(rnd, couple)
+    other = next(v for v in taxonomy.utterance_types() if v != values[2]["utterance_type"])
+    values[2] = {**values[2], "utterance_type": other, "internal_emotion": None}      # changed, cleared
+    emo4 = values[4]["internal_emotion"][0]
+    values[4] = {**values[4], "tone_of_voice": "very calm and slow",                   # changed
+                 "internal_emotion": [{**emo4, "intensity": (emo4["intensity"] + 1) % 11}]}  # changed
+    values[5] = {**values[5], "tone_of_voice": None}                                    # cleared
+    _post(ls_client, tasks("couple", a)[0], rnd, values, users[a])
+    # a submits only two of the family sample's three windows: not counted (not done)
+    fam_a = tasks("family", a)
+    assert [t["data"]["window"]["count"] for t in fam_a] == [3, 3, 3]
+    for t in fam_a[:2]:
+        _post(ls_client, t, rnd, push.input_values(rnd, family), users[a])
+
+    # Annotator b keeps the couple prediction as it is; in the family sample (windowed) b changes
+    # the utterance type of the last window's first row only.
+    _post(ls_client, tasks("couple", b)[0], rnd, _prelabel(rnd, couple), users[b])
+    fam_values = push.input_values(rnd, family)
+    fam_b = tasks("family", b)
+    first = fam_b[2]["data"]["units"][0]["row_index"]
+    changed = next(v for v in taxonomy.utterance_types() if v != fam_values[first]["utterance_type"])
+    for i, t in enumerate(fam_b):
+        vals = dict(fam_values)
+        if i == 2:
+            vals[first] = {**vals[first], "utterance_type": changed}
+        _post(ls_client, t, rnd, vals, users[b])
+
+    root = tmp_path / "data"
+    pull.pull_round(ls_client, "emotion", root, annotators=[a, b])
+    lines = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
+    assert {r["model_version"] for r in lines} == {source}
+    got = Counter((r["annotator"], r["field"], r["outcome"]) for r in lines)
+    assert {k[1:]: n for k, n in got.items() if k[0] == a} == {
+        ("utterance_type", "kept"): 3, ("utterance_type", "changed"): 1,
+        ("tone_of_voice", "kept"): 1, ("tone_of_voice", "changed"): 1, ("tone_of_voice", "cleared"): 1,
+        ("tone_of_voice", "added"): 1,
+        ("internal_emotion", "kept"): 2, ("internal_emotion", "changed"): 1, ("internal_emotion", "cleared"): 1}
+    assert {k[1:]: n for k, n in got.items() if k[0] == b} == {
+        ("utterance_type", "kept"): 27, ("utterance_type", "changed"): 1,
+        ("tone_of_voice", "kept"): 27, ("internal_emotion", "kept"): 28}
+    # each decision is on its row, with both values as the label table stores them
+    by = {(r["annotator"], r["sample_id"], r["row_index"], r["field"]): r for r in lines}
+    assert by[(a, COUPLE, 2, "utterance_type")]["outcome"] == "changed"
+    assert json.loads(by[(a, COUPLE, 2, "utterance_type")]["value"]) == other
+    assert by[(a, COUPLE, 5, "tone_of_voice")]["value"] is None
+    assert by[(a, COUPLE, 1, "tone_of_voice")]["predicted"] is None
+    assert by[(b, FAMILY, first, "utterance_type")]["outcome"] == "changed"
+    assert not any(r["annotator"] == a and r["sample_id"] == FAMILY for r in lines)
+
+    summary = {(r["field"]): r for r in acceptance.summarize(lines)}
+    assert summary["tone_of_voice"] == {"source": source, "field": "tone_of_voice", "predicted": 30, "kept": 28,
+                                        "changed": 1, "cleared": 1, "added": 1, "kept_share": 0.933}
+
+    # The agreement report shows the table, overall and per annotator.
+    out = agreement.measure_round(root, "emotion")
+    md = out.paths["markdown"].read_text(encoding="utf-8")
+    assert "## Pre-annotation acceptance" in md
+    assert f"| {source} | utterance_type | 32 | 30 | 2 | 0 | 0 | 94% |" in md
+    assert f"| {source} | tone_of_voice | 30 | 28 | 1 | 1 | 1 | 93% |" in md
+    assert f"| {source} | internal_emotion | 32 | 30 | 1 | 1 | 0 | 94% |" in md
+    assert f"| {source} | {a} | tone_of_voice | 3 | 1 | 1 | 1 | 1 | 33% |" in md
+    assert f"| {source} | {b} | utterance_type | 28 | 27 | 1 | 0 | 0 | 96% |" in md
+    page = out.paths["html"].read_text(encoding="utf-8")
+    assert "<h2>Pre-annotation acceptance</h2>" in page and f"<td>{a}</td>" in page
+    assert json.loads(out.paths["json"].read_text(encoding="utf-8"))["acceptance"] == \
+        acceptance.summarize(lines, by_annotator=True)
+
+    # A pull of one annotator keeps the other's lines, as the label table does.
+    pull.pull_round(ls_client, "emotion", root, annotators=[a])
+    again = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
+    assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, lines))
