@@ -5,6 +5,9 @@ Counted from the live Label Studio tasks of each round project (:mod:`.push`): a
 unit (a row with controls in that round); a task's rows are done once its annotator submitted
 it, skipped when they skipped it. A windowed sample (:mod:`.windows`) is done when all its
 windows are. Drafts are tasks with a saved draft and no submission yet.
+
+:func:`status_rows` is the table itself, one dict per project: ``rescue annotate status`` prints
+it and the annotation-round run publishes it as a Prefect table artifact (``round-<round>-status``).
 """
 from __future__ import annotations
 
@@ -69,3 +72,16 @@ def round_status(client: LabelStudioClient, rounds: list[str] | None = None,
         wanted.append((project, parsed))
     wanted.sort(key=lambda item: (order.get(item[1][0], 99), item[1]))
     return [project_status(client, project, parsed) for project, parsed in wanted]
+
+
+STATUS_COLUMNS = ("round", "scenario", "annotator", "rows done", "skipped", "samples done", "drafts",
+                  "last activity", "project")
+
+
+def status_rows(lines: list[ProjectStatus]) -> list[dict[str, str]]:
+    """The progress table (columns :data:`STATUS_COLUMNS`, values as shown): what `rescue annotate
+    status` prints and the annotation-round run publishes - one function, so they never differ."""
+    return [dict(zip(STATUS_COLUMNS, (
+        s.round, s.scenario, s.annotator, f"{s.rows_done} / {s.rows_total}", str(s.rows_skipped),
+        f"{s.samples_done} / {s.samples_total}", str(s.drafts), (s.last_activity or "-")[:19].replace("T", " "),
+        s.url))) for s in lines]

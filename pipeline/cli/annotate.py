@@ -252,7 +252,7 @@ def annotate_status(
     """Per round and annotator: rows done / total, skipped, drafts, last activity, project URL."""
     from pipeline.annotation.client import LabelStudioError
     from pipeline.annotation.pull import missing_tasks
-    from pipeline.annotation.status import round_status
+    from pipeline.annotation.status import STATUS_COLUMNS, round_status, status_rows
 
     settings = _settings(data_root)
     try:
@@ -262,12 +262,9 @@ def annotate_status(
                 if not annotator or m[2] in annotator]
     except LabelStudioError as exc:
         _fail(str(exc))
-    table = Table("round", "scenario", "annotator", "rows done", "skipped", "samples done", "drafts",
-                  "last activity", "project")
-    for s in lines:
-        table.add_row(s.round, s.scenario, s.annotator, f"{s.rows_done} / {s.rows_total}", str(s.rows_skipped),
-                      f"{s.samples_done} / {s.samples_total}", str(s.drafts),
-                      (s.last_activity or "-")[:19].replace("T", " "), s.url)
+    table = Table(*STATUS_COLUMNS)
+    for row in status_rows(lines):  # the same rows the annotation-round run publishes
+        table.add_row(*row.values())
     console.print(table if lines else "no annotation projects yet")
     for rnd, scenario, who, sid in gone:  # pushed, then deleted in Label Studio: never dropped in silence
         console.print(f"[yellow]missing task[/yellow]: {rnd} {scenario} {who}: {sid} was pushed but is gone from "

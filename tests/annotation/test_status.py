@@ -7,7 +7,7 @@ from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, push
 from pipeline.annotation.rounds import load_round
-from pipeline.annotation.status import round_status
+from pipeline.annotation.status import STATUS_COLUMNS, round_status, status_rows
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +36,13 @@ def test_status_counts_rows_drafts_and_windows(ls_client, new_annotators):
     assert (sa.rows_done, sa.rows_total, sa.samples_done, sa.samples_total, sa.drafts) == (done, 51, 0, 2, 1)
     assert sa.last_activity and sa.url == f"{ls_client.url}/projects/{pid}/data"
     assert (sb.rows_done, sb.rows_total, sb.drafts, sb.last_activity) == (0, 51, 0, None)
+    # the table as `rescue annotate status` prints it and the annotation-round run publishes it
+    rows = {r["annotator"]: r for r in status_rows([sa, sb])}
+    assert list(rows[a]) == list(STATUS_COLUMNS)
+    assert rows[a] == {"round": "transcript", "scenario": "family", "annotator": a, "rows done": f"{done} / 51",
+                       "skipped": "0", "samples done": "0 / 2", "drafts": "1",
+                       "last activity": sa.last_activity[:19].replace("T", " "), "project": sa.url}
+    assert (rows[b]["rows done"], rows[b]["drafts"], rows[b]["last activity"]) == ("0 / 51", "0", "-")
     ls_client.create_annotation(windows[2]["id"], ls_config.values_to_results(rnd, windows[2]["data"], values),
                                 completed_by=users[a])
     again = {s.annotator: s for s in round_status(ls_client, ["transcript"], [a])}[a]
