@@ -23,7 +23,7 @@ from xml.sax.saxutils import quoteattr
 import yaml
 
 from pipeline import taxonomy
-from pipeline.annotation import windows
+from pipeline.annotation import voice_naming, windows
 from pipeline.annotation.naming import control_name, heading
 from pipeline.annotation.rounds import Field, Round, load_round, round_names
 from pipeline.config import SCHEMAS_DIR
@@ -190,7 +190,7 @@ def render_config(rnd: Round, scenario: str) -> str:
             label = field_label(field, ui, field.name, field.required)
             out += _control(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ", label)
     out += ["    </View>", "  </Repeater>", "</View>", ""]
-    return "\n".join(out)
+    return voice_naming.add_to_config(rnd, "\n".join(out))  # the transcript round: voices named once
 
 
 def render_all(write: bool = True) -> dict[Path, str]:
@@ -284,6 +284,7 @@ def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
         "entities": [{"value": v} for v in (*participants, taxonomy.THERAPIST, taxonomy.group_label(scenario))],
         "clients": [{"value": v} for v in (*participants, taxonomy.group_label(scenario))],
     }
+    voice_naming.add_task_data(rnd, sample, data, media_url, turn_player)  # the transcript round's voice block
     data["heading"] = heading(data)
     return data
 
@@ -293,7 +294,7 @@ def build_tasks_data(rnd: Round, sample: dict, media_url: str = "", window: int 
     more than ``windows.SPLIT_ABOVE`` units, windows of ``windows.WINDOW_UNITS``; ``window``:
     more than ``window`` units, windows of ``window``)."""
     whole = build_task_data(rnd, sample, media_url)
-    parts = windows.split(whole, window)
+    parts = voice_naming.first_part_only(windows.split(whole, window))  # voices are named in part 1
     if len(parts) > 1:
         for part in parts:
             part["heading"] = heading(part)

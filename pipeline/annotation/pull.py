@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
 from pipeline.annotation import acceptance, ls_config, naming
+from pipeline.annotation import voice_naming
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.pushed import read_pushed
@@ -204,6 +205,7 @@ def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -
     """Label lines and problems of one annotation of one task."""
     sample_id = data.get("sample_id", "?")
     problems = _Problems(rnd.name, sample_id, annotator)
+    annotation = voice_naming.resolve(rnd, data, annotation, problems.add)  # voice names -> every row of the voice
     units = data.get("units") or []
     raw: dict[int, dict] = defaultdict(dict)
     for result in annotation.get("result") or []:

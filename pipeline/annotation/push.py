@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from pipeline import taxonomy
-from pipeline.annotation import ls_config
+from pipeline.annotation import ls_config, voice_naming
 from pipeline.annotation.client import LabelStudioClient, LabelStudioError, LabelStudioUnavailable, chunks
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.rows import tables_to_samples
@@ -150,6 +150,7 @@ def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: C
     out = []
     for data in ls_config.build_tasks_data(rnd, sample, media_url(sample) if media_url else "", window):
         prediction = ls_config.values_to_results(rnd, data, values) if values else []
+        prediction = voice_naming.prefill(rnd, data, values, prediction)  # rows on their voice, named once
         data["content_sha"] = ls_config.content_sha(data, prediction)
         out.append(_Prepared(sample["sample_id"], data, prediction))
     return out
@@ -160,6 +161,7 @@ def push_round(client: LabelStudioClient, round_name: str, samples: Sequence[dic
     """:func:`_push_round` (see there); with ``data_root`` it holds the round's push lock
     (:func:`.pushed.round_lock`: two pushes at once make no duplicate project or task) and
     records who was given which samples (:func:`.pushed.record_pushed`; pull reports deleted tasks)."""
+    samples = voice_naming.attach_voice_tables(load_round(round_name), samples, data_root)  # the voice block
     if data_root is None:
         return _push_round(client, round_name, samples, annotators, **options)
     with pushed.round_lock(data_root, round_name):

@@ -1,0 +1,179 @@
+"""Speakers named once per voice in the transcript round (pipeline.annotation.voice_naming):
+the voice block (first part of a long sample only), rows pre-filled with their voice, the names
+applied to every row of the voice on pull, a row's own choice kept; in a real Label Studio and,
+for what the annotator sees and hears, in headless Chromium."""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shutil
+import subprocess
+import time
+
+import pyarrow as pa
+import pytest
+from ls_samples import make_sample
+
+from pipeline import schemas
+from pipeline.annotation import ls_config, pull, push, voice_naming
+from pipeline.annotation.rounds import load_round
+from pipeline.annotation.windows import stitch_tasks
+from pipeline.paths import DataRoot
+from pipeline.store import write_parquet
+
+def neutral(sample_id: str, scenario: str, n_rows: int) -> tuple[dict, dict, list[dict]]:
+    """(script, draft, voice table): ``make_sample``'s rows as the script, the same rows with each
+    client's voice labelled ``Speaker n`` (the therapist by role) as the draft, and its voices."""
+    script = make_sample(sample_id, scenario, n_rows)
+    draft = json.loads(json.dumps(script))
+    clients = list(dict.fromkeys(r["primary_speaker"] for r in script["rows"] if r["primary_speaker"] != "Therapist"))
+    VOICE_OF = {c: f"Speaker {n}" for n, c in enumerate(clients, start=1)}  # who never speaks has no voice
+    for r in draft["rows"]:
+        r["primary_speaker"] = VOICE_OF.get(r["primary_speaker"], r["primary_speaker"])
+        r["target"] = [VOICE_OF.get(t, t) for t in r["target"]]
+    table, seen = [], []
+    for r in draft["rows"]:
+        if r["primary_speaker"] not in seen:
+            seen.append(r["primary_speaker"])
+    for voice in seen:
+        own = [r for r in draft["rows"] if r["primary_speaker"] == voice]
+        pick = own[1] if len(own) > 1 else own[0]  # a stretch other than its first row: the block plays it
+        table.append({"sample_id": sample_id, "voice": voice, "diarization_speaker": f"SPEAKER_0{len(table)}",
+                      "named_by": "role" if voice == "Therapist" else None,
+                      "first_rows": [r["row_index"] for r in own[:3]],
+                      "sample_start": pick["start_time"], "sample_end": pick["end_time"],
+                      "n_rows": len(own), "speech_s": 1.0})
+    return script, draft, table
+
+
+def names_for(script: dict, draft: dict) -> dict[str, str]:
+    return {d["primary_speaker"]: s["primary_speaker"] for s, d in zip(script["rows"], draft["rows"])}
+
+
+def answer(rnd, data: dict, draft: dict, names: dict[str, str] | None, overrides: dict[int, str] = {}) -> list[dict]:
+    """An annotator who keeps every pre-filled row, names the voices in the block (``names``) and
+    picks another speaker on the rows in ``overrides``."""
+    values = push.input_values(rnd, draft)
+    result = voice_naming.prefill(rnd, data, values, ls_config.values_to_results(rnd, data, values))
+    result = [r for r in result if not r["from_name"].startswith("voice_")]
+    for i, v in enumerate(data.get("voices") or []):
+        if names and v["voice"] in names:
+            result.append({"from_name": f"voice_{i}_is", "to_name": f"voice_{i}_label", "type": "choices",
+                           "value": {"choices": [names[v["voice"]]]}})
+    for i, u in enumerate(data["units"]):
+        if u["row_index"] in overrides:
+            result = [r for r in result if r["from_name"] != f"primary_speaker_{i}"]
+            result.append({"from_name": f"primary_speaker_{i}", "to_name": f"turn_{i}", "type": "choices",
+                           "value": {"choices": [overrides[u["row_index"]]]}})
+    return result
+
+
+def pulled(labels) -> dict[tuple[int, str], object]:
+    return {(r["row_index"], r["field"]): json.loads(r["value"]) for r in labels}
+
+
+def an_override(script: dict) -> tuple[int, str]:
+    """A row of Ann after the first part whose target stays valid when Ben is said to speak it instead."""
+    row = next(r for r in script["rows"] if r["row_index"] > 10 and r["primary_speaker"] == "Ann"
+               and "Ben" not in r["target"])
+    return row["row_index"], "Ben"
+
+
+def test_block_in_the_first_part_rows_on_their_voice_and_names_applied_on_pull():
+    rnd = load_round("transcript")
+    script, draft, table = neutral("synthetic/voices_025", "couple", 25)
+    sample = {**draft, "voices": table}
+    parts = ls_config.build_tasks_data(rnd, sample, "/data/local-files/?d=media/v.wav")
+    assert len(parts) == 3  # 25 rows: a windowed sample
+    block = parts[0]["voices"]
+    assert [v["voice"] for v in block] == ["Speaker 1", "Speaker 2", "Therapist"]  # each voice once, table order
+    assert all(p["voices"] == [] for p in parts[1:])  # named once, in part 1
+    for v, t in zip(block, table):
+        first = next(r for r in draft["rows"] if r["row_index"] == t["first_rows"][0])
+        assert first["dialogue_cleaned"] in v["html"]
+        assert f'#t={t["sample_start"]:.2f},{t["sample_end"]:.2f}"' in v["html"]  # plays exactly its stretch
+    assert [p["value"] for p in parts[0]["voice_people"]] == ["Ann", "Ben", "Therapist"]
+
+    # pre-filled: every row on its voice (targets too), the therapist's voice named by role
+    values = push.input_values(rnd, draft)
+    for part in parts:
+        pred = {r["from_name"]: r["value"].get("choices") for r in voice_naming.prefill(
+            rnd, part, values, ls_config.values_to_results(rnd, part, values))}
+        for i, u in enumerate(part["units"]):
+            row = draft["rows"][u["row_index"] - 1]
+            assert pred[f"primary_speaker_{i}"] == [f"voice:{row['primary_speaker']}"]
+            assert pred[f"target_{i}"] == [f"voice:{t}" if t.startswith(("Speaker", "Therapist")) else t
+                                           for t in row["target"]]
+        assert {k: v for k, v in pred.items() if k.startswith("voice_")} == (
+            {"voice_2_is": ["Therapist"]} if part is parts[0] else {})
+
+    # one annotator names the voices in part 1 and overrides one row in another part
+    row, who = an_override(script)
+    assert row > 10
+    names = names_for(script, draft)
+    tasks = [{"id": 10 + k, "data": part, "annotations": [{
+        "id": 100 + k, "completed_by": 7, "result": answer(rnd, part, draft, names if k == 0 else None, {row: who}),
+        "updated_at": "2026-01-01T00:00:00Z"}]} for k, part in enumerate(parts)]
+    stitched, notes = stitch_tasks(tasks)
+    assert notes == []
+    labels, problems, done = pull.parse_export(rnd, stitched, "a@x.test", {7: "a@x.test"})
+    assert problems == [] and done == 1
+    got = pulled(labels)
+    for r in script["rows"]:
+        want = who if r["row_index"] == row else r["primary_speaker"]
+        assert got[(r["row_index"], "primary_speaker")] == want, r["row_index"]
+        assert got[(r["row_index"], "target")] == r["target"], r["row_index"]
+
+    # voices nobody named: each row left on one is a problem naming the row and the field
+    tasks[0]["annotations"][0]["result"] = answer(rnd, parts[0], draft, {"Therapist": "Therapist"}, {row: who})
+    labels, problems, _ = pull.parse_export(rnd, stitch_tasks(tasks)[0], "a@x.test", {7: "a@x.test"})
+    left = {(p["row_index"], p["field"]) for p in problems if "which was not named" in p["problem"]}
+    assert left == {(r["row_index"], "primary_speaker") for r in draft["rows"]
+                    if r["primary_speaker"].startswith("Speaker") and r["row_index"] != row} \
+        | {(r["row_index"], "target") for r in draft["rows"] if any(t.startswith("Speaker") for t in r["target"])}
+    assert all("missing required field" in p["problem"] or "not named" in p["problem"] for p in problems)
+    assert got[(3, "primary_speaker")] == "Therapist"
+
+
+def test_voice_named_as_nobody_in_particular_is_a_problem_and_plain_tasks_are_unchanged():
+    rnd = load_round("transcript")
+    script, draft, table = neutral("synthetic/voices_006", "couple", 6)
+    data = ls_config.build_task_data(rnd, {**draft, "voices": table})
+    result = answer(rnd, data, draft, {**names_for(script, draft), "Speaker 1": "Couple"})
+    _, problems = pull.parse_annotation(rnd, data, {"result": result}, "a")
+    assert any(p["field"] == "voice Speaker 1" and "named as Couple" in p["problem"] for p in problems)
+    # a sample without a voice table (a release, later rounds): no block, no voice choices
+    plain = ls_config.build_task_data(rnd, script)
+    assert plain["voices"] == [] and not any(o.get("alias") for u in plain["units"] for o in u["speaker_options"])
+    assert voice_naming.prefill(rnd, plain, push.input_values(rnd, script), []) == []
+    assert "voices" not in ls_config.build_task_data(load_round("emotion"), script)
+    assert ls_config.stale_configs() == []
+    assert '<Repeater on="$voices"' in ls_config.render_config(rnd, "family")
+    assert '$voices' not in ls_config.render_config(load_round("emotion"), "family")
+
+
+@pytest.mark.slow
+def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, new_annotators, tmp_path):
+    rnd = load_round("transcript")
+    script, draft, table = neutral("synthetic/voices_ls_025", "family", 25)
+    root = DataRoot(tmp_path)
+    write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES), root.draft_voices(draft["sample_id"]))
+    (annotator,) = new_annotators(1)
+    report = push.push_round(ls_client, "transcript", [draft], [annotator], k=1, data_root=tmp_path)
+    pid = report.projects[push.project_key("transcript", "family", annotator)]
+    tasks = sorted(ls_client.tasks(pid), key=lambda t: t["data"]["window"]["index"])
+    assert len(tasks) == 3 and [len(t["data"]["voices"]) for t in tasks] == [3, 0, 0]
+    uid = {u["email"]: u["id"] for u in ls_client.users()}[annotator]
+    row = next(r["row_index"] for r in script["rows"] if r["row_index"] > 12 and r["primary_speaker"] == "Dan"
+               and "Cara" not in r["target"])
+    names = names_for(script, draft)
+    for k, task in enumerate(tasks):  # submitted through the API, part by part
+        ls_client.create_annotation(task["id"], answer(rnd, task["data"], draft, names if k == 0 else None,
+                                                       {row: "Cara"}), completed_by=uid, lead_time=5.0)
+    result = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[annotator], write=False)
+    assert result.problems.to_pylist() == []
+    got = pulled(result.labels.to_pylist())
+    for r in script["rows"]:  # the voice's name on every row of it, the override on its row
+        assert got[(r["row_index"], "primary_speaker")] == ("Cara" if r["row_index"] == row else r["primary_speaker"])
+        assert got[(r["row_index"], "target")] == r["target"]
