@@ -3,7 +3,9 @@
 1. pull (:func:`pipeline.annotation.pull.pull_round`): archive every annotator's export, then
    validate it into the long label table (problems reported, never dropped silently);
 2. agreement (:func:`pipeline.quality.agreement.measure_round`): alpha/kappa per field, report files,
-   the release gate; published as table artifacts;
+   the release gate; published as table artifacts, with the pull's pre-annotation acceptance
+   (``round-<round>-acceptance``) and, at the end, every annotator's progress as
+   ``rescue annotate status`` shows it (``round-<round>-status``, :func:`pipeline.annotation.status.status_rows`);
 3. adjudication (:func:`pipeline.quality.adjudication.push_round` / ``pull_round``): disagreements
    go to the round's adjudication projects; answers already given are pulled;
 4. once nothing is left unresolved: gold rows (:func:`pipeline.quality.gold.build_and_store`, merged
@@ -40,11 +42,20 @@ def _client(data_root: str):
 # cached, not even within a run (a paused run pulls the adjudication again after resuming).
 @task(name="pull-round", task_run_name="pull-round-{round_name}", cache_policy=NO_CACHE, **NETWORK_RETRIES)
 def pull(round_name: str, data_root: str, annotators: list[str] | None = None) -> dict:
-    from pipeline.annotation import pull as ls_pull
+    from pipeline.annotation import acceptance, pull as ls_pull
 
     res = ls_pull.pull_round(_client(data_root), round_name, data_root, annotators or None)
     return {"labels": res.labels.num_rows, "problems": res.problems.to_pylist(), "summary": res.summary(),
-            "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()}}
+            "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()},
+            "acceptance": acceptance.summarize(acceptance.read(data_root, round_name) or [], by_annotator=True)}
+
+
+@task(name="round-status", cache_policy=NO_CACHE, **NETWORK_RETRIES)
+def progress(round_names: list[str], data_root: str, annotators: list[str] | None) -> list[dict]:
+    """The progress table of `rescue annotate status` (the same function) for these rounds."""
+    from pipeline.annotation.status import round_status, status_rows
+
+    return status_rows(round_status(_client(data_root), round_names, annotators or None))
 
 
 def _agreement_key(ctx, params: dict) -> str:
@@ -153,16 +164,21 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
         gold = gold_rows(root)
     opened = push_next(nxt, root, annotators) if gold is not None and open_next and nxt else None
 
+    # Where every annotator stands, in this round and the one just opened.
+    status_table = progress([round_name] + ([nxt] if opened else []), root, annotators)
     status = "done" if gold is not None else "waiting"
     lines = [pulled["summary"], "",
              f"Agreement gate: **{'pass' if agr['passed'] else 'FAIL'}**; report: `{Path(agr['report'].get('html', '')).name}`",
              f"Disagreeing rows: {adj.disagreements} ({adjudicated} adjudicated)",
              f"Gold: {gold['rows']} rows" if gold else "Gold: waiting for adjudication - run this flow again when done",
-             f"Next round `{nxt}`: {opened['created']} new tasks" if opened else "No round opened."]
+             f"Next round `{nxt}`: {opened['created']} new tasks" if opened else "No round opened.",
+             f"Progress per annotator: table `round-{round_name}-status`; what annotators did with the "
+             f"pre-filled drafts: table `round-{round_name}-acceptance` (also in the agreement report)."]
     report(f"round-{round_name}", f"Round {round_name}", [Outcome(round_name, "done" if gold else "cached",
                                                                   reason="" if gold else "waiting for adjudication")],
            extra_markdown="\n".join(lines),
-           tables={"agreement": agr["fields"], "problems": pulled["problems"][:500]})
+           tables={"agreement": agr["fields"], "problems": pulled["problems"][:500], "status": status_table,
+                   "acceptance": pulled["acceptance"]})
     logger.info("round %s: %s", round_name, status)
     return {"round": round_name, "status": status, "passed": agr["passed"], "disagreements": adj.disagreements,
             "gold": gold, "next": opened, "report": agr["report"]}

@@ -60,6 +60,18 @@ def task_states(run_id) -> dict[str, list[str]]:
     return out
 
 
+def run_table(stack, run_id, key: str) -> list[dict]:
+    """A table artifact of one flow run, read back through the Prefect client."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
+
+    with stack.prefect_settings(), get_client(sync_client=True) as client:
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                                     flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+    assert len(arts) == 1, f"{len(arts)} artifacts {key!r} for flow run {run_id}"
+    return arts[0].data if isinstance(arts[0].data, list) else json.loads(arts[0].data)
+
+
 def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_round(stack, drafted):
     from prefect.flow_runs import resume_flow_run
 
@@ -86,6 +98,25 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
         assert states["pull-adjudication"] == ["Completed", "Completed"], states  # pulled again after resuming
         assert states["gold"] == ["Completed", "Completed"], states
 
+    # The run publishes the progress table of `rescue annotate status` (the same rows) for this
+    # round (every row done) and the one it opened (nothing done yet) ...
+    from pipeline.annotation import acceptance, push
+    from pipeline.annotation.rounds import load_round
+    from pipeline.annotation.status import round_status, status_rows
+
+    published = run_table(stack, run_id, "round-transcript-status")
+    assert published == status_rows(round_status(client, ["transcript", "emotion"], ANNOTATORS))
+    assert sorted((r["round"], r["annotator"]) for r in published) == sorted(
+        (rnd, a) for rnd in ("transcript", "emotion") for a in ANNOTATORS)
+    for r in published:
+        done, total = map(int, r["rows done"].split(" / "))
+        assert total > 0 and done == (total if r["round"] == "transcript" else 0), r
+    # ... and what the annotators did with the segmenter's drafts (the pull's acceptance table).
+    accepted = run_table(stack, run_id, "round-transcript-acceptance")
+    assert accepted and accepted == acceptance.summarize(acceptance.read(drafted, "transcript"), by_annotator=True)
+    assert {r["source"] for r in accepted} == {push.model_version(load_round("transcript"), "input")}
+    assert {r["annotator"] for r in accepted} == set(ANNOTATORS)
+    with stack.prefect_settings():
         # The same round again (e.g. an operator's rerun): agreement is served from the cache
         # (the labels did not change), gold is complete at once, nothing is pushed twice.
         again_id = demo.start_deployment("annotation-round/default", params)
