@@ -128,7 +128,7 @@ def _first_words(text: str, n: int = FIRST_WORDS) -> str:
 def voice_entries(sample: dict, media_url: str, player) -> list[dict]:
     """The block's voices: those of the sample's voice table that its rows carry, in table order.
 
-    Each: ``voice`` (the rows' label), ``label`` (shown), ``start``/``end`` (the stretch its
+    Each: ``voice`` (the rows' label), ``label`` (the question above its choices), ``start``/``end`` (the stretch its
     player plays: the table's stretch where it speaks alone, else its first row, at most
     :data:`SAMPLE_S`), ``rows`` (its first rows) and ``html`` (player and first lines; the
     first voice's also says what to do). ``player(media_url, start, end)``: the per-row player."""
@@ -150,7 +150,7 @@ def voice_entries(sample: dict, media_url: str, player) -> list[dict]:
                 start, end = float(own[0]["start_time"]), float(own[0]["end_time"])
         if start is not None:
             end = min(float(end), float(start) + SAMPLE_S)
-        out.append({"voice": voice, "label": voice, "start": start, "end": end,
+        out.append({"voice": voice, "label": f"Who is {voice}?", "start": start, "end": end,
                     "rows": [r["row_index"] for r in first[:FIRST_LINES]], "named_by": v.get("named_by"),
                     "n_rows": len(own)})
     for i, e in enumerate(out):

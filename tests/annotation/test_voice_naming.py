@@ -19,6 +19,7 @@ from pipeline import schemas
 from pipeline.annotation import ls_config, pull, push, voice_naming
 from pipeline.annotation.rounds import load_round
 from pipeline.annotation.windows import stitch_tasks
+from pipeline.config import REPO_ROOT
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
 
@@ -176,4 +177,108 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, new_
     got = pulled(result.labels.to_pylist())
     for r in script["rows"]:  # the voice's name on every row of it, the override on its row
         assert got[(r["row_index"], "primary_speaker")] == ("Cara" if r["row_index"] == row else r["primary_speaker"])
+        assert got[(r["row_index"], "target")] == r["target"]
+
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--autoplay-policy=no-user-gesture-required",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _playback(page, playwright, sel: str, span: tuple[float, float]) -> list[tuple[float, bool]]:
+    """Click the play button of the media element ``sel``; its (currentTime, paused) until it stops."""
+    for _ in range(5):  # the form may still re-render right after it appears
+        try:
+            page.locator(sel).scroll_into_view_if_needed(timeout=10_000)
+            box = page.locator(sel).bounding_box(timeout=10_000)
+            page.mouse.click(box["x"] + 16, box["y"] + box["height"] / 2)
+            page.wait_for_function(f"() => {{ const m = document.querySelector('{sel}'); "
+                                   "return m && !m.paused && m.currentTime > 0 }", timeout=5_000)
+            break
+        except playwright.Error:
+            continue
+    seen, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < (span[1] - span[0]) + 4:
+        seen.append(tuple(page.evaluate(f"() => {{ const m = document.querySelector('{sel}'); "
+                                        "return [m.currentTime, m.paused] }")))
+        if seen[-1][1] and seen[-1][0] > span[0]:
+            break
+        time.sleep(0.2)
+    return seen
+
+
+@pytest.mark.slow
+def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_server, ls_client, ls_data_root,
+                                                                           tmp_path):
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+    email, password = f"voices-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
+    ls_client.create_user(email)
+    ls_server.set_password(email, password)
+    media = ls_data_root / "media"
+    media.mkdir(exist_ok=True)
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=30",
+                    "-ar", "16000", "-ac", "1", str(media / "voices.wav")], check=True)
+    script, draft, table = neutral("synthetic/voices_browser", "couple", 7)
+    write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
+                  DataRoot(tmp_path).draft_voices(draft["sample_id"]))
+    report = push.push_round(ls_client, "transcript", [draft], [email], k=1, data_root=tmp_path,
+                             media_url=lambda s: "/data/local-files/?d=media/voices.wav", media_dir=media)
+    pid = report.projects[push.project_key("transcript", "couple", email)]
+    task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
+    names = names_for(script, draft)
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            page.set_default_timeout(120_000)
+            page.goto(f"{ls_server.url}/user/login/")
+            page.fill("input[name=email]", email)
+            page.fill("input[name=password]", password)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda url: "/user/login" not in url)
+            page.goto(f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
+            page.locator("#unit_0").wait_for(state="attached")
+            page.locator("#voice_0").wait_for(state="attached")
+            page.wait_for_load_state("networkidle")
+            # each voice once, with its first lines
+            blocks = page.locator("#voices [id^=voice_]")
+            assert blocks.count() == len(table)
+            texts = [blocks.nth(i).inner_text() for i in range(len(table))]
+            for v, text in zip(table, texts):
+                assert sum(t.count(f"{v['voice']} (") for t in texts) == 1, texts  # "Speaker 1 (n rows ...)"
+                for ri in v["first_rows"]:
+                    assert draft["rows"][ri - 1]["dialogue_cleaned"] in text, (v, text)
+            # its play control plays that voice's stretch and stops at its end
+            span = (table[1]["sample_start"], table[1]["sample_end"])
+            seen = _playback(page, playwright, "#voice_1 audio", span)
+            playing = [t for t, paused in seen if not paused and t > 0]
+            assert playing and span[0] - 0.05 <= playing[0] <= span[0] + 1.0, (span, seen)
+            end, paused = seen[-1]
+            assert paused and span[1] - 0.05 <= end <= span[1] + 0.35, (span, seen)
+            assert max(t for t, _ in seen) <= span[1] + 0.35
+            # every row is pre-filled with its voice; the therapist's voice already has its name
+            checked = page.evaluate("() => [...document.querySelectorAll('#unit_0 input:checked')].map(e => e.name)")
+            assert any(re.fullmatch(r"(voice:)?Speaker \d( \(voice\))?", n) for n in checked), checked
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "voices.png"))
+            for i, v in enumerate(table):  # name the two clients' voices by mouse; one row is someone else
+                if v["voice"] != "Therapist":
+                    page.locator(f"#voice_{i} input[name={json.dumps(names[v['voice']])}]").click()
+            page.locator("#unit_4").scroll_into_view_if_needed()
+            page.locator("#unit_4 .lsf-choices").first.locator("input[name=Therapist]").click()  # row 5
+            page.get_by_role("button", name="Submit").click()
+            deadline = time.monotonic() + 60
+            while not ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]["total_annotations"]:
+                assert time.monotonic() < deadline, "the annotation was not saved"
+                time.sleep(0.5)
+        finally:
+            browser.close()
+    result = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[email], write=False)
+    assert result.problems.to_pylist() == []
+    got = pulled(result.labels.to_pylist())
+    for r in script["rows"]:
+        assert got[(r["row_index"], "primary_speaker")] == ("Therapist" if r["row_index"] == 5 else r["primary_speaker"])
         assert got[(r["row_index"], "target")] == r["target"]
