@@ -192,13 +192,20 @@ def segment_cmd(
     data_root: Optional[Path] = typer.Option(None),
     max_pause: float = typer.Option(1.5, min=0.0, help="a longer pause starts a new row"),
     max_row: float = typer.Option(30.0, min=1.0, help="rows longer than this are split at a sentence end"),
+    speaking_order: Optional[str] = typer.Option(
+        None, "--speaking-order", metavar="yes|no",
+        help="yes: the participants are listed in the order they first speak, and voices are named in that "
+             "order (the manifest's speaking_order column); no: neutral voice labels (Speaker 1, ...), which "
+             "annotators name once per voice in the transcript round. Default: the manifest's column"),
 ) -> None:
-    """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet)."""
+    """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet) and the interview's
+    voices (DATA_ROOT/draft-voices/<sample_id>.parquet)."""
     from rich.console import Console
     from pipeline.media.ingest import prepare_data_root
     from pipeline.media.turns import SegmenterConfig, segment_stage
 
     console = Console()
+    hint = _yes_no(speaking_order, "--speaking-order")
     root = _media_settings(data_root).data_root
     cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
     failed = 0
@@ -206,13 +213,25 @@ def segment_cmd(
     prepare_data_root(root, ("drafts", "draft-voices"))
     for sid in ids:
         try:
-            done = segment_stage(sid, root, cfg)
+            done = segment_stage(sid, root, cfg, speaking_order=hint)
             console.print(f"{sid}: {done.rows} draft rows", highlight=False)
         except (FileNotFoundError, KeyError) as exc:
             failed += 1
             console.print(f"[red]{sid}: {exc} (run `rescue transcribe` / `rescue diarize` first)[/red]", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _yes_no(value: Optional[str], option: str) -> Optional[bool]:
+    """yes/no (as the manifest's column reads them) -> bool; None stays None; else exit 2."""
+    if value is None:
+        return None
+    word = value.strip().lower()
+    if word in ("yes", "true", "1", "y"):
+        return True
+    if word in ("no", "false", "0", "n"):
+        return False
+    raise typer.BadParameter(f"expected yes or no, got {value!r}", param_hint=option)
 
 
 voices_app = typer.Typer(help="Enrolled voices: diarized speakers named by voice (pipeline.media.voices).",

@@ -79,3 +79,42 @@ def test_segment_builds_draft_rows_with_names_targets_and_prefix_speakers():
     rows = segment("g/s1", tr, turns, "couple", ["Alan", "Evelyn"]).to_pylist()
     assert [(r["primary_speaker"], r["target"]) for r in rows] == [
         ("Therapist", ["Couple"]), ("Speaker 1", ["Therapist"]), ("Evelyn", ["Speaker 1"])]
+
+
+def test_rescue_segment_speaking_order_option_overrides_the_manifest_column(tmp_path):
+    """`rescue segment --speaking-order yes|no` mirrors the manifest's column; default: the column."""
+    import json
+
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.media import ingest
+    from pipeline.media.rttm import write_rttm
+    from pipeline.paths import DataRoot
+    from pipeline.store import atomic_write_text
+
+    spoken = [("SPEAKER_01", "What brings you both here?"), ("SPEAKER_00", "We argue about money."),
+              ("SPEAKER_01", "Who worries more?"), ("SPEAKER_02", "I do, all the time.")]
+    cues = [Unit(i * 3.0, i * 3.0 + 2.5, text) for i, (_, text) in enumerate(spoken)]
+    dia = [Turn(i * 3.0, i * 3.0 + 2.5, who) for i, (who, _) in enumerate(spoken)]
+    root = DataRoot(tmp_path)
+    ingest.record_catalog(root, {"sample_id": "c/one", "scenario": "couple", "source_name": "x.mp4", "sha256": "0" * 64,
+                                 "duration_s": 12.0, "audio_path": None, "status": "done",
+                                 "participants": ["Ann", "Ben"], "speaking_order": None})
+    atomic_write_text(root.transcript("c/one"), json.dumps(Transcript("cue", cues).to_dict()))
+    write_rttm(dia, root.rttm("c/one"))
+
+    def speakers(*options):
+        out = CliRunner().invoke(app, ["segment", "c/one", "--data-root", str(tmp_path), *options])
+        assert out.exit_code == 0, out.output
+        return [r["primary_speaker"] for r in pq.read_table(root.drafts("c/one")).to_pylist()]
+
+    assert speakers() == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]  # no column: neutral labels
+    assert speakers("--speaking-order", "yes") == ["Therapist", "Ann", "Therapist", "Ben"]
+    assert speakers("--speaking-order", "no") == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]
+    ingest.record_catalog(root, {**ingest.catalog_entry(root, "c/one"), "speaking_order": True})  # the column says yes
+    assert speakers() == ["Therapist", "Ann", "Therapist", "Ben"]
+    assert speakers("--speaking-order", "no") == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]
+    bad = CliRunner().invoke(app, ["segment", "c/one", "--data-root", str(tmp_path), "--speaking-order", "maybe"])
+    assert bad.exit_code == 2 and "--speaking-order" in bad.output and "'maybe'" in bad.output
