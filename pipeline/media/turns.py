@@ -48,9 +48,11 @@ Naming voices (:func:`voice_labels`). Rows carry one stable label per diarized v
   the others in the order of their first turn; the participants' order is not used.
 
 The voice table (:func:`voice_table`, written to ``draft-voices/<sample_id>.parquet``) lists each
-label with its first rows and a few seconds where that voice speaks alone; an annotator names
-each voice once and :func:`apply_voice_names` renames every row of the sample (speaker, targets,
-background speakers and targets). Rows stay correctable one by one afterwards.
+label with its first rows and a few seconds where that voice speaks alone. The transcript round
+shows it as one block and the annotator names each voice once; pull applies the names to every
+row of the voice, and a row the annotator gave another speaker keeps it
+(``pipeline.annotation.voice_naming``). :func:`apply_voice_names` renames a sample's rows from
+such a mapping outside Label Studio (speaker, targets, background speakers and targets).
 
 :func:`segment_stage` is the stage's one entry point (``rescue segment`` and the ``ingest-batch``
 flow): a catalogued sample's stored transcript and RTTM -> ``drafts/<sample_id>.parquet``
