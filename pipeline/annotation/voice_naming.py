@@ -323,3 +323,34 @@ def _renamed(result: dict, names: dict[str, str], units: list[dict], unit: int, 
     if not chosen:
         return None
     return {**result, "value": {**result.get("value", {}), "choices": chosen}}
+
+
+# --- gold ----------------------------------------------------------------------------------
+
+def name_background(base_rows: list[dict], gold_rows: list[dict]) -> list[dict]:
+    """Gold rows whose ``background_dialogue`` (never annotated: it comes from the draft) speaks
+    of people the way the transcript round named them. A draft voice's name is the speaker most
+    of its rows got in gold (so the voice block's name, with row overrides and adjudication
+    outvoted by the rest); an entry's target that was its row's draft speaker becomes that row's
+    gold speaker. Only background entries change: rows' own speakers and targets are gold."""
+    base = {r["row_index"]: r for r in base_rows}
+    votes: dict[str, dict[str, int]] = {}
+    for g in gold_rows:
+        voice, name = (base.get(g["row_index"]) or {}).get(SPEAKER_FIELD), g.get(SPEAKER_FIELD)
+        if voice and name:
+            votes.setdefault(voice, {})
+            votes[voice][name] = votes[voice].get(name, 0) + 1
+    names = {v: max(c, key=lambda n: c[n]) for v, c in votes.items()}  # ties: the first row's name
+    out = []
+    for g in gold_rows:
+        draft_speaker = (base.get(g["row_index"]) or {}).get(SPEAKER_FIELD)
+        entries = []
+        for b in g.get("background_dialogue") or []:
+            speaker = names.get(b.get("speaker"), b.get("speaker"))
+            targets = [g[SPEAKER_FIELD] if t == draft_speaker else names.get(t, t) for t in b.get("target") or []]
+            kept = [t for t in dict.fromkeys(targets) if t != speaker]
+            if not kept and targets and g[SPEAKER_FIELD] != speaker:
+                kept = [g[SPEAKER_FIELD]]
+            entries.append({**b, "speaker": speaker, "target": kept})
+        out.append({**g, "background_dialogue": entries} if g.get("background_dialogue") else g)
+    return out

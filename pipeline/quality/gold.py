@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import corpus, store, taxonomy, validate
+from pipeline.annotation import voice_naming
 from pipeline.annotation.rounds import load_round
 from pipeline.annotation.rounds import round_names as all_rounds
 from pipeline.paths import DataRoot, check_name
@@ -226,6 +227,7 @@ def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any],
                                  "value": _json(value)})
                     row[f.name] = value
             rows.append(_rescue_row(row, scenario))
+        rows = voice_naming.name_background(s["rows"], rows)  # backchannels: the voices' names from the rows
         out_samples.append({**{k: v for k, v in s.items() if k != "rows"}, "rows": rows})
     if strict and unresolved:
         head = "; ".join(f"{u['round']}/{u['sample_id']}#{u['row_index']}.{u['field']}" for u in unresolved[:10])

@@ -282,3 +282,32 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
     for r in script["rows"]:
         assert got[(r["row_index"], "primary_speaker")] == ("Therapist" if r["row_index"] == 5 else r["primary_speaker"])
         assert got[(r["row_index"], "target")] == r["target"]
+
+
+def test_gold_names_the_backchannels_of_a_named_voice():
+    """Background dialogue is never annotated: gold gives its voices the names their rows got."""
+    from pipeline.quality import gold
+
+    rnd = load_round("transcript")
+    script, draft, _ = neutral("synthetic/voices_bg", "couple", 6)
+    # row 2 (Speaker 2 = Ann) holds a backchannel of Speaker 1 (Ben) addressed to the row's speaker
+    draft["rows"][1]["background_dialogue"] = [{"speaker": "Speaker 1", "target": ["Speaker 2"], "content": "Mm-hmm."}]
+    lines = []
+    for who in ("a@x.test", "b@x.test"):
+        for r in script["rows"]:
+            for f in ("primary_speaker", "target", "dialogue_cleaned"):
+                lines.append({"round": "transcript", "sample_id": draft["sample_id"], "scenario": "couple",
+                              "row_index": r["row_index"], "annotator": who, "field": f,
+                              "value": json.dumps(r[f]), "annotation_id": 1, "lead_time_s": 1.0,
+                              "created_at": None, "updated_at": None})
+    res = gold.build_gold([draft], pa.Table.from_pylist(lines, schema=schemas.LABELS), [rnd], strict=False)
+    rows = res.samples[0]["rows"]
+    assert [r["primary_speaker"] for r in rows] == [r["primary_speaker"] for r in script["rows"]]
+    assert rows[1]["background_dialogue"] == [{"speaker": "Ben", "target": ["Ann"], "content": "Mm-hmm."}]
+    # a row whose speaker was corrected on that row: its backchannel is addressed to the corrected speaker
+    base = [dict(r) for r in draft["rows"]]
+    fixed = [dict(r, background_dialogue=b["background_dialogue"]) for r, b in zip(rows, base)]
+    fixed[1]["primary_speaker"] = "Therapist"
+    got = voice_naming.name_background(base, fixed)
+    assert got[1]["background_dialogue"][0] == {"speaker": "Ben", "target": ["Therapist"], "content": "Mm-hmm."}
+    assert got[0] is fixed[0]  # rows without background stay as they are
