@@ -79,8 +79,8 @@ def _email(completed_by, users: dict[int, str]) -> str | None:
 
 def _own_latest(annotations: Iterable[dict], annotator: str, users: dict[int, str]) -> dict | None:
     """The annotator's latest submitted (not skipped) annotation, chosen as the pull chooses it."""
-    live = [a for a in annotations or [] if _email(a.get("completed_by"), users) in (None, annotator)
-            and not a.get("was_cancelled")]
+    live = [a for a in annotations or [] if a.get("completed_by") != _PREDICTOR and not a.get("was_cancelled")
+            and _email(a.get("completed_by"), users) in (None, annotator)]
     return max(live, key=lambda a: (a.get("updated_at") or "", a.get("id") or 0)) if live else None
 
 
@@ -114,34 +114,43 @@ def _canonical(value) -> str:
     """JSON with choice lists and records as sets (the form's order is no decision)."""
     def norm(v):
         if isinstance(v, dict):
-            return {k: norm(x) for k, x in sorted(v.items())}
+            return {k: norm(x) for k, x in v.items()}
         if isinstance(v, list):
             items = [norm(x) for x in v]
+            if all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in items) \
+                    and len({type(x) for x in items}) <= 1:
+                return sorted(items)
             return sorted(items, key=lambda x: json.dumps(x, sort_keys=True, ensure_ascii=False))
         return v
     return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
 
 
-def _values(parse: Parser, rnd: Round, data: dict, results: list[dict]) -> tuple[dict, dict]:
-    """``(parsed, raw)``: ``(row_index, field) -> canonical value`` by the pull's parser (fields it
-    accepts) and as the raw Label Studio results (every field)."""
+def _values(parse: Parser, rnd: Round, data: dict, results: list[dict],
+            keys: set[tuple[int, str]]) -> tuple[dict, dict]:
+    """``(parsed, raw)`` for ``keys`` (``(row_index, field)``): the canonical value by the pull's
+    parser (fields it accepts), and each field's raw ``[control, value]`` items (every field)."""
     lines, _ = parse(rnd, data, {"result": results}, "")
-    parsed = {(ln["row_index"], ln["field"]): _canonical(json.loads(ln["value"])) for ln in lines}
+    parsed = {(ln["row_index"], ln["field"]): ln["value"] for ln in lines}
+    parsed = {k: _canonical(json.loads(parsed[k])) for k in keys if k in parsed}
     units = data.get("units") or []
     raw: dict[tuple[int, str], list] = {}
     for r in results or []:
         name = naming.parse_control_name(r.get("from_name", ""))
-        if name is not None and name[3] < len(units):
+        if name is not None and name[3] < len(units) and (units[name[3]]["row_index"], name[0]) in keys:
             control = naming.control_name(name[0], 0, name[1], name[2])  # the unit does not matter here
             raw.setdefault((units[name[3]]["row_index"], name[0]), []).append([control, ls_config.result_value(r)])
-    return parsed, {k: _canonical(v) for k, v in raw.items()}
+    return parsed, raw
 
 
 def _same(key, pvals: tuple[dict, dict], avals: tuple[dict, dict]) -> bool:
     """Equal as the label table stores them; as given when the parser refuses either side."""
     if key in pvals[0] and key in avals[0]:
         return pvals[0][key] == avals[0][key]
-    return pvals[1].get(key) == avals[1].get(key)
+    return _canonical(pvals[1].get(key)) == _canonical(avals[1].get(key))
+
+
+def _shown(key, vals: tuple[dict, dict]) -> str:
+    return vals[0][key] if key in vals[0] else _canonical({"raw": vals[1].get(key)})
 
 
 def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
@@ -153,48 +162,38 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
     -> e-mail (the synchronous export names annotators by id); ``parse``: the pull's parser.
     """
     users = users or {}
-    shown: dict[int, dict] = {}
-    pred_tasks = []
+    tasks = [t for t in tasks if isinstance(t, dict)]
+    versions: dict[str, set[str]] = {}  # sample -> model versions of the predictions shown
+    with_pred = []
     for t in tasks:
-        if not isinstance(t, dict):
-            continue
         p = _shown_prediction(t, predictions, annotator, users)
         if p is not None:
-            shown[t.get("id")] = p
-        # The prediction as an annotation of its own, so windows stitch it like the labels.
-        pred_tasks.append({**{k: v for k, v in t.items() if k not in ("annotations", "predictions", "drafts")},
-                           "annotations": [{"id": t.get("id"), "completed_by": _PREDICTOR,
-                                            "result": (p or {}).get("result") or [], "updated_at": ""}]})
-    versions: dict[str, set[str]] = {}
-    for t in tasks:
-        if isinstance(t, dict) and t.get("id") in shown:
-            versions.setdefault((t.get("data") or {}).get("sample_id"), set()).add(
-                shown[t["id"]].get("model_version") or "")
-    whole_ann, _ = stitch_tasks([t for t in tasks if isinstance(t, dict)])
-    whole_pred, _ = stitch_tasks(pred_tasks)
-    pred_of = {}
-    for t in whole_pred:
-        pred_of.setdefault((t.get("data") or {}).get("sample_id"), t)
+            versions.setdefault((t.get("data") or {}).get("sample_id"), set()).add(p.get("model_version") or "")
+        # The prediction rides along as one more annotation, so windows stitch it like the labels.
+        stand_in = {"id": t.get("id"), "completed_by": _PREDICTOR, "result": (p or {}).get("result") or [],
+                    "updated_at": ""}
+        with_pred.append({**t, "annotations": [*(t.get("annotations") or []), stand_in]})
+    whole, _ = stitch_tasks(with_pred)
     lines: list[dict] = []
     seen: set[str] = set()
-    for task in whole_ann:
+    for task in whole:
         data = task.get("data") or {}
         sid = data.get("sample_id")
         if sid in seen or sid not in versions:  # a duplicate (the pull uses the first), or no prediction
             continue
         seen.add(sid)
         mine = _own_latest(task.get("annotations"), annotator, users)
-        ptask = pred_of.get(sid)
-        if mine is None or ptask is None or not ptask.get("annotations"):
+        stand_in = next((a for a in task.get("annotations") or [] if a.get("completed_by") == _PREDICTOR), None)
+        if mine is None or stand_in is None:
             continue  # not submitted yet (every window), or skipped
-        presults = ptask["annotations"][0].get("result") or []
-        aresults = mine.get("result") or []
+        presults, aresults = stand_in.get("result") or [], mine.get("result") or []
         predicted, filled = _filled(presults, data), _filled(aresults, data)
-        pvals, avals = _values(parse, rnd, data, presults), _values(parse, rnd, data, aresults)
+        keys = predicted | filled
+        pvals, avals = _values(parse, rnd, data, presults, keys), _values(parse, rnd, data, aresults, keys)
         version = ",".join(sorted(versions[sid]))
-        for key in sorted(predicted | filled):
-            p = (pvals[0].get(key) or pvals[1].get(key)) if key in predicted else None
-            a = (avals[0].get(key) or avals[1].get(key)) if key in filled else None
+        for key in sorted(keys):
+            p = _shown(key, pvals) if key in predicted else None
+            a = _shown(key, avals) if key in filled else None
             if key in predicted and key in filled:
                 outcome = "kept" if _same(key, pvals, avals) else "changed"
             else:

@@ -121,3 +121,54 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
     pull.pull_round(ls_client, "emotion", root, annotators=[a])
     again = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, lines))
+
+
+# --- the comparison itself, on hand-made exports (no server) -----------------------------------
+
+def _task(rnd, sample, values, tid=1):
+    data = ls_config.build_tasks_data(rnd, sample)[0]
+    return {"id": tid, "data": data, "annotations": []}, ls_config.values_to_results(rnd, data, values)
+
+
+def test_order_of_choices_is_no_change_and_a_refused_value_is_a_change():
+    rnd = load_round("transcript")
+    sample = make_sample("synthetic/accept_unit", "family", 4)
+    values = push.input_values(rnd, sample)
+    values[1]["target"] = ["Cara", "Eli"]  # row 1 is Dan's
+    task, pred = _task(rnd, sample, values)
+    submitted = [dict(r, value={"choices": list(reversed(r["value"]["choices"]))})
+                 if r["from_name"] == "target_0" else r for r in pred]
+    submitted = [dict(r, value={"choices": ["Nobody"]}) if r["from_name"] == "primary_speaker_1" else r
+                 for r in submitted]
+    task["annotations"] = [{"id": 7, "completed_by": 1, "result": submitted, "updated_at": "2026-01-01"}]
+    lines = acceptance.measure_tasks(rnd, "family", "a@x", [task], {1: [{"id": 3, "result": pred, "model_version": "m"}]},
+                                     {1: "a@x"}, parse=pull.parse_annotation)
+    by = {(r["row_index"], r["field"]): r for r in lines}
+    assert by[(1, "target")]["outcome"] == "kept"
+    assert by[(2, "primary_speaker")]["outcome"] == "changed"  # "Nobody" is refused by the pull: compared as given
+    assert json.loads(by[(2, "primary_speaker")]["value"]) == {"raw": [["primary_speaker_0", ["Nobody"]]]}
+    assert Counter(r["outcome"] for r in lines) == Counter(kept=len(lines) - 1, changed=1)
+
+
+def test_the_prediction_shown_is_the_annotations_parent_and_skips_and_others_do_not_count():
+    rnd = load_round("emotion")
+    sample = make_sample("synthetic/accept_unit", "couple", 3)  # client rows 1 and 2
+    values = push.input_values(rnd, sample)
+    task, pred = _task(rnd, sample, values)
+    other = {**values, 1: {**values[1], "utterance_type": "withdrawal" if values[1]["utterance_type"] != "withdrawal"
+                            else "defense"}}
+    _, pred_other = _task(rnd, sample, other)
+    preds = {1: [{"id": 3, "result": pred, "model_version": "old"}, {"id": 4, "result": pred_other, "model_version": "new"}]}
+    task["annotations"] = [{"id": 7, "completed_by": 1, "result": pred, "updated_at": "2026-01-02", "parent_prediction": 3},
+                           {"id": 8, "completed_by": 2, "result": [], "updated_at": "2026-01-03"}]  # someone else's
+    lines = acceptance.measure_tasks(rnd, "couple", "a@x", [task], preds, {1: "a@x", 2: "b@x"},
+                                     parse=pull.parse_annotation)
+    assert {r["model_version"] for r in lines} == {"old"} and {r["outcome"] for r in lines} == {"kept"}
+    task["annotations"][0]["parent_prediction"] = None  # no parent: the latest prediction was shown
+    lines = acceptance.measure_tasks(rnd, "couple", "a@x", [task], preds, {1: "a@x", 2: "b@x"},
+                                     parse=pull.parse_annotation)
+    assert {r["model_version"] for r in lines} == {"new"}
+    assert [(r["row_index"], r["field"]) for r in lines if r["outcome"] == "changed"] == [(1, "utterance_type")]
+    task["annotations"][0]["was_cancelled"] = True  # skipped: nothing to count
+    assert acceptance.measure_tasks(rnd, "couple", "a@x", [task], preds, {1: "a@x", 2: "b@x"},
+                                    parse=pull.parse_annotation) == []
