@@ -12,6 +12,9 @@ shared machinery is here so every flow resumes, retries and reports the same way
   transient errors (:func:`transient`: network, timeouts, HTTP 5xx); a configuration error (no
   annotators, unknown round, bad parameter) fails at once with its message.
 - ``gpu_slot(device)``: the strict global concurrency limit ``gpu`` around model inference on a GPU.
+- ``push_slot()``: the strict global concurrency limit ``rescue-push`` (1 slot) around every push of
+  a round from a flow: it holds across workers on several hosts, where the library's fcntl lock
+  on the data root (kept for the CLI path) cannot be trusted (NFS; docs/SCALING.md).
 - ``settle()``: wait for ALL futures, then sort them into done / cached / failed (calling
   ``.result()`` on the first failure would cancel the siblings and lose their work).
 - ``report()``: the per-run summary artifacts; ``summary_on_failure`` publishes them for a
@@ -40,6 +43,7 @@ from pipeline.store import sha256_file
 
 CODE_VERSION = f"rescue-pipeline-{pipeline.__version__}"
 GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")
+PUSH_LIMIT = os.environ.get("RESCUE_PUSH_LIMIT", "rescue-push")
 
 RESUME = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=lambda ctx, params: CODE_VERSION)
 
@@ -116,6 +120,32 @@ def gpu_slot(device: str):
         yield
 
 
+@contextlib.contextmanager
+def push_slot():
+    """Hold the one slot of the global ``rescue-push`` limit while a flow pushes a round to Label
+    Studio: two pushes at once (two batches, a batch and a round's next push, on any host) never
+    create a second project or a second copy of a task. The lease is renewed while the push runs
+    and expires 60 s after a holder dies, so a killed worker cannot block pushes for good.
+
+    Strict: a missing limit is an error naming the fix. ``RESCUE_PUSH_LIMIT=`` (empty) turns it
+    off, e.g. for a server-less local test harness (the fcntl lock inside the push still holds
+    on one host)."""
+    if not PUSH_LIMIT:
+        yield
+        return
+    from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
+    from prefect.concurrency.sync import concurrency
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(concurrency(PUSH_LIMIT, occupy=1, lease_duration=60, strict=True))
+        except ConcurrencySlotAcquisitionError as exc:
+            raise ConcurrencySlotAcquisitionError(
+                f"global concurrency limit {PUSH_LIMIT!r} (serialises pushes across workers): {exc}; create it "
+                f"with `rescue stack register` (or `prefect gcl create {PUSH_LIMIT} --limit 1`)") from None
+        yield
+
+
 # --- settling mapped work -------------------------------------------------------------
 
 @dataclass
@@ -128,6 +158,8 @@ class Outcome:
     result: Any = None
     executed: list[str] = field(default_factory=list)   # task names that really ran
     cached: list[str] = field(default_factory=list)     # task names served from cache
+    flow_run: str = ""     # the child flow run that did it (fan-out): its UI link
+    worker: str = ""       # where it ran (fan-out): worker name and host
 
 
 def _reason(state) -> str:
@@ -182,9 +214,11 @@ def report(key: str, title: str, outcomes: Iterable[Outcome], extra_markdown: st
     if extra_markdown:
         lines += ["", extra_markdown]
     create_markdown_artifact(key=f"{key}-summary", markdown="\n".join(lines), description=title)
+    fanned = any(o.flow_run for o in outcomes)  # child-run columns only when there were children
     create_table_artifact(key=f"{key}-items", table=[
         {"item": o.item, "status": o.status, "reason": o.reason,
-         "executed": ",".join(o.executed), "cached": ",".join(o.cached)} for o in outcomes])
+         "executed": ",".join(o.executed), "cached": ",".join(o.cached),
+         **({"flow_run": o.flow_run, "worker": o.worker} if fanned else {})} for o in outcomes])
     for name, rows in (tables or {}).items():
         if rows:
             create_table_artifact(key=f"{key}-{name}", table=rows)
@@ -241,9 +275,10 @@ def summary_on_failure(key: str | Callable[[dict], str], title: Callable[[dict],
     return deco
 
 
-def ensure_infrastructure(pools: Iterable[str], gpu_limit: str, gpu_slots: int) -> list[str]:
-    """Create the process work pools and the global GPU limit if missing (one client, one
-    process: `rescue stack register` calls this instead of several `prefect` CLI runs)."""
+def ensure_infrastructure(pools: Iterable[str], gpu_limit: str, gpu_slots: int,
+                          push_limit: str = PUSH_LIMIT) -> list[str]:
+    """Create the process work pools, the global GPU limit and the push limit (1 slot) if missing
+    (one client, one process: `rescue stack register` calls this instead of several `prefect` CLI runs)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, WorkPoolCreate
     from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
@@ -259,9 +294,15 @@ def ensure_infrastructure(pools: Iterable[str], gpu_limit: str, gpu_slots: int) 
                     made.append(f"pool {pool}")
                 except ObjectAlreadyExists:  # a worker starting at the same time made it
                     pass
-        try:
-            client.read_global_concurrency_limit_by_name(gpu_limit)
-        except ObjectNotFound:
-            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=gpu_limit, limit=gpu_slots))
-            made.append(f"limit {gpu_limit}={gpu_slots}")
+        for name, slots in ((gpu_limit, gpu_slots), (push_limit, 1)):
+            if not name:
+                continue
+            try:
+                client.read_global_concurrency_limit_by_name(name)
+            except ObjectNotFound:
+                try:
+                    client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
+                    made.append(f"limit {name}={slots}")
+                except ObjectAlreadyExists:
+                    pass
     return made

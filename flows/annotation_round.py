@@ -25,7 +25,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
-from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, report, sha256_file, summary_on_failure
+from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, push_slot, report, sha256_file, summary_on_failure
 from pipeline.annotation import rounds
 from pipeline.config import Settings
 from pipeline.paths import check_name
@@ -116,7 +116,8 @@ def gold_rows(data_root: str) -> dict | None:
 def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> dict:
     from pipeline.annotation import intake
 
-    rep = intake.open_round(_client(data_root), data_root, next_round, annotators or None).report
+    with push_slot():  # pushes serialised across hosts (flows.push_slot)
+        rep = intake.open_round(_client(data_root), data_root, next_round, annotators or None).report
     return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
 
 

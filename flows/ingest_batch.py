@@ -1,74 +1,43 @@
 """`ingest-batch`: a batch folder (videos + manifest) -> draft turns in Label Studio.
 
-Per interview, each task calls its stage's one entry point (the CLI calls the same ones) and
-passes its typed, content-addressed record on: ingest (:func:`pipeline.media.ingest.ingest_entry`:
-probe, sha256, 16 kHz wav, catalog line -> ``Ingested``) -> transcript
-(:func:`pipeline.media.transcribe.transcribe_stage`: subtitles or WhisperX, chosen by
-``transcribe.resolve_backend`` -> ``Transcribed``) and diarize
-(:func:`pipeline.media.diarize.diarize_stage` -> ``Diarized``), side by side -> segment
-(:func:`pipeline.media.turns.segment_stage`: draft rows -> ``Segmented``). Then the drafts of
-every interview that made it are pushed as the first round (``push_drafts``, idempotent: keyed
-on sample_id + content hash, never on Label Studio ids).
+Each interview goes through ingest -> transcript + diarize -> segment (:mod:`flows.ingest_interview`,
+which says what each stage calls). Then the drafts of every interview that made it are pushed
+as the first round, once, here (``push_drafts``: idempotent, keyed on sample_id + content hash,
+never on Label Studio ids, and holding the ``rescue-push`` limit across hosts).
 
-Interviews run side by side, at most ``max_workers`` at a time; model inference holds a slot
-of the global `gpu` limit. A bad interview is quarantined with its reason and the rest go on; a
-manifest entry whose sample id breaks the grammar is quarantined before any task runs.
-Every stage is cached on its inputs' CONTENT (file sha256s + task source + pipeline version),
-so a rerun after a crash redoes only what did not finish.
+Fan-out: run from a deployment, the batch submits one ``ingest-interview`` flow run per
+interview with ``run_deployment`` (``ingest-interview/default`` on ``rescue-cpu``, ``/gpu`` on
+``rescue-gpu`` for ``device=cuda``), so every worker polling the pool, on any host, takes
+interviews; it then waits for all of them and reports each one's outcome with a link to its
+run. Prefect's own work pools do the distribution: no Dask or Ray cluster to run beside them
+(docs/SCALING.md). Outside a deployment (a direct call, the CLI path, the demo), with
+``fan_out=False``, or when no ``ingest-interview`` deployment is registered, the same task
+chain runs in this flow's thread pool, at most ``max_workers`` interviews at a time.
+
+A bad interview is quarantined with its reason and the rest go on - a child run that fails or
+crashes (its worker killed) too; a manifest entry whose sample id breaks the grammar is
+quarantined before anything runs. Every stage is cached on its inputs' CONTENT in the shared
+result storage, so a rerun after a crash redoes only what did not finish.
 """
 from __future__ import annotations
 
-import contextlib
+import dataclasses
+import time
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import (NETWORK_RETRIES, RESUME, Outcome, file_resume, gpu_slot, note, report, settle, sha256_file,
-                   summary_on_failure)
+from flows import NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, summary_on_failure
+from flows.ingest_interview import submit_interview
 from pipeline.config import Settings
-from pipeline.media import diarize as dz
 from pipeline.media import ingest as media
-from pipeline.media import transcribe as tr
-from pipeline.media import turns, voices
-from pipeline.media.diarize import Diarized
-from pipeline.media.ingest import Ingested, ManifestEntry
-from pipeline.media.transcribe import Transcribed
+from pipeline.media import voices
 from pipeline.media.turns import Segmented
 
-
-@task(name="ingest", task_run_name="ingest[{entry.sample_id}]", cache_policy=file_resume("video"))
-def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
-           subtitles_sha256: str | None = None, allow_outside_batch: bool = False) -> Ingested:
-    """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
-    batch folder, which is refused unread); ``subtitles_sha256``: only part of the cache key (a
-    changed subtitle file is ingested again)."""
-    result = media.ingest_entry(entry, data_root, batch_dir, allow_outside_batch=allow_outside_batch)
-    if result.ingested is None:
-        raise media.MediaError(result.reason)
-    return result.ingested
-
-
-@task(name="transcript", task_run_name="transcript[{ingested.sample_id}]", cache_policy=RESUME)
-def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
-               device: str) -> Transcribed:
-    chosen = tr.resolve_backend(backend, ingested.subtitle_path)
-    with gpu_slot(device) if chosen == "whisperx" else contextlib.nullcontext():  # subtitles: no model, no slot
-        return tr.transcribe_stage(ingested.sample_id, data_root, chosen, asr_model, align_model, device)
-
-
-@task(name="diarize", task_run_name="diarize[{ingested.sample_id}]", cache_policy=RESUME)
-def diarize(ingested: Ingested, data_root: str, diarization: str | None, device: str, voices: str = "") -> Diarized:
-    """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
-    from the voices under the data root)."""
-    model = dz.load_pipeline(diarization, device, Settings.from_env(data_root))  # once per process
-    with gpu_slot(device):
-        return dz.diarize_stage(ingested.sample_id, data_root, pipeline=model, device=device)
-
-
-@task(name="segment", task_run_name="segment[{ingested.sample_id}]", cache_policy=RESUME)
-def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, data_root: str) -> Segmented:
-    return turns.segment_stage(ingested.sample_id, data_root)
+CHILD_DEPLOYMENT = "ingest-interview/default"     # rescue-cpu
+CHILD_GPU_DEPLOYMENT = "ingest-interview/gpu"     # rescue-gpu
+POLL_S = 1.0  # one query for all children per poll
 
 
 @task(name="push-transcript-round", cache_policy=RESUME, **NETWORK_RETRIES)
@@ -80,11 +49,101 @@ def push_drafts(drafted: list[Segmented], data_root: str, annotators: list[str] 
     from pipeline.annotation.client import LabelStudioClient
 
     ids = sorted(d.sample_id for d in drafted)
-    opened = intake.open_round(LabelStudioClient.from_settings(Settings.from_env(data_root)), data_root,
-                               intake.first_round(), annotators or None, sample_ids=ids)
+    with push_slot():  # across hosts; the fcntl lock inside holds only on one
+        opened = intake.open_round(LabelStudioClient.from_settings(Settings.from_env(data_root)), data_root,
+                                   intake.first_round(), annotators or None, sample_ids=ids)
     rep = opened.report
     return {"round": opened.round, "created": rep.created, "projects": sorted(rep.projects),
             "annotators": list(rep.annotators)}
+
+
+def _child_deployment(fan_out: bool | None, device: str, logger) -> str | None:
+    """The per-interview deployment to fan out to, or None for the in-process chain.
+
+    ``fan_out=None`` (the default) fans out when this run comes from a deployment (a worker
+    runs it) and the child deployment is registered; ``True`` insists; ``False`` never."""
+    from prefect.context import FlowRunContext
+    from prefect.exceptions import ObjectNotFound
+
+    if fan_out is False:
+        return None
+    ctx = FlowRunContext.get()
+    if fan_out is None and not (ctx and ctx.flow_run and ctx.flow_run.deployment_id):
+        return None
+    name = CHILD_GPU_DEPLOYMENT if str(device).startswith("cuda") else CHILD_DEPLOYMENT
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            if fan_out:
+                raise ValueError(f"flow parameter fan_out=True: no deployment {name!r} on the Prefect server; "
+                                 f"register prefect.yaml's deployments (`rescue stack register`)") from None
+            logger.warning("no deployment %r registered: the interviews run in this flow run "
+                           "(`rescue stack register` enables the fan-out)", name)
+            return None
+    return name
+
+
+def _ui_link(flow_run_id) -> str:
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL
+
+    ui = PREFECT_UI_URL.value() or str(PREFECT_API_URL.value() or "").removesuffix("/api")
+    return f"{ui}/runs/flow-run/{flow_run_id}"
+
+
+def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger) -> list[Outcome]:
+    """One child flow run of deployment ``name`` per entry; wait for ALL of them (a failed or
+    crashed child never cancels its siblings), then read each one's outcome."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.context import FlowRunContext
+    from prefect.deployments import run_deployment
+
+    parent = FlowRunContext.get().flow_run
+    started = {}
+    for entry in entries:
+        # idempotency key: a retried parent finds its children instead of starting them twice
+        run = run_deployment(name, parameters={**params, "entry": dataclasses.asdict(entry)}, timeout=0,
+                             flow_run_name=f"{parent.name}:{entry.sample_id}", as_subflow=True,
+                             idempotency_key=f"{parent.id}:{entry.sample_id}", tags=["rescue", "ingest"])
+        started[run.id] = entry.sample_id
+    logger.info("%d child flow runs of %s submitted", len(started), name)
+
+    final = {}
+    with get_client(sync_client=True) as client:
+        while len(final) < len(started):
+            waiting = [i for i in started if i not in final]
+            for i in range(0, len(waiting), 200):  # the API's page size
+                for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                        id=FlowRunFilterId(any_=waiting[i:i + 200])), limit=200):
+                    if run.state and run.state.is_final():
+                        final[run.id] = run
+            if len(final) < len(started):
+                time.sleep(POLL_S)
+
+    outcomes = []
+    for run_id, item in started.items():
+        run, link = final[run_id], _ui_link(run_id)
+        where = str(run.infrastructure_pid or "")
+        if run.state.is_completed():
+            try:
+                res = run.state.result()
+            except Exception as exc:  # noqa: BLE001 - named, not handled
+                outcomes.append(Outcome(item, "quarantined", f"{run.name}: its result is not readable here "
+                                        f"({type(exc).__name__}: {exc}); the result storage must be shared "
+                                        f"by every worker (docs/SCALING.md)", flow_run=link, worker=where))
+                continue
+            outcomes.append(Outcome(item, res["status"], result=res["result"], executed=res["executed"],
+                                    cached=res["cached"], flow_run=link,
+                                    worker=f"{res['worker'] or '?'}@{res['host']} pid {res['worker_pid']}"))
+        else:
+            msg = (run.state.message or "").strip()
+            reason = msg.split("InterviewQuarantined: ", 1)[1] if "InterviewQuarantined: " in msg else \
+                f"child flow run {run.name} ended {run.state.name}: {msg}"
+            outcomes.append(Outcome(item, "quarantined", reason[:500], flow_run=link, worker=where))
+    return outcomes
 
 
 @flow(name="ingest-batch", log_prints=True, persist_result=True)
@@ -93,13 +152,15 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                       asr_model: str | None = None, align_model: str | None = None,
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,
                       push: bool = True, annotators: list[str] | None = None,
-                      allow_outside_batch: bool = False) -> dict:
+                      allow_outside_batch: bool = False, fan_out: bool | None = None) -> dict:
     """Ingest every interview of ``batch_dir`` (manifest.csv/yaml + videos) and push the drafts.
 
     backend: auto (subtitles when the manifest gives them, else WhisperX) | subtitles | whisperx.
     diarization: pyannote pipeline directory or hub id (default: the offline one under the models dir).
     allow_outside_batch: use manifest files outside ``batch_dir`` (absolute, ``..``, symlinks out);
     refused unread otherwise.
+    fan_out: one ``ingest-interview`` flow run per interview on the pool's workers (default: when
+    run from a deployment and that deployment exists); False: in this run, ``max_workers`` at a time.
     """
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
@@ -116,31 +177,30 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     # a refused entry (sample id outside the grammar) never reaches a task; its id is shown escaped
     refused = [Outcome(e.sample_id.encode("unicode_escape").decode("ascii"), "quarantined", f"manifest: {e.refused}")
                for e in entries if e.refused]
+    good = [e for e in entries if not e.refused]
 
     enrolled = voices.fingerprint(root)  # enrolling a voice re-runs diarization (names by voice)
-    chains = {}
-    with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
-        for entry in (e for e in entries if not e.refused):
-            subs = batch / entry.subtitles if entry.subtitles else None
-            inside = allow_outside_batch or not any(
-                media.outside_batch(batch, name) for name in (entry.video, entry.subtitles) if name)
-            f_in = runner.submit(ingest, {"video": str(batch / entry.video) if inside else "", "entry": entry,
-                                          "batch_dir": str(batch), "data_root": root,
-                                          "subtitles_sha256": sha256_file(subs) if inside and subs and subs.is_file()
-                                          else None, "allow_outside_batch": allow_outside_batch})
-            f_tr = runner.submit(transcript, {"ingested": f_in, "data_root": root, "backend": backend,
-                                              "asr_model": asr_model, "align_model": align_model, "device": device})
-            f_dz = runner.submit(diarize, {"ingested": f_in, "data_root": root, "diarization": diarization,
-                                           "device": device, "voices": enrolled})
-            f_sg = runner.submit(segment, {"ingested": f_in, "transcribed": f_tr, "diarized": f_dz, "data_root": root})
-            chains[entry.sample_id] = [("ingest", f_in), ("transcript", f_tr), ("diarize", f_dz), ("segment", f_sg)]
-        outcomes = sorted(settle(chains) + refused, key=lambda o: o.item)
+    options = dict(backend=backend, asr_model=asr_model, align_model=align_model, diarization=diarization,
+                   device=device, voices=enrolled, allow_outside_batch=allow_outside_batch)
+    child = _child_deployment(fan_out, device, logger) if good else None
+    if child:
+        outcomes = _fan_out(child, good, {"batch_dir": str(batch), "data_root": root, **options}, logger)
+    else:
+        with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
+            outcomes = settle({e.sample_id: submit_interview(runner, e, batch, root, **options) for e in good})
+    outcomes = sorted(outcomes + refused, key=lambda o: o.item)
     note(outcomes)  # shown in the summary even if the push below fails
 
     drafted = [o.result for o in outcomes if o.status != "quarantined"]
     pushed = push_drafts(drafted, root, annotators) if push and drafted else None
     extra = (f"Round `{pushed['round']}` in Label Studio: {pushed['created']} new tasks in "
              f"{len(pushed['projects'])} projects" if pushed else "Nothing pushed.")
+    if child:
+        extra += (f"\n\n## Child flow runs ({child})\n\n| item | status | worker | run |\n|---|---|---|---|\n" +
+                  "\n".join(f"| {o.item} | {o.status} | {o.worker} | [{o.flow_run.rsplit('/', 1)[-1]}]({o.flow_run}) |"
+                            for o in outcomes if o.flow_run))
     counts = report("ingest-batch", f"Batch {batch.name}", outcomes, extra_markdown=extra)
-    return {"counts": counts, "pushed": pushed,
-            "quarantined": {o.item: o.reason for o in outcomes if o.status == "quarantined"}}
+    return {"counts": counts, "pushed": pushed, "fan_out": child,
+            "quarantined": {o.item: o.reason for o in outcomes if o.status == "quarantined"},
+            "items": {o.item: {"status": o.status, "executed": o.executed, "cached": o.cached,
+                               "flow_run": o.flow_run, "worker": o.worker} for o in outcomes}}

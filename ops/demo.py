@@ -229,8 +229,10 @@ def run_flows(client, root: Path, batch_dir: Path, annotators: list[str], adjudi
     from pipeline import corpus
     from pipeline.annotation.rounds import round_names
 
+    # fan_out=False: two short interviews cost less in the batch's own process than in one
+    # new flow-run process each (the fan-out pays off with several workers: docs/SCALING.md)
     step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
-        "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators}))
+        "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators, "fan_out": False}))
     truth = demo_truth(corpus.load_work(root), seed)
     rounds = {}
     for name in round_names():

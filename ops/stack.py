@@ -3,7 +3,7 @@
 ``rescue stack up`` starts what is not running yet (idempotent) - including a small sweeper
 process that marks flow runs whose process died (a killed worker) as Crashed within
 ``RESCUE_SWEEP_EVERY_S`` (30 s) instead of leaving them Running - registers the work pools,
-the ``gpu`` concurrency limit and prefect.yaml's deployments; ``down`` stops what this
+the ``gpu`` and ``rescue-push`` concurrency limits and prefect.yaml's deployments; ``down`` stops what this
 module started (by the pids it recorded, never by name); ``status`` says what runs where.
 
 Everything lives under ``<data root>/stack/``: the server's own PREFECT_HOME (its SQLite
@@ -111,8 +111,11 @@ def _prefect_bin() -> str:
 # --- pid files: a pid is ours only if its start time matches what we recorded ---------------
 
 def _start_time(pid: int) -> str | None:
+    """The process's start time, None when it is gone - or a zombie (killed, not yet reaped by
+    the process that started it, e.g. a worker SIGKILLed under a long-lived `up` caller)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else fields[19]
     except (OSError, IndexError):
         return None
 
@@ -252,17 +255,37 @@ def register(env: dict[str, str], log=print) -> None:
     if proc.returncode != 0:
         raise StackError(f"registering work pools / the gpu limit / prefect.yaml's deployments failed:\n"
                          f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    log(f"prefect: pools {WORK_POOL}/{GPU_WORK_POOL}, limit '{GPU_LIMIT_NAME}', deployments from prefect.yaml registered")
+    log(f"prefect: pools {WORK_POOL}/{GPU_WORK_POOL}, limits '{GPU_LIMIT_NAME}' and 'rescue-push', "
+        f"deployments from prefect.yaml registered")
 
 
-def _start_worker(paths: StackPaths, env: dict[str, str], log, limit: int) -> None:
-    if _read_pid(paths, "prefect-worker"):
-        log("prefect worker: already running")
+def worker_names(count: int) -> list[str]:
+    """The pid-file names of the local workers: ``prefect-worker``, ``prefect-worker-2``, ..."""
+    return ["prefect-worker"] + [f"prefect-worker-{i}" for i in range(2, count + 1)]
+
+
+def _start_worker(paths: StackPaths, env: dict[str, str], log, limit: int, name: str = "prefect-worker") -> None:
+    if _read_pid(paths, name):
+        log(f"{name}: already running")
         return
-    pid = _spawn(paths, "prefect-worker",
+    # RESCUE_WORKER_NAME reaches the worker's flow-run processes: each ingest-interview run
+    # records where it ran (the batch's summary shows it)
+    worker = f"rescue-local-{socket.gethostname()}" + name.removeprefix("prefect-worker")
+    pid = _spawn(paths, name,
                  [_prefect_bin(), "worker", "start", "--pool", WORK_POOL, "--type", "process",
-                  "--limit", str(limit), "--name", f"rescue-local-{socket.gethostname()}"], env)
-    log(f"prefect worker: started on pool {WORK_POOL} (pid {pid}, log {paths.log_file('prefect-worker')})")
+                  "--limit", str(limit), "--name", worker], {**env, "RESCUE_WORKER_NAME": worker})
+    log(f"{name}: started on pool {WORK_POOL} (pid {pid}, log {paths.log_file(name)})")
+
+
+def add_worker(data_root: str | Path | None, name: str, limit: int, log=print) -> int:
+    """Start one more local worker on ``rescue-cpu`` (``name``: one of :func:`worker_names`, so
+    that ``down`` stops it) against the running server; its pid."""
+    if name not in worker_names(int(name.rpartition("-")[2]) if name[-1].isdigit() else 1):
+        raise StackError(f"worker name {name!r}: use prefect-worker or prefect-worker-N")
+    settings = Settings.from_env(data_root)
+    paths = StackPaths(settings.data_root.resolve())
+    _start_worker(paths, {**prefect_env(paths.root), **worker_env(settings)}, log, limit, name)
+    return _read_pid(paths, name)
 
 
 # --- crashed flow runs: the sweeper ------------------------------------------------------
@@ -349,8 +372,11 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 
 def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker_limit: int = 4,
-       log=print) -> dict[str, str]:
-    """Start whatever is not running; returns the Prefect client variables."""
+       workers: int = 1, log=print) -> dict[str, str]:
+    """Start whatever is not running; returns the Prefect client variables. ``workers`` process
+    workers poll ``rescue-cpu`` (``worker_limit`` flow runs each): a batch's interviews spread
+    over all of them. A batch run waits for its interviews while holding one slot of a worker,
+    so the pool needs at least two slots in all."""
     settings = Settings.from_env(data_root)
     paths = StackPaths(settings.data_root.resolve())
     port = prefect_port()
@@ -363,7 +389,8 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     if label_studio:
         ls.start()
     _start_server(paths, env, port, log)
-    _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit)
+    for name in worker_names(workers):
+        _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit, name)
     _start_sweeper(paths, env, log)
     register(env, log)
     if label_studio:
@@ -385,7 +412,8 @@ def _catch(errors: list[BaseException], fn):
 def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=print) -> None:
     settings = Settings.from_env(data_root)
     paths = StackPaths(settings.data_root.resolve())
-    for name in ("sweeper", "prefect-worker", "prefect-server"):
+    extra = sorted(p.stem for p in paths.pids.glob("prefect-worker-*.json")) if paths.pids.is_dir() else []
+    for name in ("sweeper", "prefect-worker", *extra, "prefect-server"):
         log(f"{name}: {'stopped' if _stop(paths, name) else 'was not running'}")
     if label_studio:
         log(f"label-studio: {'stopped' if _label_studio(settings).stop() else 'was not running'}")
@@ -427,9 +455,10 @@ def _or_exit(fn, *args, **kwargs):
 @cli.command("up")
 def _cli_up(data_root: Path = _DATA_ROOT,
             label_studio: bool = typer.Option(True, help="Also start Label Studio."),
-            worker_limit: int = typer.Option(4, help="Flow runs the local worker runs at once.")) -> None:
-    """Start the server, register pools/limits/deployments, start a worker (idempotent)."""
-    env = _or_exit(up, data_root, label_studio=label_studio, worker_limit=worker_limit)
+            worker_limit: int = typer.Option(4, help="Flow runs each local worker runs at once."),
+            workers: int = typer.Option(1, min=1, help="Local workers on the rescue-cpu pool.")) -> None:
+    """Start the server, register pools/limits/deployments, start workers (idempotent)."""
+    env = _or_exit(up, data_root, label_studio=label_studio, worker_limit=worker_limit, workers=workers)
     typer.echo(f"\nPrefect UI: {env['PREFECT_API_URL'].removesuffix('/api')}\n"
                f'Point the prefect CLI at it:  eval "$(rescue stack env)"')
 

@@ -104,3 +104,36 @@ def test_summary_artifacts_are_published(storage):
         keys = {a.key for a in client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(
             any_=["machinery-test-summary", "machinery-test-items", "machinery-test-extra"])))}
     assert keys == {"machinery-test-summary", "machinery-test-items", "machinery-test-extra"}
+
+
+def test_push_slot_serialises_holders_and_a_missing_limit_names_the_fix(storage, monkeypatch):
+    """``push_slot`` (the cross-host lock around pushes) on the real server: two holders at once
+    take turns; without the limit it refuses, saying how to create it."""
+    import threading
+    import time
+
+    import flows
+    from flows import ensure_infrastructure, push_slot
+
+    name = f"push-test-{storage.name[-12:].lower().replace('_', '-')}"
+    monkeypatch.setattr(flows, "PUSH_LIMIT", name)
+    with pytest.raises(Exception, match=f"{name}.*rescue stack register"):
+        with push_slot():
+            pass
+    assert f"limit {name}=1" in ensure_infrastructure([], "", 1, push_limit=name)
+
+    spans = []
+
+    def hold():
+        with push_slot():
+            start = time.monotonic()
+            time.sleep(0.6)
+            spans.append((start, time.monotonic()))
+
+    threads = [threading.Thread(target=hold) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    (a0, a1), (b0, b1) = sorted(spans)
+    assert len(spans) == 2 and b0 >= a1, f"two pushes held the slot at once: {spans}"

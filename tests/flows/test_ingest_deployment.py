@@ -47,8 +47,11 @@ def annotators(stack):
 
 
 def run_ingest(stack, batch: Path, root: Path, *extra: str, watch: bool = True):
+    # fan_out=false: the whole batch in ONE flow-run process, the one the crash test kills
+    # (the fan-out over workers and its crash test: test_scaleout.py)
     args = ["deployment", "run", "ingest-batch/default", "--param", f"batch_dir={batch}",
-            "--param", f"data_root={root}", "--param", f"annotators={json.dumps(ANNOTATORS)}", *extra]
+            "--param", f"data_root={root}", "--param", f"annotators={json.dumps(ANNOTATORS)}",
+            "--param", "fan_out=false", *extra]
     return stack.prefect(*args, *(["--watch"] if watch else []))
 
 

@@ -36,13 +36,16 @@ def test_server_and_state_live_under_the_data_root(stack):
 def test_deployments_registered_on_the_process_pool(stack):
     proc = stack.prefect("deployment", "ls")
     assert proc.returncode == 0, proc.stderr
-    for name in ("ingest-batch/default", "ingest-batch/gpu", "annotation-round/default", "build-release/default"):
+    for name in ("ingest-batch/default", "ingest-batch/gpu", "ingest-interview/default", "ingest-interview/gpu",
+                 "annotation-round/default", "build-release/default"):
         assert name in proc.stdout
     pool = stack.prefect("work-pool", "inspect", "rescue-cpu")
     assert pool.returncode == 0 and "process" in pool.stdout
     gcl = stack.prefect("gcl", "inspect", "gpu", "--output", "json")
     assert gcl.returncode == 0, gcl.stderr
     assert json.loads(gcl.stdout)["limit"] == 1
+    push = stack.prefect("gcl", "inspect", "rescue-push", "--output", "json")  # pushes across hosts
+    assert push.returncode == 0 and json.loads(push.stdout)["limit"] == 1, push.stdout + push.stderr
 
 
 def test_build_release_deployment_run_watch(stack):

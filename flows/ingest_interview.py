@@ -1,0 +1,130 @@
+"""`ingest-interview`: ONE manifest entry -> ingest -> transcript + diarize -> segment.
+
+The unit of fan-out. ``ingest-batch`` (:mod:`flows.ingest_batch`) submits one run of this
+flow's deployment per interview with ``run_deployment``, so every worker polling the pool
+takes interviews (``ingest-interview/default`` on ``rescue-cpu``; ``ingest-interview/gpu`` on
+``rescue-gpu`` when ``device`` is ``cuda``). Without a deployment (the CLI path, the demo,
+``fan_out=False``) the batch flow submits the very same task chain (:func:`submit_interview`)
+to its own thread pool instead.
+
+Per interview, each task calls its stage's one entry point (the CLI calls the same ones) and
+passes its typed, content-addressed record on: ingest (:func:`pipeline.media.ingest.ingest_entry`:
+probe, sha256, 16 kHz wav, catalog line -> ``Ingested``) -> transcript
+(:func:`pipeline.media.transcribe.transcribe_stage`: subtitles or WhisperX, chosen by
+``transcribe.resolve_backend`` -> ``Transcribed``) and diarize
+(:func:`pipeline.media.diarize.diarize_stage` -> ``Diarized``), side by side -> segment
+(:func:`pipeline.media.turns.segment_stage`: draft rows -> ``Segmented``). Every stage is
+cached on its inputs' CONTENT (file sha256s + task source + pipeline version) in the shared
+result storage, so a rerun on any worker redoes only what did not finish.
+
+The flow's result (persisted: the parent reads it from the shared result storage) says what
+ran, what came from the cache and where it ran; a bad interview ends the run Failed with its
+reason (:class:`InterviewQuarantined`), which the parent reports as quarantined.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows import RESUME, file_resume, gpu_slot, settle, sha256_file
+from pipeline.config import Settings
+from pipeline.media import diarize as dz
+from pipeline.media import ingest as media
+from pipeline.media import transcribe as tr
+from pipeline.media import turns
+from pipeline.media.diarize import Diarized
+from pipeline.media.ingest import Ingested, ManifestEntry
+from pipeline.media.transcribe import Transcribed
+from pipeline.media.turns import Segmented
+
+STAGES = ("ingest", "transcript", "diarize", "segment")
+
+
+class InterviewQuarantined(RuntimeError):
+    """The interview could not be drafted; the message is the stage and the reason."""
+
+
+@task(name="ingest", task_run_name="ingest[{entry.sample_id}]", cache_policy=file_resume("video"))
+def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
+           subtitles_sha256: str | None = None, allow_outside_batch: bool = False) -> Ingested:
+    """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
+    batch folder, which is refused unread); ``subtitles_sha256``: only part of the cache key (a
+    changed subtitle file is ingested again)."""
+    result = media.ingest_entry(entry, data_root, batch_dir, allow_outside_batch=allow_outside_batch)
+    if result.ingested is None:
+        raise media.MediaError(result.reason)
+    return result.ingested
+
+
+@task(name="transcript", task_run_name="transcript[{ingested.sample_id}]", cache_policy=RESUME)
+def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
+               device: str) -> Transcribed:
+    chosen = tr.resolve_backend(backend, ingested.subtitle_path)
+    with gpu_slot(device) if chosen == "whisperx" else contextlib.nullcontext():  # subtitles: no model, no slot
+        return tr.transcribe_stage(ingested.sample_id, data_root, chosen, asr_model, align_model, device)
+
+
+@task(name="diarize", task_run_name="diarize[{ingested.sample_id}]", cache_policy=RESUME)
+def diarize(ingested: Ingested, data_root: str, diarization: str | None, device: str, voices: str = "") -> Diarized:
+    """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
+    from the voices under the data root)."""
+    model = dz.load_pipeline(diarization, device, Settings.from_env(data_root))  # once per process
+    with gpu_slot(device):
+        return dz.diarize_stage(ingested.sample_id, data_root, pipeline=model, device=device)
+
+
+@task(name="segment", task_run_name="segment[{ingested.sample_id}]", cache_policy=RESUME)
+def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, data_root: str) -> Segmented:
+    return turns.segment_stage(ingested.sample_id, data_root)
+
+
+def entry_of(raw: dict) -> ManifestEntry:
+    """A manifest entry from its JSON form (a deployment parameter)."""
+    return ManifestEntry(**{**raw, "participants": tuple(raw.get("participants") or ())})
+
+
+def submit_interview(runner, entry: ManifestEntry, batch: Path, root: str, *, backend: str,
+                     asr_model: str | None, align_model: str | None, diarization: str | None, device: str,
+                     voices: str, allow_outside_batch: bool) -> list[tuple[str, object]]:
+    """Submit one interview's chain to ``runner``; its ``(stage, future)`` pairs for :func:`flows.settle`."""
+    subs = batch / entry.subtitles if entry.subtitles else None
+    inside = allow_outside_batch or not any(
+        media.outside_batch(batch, name) for name in (entry.video, entry.subtitles) if name)
+    f_in = runner.submit(ingest, {"video": str(batch / entry.video) if inside else "", "entry": entry,
+                                  "batch_dir": str(batch), "data_root": root,
+                                  "subtitles_sha256": sha256_file(subs) if inside and subs and subs.is_file()
+                                  else None, "allow_outside_batch": allow_outside_batch})
+    f_tr = runner.submit(transcript, {"ingested": f_in, "data_root": root, "backend": backend,
+                                      "asr_model": asr_model, "align_model": align_model, "device": device})
+    f_dz = runner.submit(diarize, {"ingested": f_in, "data_root": root, "diarization": diarization,
+                                   "device": device, "voices": voices})
+    f_sg = runner.submit(segment, {"ingested": f_in, "transcribed": f_tr, "diarized": f_dz, "data_root": root})
+    return [("ingest", f_in), ("transcript", f_tr), ("diarize", f_dz), ("segment", f_sg)]
+
+
+@flow(name="ingest-interview", log_prints=True, persist_result=True)
+def ingest_interview_flow(entry: dict, batch_dir: str, data_root: str, backend: str = "auto",
+                          asr_model: str | None = None, align_model: str | None = None,
+                          diarization: str | None = None, device: str = "cpu", voices: str = "",
+                          allow_outside_batch: bool = False) -> dict:
+    """One interview of a batch (``entry``: a manifest entry as a dict); called by ``ingest-batch``.
+
+    Returns ``{"item", "status": done|cached, "executed", "cached", "result": Segmented,
+    "worker", "host", "pid"}``; raises :class:`InterviewQuarantined` when a stage fails."""
+    one = entry_of(entry)
+    with ThreadPoolTaskRunner(max_workers=2) as runner:  # transcript and diarize side by side
+        chain = submit_interview(runner, one, Path(batch_dir), data_root, backend=backend, asr_model=asr_model,
+                                 align_model=align_model, diarization=diarization, device=device, voices=voices,
+                                 allow_outside_batch=allow_outside_batch)
+        [out] = settle({one.sample_id: chain})
+    if out.status == "quarantined":
+        raise InterviewQuarantined(out.reason)
+    # where it ran: the worker's name (set on every worker the stack and compose start) and pids
+    return {"item": out.item, "status": out.status, "executed": out.executed, "cached": out.cached,
+            "result": out.result, "worker": os.environ.get("RESCUE_WORKER_NAME", ""),
+            "host": socket.gethostname(), "pid": os.getpid(), "worker_pid": os.getppid()}
