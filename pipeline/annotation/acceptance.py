@@ -11,6 +11,10 @@ Studio shows them as the form's starting values. No annotation tool reports whet
 * ``cleared``: predicted, and the annotator left the field empty;
 * ``added``: nothing predicted, and the annotator filled the field.
 
+In the transcript round the names given to each voice in its "who is each voice?" block
+(:mod:`.voice_naming`) count too, as field ``voice_name`` on no row: a voice pre-named (by role,
+the speaking-order hint, an enrolled voice print) kept or renamed, or a neutral voice named.
+
 Both sides go through the pull's own parser (:func:`pipeline.annotation.pull.parse_annotation`,
 handed in by the pull),
 so values compare as the label table stores them (choice lists and records as sets: their order
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import store
-from pipeline.annotation import ls_config, naming
+from pipeline.annotation import ls_config, naming, voice_naming
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.rounds import Round
 from pipeline.annotation.windows import stitch_tasks
@@ -55,7 +60,11 @@ SCHEMA = pa.schema([
 # The pull's parser, :func:`pipeline.annotation.pull.parse_annotation` (passed in by the pull,
 # which calls this module: no import cycle): (round, task data, annotation, annotator) -> (lines, problems).
 Parser = Callable[[Round, dict, dict, str], tuple[list[dict], list[dict]]]
-_PREDICTOR = "\x00prediction"  # the stand-in author of a prediction while windows are stitched
+_PREDICTOR = "\x00prediction"
+# The transcript round's "who is each voice?" block (:mod:`.voice_naming`): one line per voice,
+# on no row (``row_index`` null), the voice and its name as the values.
+VOICE_FIELD = "voice_name"
+_VOICE_CHOICE = re.compile(voice_naming.CHOICE_NAME.format(v=r"(\d+)"))  # the stand-in author of a prediction while windows are stitched
 
 
 def project_predictions(client: LabelStudioClient, project_id: int) -> dict[int, list[dict]]:
@@ -108,6 +117,24 @@ def _filled(results: list[dict], data: dict) -> set[tuple[int, str]]:
             continue
         out.add((units[parsed[3]]["row_index"], parsed[0]))
     return out
+
+
+def _voice_names(results: list[dict], data: dict) -> dict[str, object]:
+    """``voice label -> name`` chosen (or pre-filled) in the voice block."""
+    voices = data.get(voice_naming.VOICES_KEY) or []
+    out: dict[str, object] = {}
+    for r in results or []:
+        m = _VOICE_CHOICE.fullmatch(r.get("from_name", ""))
+        value = ls_config.result_value(r)
+        if m and int(m[1]) < len(voices) and value not in (None, [], ""):
+            out[voices[int(m[1])]["voice"]] = value[0] if isinstance(value, list) and len(value) == 1 else value
+    return out
+
+
+def _outcome(predicted: bool, filled: bool, same: bool) -> str:
+    if predicted and filled:
+        return "kept" if same else "changed"
+    return "cleared" if predicted else "added"
 
 
 def _canonical(value) -> str:
@@ -194,13 +221,18 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
         for key in sorted(keys):
             p = _shown(key, pvals) if key in predicted else None
             a = _shown(key, avals) if key in filled else None
-            if key in predicted and key in filled:
-                outcome = "kept" if _same(key, pvals, avals) else "changed"
-            else:
-                outcome = "cleared" if key in predicted else "added"
+            outcome = _outcome(key in predicted, key in filled, key in predicted and key in filled
+                               and _same(key, pvals, avals))
             lines.append({"round": rnd.name, "scenario": data.get("scenario") or scenario, "sample_id": sid,
                           "row_index": key[0], "annotator": annotator, "field": key[1], "model_version": version,
                           "outcome": outcome, "predicted": p, "value": a})
+        pnames, anames = _voice_names(presults, data), _voice_names(aresults, data)
+        for voice in sorted(set(pnames) | set(anames), key=str):
+            named = lambda names: _canonical({"voice": voice, "name": names[voice]}) if voice in names else None  # noqa: E731
+            lines.append({"round": rnd.name, "scenario": data.get("scenario") or scenario, "sample_id": sid,
+                          "row_index": None, "annotator": annotator, "field": VOICE_FIELD, "model_version": version,
+                          "outcome": _outcome(voice in pnames, voice in anames, pnames.get(voice) == anames.get(voice)),
+                          "predicted": named(pnames), "value": named(anames)})
     return lines
 
 
@@ -211,7 +243,8 @@ def write(data_root: str | os.PathLike, round_name: str, lines: list[dict], pull
     path = DataRoot(data_root).acceptance(round_name)
     old = pq.ParquetFile(path).read().to_pylist() if path.is_file() else []
     keep = [r for r in old if r["annotator"] not in pulled or (r["sample_id"], r["annotator"]) in gone]
-    rows = sorted(lines + keep, key=lambda r: (r["sample_id"], r["row_index"], r["annotator"], r["field"]))
+    rows = sorted(lines + keep, key=lambda r: (r["sample_id"], -1 if r["row_index"] is None else r["row_index"],
+                                               r["annotator"], r["field"], r["predicted"] or "", r["value"] or ""))
     store.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), path)
     return path
 

@@ -172,3 +172,34 @@ def test_the_prediction_shown_is_the_annotations_parent_and_skips_and_others_do_
     task["annotations"][0]["was_cancelled"] = True  # skipped: nothing to count
     assert acceptance.measure_tasks(rnd, "couple", "a@x", [task], preds, {1: "a@x", 2: "b@x"},
                                     parse=pull.parse_annotation) == []
+
+
+def test_voice_names_of_the_transcript_round_count_once_per_voice(tmp_path):
+    rnd = load_round("transcript")
+    sample = make_sample("synthetic/accept_voices", "couple", 6)  # Ben speaks rows 1, 5; Ann rows 2, 4
+    label = {"Ben": "Speaker 1", "Ann": "Speaker 2"}
+    for r in sample["rows"]:
+        r["primary_speaker"] = label.get(r["primary_speaker"], r["primary_speaker"])
+        r["target"] = [label.get(t, t) for t in r["target"]]
+    sample["voices"] = [{"voice": v, "first_rows": [], "sample_start": None, "sample_end": None,
+                         "named_by": "role" if v == "Therapist" else None} for v in ("Speaker 1", "Speaker 2", "Therapist")]
+    [prepared] = push._prepare(rnd, sample, push.input_values, None)
+    pred = prepared.prediction
+    voices = [v["voice"] for v in prepared.data["voices"]]
+    assert [r["value"]["choices"] for r in pred if r["from_name"].startswith("voice_")] == [["Therapist"]]
+    named = [{"from_name": f"voice_{i}_is", "to_name": f"voice_{i}_label", "type": "choices",
+              "value": {"choices": [{"Speaker 1": "Ben", "Speaker 2": "Ann"}[v]]}}
+             for i, v in enumerate(voices) if v != "Therapist"]
+    task = {"id": 1, "data": prepared.data,
+            "annotations": [{"id": 2, "completed_by": 1, "result": pred + named, "updated_at": "2026-01-01"}]}
+    lines = acceptance.measure_tasks(rnd, "couple", "a@x", [task], {1: [{"id": 3, "result": pred, "model_version": "m"}]},
+                                     {1: "a@x"}, parse=pull.parse_annotation)
+    voice_lines = sorted((json.loads(r["value"])["voice"], r["outcome"], json.loads(r["value"])["name"])
+                         for r in lines if r["field"] == acceptance.VOICE_FIELD)
+    assert voice_lines == [("Speaker 1", "added", "Ben"), ("Speaker 2", "added", "Ann"), ("Therapist", "kept", "Therapist")]
+    assert all(r["row_index"] is None for r in lines if r["field"] == acceptance.VOICE_FIELD)
+    # every row kept its pre-filled voice: kept, although only the annotation's voices have names
+    assert {r["outcome"] for r in lines if r["field"] != acceptance.VOICE_FIELD} == {"kept"}
+    acceptance.write(tmp_path, "transcript", lines, {"a@x"})  # lines on no row sort first
+    stored = acceptance.read(tmp_path, "transcript")
+    assert sorted(map(json.dumps, stored)) == sorted(map(json.dumps, lines)) and stored[0]["row_index"] is None
