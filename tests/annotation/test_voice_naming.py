@@ -310,3 +310,30 @@ def test_gold_names_the_backchannels_of_a_named_voice():
     got = voice_naming.name_background(base, fixed)
     assert got[1]["background_dialogue"][0] == {"speaker": "Ben", "target": ["Therapist"], "content": "Mm-hmm."}
     assert got[0] is fixed[0]  # rows without background stay as they are
+
+
+def test_the_segmenters_voice_table_feeds_the_block():
+    """The voice table ``rescue segment`` writes (no speaking order) gives the block its voices."""
+    from pipeline.media import turns
+    from pipeline.media.rttm import Turn
+    from pipeline.media.transcribe import Transcript, Unit
+
+    spoken = [("SPEAKER_03", "What brings you all here?"), ("SPEAKER_01", "We fight at dinner, every night."),
+              ("SPEAKER_03", "Who starts it?"), ("SPEAKER_00", "Usually my brother does."),
+              ("SPEAKER_03", "How is that for you?"), ("SPEAKER_02", "I just leave the room.")]
+    cues = [Unit(i * 3.0, i * 3.0 + 2.5, text) for i, (_, text) in enumerate(spoken)]
+    dia = [Turn(i * 3.0, i * 3.0 + 2.5, who) for i, (who, _) in enumerate(spoken)]
+    rows, table = turns.segment_with_voices("g/f", Transcript("cue", cues), dia, "family", ["Dana", "Mark", "Lily"])
+    sample = {"sample_id": "g/f", "scenario": "family", "participants": ["Dana", "Mark", "Lily"],
+              "rows": rows.to_pylist(), "voices": table.to_pylist()}
+    rnd = load_round("transcript")
+    data = ls_config.build_task_data(rnd, sample, "/data/local-files/?d=media/f.wav")
+    assert [v["voice"] for v in data["voices"]] == ["Therapist", "Speaker 1", "Speaker 2", "Speaker 3"]
+    assert "We fight at dinner, every night." in data["voices"][1]["html"]
+    assert (data["voices"][1]["start"], data["voices"][1]["end"]) == (3.0, 5.5)  # where it speaks alone
+    pred = voice_naming.prefill(rnd, data, push.input_values(rnd, sample), [])
+    assert {r["from_name"]: r["value"]["choices"] for r in pred if r["from_name"].startswith("voice_")} == {
+        "voice_0_is": ["Therapist"]}  # named by role: pre-filled, to confirm
+    assert [r["value"]["choices"] for r in pred if r["from_name"].startswith("primary_speaker_")] == [
+        ["voice:Therapist"], ["voice:Speaker 1"], ["voice:Therapist"], ["voice:Speaker 2"], ["voice:Therapist"],
+        ["voice:Speaker 3"]]
