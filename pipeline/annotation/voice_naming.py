@@ -42,6 +42,7 @@ SPEAKER_FIELD = "primary_speaker"
 TARGET_FIELD = "target"
 VOICES_KEY = "voices"              # task data: the block's voices (first part of a sample only)
 PEOPLE_KEY = "voice_people"        # task data: whom a voice can be (participants + therapist)
+NOTE_KEY = "voices_note"           # task data: in a later part of a sample, where its voices are named
 UNIT_SPEAKERS = "speaker_options"  # per unit: the row's voice + every entity
 UNIT_TARGETS = "target_options"    # per unit: the draft's voice targets + every entity
 TOKEN = "voice:"                   # stored value of "this voice, as named in the block"
@@ -73,6 +74,7 @@ def config_block(rnd: Round) -> list[str]:
     msg = quoteattr("A voice under 'Who is each voice?' (at the top) has no name yet; pick who it is.")
     return [
         '  <View idAttr="voices">',
+        f'    <HyperText name="voices_note" value="${NOTE_KEY}" inline="true"/>',
         f'    <Repeater on="${VOICES_KEY}" indexFlag="{v}">',
         f'      <View idAttr="voice_{v}" style="background: #f4f7fb; padding: 4px 8px; margin-bottom: 4px">',
         f'        <HyperText name="{info}" value="${VOICES_KEY}[{v}].html" inline="true"/>',
@@ -176,6 +178,7 @@ def add_task_data(rnd: Round, sample: dict, data: dict, media_url: str, player) 
     entities = [e["value"] for e in data["entities"]]
     people = [*data["participants"], taxonomy.THERAPIST]
     data[VOICES_KEY] = voices
+    data[NOTE_KEY] = ""
     data[PEOPLE_KEY] = [{"value": p} for p in people]
     draft = {r["row_index"]: r for r in sample.get("rows") or []}
     for u in data["units"]:
@@ -189,10 +192,14 @@ def add_task_data(rnd: Round, sample: dict, data: dict, media_url: str, player) 
 
 
 def first_part_only(parts: list[dict]) -> list[dict]:
-    """Windows of one sample: the voice block stays in the first part only."""
+    """Windows of one sample: the voice block stays in the first part only; the later parts say
+    where it is (an annotator may open part 2 first)."""
     for part in parts[1:]:
-        if VOICES_KEY in part:
+        if part.get(VOICES_KEY):
             part[VOICES_KEY] = []
+            part[NOTE_KEY] = ("<p><b>Voices are named once, in part 1 of this sample</b> ('Who is each voice?'): "
+                              "every row marked '&lt;voice&gt; (voice)' takes the name given there; pick a person "
+                              "on a row only where that row is someone else.</p>")
     return parts
 
 

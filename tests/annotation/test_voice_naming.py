@@ -90,6 +90,7 @@ def test_block_in_the_first_part_rows_on_their_voice_and_names_applied_on_pull()
     block = parts[0]["voices"]
     assert [v["voice"] for v in block] == ["Speaker 1", "Speaker 2", "Therapist"]  # each voice once, table order
     assert all(p["voices"] == [] for p in parts[1:])  # named once, in part 1
+    assert parts[0]["voices_note"] == "" and all("named once, in part 1" in p["voices_note"] for p in parts[1:])
     for v, t in zip(block, table):
         first = next(r for r in draft["rows"] if r["row_index"] == t["first_rows"][0])
         assert first["dialogue_cleaned"] in v["html"]
