@@ -32,6 +32,7 @@ import os
 from html import escape
 from xml.sax.saxutils import quoteattr
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import schemas, taxonomy
@@ -117,8 +118,15 @@ def attach_voice_tables(rnd: Round, samples, data_root: str | os.PathLike | None
     out = []
     for s in samples:
         path = root.draft_voices(s["sample_id"])
-        out.append({**s, "voices": pq.read_table(path, schema=schemas.DRAFT_VOICES).to_pylist()}
-                   if path.is_file() else s)
+        if not path.is_file():
+            out.append(s)
+            continue
+        try:
+            voices = pq.read_table(path, schema=schemas.DRAFT_VOICES).to_pylist()
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise ValueError(f"{path}: not a readable voice table of {s['sample_id']} ({exc}); "
+                             f"`rescue segment {s['sample_id']}` writes it again") from None
+        out.append({**s, "voices": voices})
     return out
 
 

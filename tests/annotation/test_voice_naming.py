@@ -154,6 +154,15 @@ def test_voice_named_as_nobody_in_particular_is_a_problem_and_plain_tasks_are_un
     assert '$voices' not in ls_config.render_config(load_round("emotion"), "family")
 
 
+def test_an_unreadable_voice_table_is_named(tmp_path):
+    root = DataRoot(tmp_path)
+    root.draft_voices("c/one").parent.mkdir(parents=True)
+    root.draft_voices("c/one").write_bytes(b"not parquet")
+    with pytest.raises(ValueError, match=r"one.parquet: not a readable voice table of c/one .*rescue segment c/one"):
+        voice_naming.attach_voice_tables(load_round("transcript"), [make_sample("c/one")], tmp_path)
+    assert voice_naming.attach_voice_tables(load_round("emotion"), [make_sample("c/one")], tmp_path)[0].get("voices") is None
+
+
 @pytest.mark.slow
 def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, new_annotators, tmp_path):
     rnd = load_round("transcript")
