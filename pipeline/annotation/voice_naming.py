@@ -25,6 +25,9 @@ pull stitches the parts into one annotation first, its names apply to every part
 
 A task without a voice table (later rounds, adjudication, samples from a release) gets an empty
 block and the plain lists, so nothing changes for it.
+
+Background dialogue (backchannels) is never annotated: gold names its voices from the rows
+(:func:`name_background`: a voice's name is the speaker most of its rows got in gold).
 """
 from __future__ import annotations
 
