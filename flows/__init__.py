@@ -127,9 +127,10 @@ def push_slot():
     create a second project or a second copy of a task. The lease is renewed while the push runs
     and expires 60 s after a holder dies, so a killed worker cannot block pushes for good.
 
-    Strict: a missing limit is an error naming the fix. ``RESCUE_PUSH_LIMIT=`` (empty) turns it
-    off, e.g. for a server-less local test harness (the fcntl lock inside the push still holds
-    on one host)."""
+    Strict: the push never runs unthrottled. A server that lacks the limit (registered before it
+    existed, a test harness) gets it created with its one slot, as `rescue stack register` does.
+    ``RESCUE_PUSH_LIMIT=`` (empty) turns it off (the fcntl lock inside the push still holds on
+    one host)."""
     if not PUSH_LIMIT:
         yield
         return
@@ -139,10 +140,9 @@ def push_slot():
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(concurrency(PUSH_LIMIT, occupy=1, lease_duration=60, strict=True))
-        except ConcurrencySlotAcquisitionError as exc:
-            raise ConcurrencySlotAcquisitionError(
-                f"global concurrency limit {PUSH_LIMIT!r} (serialises pushes across workers): {exc}; create it "
-                f"with `rescue stack register` (or `prefect gcl create {PUSH_LIMIT} --limit 1`)") from None
+        except ConcurrencySlotAcquisitionError:
+            ensure_infrastructure([], "", 0, push_limit=PUSH_LIMIT)
+            stack.enter_context(concurrency(PUSH_LIMIT, occupy=1, lease_duration=60, strict=True))
         yield
 
 

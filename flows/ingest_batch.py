@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -111,16 +112,23 @@ def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger
         started[run.id] = entry.sample_id
     logger.info("%d child flow runs of %s submitted", len(started), name)
 
-    final = {}
+    final, said = {}, time.monotonic()
     with get_client(sync_client=True) as client:
         while len(final) < len(started):
-            waiting = [i for i in started if i not in final]
+            waiting, states = [i for i in started if i not in final], Counter()
             for i in range(0, len(waiting), 200):  # the API's page size
                 for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(
                         id=FlowRunFilterId(any_=waiting[i:i + 200])), limit=200):
                     if run.state and run.state.is_final():
                         final[run.id] = run
+                    else:
+                        states[run.state.name if run.state else "?"] += 1
             if len(final) < len(started):
+                if time.monotonic() - said > 60:  # e.g. no worker serves the pool: say so, keep waiting
+                    logger.info("%d of %d interviews finished; waiting: %s (runs stay Scheduled until a "
+                                "worker of the deployment's pool is free)", len(final), len(started),
+                                dict(states))
+                    said = time.monotonic()
                 time.sleep(POLL_S)
 
     outcomes = []

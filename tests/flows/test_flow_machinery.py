@@ -106,9 +106,9 @@ def test_summary_artifacts_are_published(storage):
     assert keys == {"machinery-test-summary", "machinery-test-items", "machinery-test-extra"}
 
 
-def test_push_slot_serialises_holders_and_a_missing_limit_names_the_fix(storage, monkeypatch):
-    """``push_slot`` (the cross-host lock around pushes) on the real server: two holders at once
-    take turns; without the limit it refuses, saying how to create it."""
+def test_push_slot_serialises_holders_and_creates_a_missing_limit_with_one_slot(storage, monkeypatch):
+    """``push_slot`` (the cross-host lock around pushes) on the real server: a missing limit is
+    created with one slot (never unthrottled); two holders at once take turns."""
     import threading
     import time
 
@@ -117,10 +117,13 @@ def test_push_slot_serialises_holders_and_a_missing_limit_names_the_fix(storage,
 
     name = f"push-test-{storage.name[-12:].lower().replace('_', '-')}"
     monkeypatch.setattr(flows, "PUSH_LIMIT", name)
-    with pytest.raises(Exception, match=f"{name}.*rescue stack register"):
-        with push_slot():
-            pass
-    assert f"limit {name}=1" in ensure_infrastructure([], "", 1, push_limit=name)
+    from prefect.client.orchestration import get_client
+
+    with push_slot():
+        pass
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name(name).limit == 1
+    assert ensure_infrastructure([], "", 1, push_limit=name) == [], "already there: nothing made"
 
     spans = []
 

@@ -95,9 +95,20 @@ class Scale:
         return get_client(sync_client=True)
 
 
+def make_batch(path: Path) -> list[str]:
+    from pipeline.synthetic import interviews as synth
+
+    synth.make_batch(path, [{"name": f"s{i}", "scenario": "couple" if i % 2 == 0 else "family", "seed": 20 + i,
+                             "n_rows": 6, "group": "scaleout"} for i in range(N)])
+    return [f"scaleout/s{i}" for i in range(N)]
+
+
 @pytest.fixture(scope="module")
-def scale(stack, pg_database):
-    """Server on PostgreSQL + worker A (limit 2: the batch run and one interview) + sweeper."""
+def scale(stack, pg_database, tmp_path_factory):
+    """Server on PostgreSQL + worker A (limit 2: the batch run and one interview) + sweeper,
+    and the generated batch (made while the server starts)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ops import stack as st
 
     root = stack.root / f"scaleout-{os.getpid()}"  # under the stack's root: its Label Studio serves media from there
@@ -106,30 +117,22 @@ def scale(stack, pg_database):
            "RESCUE_SWEEP_EVERY_S": "1", "OMP_NUM_THREADS": "1"}  # one torch thread per flow run: 2 cores
     for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):
         env.pop(k, None)
-    with mock.patch.dict(os.environ, env):
+    path = tmp_path_factory.mktemp("scale-batch")
+    with mock.patch.dict(os.environ, env), ThreadPoolExecutor(1) as pool:
+        made = pool.submit(make_batch, path)
         try:
             env.update(st.up(root, label_studio=False, worker_limit=2, log=lambda *_: None))
-            yield Scale(root, env)
+            yield Scale(root, env), (path, made.result())
         finally:
             st.down(root, label_studio=False, log=lambda *_: None)
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory) -> tuple[Path, list[str]]:
-    from pipeline.synthetic import interviews as synth
-
-    path = tmp_path_factory.mktemp("scale-batch")
-    synth.make_batch(path, [{"name": f"s{i}", "scenario": "couple" if i % 2 == 0 else "family", "seed": 20 + i,
-                             "n_rows": 6, "group": "scaleout"} for i in range(N)])
-    return path, [f"scaleout/s{i}" for i in range(N)]
-
-
-@pytest.fixture(scope="module")
-def ready(stack, scale, batch):
+def ready(stack, scale):
     client = stack.client()
     for email in ANNOTATORS:
         client.create_user(email)
-    return scale, batch
+    return scale
 
 
 def _start(scale: Scale, batch: Path, root: Path, **params):
