@@ -33,6 +33,19 @@ def _env_seconds(name: str, default: float) -> float:
     return seconds
 
 
+def _env_step(name: str) -> float | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        step = float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a number (a share of the segmentation window, e.g. 0.2)") from None
+    if not 0 < step <= 1:
+        raise ValueError(f"{name}={value!r}: the segmentation step is a share of the window, above 0 and at most 1")
+    return step
+
+
 class DataRootError(ValueError):
     """A data root that cannot be used (a file, not writable); the message names it."""
 
@@ -89,6 +102,10 @@ class Settings:
     # Every ffprobe / ffmpeg call has a time limit; a file that runs past it is quarantined ("timeout").
     ffprobe_timeout_s: float = 60.0
     ffmpeg_timeout_s: float = 3600.0
+    # pyannote's segmentation_step (a share of the 5-s window) for diarization; None: the pipeline's
+    # own (0.1). Larger is faster (0.2 about halves segmentation and embeddings) but can cost DER
+    # (pipeline.media.models.set_segmentation_step).
+    diarization_step: float | None = None
 
     @classmethod
     def from_env(cls, data_root: str | Path | None = None) -> "Settings":
@@ -102,6 +119,7 @@ class Settings:
             label_studio_port=port,
             ffprobe_timeout_s=_env_seconds("RESCUE_FFPROBE_TIMEOUT_S", 60.0),
             ffmpeg_timeout_s=_env_seconds("RESCUE_FFMPEG_TIMEOUT_S", 3600.0),
+            diarization_step=_env_step("RESCUE_DIARIZATION_STEP"),
         )
 
     def describe(self) -> dict[str, str]:

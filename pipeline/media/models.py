@@ -97,6 +97,91 @@ def bound_clustering(pipeline, max_embeddings: int = MAX_CLUSTERED_EMBEDDINGS):
     return pipeline
 
 
+# pyannote's segmentation slides a 5-s window every 0.5 s (``segmentation_step`` 0.1), so every
+# audio sample goes through SincNet's first layer, 80 sinc filters of 251 taps at stride 10, ten
+# times: 29 % of the segmentation model's CPU time here. That layer is a plain convolution after
+# a per-chunk affine normalisation (InstanceNorm1d of the waveform), so it can be computed once
+# over the span of a batch of overlapping chunks and each chunk's slice rescaled:
+# conv(a*x + b) = a*conv(x) + b*sum(filter). Same result up to float rounding; everything after
+# it (abs, pooling, per-chunk norms, the LSTM) runs per chunk as before.
+
+
+class _SharedFirstConvolution:
+    """Mixin for pyannote's ``SincNet``: the first convolution once per batch of overlapping chunks."""
+
+    hop: int = 0  # samples between consecutive chunks (set by share_first_convolution)
+
+    def forward(self, waveforms: torch.Tensor) -> torch.Tensor:
+        first = self._shared_first_layer(waveforms)
+        if first is None:  # not consecutive overlapping chunks: pyannote's own code
+            return super().forward(waveforms)
+        outputs = first.abs_()
+        for c, (conv1d, pool1d, norm1d) in enumerate(zip(self.conv1d, self.pool1d, self.norm1d)):
+            if c > 0:
+                outputs = conv1d(outputs)
+            outputs = nn.functional.leaky_relu(norm1d(pool1d(outputs)))
+        return outputs
+
+    def _shared_first_layer(self, x: torch.Tensor) -> torch.Tensor | None:
+        encoder, norm = self.conv1d[0], self.wav_norm1d
+        stride, hop = encoder.stride, self.hop
+        batch, channels, n = x.shape
+        if (batch < 2 or channels != 1 or hop <= 0 or hop % stride or hop >= n or encoder.padding != 0
+                or not norm.affine or norm.track_running_stats):
+            return None
+        # the chunks must really be consecutive windows ``hop`` apart (the last, padded chunk is not)
+        if not torch.equal(x[1:, :, : n - hop], x[:-1, :, hop:]):
+            return None
+        span = torch.cat([x[0, 0], x[1:, 0, n - hop:].reshape(-1)])
+        filters = encoder.get_filters()  # (80, 1, 251)
+        frames = (n - filters.shape[-1]) // stride + 1
+        full = encoder(span[None, None])[0]  # (80, span frames)
+        sliced = full.unfold(-1, frames, hop // stride).permute(1, 0, 2)  # (batch, 80, frames)
+        mean = x.mean(dim=-1, keepdim=True)  # (batch, 1, 1): InstanceNorm1d's statistics
+        var = x.var(dim=-1, unbiased=False, keepdim=True)
+        scale = norm.weight.view(1, 1, 1) / torch.sqrt(var + norm.eps)
+        shift = norm.bias.view(1, 1, 1) - mean * scale
+        # one fused pass writing a contiguous tensor (the slices overlap in memory)
+        return torch.addcmul(shift * filters.sum(dim=-1).view(1, -1, 1), scale, sliced)
+
+
+_SHARED: dict[type, type] = {}
+
+
+def set_segmentation_step(pipeline, step: float):
+    """Set a loaded ``SpeakerDiarization`` pipeline's ``segmentation_step`` (the hop of its sliding
+    window, as a share of the window; pyannote's default 0.1). Segmentation and embeddings cost
+    about 1/step each; larger steps give each frame fewer votes. Measured (bench_diarize.py,
+    generated interviews and sample.wav): see ``Settings.diarization_step``. Returns the pipeline."""
+    if not 0 < step <= 1:
+        raise ValueError(f"segmentation step {step!r}: a share of the window, above 0 and at most 1")
+    inference = pipeline._segmentation
+    inference.step = step * inference.duration
+    pipeline.segmentation_step = step
+    sincnet = getattr(inference.model, "sincnet", None)
+    if isinstance(sincnet, _SharedFirstConvolution):  # its hop follows the window's
+        share_first_convolution(pipeline)
+    return pipeline
+
+
+def share_first_convolution(pipeline):
+    """Make a loaded ``SpeakerDiarization`` pipeline's segmentation model (a SincNet front end:
+    PyanNet, the offline default's) compute its first convolution once per batch of overlapping
+    chunks (see ``_SharedFirstConvolution``). Other models are left alone. Returns the pipeline."""
+    inference = getattr(pipeline, "_segmentation", None)
+    sincnet = getattr(getattr(inference, "model", None), "sincnet", None)
+    if sincnet is None or not hasattr(sincnet, "wav_norm1d") or not hasattr(sincnet, "conv1d"):
+        return pipeline
+    if not isinstance(sincnet, _SharedFirstConvolution):
+        cls = type(sincnet)
+        if cls not in _SHARED:
+            _SHARED[cls] = type(f"SharedFirstConvolution{cls.__name__}", (_SharedFirstConvolution, cls),
+                                {"__module__": __name__})
+        sincnet.__class__ = _SHARED[cls]
+    sincnet.hop = int(round(inference.step * inference.model.hparams.sample_rate))
+    return pipeline
+
+
 class DVectorEmbedding(Model):
     """Resemblyzer's 3-layer LSTM d-vector (GE2E) as a pyannote embedding model.
 
@@ -149,10 +234,15 @@ class DVectorEmbedding(Model):
             # one host transfer for the whole batch instead of one sync per chunk
             active_s = ((weights > 0.5).float().mean(dim=1) * waveforms.shape[-1] / 16000).tolist()
         parts, owner = [], []
+        last = None  # (row, its spectrogram): pyannote passes each chunk once per local speaker
         for b in range(batch):
             if weights is not None and active_s[b] < 0.3:
                 continue  # speaker (nearly) silent in this chunk: no voice print (NaN below)
-            mels = self._mels(waveforms[b, 0])
+            if last is not None and torch.equal(waveforms[b], waveforms[last[0]]):
+                mels = last[1]
+            else:
+                mels = self._mels(waveforms[b, 0])
+                last = (b, mels)
             if weights is not None:
                 w = weights[b]
                 frames = torch.arange(mels.shape[0], device=mels.device)
