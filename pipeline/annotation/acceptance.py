@@ -11,6 +11,10 @@ Studio shows them as the form's starting values. No annotation tool reports whet
 * ``cleared``: predicted, and the annotator left the field empty;
 * ``added``: nothing predicted, and the annotator filled the field.
 
+A records field (felt emotions, viewpoints, strategies) counts as a whole (``internal_emotion``)
+and part by part (``internal_emotion.person``, ...: slot by slot as the form shows them, by the
+raw values, since a pre-filled part of a record alone is no record the parser accepts).
+
 In the transcript round the names given to each voice in its "who is each voice?" block
 (:mod:`.voice_naming`) count too, as field ``voice_name`` on no row: a voice pre-named (by role,
 the speaking-order hint, an enrolled voice print) kept or renamed, or a neutral voice named.
@@ -52,7 +56,9 @@ from pipeline.paths import DataRoot
 OUTCOMES = ("kept", "changed", "cleared", "added")
 SCHEMA = pa.schema([
     ("round", pa.string()), ("scenario", pa.string()), ("sample_id", pa.string()), ("row_index", pa.int64()),
-    ("annotator", pa.string()), ("field", pa.string()), ("model_version", pa.string()),
+    ("annotator", pa.string()), ("field", pa.string()),
+    ("slot", pa.int64()),        # a record's slot on the form for ``<field>.<subfield>`` lines, else null
+    ("model_version", pa.string()),
     ("outcome", pa.string()),
     ("predicted", pa.string()),  # JSON of the label-table value (lists sorted); null when none was predicted
     ("value", pa.string()),      # JSON of the submitted value; null when cleared
@@ -128,6 +134,23 @@ def _voice_names(results: list[dict], data: dict) -> dict[str, object]:
         value = ls_config.result_value(r)
         if m and int(m[1]) < len(voices) and value not in (None, [], ""):
             out[voices[int(m[1])]["voice"]] = value[0] if isinstance(value, list) and len(value) == 1 else value
+    return out
+
+
+def _slot_values(results: list[dict], data: dict) -> dict[tuple[int, str, int], str]:
+    """``(row_index, "<field>.<subfield>", slot) -> canonical value`` of every filled record control,
+    as Label Studio holds it (a pre-filled part of a record, e.g. only its person, is no record
+    the parser accepts, yet the annotator kept or changed it)."""
+    units = data.get("units") or []
+    out = {}
+    for r in results or []:
+        parsed = naming.parse_control_name(r.get("from_name", ""))
+        if parsed is None or parsed[1] is None or parsed[3] >= len(units):
+            continue
+        value = ls_config.result_value(r)
+        value = value.strip() if isinstance(value, str) else value
+        if value not in (None, [], ""):
+            out[(units[parsed[3]]["row_index"], f"{parsed[0]}.{parsed[2]}", parsed[1])] = _canonical(value)
     return out
 
 
@@ -224,13 +247,22 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
             outcome = _outcome(key in predicted, key in filled, key in predicted and key in filled
                                and _same(key, pvals, avals))
             lines.append({"round": rnd.name, "scenario": data.get("scenario") or scenario, "sample_id": sid,
-                          "row_index": key[0], "annotator": annotator, "field": key[1], "model_version": version,
-                          "outcome": outcome, "predicted": p, "value": a})
+                          "row_index": key[0], "annotator": annotator, "field": key[1], "slot": None,
+                          "model_version": version, "outcome": outcome, "predicted": p, "value": a})
+        # Records also part by part, slot by slot as the form shows them.
+        pslots, aslots = _slot_values(presults, data), _slot_values(aresults, data)
+        for key in sorted(set(pslots) | set(aslots)):
+            lines.append({"round": rnd.name, "scenario": data.get("scenario") or scenario, "sample_id": sid,
+                          "row_index": key[0], "annotator": annotator, "field": key[1], "slot": key[2],
+                          "model_version": version,
+                          "outcome": _outcome(key in pslots, key in aslots, pslots.get(key) == aslots.get(key)),
+                          "predicted": pslots.get(key), "value": aslots.get(key)})
         pnames, anames = _voice_names(presults, data), _voice_names(aresults, data)
         for voice in sorted(set(pnames) | set(anames), key=str):
             named = lambda names: _canonical({"voice": voice, "name": names[voice]}) if voice in names else None  # noqa: E731
             lines.append({"round": rnd.name, "scenario": data.get("scenario") or scenario, "sample_id": sid,
-                          "row_index": None, "annotator": annotator, "field": VOICE_FIELD, "model_version": version,
+                          "row_index": None, "annotator": annotator, "field": VOICE_FIELD, "slot": None,
+                          "model_version": version,
                           "outcome": _outcome(voice in pnames, voice in anames, pnames.get(voice) == anames.get(voice)),
                           "predicted": named(pnames), "value": named(anames)})
     return lines
@@ -244,7 +276,8 @@ def write(data_root: str | os.PathLike, round_name: str, lines: list[dict], pull
     old = pq.ParquetFile(path).read().to_pylist() if path.is_file() else []
     keep = [r for r in old if r["annotator"] not in pulled or (r["sample_id"], r["annotator"]) in gone]
     rows = sorted(lines + keep, key=lambda r: (r["sample_id"], -1 if r["row_index"] is None else r["row_index"],
-                                               r["annotator"], r["field"], r["predicted"] or "", r["value"] or ""))
+                                               r["annotator"], r["field"], r["slot"] or 0, r["predicted"] or "",
+                                               r["value"] or ""))
     store.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), path)
     return path
 

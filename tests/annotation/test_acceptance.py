@@ -86,10 +86,16 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
         ("utterance_type", "kept"): 3, ("utterance_type", "changed"): 1,
         ("tone_of_voice", "kept"): 1, ("tone_of_voice", "changed"): 1, ("tone_of_voice", "cleared"): 1,
         ("tone_of_voice", "added"): 1,
-        ("internal_emotion", "kept"): 2, ("internal_emotion", "changed"): 1, ("internal_emotion", "cleared"): 1}
+        ("internal_emotion", "kept"): 2, ("internal_emotion", "changed"): 1, ("internal_emotion", "cleared"): 1,
+        # the records part by part: row 2's record cleared, row 4's intensity changed
+        ("internal_emotion.person", "kept"): 3, ("internal_emotion.person", "cleared"): 1,
+        ("internal_emotion.emotion_description", "kept"): 3, ("internal_emotion.emotion_description", "cleared"): 1,
+        ("internal_emotion.intensity", "kept"): 2, ("internal_emotion.intensity", "changed"): 1,
+        ("internal_emotion.intensity", "cleared"): 1}
     assert {k[1:]: n for k, n in got.items() if k[0] == b} == {
         ("utterance_type", "kept"): 27, ("utterance_type", "changed"): 1,
-        ("tone_of_voice", "kept"): 27, ("internal_emotion", "kept"): 28}
+        ("tone_of_voice", "kept"): 27, ("internal_emotion", "kept"): 28, ("internal_emotion.person", "kept"): 28,
+        ("internal_emotion.emotion_description", "kept"): 28, ("internal_emotion.intensity", "kept"): 28}
     # each decision is on its row, with both values as the label table stores them
     by = {(r["annotator"], r["sample_id"], r["row_index"], r["field"]): r for r in lines}
     assert by[(a, COUPLE, 2, "utterance_type")]["outcome"] == "changed"
@@ -111,6 +117,7 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
     assert f"| {source} | tone_of_voice | 30 | 28 | 1 | 1 | 1 | 93% |" in md
     assert f"| {source} | internal_emotion | 32 | 30 | 1 | 1 | 0 | 94% |" in md
     assert f"| {source} | {a} | tone_of_voice | 3 | 1 | 1 | 1 | 1 | 33% |" in md
+    assert f"| {source} | {a} | internal_emotion.intensity | 4 | 2 | 1 | 1 | 0 | 50% |" in md
     assert f"| {source} | {b} | utterance_type | 28 | 27 | 1 | 0 | 0 | 96% |" in md
     page = out.paths["html"].read_text(encoding="utf-8")
     assert "<h2>Pre-annotation acceptance</h2>" in page and f"<td>{a}</td>" in page
@@ -203,3 +210,20 @@ def test_voice_names_of_the_transcript_round_count_once_per_voice(tmp_path):
     acceptance.write(tmp_path, "transcript", lines, {"a@x"})  # lines on no row sort first
     stored = acceptance.read(tmp_path, "transcript")
     assert sorted(map(json.dumps, stored)) == sorted(map(json.dumps, lines)) and stored[0]["row_index"] is None
+
+
+def test_a_record_prefilled_in_part_is_kept_in_that_part_and_completed_in_the_others():
+    rnd = load_round("emotion")
+    sample = make_sample("synthetic/accept_unit", "couple", 2)  # client rows 1 (Ben) and 2 (Ann)
+    values = push.input_values(rnd, sample)
+    partial = {ri: {"internal_emotion": [{"person": v["internal_emotion"][0]["person"]}]} for ri, v in values.items()}
+    task, pred = _task(rnd, sample, partial)
+    _, full = _task(rnd, sample, values)
+    task["annotations"] = [{"id": 7, "completed_by": 1, "result": full, "updated_at": "2026-01-01"}]
+    lines = acceptance.measure_tasks(rnd, "couple", "a@x", [task], {1: [{"id": 3, "result": pred, "model_version": "m"}]},
+                                     {1: "a@x"}, parse=pull.parse_annotation)
+    got = Counter((r["field"], r["slot"], r["outcome"]) for r in lines)
+    assert got == Counter({("internal_emotion", None, "changed"): 2, ("internal_emotion.person", 1, "kept"): 2,
+                           ("internal_emotion.emotion_description", 1, "added"): 2,
+                           ("internal_emotion.intensity", 1, "added"): 2,
+                           ("utterance_type", None, "added"): 2, ("tone_of_voice", None, "added"): 2})
