@@ -9,11 +9,14 @@ interview and in total:
 * backchannels found in the right row's ``background_dialogue`` (``backchannels_found``), by
   the therapist (in a pause or over the client's speech) and by a client (over another's),
 
-for three namings: ``hint`` (the manifest's speaking order, given in speaking order),
+for four namings: ``hint`` (the manifest's speaking order, given in speaking order),
 ``voices`` (the default: neutral voice labels, then each voice named once from the voice
-table by a simulated annotator: ``name_voices_from_truth``) and ``voices-misordered`` (the
+table by a simulated annotator: ``name_voices_from_truth``), ``voices-misordered`` (the
 same with the participants listed in another order than they speak; the default ignores the
-order, so the figures equal ``voices``).
+order, so the figures equal ``voices``) and ``voices-round`` (the same names given in the
+transcript round's voice block, through the round's own code: task data, pre-annotation, the
+pull's parsing and gold's naming of backchannels, ``pipeline.annotation.voice_naming``; the
+annotator touches no row; problems the pull would report are printed).
 
     .venv/bin/python benchmarks/bench_turns.py [--seeds 0 1 2 3] [--scenarios couple family]
         [--overlapping 3] [--partner 0] [--cache DIR]
@@ -80,17 +83,25 @@ def main() -> None:
             people = truth["participants"]
             figures = {}
             runs = {"hint": (people, True), "voices": (people, False),
-                    "voices-misordered": (list(reversed(people)), False)}
+                    "voices-misordered": (list(reversed(people)), False), "voices-round": (people, False)}
+            round_problems = 0
             for how, (listed, hint) in runs.items():
                 if not hasattr(turns, "segment_with_voices"):  # the segmenter before voice labels
                     rows = turns.segment(name, transcript, hyp, scenario, listed).to_pylist()
                 else:
                     order = turns.default_speaking_order(listed) if hint else None
                     table, voices = turns.segment_with_voices(name, transcript, hyp, scenario, listed, order)
-                    if not hint:
-                        table = turns.apply_voice_names(
-                            table, synth.name_voices_from_truth(voices.to_pylist(), out / f"{name}.rttm"))
-                    rows = table.to_pylist()
+                    names = synth.name_voices_from_truth(voices.to_pylist(), out / f"{name}.rttm")
+                    if how == "voices-round":
+                        rows, problems = _through_round(name, scenario, listed, table.to_pylist(),
+                                                        voices.to_pylist(), names)
+                        round_problems += len(problems)
+                        for p in problems[:3]:
+                            print(f"  {name} problem: row {p['row_index']} {p['field']}: {p['problem']}")
+                    else:
+                        if not hint:
+                            table = turns.apply_voice_names(table, names)
+                        rows = table.to_pylist()
                 match = synth.row_match(rows, truth["rows"])
                 found, total = synth.backchannels_found(rows, truth["rows"])
                 by_t = synth.backchannels_found(rows, _only(truth["rows"], lambda who: who == "Therapist"))
@@ -99,13 +110,38 @@ def main() -> None:
                 totals.setdefault(how, []).append((match * len(truth["rows"]), len(truth["rows"]), found, total,
                                                    *by_t, *by_c))
             print(f"{name:9s} DER {rttm.der(rttm.read_rttm(out / f'{name}.rttm'), hyp):.3f}  " + "  ".join(
-                f"{how}: rows {m:.0%} backchannels {f}/{t}" for how, (m, f, t) in figures.items()), flush=True)
+                f"{how}: rows {m:.0%} backchannels {f}/{t}" for how, (m, f, t) in figures.items())
+                + f"  (round problems: {round_problems})", flush=True)
     for how, rs in totals.items():
         matched, n, found, total, ft, tt, fc, tc = (sum(x[i] for x in rs) for i in range(8))
         worst = min(x[0] / x[1] for x in rs)
         print(f"{how:18s} rows matching {matched / n:.1%} (worst interview {worst:.0%}), "
               f"backchannels found {found}/{total} = {found / max(total, 1):.1%} "
               f"(therapist {ft}/{tt}, client {fc}/{tc})")
+
+
+def _through_round(name: str, scenario: str, participants: list[str], drafts: list[dict], voices: list[dict],
+                   names: dict[str, str]) -> tuple[list[dict], list[dict]]:
+    """The drafts through the transcript round's own code (no Label Studio): the task data with the
+    voice block, its pre-annotation, an annotator who names each voice once (``names``) and
+    touches no row, the pull's parsing, and gold's naming of the backchannels."""
+    from pipeline.annotation import ls_config, pull, push, voice_naming
+    from pipeline.annotation.rounds import load_round
+
+    rnd = load_round("transcript")
+    sample = {"sample_id": f"bench/{name}", "scenario": scenario, "participants": participants, "rows": drafts,
+              "voices": voices}
+    data = ls_config.build_task_data(rnd, sample)
+    values = push.input_values(rnd, sample)
+    result = [r for r in voice_naming.prefill(rnd, data, values, ls_config.values_to_results(rnd, data, values))
+              if not r["from_name"].startswith("voice_")]
+    result += [{"from_name": f"voice_{i}_is", "to_name": f"voice_{i}_label", "type": "choices",
+                "value": {"choices": [names[v["voice"]]]}} for i, v in enumerate(data["voices"]) if v["voice"] in names]
+    labels, problems = pull.parse_annotation(rnd, data, {"result": result}, "bench")
+    got = {(line["row_index"], line["field"]): json.loads(line["value"]) for line in labels}
+    rows = [{**r, **{f: got[(r["row_index"], f)] for f in ("primary_speaker", "target") if (r["row_index"], f) in got}}
+            for r in drafts]
+    return voice_naming.name_background(drafts, rows), problems
 
 
 def _only(rows: list[dict], keep) -> list[dict]:
