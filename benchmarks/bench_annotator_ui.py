@@ -1,32 +1,38 @@
 """What an annotator meets in the browser: page readiness, key echo and the work per turn.
 
-Starts its own Label Studio (template database, 127.0.0.1, a temporary data root), registers
-one annotator, pushes a generated family interview of 111 and of 250 rows for every round
-(transcript with the segmenter's draft as pre-annotation, the later rounds as for a new
-interview: without gold from earlier rounds), logs in through the real login form in headless
-Debian Chromium (Playwright) and opens the annotator's task. Prints one line per round and size:
+Starts its own Label Studio (template database, 127.0.0.1, a temporary data root) and the
+annotators' gate in front of it (``pipeline.annotation.proxy``: what annotators are given),
+registers one annotator, pushes a generated family interview of 111 and of 250 rows for every
+round (with a noise WAV as long as the interview as its audio; transcript with the segmenter's
+draft as pre-annotation, the later rounds as for a new interview: without gold from earlier
+rounds, with the rounds' defaults), and in headless Debian Chromium (Playwright) logs in
+through the real login form and opens the annotator's task. Prints one line per round and size:
 
-    ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W  (+ extras)
+    ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V ...
 
-* ``first_form_s``: from navigation to the first row's form being on the page, scrolled into
-  view (the page answering), with its first control visible.
-* ``next_part_s``: for a windowed sample, from clicking the next part in the task list to its
-  form being ready (no page load: what an annotator waits between parts); nan for one task.
+* ``first_form_s`` (= ``cold_s``): in a fresh browser (empty cache) that has just logged in,
+  from navigation to a task (a window from the middle of the sample) to its first form being
+  on the page, scrolled into view, with its first control visible.
+* ``warm_s``: the same for the next task in the same browser (Label Studio's code cached):
+  what an annotator waits from one task or part to the next.
 * ``key_echo_ms``: median over 5 key presses in the first text control of that form (an empty
   one, else a pre-filled one opened with its edit button) of the time from the key press to the
-  character being in the control (measured with Playwright round trips, which add
-  a few ms).
+  character being in the control (measured with Playwright round trips, which add a few ms).
 * ``clicks_per_turn`` / ``keys_per_turn``: the clicks and key presses (not counting the
   characters of free text) that enter the benchmark's answers into the forms of every task of
-  the sample as the pipeline pushes them (its labeling config and pre-filled values), averaged
-  over the rows that have controls (``--work-only``: these figures alone, no browser); ``text_fields_per_turn``: free-text fields typed per turn. Counting rules
-  are in :func:`work_per_turn` (a dropdown: 2 clicks; a choice with a hotkey: 1 key; a text:
-  1 click + Shift+Enter; a number: 1 click + digits + Tab; a multi-select: 1 click, 1 per
-  item, Escape).
+  the sample exactly as the pipeline pushes them (its labeling config and pre-filled values),
+  averaged over the rows that have controls; ``text_fields_per_turn``: free-text fields typed
+  per turn. Counting rules are in :func:`work_per_turn` (a choice of a form's first list: its
+  number key, and one Enter to come to the form; other buttons and boxes: 1 click each; a
+  dropdown: 2 clicks; a text: 1 click + Shift+Enter; a number: 1 click + digits + Tab).
+  ``--work-only``: these figures alone, no server, no browser.
 * Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, and the load average
   (the machine is shared: compare figures taken under similar load).
 
     .venv/bin/python benchmarks/bench_annotator_ui.py [--rows 111 250] [--rounds emotion ...]
+        [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR] [--json FILE]
+
+About 5 minutes for every round at both sizes on a quiet 2-core machine.
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ import secrets
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,8 +53,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.annotation import ls_config, push  # noqa: E402
+from pipeline.annotation import ls_config, naming, push  # noqa: E402
 from pipeline.annotation.client import LabelStudioClient  # noqa: E402
+from pipeline.annotation.proxy import ProxyServer  # noqa: E402
 from pipeline.annotation.rounds import load_round, round_names  # noqa: E402
 from pipeline.annotation.server import LabelStudioServer  # noqa: E402
 
@@ -119,57 +127,76 @@ def _controls(label_config: str) -> dict[str, ET.Element]:
     return {el.get("name"): el for el in root.iter() if el.get("toName") and el.get("name")}
 
 
-def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], truth: dict[int, dict]) -> dict:
+def _first_list(label_config: str) -> str | None:
+    """The template name of a form's first choice list: the one the gate's number keys act on
+    when no list has the focus (``proxy.KEYS_JS``)."""
+    repeater = ET.fromstring(label_config).find(".//Repeater")
+    first = next((el for el in repeater.iter("Choices")), None) if repeater is not None else None
+    return first.get("name") if first is not None else None
+
+
+def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], truth: dict[int, dict],
+                  keys: bool = True) -> dict:
     """Clicks, key presses and typed text fields needed to turn the pre-filled form into the
-    answers, per unit (row with controls). Reads the pushed config (hotkeys, which controls
-    exist) and the pre-filled results; a control already holding the answer costs nothing."""
+    answers, per unit (row with controls). Reads the pushed config (which controls exist and how
+    they are shown) and the pre-filled results; a control already holding the answer costs
+    nothing. With ``keys`` (the annotators' gate's keys, ``proxy.KEYS_JS``): a choice of a form's
+    first list costs its number key (no click), and a form where that is used, or where nothing
+    needs changing, costs one Enter to come to it."""
     controls = _controls(label_config)
+    first = _first_list(label_config) if keys else None
     want = ls_config.values_to_results(rnd, data, truth)
     have = {r["from_name"]: ls_config.result_value(r) for r in prediction}
-    clicks = keys = texts = 0
+    clicks = key_presses = texts = 0
+    acted: dict[int, str] = {}  # unit -> "key" / "click": how its first needed action is done
     for r in want:
         name = r["from_name"]
         value = ls_config.result_value(r)
+        parsed = naming.parse_control_name(name)
         if have.get(name) == value:
             continue
-        parsed = ls_config.parse_control_name(name)
-        template = ls_config.control_name(parsed[0], "{{idx}}", parsed[1], parsed[2]) if parsed else name
+        template = naming.control_name(parsed[0], "{{idx}}", parsed[1], parsed[2]) if parsed else name
         el = controls.get(template)
         if el is None:  # (an Element without children is falsy: no `or` here)
             el = controls.get(name)
         tag = el.tag if el is not None else r["type"]
+        unit = parsed[3] if parsed else -1
+        by_key = False
         if tag in ("Choices", "choices"):
             items = value if isinstance(value, list) else [value]
-            # only hotkeys the config sets count (Label Studio's automatic ones repeat in every row)
-            marked = [c for c in (el.findall("Choice") if el is not None else [])
-                      if c.get("value") in items or c.get("alias") in items]
-            hotkeys = bool(marked) and all(c.get("hotkey") for c in marked)
-            if el is not None and el.get("layout") != "select" and hotkeys:
-                keys += len(items)
+            options = [c.get("value") for c in el.findall("Choice")] if el is not None else []
+            if not options and el is not None and el.get("value", "").startswith("$"):  # a list from the task data
+                options = [o["value"] for o in data.get(el.get("value")[1:], [])]
+            keyed = [v for v in items if v in options[:10] or (options and v == options[-1])]
+            if template == first and len(keyed) == len(items):  # the gate's keys: 1-9, 0, - (last)
+                key_presses += len(items)
+                by_key = True
             elif el is not None and el.get("layout") != "select":
-                clicks += len(items)
+                clicks += len(items)  # buttons / boxes in a line: one click each
             elif el is not None and el.get("choice") == "multiple":
                 clicks += 1 + len(items)
-                keys += 1
+                key_presses += 1
             else:
                 clicks += 2
         elif tag in ("TextArea", "textarea"):
-            clicks, keys, texts = clicks + 1, keys + 1, texts + 1
+            clicks, key_presses, texts = clicks + 1, key_presses + 1, texts + 1
         elif tag in ("Number", "number"):
-            clicks, keys = clicks + 1, keys + len(str(value)) + 1
-    return {"clicks": clicks, "keys": keys, "texts": texts, "units": len(data["units"])}
+            clicks, key_presses = clicks + 1, key_presses + len(str(value)) + 1
+        acted.setdefault(unit, "key" if by_key else "click")
+    if keys:  # Enter to come to each form whose work starts with a key or needs nothing
+        key_presses += sum(1 for i in range(len(data["units"])) if acted.get(i, "key") == "key")
+    return {"clicks": clicks, "keys": key_presses, "texts": texts, "units": len(data["units"])}
 
 
-def work_for_sample(rnd, sample: dict, truth: dict[int, dict]) -> dict:
-    """:func:`work_per_turn` over every task of the sample as the pipeline pushes it (the
-    transcript round pre-filled with the draft, the later rounds empty), per unit."""
-    build = getattr(ls_config, "build_tasks_data", None)  # absent before windowed tasks
-    tasks = build(rnd, sample) if build else [ls_config.build_task_data(rnd, sample)]
+def work_for_sample(rnd, sample: dict, truth: dict[int, dict], keys: bool = True, window: int | None = None) -> dict:
+    """:func:`work_per_turn` over every task of the sample exactly as the pipeline pushes it
+    (``push._prepare``: windows, the round's defaults, the transcript round pre-filled with the
+    draft, the later rounds without gold from earlier rounds), per unit."""
     config = ls_config.render_config(rnd, sample["scenario"])
+    prelabel = push.input_values if rnd.name == "transcript" else None
     total = {"clicks": 0, "keys": 0, "texts": 0, "units": 0}
-    for data in tasks:
-        pre = ls_config.values_to_results(rnd, data, push.input_values(rnd, sample)) if rnd.name == "transcript" else []
-        for k, v in work_per_turn(rnd, config, data, pre, truth).items():
+    for prepared in push._prepare(rnd, sample, prelabel, None, window):
+        for k, v in work_per_turn(rnd, config, prepared.data, prepared.prediction, truth, keys).items():
             total[k] += v
     units = max(1, total["units"])
     return {"clicks": total["clicks"] / units, "keys": total["keys"] / units, "texts": total["texts"] / units}
@@ -193,26 +220,16 @@ def _form_ready(page, unit_text: str | None = None) -> None:
     unit.locator(".lsf-choices, textarea, input, [data-testid=htx-textbox-edit-button]").first.wait_for(state="visible")
 
 
-def measure_page(page, url: str, next_part: tuple[str, str] | None = None) -> dict:
-    """``next_part``: (text of the next task's row in the task list, text of its first form)."""
+def first_form(page, url: str) -> float:
+    """Seconds from navigation to the first form being usable (see the module doc)."""
     t0 = time.perf_counter()
     page.goto(url)
     _form_ready(page)
-    first_form = time.perf_counter() - t0
-    next_form = float("nan")
-    if next_part:  # the next part of the sample, opened from the task list (no page load)
-        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    return time.perf_counter() - t0
 
-        t1 = time.perf_counter()
-        try:
-            page.locator(".lsf-table__row-wrapper", has_text=next_part[0]).first.click()
-            _form_ready(page, next_part[1])
-            next_form = time.perf_counter() - t1
-        except PlaywrightTimeout:
-            next_form = float("inf")
-            page.screenshot(path="test-output/bench_next_part_failed.png")
-            page.goto(url)  # back to a known state for the key echo
-            _form_ready(page)
+
+def key_echo(page) -> float:
+    """Median milliseconds from a key press to the character being in the first text control."""
     unit = page.locator("#unit_0")
     # a text control to type in: an empty one, else a pre-filled one opened for editing
     box = unit.locator("textarea")
@@ -228,34 +245,65 @@ def measure_page(page, url: str, next_part: tuple[str, str] | None = None) -> di
         page.keyboard.press(ch)
         page.wait_for_function("ch => (document.activeElement?.value || '').endsWith(ch)", arg=ch, polling="raf")
         echoes.append((time.perf_counter() - t) * 1000)
-    stats = page.evaluate("""() => ({height: Math.max(...[...document.querySelectorAll('*')].map(e => e.scrollHeight)),
+    return statistics.median(echoes)
+
+
+def page_stats(page) -> dict:
+    return page.evaluate("""() => ({height: Math.max(...[...document.querySelectorAll('*')].map(e => e.scrollHeight)),
         nodes: document.getElementsByTagName('*').length,
         heap: (performance.memory ? performance.memory.usedJSHeapSize : 0)})""")
-    return {"first_form_s": first_form, "next_form_s": next_form, "key_echo_ms": statistics.median(echoes), **stats}
+
+
+def login(context, base: str, email: str, password: str) -> None:
+    page = context.new_page()
+    page.goto(f"{base}/user/login/")
+    page.fill("input[name=email]", email)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/user/login" not in url, timeout=120_000)
+    page.close()  # the session cookie stays with the context
+
+
+def make_media(sample: dict, folder: Path) -> str:
+    """A WAV as long as the sample (noise), under the media root: what the players and the
+    dialogue's line buttons load. Returns its path relative to the media root."""
+    path = folder / f"{sample['sample_id'].replace('/', '_')}.wav"
+    seconds = max(r["end_time"] for r in sample["rows"]) + 1
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", f"anoisesrc=d={seconds:.2f}:a=0.05",
+                    "-ar", "16000", "-ac", "1", str(path)], check=True)
+    return f"{folder.name}/{path.name}"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[111, 250])
-    ap.add_argument("--rounds", nargs="+", default=list(round_names()))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 epilog="Example: .venv/bin/python benchmarks/bench_annotator_ui.py --rows 111 "
+                                        "--rounds emotion relation --screenshots test-output/bench")
+    ap.add_argument("--rows", type=int, nargs="+", default=[111, 250], help="sample sizes (default 111 250)")
+    ap.add_argument("--rounds", nargs="+", default=list(round_names()), help="rounds (default: every round)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--work-only", action="store_true", help="only the clicks and keys per turn (no browser)")
     ap.add_argument("--window", type=int, help="units per task (default: the pipeline's)")
+    ap.add_argument("--direct", action="store_true",
+                    help="open Label Studio directly instead of through the annotators' gate (no asset cache, "
+                         "no compression, no keys: the work figures are then counted without the gate's keys)")
+    ap.add_argument("--no-media", action="store_true", help="push without audio (no players load anything)")
     ap.add_argument("--page-timeout", type=float, default=240, help="seconds a page may take (default 240)")
     ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
     args = ap.parse_args()
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import sync_playwright
+    keys = not args.direct
 
     if args.work_only:  # no server, no browser: the clicks and keys per turn alone
         for n_rows in args.rows:
             sample = family_sample(n_rows)
             for name in args.rounds:
                 rnd = load_round(name)
-                w = work_for_sample(rnd, sample, answers(rnd, sample))
+                w = work_for_sample(rnd, sample, answers(rnd, sample), keys, args.window)
                 print(f"{name.upper()} {n_rows} clicks_per_turn={w['clicks']:.2f} keys_per_turn={w['keys']:.2f} "
                       f"text_fields_per_turn={w['texts']:.2f}")
         return
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
     if not shutil.which(CHROMIUM):
         sys.exit("Debian chromium is not installed (scripts/setup.sh installs it)")
     os.environ.update({"LABEL_STUDIO_USERNAME": "bench-admin@rescue.test",
@@ -263,67 +311,74 @@ def main() -> None:
                        "LABEL_STUDIO_USER_TOKEN": secrets.token_hex(20)})
     email, password = "bench-annotator@rescue.test", secrets.token_urlsafe(12)
     out = []
-    print(f"start {_load()}", flush=True)
+    print(f"start {_load()} via={'label-studio' if args.direct else 'gate'}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
         root = Path(tmp)
+        media = root / "media"
+        media.mkdir()
         server = LabelStudioServer(root / "label-studio", port=_free_port(), media_root=root)
         server.start(timeout=600)
         client = LabelStudioClient(server.url, os.environ["LABEL_STUDIO_USER_TOKEN"])
+        gate = None if args.direct else ProxyServer(server.url, os.environ["LABEL_STUDIO_USER_TOKEN"]).start()
+        base = server.url if args.direct else gate.url
         try:
             client.create_user(email)
             server.set_password(email, password)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                context.set_default_timeout(args.page_timeout * 1000)
-                page = context.new_page()
-                page.goto(f"{server.url}/user/login/")
-                page.fill("input[name=email]", email)
-                page.fill("input[name=password]", password)
-                page.click("button[type=submit]")
-                page.wait_for_url(lambda url: "/user/login" not in url, timeout=120_000)
-                page.close()  # the session cookie stays with the context
                 for n_rows in args.rows:
                     sample = family_sample(n_rows)
+                    audio = None if args.no_media else make_media(sample, media)
                     for name in args.rounds:
                         rnd = load_round(name)
                         report = push.push_round(client, name, [sample], [email], k=1,
                                                  prelabel=push.input_values if name == "transcript" else None,
                                                  prelabel_source="input" if name == "transcript" else "none",
+                                                 media_url=(lambda s, a=audio: push.local_media_url(a)) if audio else None,
+                                                 media_dir=media if audio else None,
                                                  **({"window": args.window} if args.window else {}))
                         pid = report.projects[push.project_key(name, "family", email)]
                         tasks = sorted(client.find_tasks(pid, "sample_id", sample["sample_id"]),
                                        key=lambda t: (t["data"].get("window") or {}).get("index", 0))
                         task = tasks[len(tasks) // 2]  # a window from the middle when windowed
-                        work = work_for_sample(rnd, sample, answers(rnd, sample))
-                        page = context.new_page()  # a fresh page: a hung one from before cannot slow this one
+                        following = tasks[len(tasks) // 2 + 1] if len(tasks) > 1 else task
+                        work = work_for_sample(rnd, sample, answers(rnd, sample), keys, args.window)
+                        # cold: a fresh browser (empty cache) that has just logged in; warm: the next
+                        # task in the same browser (Label Studio's code in the browser's cache)
+                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                        context.set_default_timeout(args.page_timeout * 1000)
+                        figures = {"first_form_s": float("inf"), "warm_s": float("inf"), "key_echo_ms": float("nan"),
+                                   "height": 0, "nodes": 0, "heap": 0}
                         try:
-                            following = tasks[len(tasks) // 2 + 1] if len(tasks) > 1 else None
-                            nxt = (f"part {following['data']['window']['index'] + 1} of ",
-                                   f"Row {following['data']['units'][0]['row_index']} ·") if following else None
-                            page_figures = measure_page(page, f"{server.url}/projects/{pid}/data?task={task['id']}", nxt)
+                            login(context, base, email, password)
+                            page = context.new_page()
+                            figures["first_form_s"] = first_form(page, f"{base}/projects/{pid}/data?task={task['id']}")
+                            page.close()
+                            page = context.new_page()
+                            figures["warm_s"] = first_form(page, f"{base}/projects/{pid}/data?task={following['id']}")
+                            figures["key_echo_ms"] = key_echo(page)
+                            figures.update(page_stats(page))
+                            if args.screenshots:
+                                args.screenshots.mkdir(parents=True, exist_ok=True)
+                                page.screenshot(path=str(args.screenshots / f"{name}_{n_rows}.png"))
                         except PlaywrightTimeout:
-                            page_figures = {"first_form_s": float("inf"), "next_form_s": float("nan"),
-                                            "key_echo_ms": float("nan"),
-                                            "height": 0, "nodes": 0, "heap": 0}
-                            print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s",
-                                  flush=True)
-                        if args.screenshots and page_figures["nodes"]:
-                            args.screenshots.mkdir(parents=True, exist_ok=True)
-                            page.screenshot(path=str(args.screenshots / f"{name}_{n_rows}.png"))
-                        page.close()
-                        line = {"round": name, "rows": n_rows, **page_figures, **work, "tasks": len(tasks),
-                                "load": os.getloadavg()}
+                            print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s", flush=True)
+                        finally:
+                            context.close()
+                        line = {"round": name, "rows": n_rows, **figures, **work, "tasks": len(tasks),
+                                "via": "label-studio" if args.direct else "gate", "load": os.getloadavg()}
                         out.append(line)
                         print(f"{name.upper()} {n_rows} first_form_s={line['first_form_s']:.1f} "
-                              f"next_part_s={line['next_form_s']:.1f} "
                               f"key_echo_ms={line['key_echo_ms']:.0f} clicks_per_turn={work['clicks']:.2f} "
-                              f"keys_per_turn={work['keys']:.2f} text_fields_per_turn={work['texts']:.2f} "
+                              f"keys_per_turn={work['keys']:.2f} cold_s={line['first_form_s']:.1f} "
+                              f"warm_s={line['warm_s']:.1f} text_fields_per_turn={work['texts']:.2f} "
                               f"tasks={len(tasks)} page_px={line['height']} dom_nodes={line['nodes']} "
                               f"heap_mb={line['heap'] / 2**20:.0f} {_load()}", flush=True)
                 browser.close()
         finally:
             client.close()
+            if gate:
+                gate.stop()
             server.stop()
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))

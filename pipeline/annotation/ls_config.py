@@ -36,9 +36,15 @@ GUIDANCE_KIND = {  # taxonomy list -> the guidance section shown as hints
 }
 # Task-data keys that hold the per-sample choice lists of dynamic fields.
 DYNAMIC_KEY = {"entities": "entities", "clients": "clients"}
+# The annotators' keys (added to the page by the gate, pipeline.annotation.proxy.KEYS_JS).
+KEYS_HELP = ("Keys: 1-9, 0 pick the 1st-10th choice of the list in focus, else of the first list of the "
+             "outlined form (the one you clicked last), - its last choice (none); Enter keeps the outlined "
+             "form as it is and goes to the next; Ctrl+Enter submits.")
 UNIT_ROW_OPTIONS = "row_options"  # per unit: the rows offered for a ``rows`` field (evidence)
-EVIDENCE_BEFORE = 15  # rows before a unit's own row offered as evidence
-EVIDENCE_AFTER = 5    # and after it
+# Rows offered as evidence around a unit's own row, as one-click boxes: in the release's head
+# every evidence row but one lies within 5 before and 4 after the therapist row.
+EVIDENCE_BEFORE = 6
+EVIDENCE_AFTER = 6
 
 
 
@@ -52,14 +58,53 @@ def config_path(round_name: str, scenario: str) -> Path:
 
 
 def _ui_text(rnd: Round) -> dict[str, dict]:
-    """``{field or field.subfield: {"label", "help"}}``: the words annotators see, from the round YAML."""
+    """``{field or field.subfield: {"label", "help", "default"}}``: the words annotators see and
+    the pre-filled defaults, from the round YAML."""
     raw = yaml.safe_load(rnd.source.read_text(encoding="utf-8")) or {}
     out: dict[str, dict] = {}
     for f in raw.get("fields") or []:
-        out[f["name"]] = {"label": f.get("label"), "help": f.get("help")}
+        out[f["name"]] = {"label": f.get("label"), "help": f.get("help"), "default": f.get("default")}
         for sub in f.get("subfields") or []:
-            out[f"{f['name']}.{sub['name']}"] = {"label": sub.get("label"), "help": sub.get("help")}
+            out[f"{f['name']}.{sub['name']}"] = {"label": sub.get("label"), "help": sub.get("help"),
+                                                 "default": sub.get("default")}
     return out
+
+
+# What a round YAML's ``default:`` may name: a value read from the row itself.
+DEFAULTS = {"speaker": lambda row: row.get("primary_speaker")}
+
+
+def default_values(rnd: Round, sample: dict) -> dict[int, dict]:
+    """``{row_index: {field: value}}``: the round's sensible defaults (``default:`` in its YAML,
+    e.g. "who feels it" = the speaker, right for 36 of 41 client rows of the release's head),
+    pushed as pre-filled values (a prediction) where no other pre-annotation gives the field.
+    A records subfield's default starts the first entry."""
+    ui = _ui_text(rnd)
+    out: dict[int, dict] = {}
+    for row in sample["rows"]:
+        if not rnd.applies(row.get("primary_speaker")):
+            continue
+        values: dict = {}
+        for f in rnd.fields:
+            if f.type == "records":
+                rec = {s.name: DEFAULTS[d](row) for s in f.subfields
+                       if (d := (ui.get(f"{f.name}.{s.name}") or {}).get("default"))}
+                rec = {k: v for k, v in rec.items() if v not in (None, "", [])}
+                if rec:
+                    values[f.name] = [rec]
+            elif (d := (ui.get(f.name) or {}).get("default")) and DEFAULTS[d](row) not in (None, "", []):
+                values[f.name] = DEFAULTS[d](row)
+        if values:
+            out[row["row_index"]] = values
+    return out
+
+
+def check_defaults(rnd: Round) -> None:
+    """A ``default:`` that names nothing :data:`DEFAULTS` knows is an error naming the round and field."""
+    for path, text in _ui_text(rnd).items():
+        if text.get("default") and text["default"] not in DEFAULTS:
+            raise ValueError(f"annotation_schemas/rounds/{rnd.name}.yaml: {path}: default {text['default']!r} "
+                             f"is not one of {sorted(DEFAULTS)}")
 
 
 def field_label(field: Field, ui: dict[str, dict], path: str, required: bool) -> str:
@@ -86,8 +131,8 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
         lo = f' min="{field.minimum:g}"' if field.minimum is not None else ""
         hi = f' max="{field.maximum:g}"' if field.maximum is not None else ""
         return [head, f'{indent}<Number name="{name}" {to}{lo}{hi}{req}/>']
-    if field.type == "rows":  # nearby rows only, each shown with its speaker and first words, in a dropdown
-        return [head, f'{indent}<Choices name="{name}" {to} layout="select" choice="multiple"{req}'
+    if field.type == "rows":  # nearby rows only, each a box with its speaker and first words: one click each
+        return [head, f'{indent}<Choices name="{name}" {to} choice="multiple" showInline="true"{req}'
                       f' value="$units[{{{{idx}}}}].{UNIT_ROW_OPTIONS}"/>']
     if field.type in ("choice", "multichoice"):
         # short lists (people, labels) as buttons in a line: one click per choice, no dropdown
@@ -123,6 +168,7 @@ def instructions_html(rnd: Round, scenario: str) -> str:
             if sub.type != "const":
                 describe(sub, f"{f.name}.{sub.name}", sub.required)
     parts.append("</ul><p>* required. Fields of an optional entry are required once the entry is started.</p>")
+    parts.append(f"<p>{escape(KEYS_HELP)}</p>")
     for f in (*rnd.fields, *(s for f in rnd.fields for s in f.subfields)):
         if f.values in GUIDANCE_KIND:
             parts.append(f"<h4>{escape(field_label(f, ui, f.name, False))}: the labels</h4><dl>")
@@ -142,6 +188,7 @@ def render_config(rnd: Round, scenario: str) -> str:
     first appear once the slot before them has its first choice set.
     """
     taxonomy.check_scenario(scenario)
+    check_defaults(rnd)
     ui = _ui_text(rnd)
     out = [
         f"<!-- Generated from annotation_schemas/rounds/{rnd.name}.yaml (version {rnd.version}) by"
@@ -149,10 +196,10 @@ def render_config(rnd: Round, scenario: str) -> str:
         "<View>",
         f"  <Header value={quoteattr(f'{rnd.title} ({scenario})')}/>",
         f"  <Header size=\"6\" value={quoteattr(rnd.instructions)}/>",
+        f"  <Header size=\"6\" value={quoteattr(KEYS_HELP)}/>",
         '  <Text name="heading" value="$heading"/>',
-        '  <Audio name="media" value="$media_url" sync="media"/>',
         '  <Paragraphs name="dialogue" value="$turns" layout="dialogue" nameKey="speaker"'
-        ' textKey="line" audioUrl="$media_url" sync="media"/>',
+        ' textKey="line" audioUrl="$media_url"/>',
         '  <Repeater on="$units" indexFlag="{{idx}}">',
         '    <View idAttr="unit_{{idx}}" style="border-top: 1px solid #ccc; padding-top: 6px; margin-top: 6px">',
         '      <Header size="6" value="form {{idx}}"/>',
@@ -267,7 +314,7 @@ def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
             # shown: "12 · Ann: first words ..."; stored (the alias): "12"
             unit[UNIT_ROW_OPTIONS] = [
                 {"value": f"{o['row_index']} · {o.get('primary_speaker') or '?'}: "
-                          f"{_first_words(o.get('dialogue_cleaned') or '')}",
+                          f"{_first_words(o.get('dialogue_cleaned') or '', 5)}",
                  "alias": str(o["row_index"])}
                 for o in rows[max(0, i - EVIDENCE_BEFORE): i + 1 + EVIDENCE_AFTER]]
         units.append(unit)

@@ -28,6 +28,20 @@ adjudicators. Three kinds of login:
   those logins are; any other login then reaches no project at all (e.g. an annotator added
   before the first push).
 
+Speed and keys (what annotators' browsers get from the gate, not from Label Studio):
+
+* Label Studio's build assets (``/static/``, ``/react-app/``: about 7 MB of JavaScript and
+  1.5 MB of CSS per page) are fetched from Label Studio once, kept in memory, gzip-compressed
+  when the browser accepts it (a remote annotator downloads about a quarter) and served with
+  cache headers and an ETag: a second page loads them from the browser's cache without asking,
+  and a revalidation is answered by the gate itself (304). Label Studio's development server
+  sends them with neither. Restart the gate after upgrading Label Studio.
+* Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
+  1st-10th choice of the list in focus, else of the first list of the form being worked on (the
+  one focused or clicked last, outlined), ``-`` its last choice (the "none" choice where a list
+  has one); Enter keeps that form as it is and goes to the next one. Label Studio's own automatic letter and number hotkeys (which always act on the first
+  forms of a task, whichever form is being worked on) are swallowed outside text fields.
+
 A request that touches a project the caller may not reach (or an object that does not exist) is
 refused (403) before it reaches Label Studio; the project list is cut down to the caller's
 projects; exports, new projects and project settings writes are refused to annotators and
@@ -36,6 +50,8 @@ adjudicators alike; anything else passes unchanged.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import hashlib
 import http.cookiejar
 import json
 import os
@@ -61,6 +77,65 @@ OWNERS_TTL_S = 10.0  # a login not found among annotators is looked up again aft
 ADJUDICATION_KEY_PREFIX = "rescue-adjudication:"
 ADJUDICATION = "\x00adjudication"  # the owner of an adjudication project (no e-mail can equal it)
 ADJUDICATORS_ENV = "RESCUE_ADJUDICATORS"
+_ASSET_PREFIXES = ("/static/", "/react-app/")  # build assets: no project data, same for everyone
+_HASHED_NAME = re.compile(r"\.[0-9a-f]{12}\.\w+$")  # Django's manifest names never change content
+ASSET_MAX_AGE_S = 3600  # unhashed names (react-app chunks) may change with a Label Studio upgrade
+_COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml", "application/wasm")
+KEYS_PATH = "/__rescue__/keys.js"
+KEYS_JS = r"""// RESCUE annotators' keys, added by the annotators' gate (pipeline/annotation/proxy.py).
+(function () {
+  if (window.__rescueKeys) return; window.__rescueKeys = true;
+  var current = null;  // id of the form (unit_<i>) the keys act on
+  function unitOf(el) { return el && el.closest ? el.closest('[id^="unit_"]') : null; }
+  function editing(el) {
+    if (!el) return false;
+    if (el.isContentEditable || el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
+    return el.tagName === "INPUT" && ["checkbox", "radio", "button", "submit"].indexOf(el.type) < 0;
+  }
+  function mark(unit) {
+    var old = current && document.getElementById(current);
+    if (old && old !== unit) old.style.outline = "";
+    if (unit) { current = unit.id; unit.style.outline = "2px solid #1677ff"; unit.style.outlineOffset = "2px"; }
+  }
+  document.addEventListener("focusin", function (e) { var u = unitOf(e.target); if (u) mark(u); }, true);
+  document.addEventListener("pointerdown", function (e) { var u = unitOf(e.target); if (u) mark(u); }, true);
+  function onScreen() {  // no form chosen yet: the first one on screen, else the first one
+    var all = document.querySelectorAll('[id^="unit_"]');
+    for (var i = 0; i < all.length; i++) {
+      var r = all[i].getBoundingClientRect();
+      if (r.bottom > 0 && r.top < window.innerHeight) return all[i];
+    }
+    return all[0] || null;
+  }
+  function go(unit) {
+    mark(unit); unit.scrollIntoView({block: "center"});
+    var first = unit.querySelector("input, textarea");
+    if (first) first.focus({preventScroll: true});
+  }
+  function choices(group) { return group ? group.querySelectorAll('input[type=checkbox], input[type=radio]') : []; }
+  window.addEventListener("keydown", function (e) {
+    if (e.ctrlKey || e.metaKey || e.altKey || editing(e.target)) return;
+    var chosen = current && document.getElementById(current);
+    var unit = chosen || onScreen();
+    if (!unit) return;  // not a RESCUE form: Label Studio's keys as usual
+    if (/^[0-9-]$/.test(e.key)) {
+      e.preventDefault(); e.stopImmediatePropagation();
+      var a = document.activeElement;
+      var group = (a && unit.contains(a) && a.closest(".lsf-choices")) || unit.querySelector(".lsf-choices");
+      var all = choices(group);
+      var item = e.key === "-" ? all[all.length - 1] : all[e.key === "0" ? 9 : Number(e.key) - 1];
+      if (item) { mark(unit); item.click(); }
+    } else if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault(); e.stopImmediatePropagation();
+      // the first Enter comes to the first form on screen, each next one to the following form
+      var next = chosen ? document.getElementById("unit_" + (Number(unit.id.slice(5)) + 1)) : unit;
+      if (next) go(next);
+    } else if (/^[a-z]$/i.test(e.key) && !e.shiftKey) {
+      e.stopImmediatePropagation();  // Label Studio's automatic hotkeys act on the first forms only
+    }
+  }, true);
+})();
+"""
 
 
 def no_cookies() -> http.cookiejar.CookieJar:
@@ -258,10 +333,49 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
     client = httpx.AsyncClient(base_url=upstream.rstrip("/"), timeout=300, follow_redirects=False,
                                cookies=no_cookies())
 
+    assets: dict[str, dict] = {}  # path?query -> {"type", "body", "gz", "etag", "cache"}
+    keys_tag = '"' + hashlib.sha256(KEYS_JS.encode()).hexdigest()[:20] + '"'
+
+    def asset_response(request: Request, entry: dict) -> Response:
+        headers = {"cache-control": entry["cache"], "etag": entry["etag"], "vary": "Accept-Encoding"}
+        if request.headers.get("if-none-match") == entry["etag"]:
+            return Response(status_code=304, headers=headers)
+        body = entry["body"]
+        if entry["gz"] is not None and "gzip" in request.headers.get("accept-encoding", ""):
+            body, headers["content-encoding"] = entry["gz"], "gzip"
+        return Response(body if request.method == "GET" else b"", headers=headers, media_type=entry["type"])
+
+    async def asset(request: Request):
+        """A build asset from memory, fetched from Label Studio once (see the module doc)."""
+        import anyio
+
+        key = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+        entry = assets.get(key)
+        if entry is None:
+            r = await client.get(request.url.path, params=request.url.query or None)
+            if r.status_code != 200:
+                return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
+            kind = r.headers.get("content-type", "application/octet-stream")
+            body = r.content
+            gz = None
+            if kind.startswith(_COMPRESSIBLE) and len(body) > 1024:
+                gz = await anyio.to_thread.run_sync(lambda: gzip.compress(body, 6, mtime=0))
+            hashed = _HASHED_NAME.search(request.url.path) is not None
+            entry = {"type": kind, "body": body, "gz": gz,
+                     "etag": '"' + hashlib.sha256(body).hexdigest()[:20] + '"',
+                     "cache": "public, max-age=31536000, immutable" if hashed else f"public, max-age={ASSET_MAX_AGE_S}"}
+            assets[key] = entry
+        return asset_response(request, entry)
+
     async def forward(request: Request):
         import anyio
 
         path = request.url.path
+        if request.method in ("GET", "HEAD") and path.startswith(_ASSET_PREFIXES):
+            return await asset(request)
+        if request.method in ("GET", "HEAD") and path == KEYS_PATH:
+            return asset_response(request, {"type": "application/javascript", "body": KEYS_JS.encode(), "gz": None,
+                                            "etag": keys_tag, "cache": f"public, max-age={ASSET_MAX_AGE_S}"})
         query = dict(request.query_params)
         body = await request.body()
         user = await anyio.to_thread.run_sync(gate.whoami, request.headers.get("cookie"),
@@ -278,10 +392,19 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         # every header line as it came (several Set-Cookie lines stay several lines)
         raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
         listing = request.method == "GET" and path.rstrip("/") == "/api/projects"
+        page = (request.method == "GET" and r.status_code == 200 and user is not None
+                and r.headers.get("content-type", "").startswith("text/html"))
         if listing and gate.role(user) is not None and r.status_code == 200:
             payload = await r.aread()  # decoded
             await r.aclose()
             response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
+            raw = [(k, v) for k, v in raw if k != "content-encoding"]
+        elif page:  # a page of a logged-in user: the annotators' keys (KEYS_JS) come with it
+            html = await r.aread()
+            await r.aclose()
+            tag = f'<script src="{KEYS_PATH}"></script>'.encode()
+            at = html.rfind(b"</body>")
+            response = Response(html[:at] + tag + html[at:] if at >= 0 else html + tag, status_code=r.status_code)
             raw = [(k, v) for k, v in raw if k != "content-encoding"]
         else:
             async def stream():

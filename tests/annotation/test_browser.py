@@ -14,6 +14,7 @@ from ls_samples import make_sample
 from typer.testing import CliRunner
 
 from pipeline.annotation import naming, pull, push
+from pipeline.annotation.proxy import KEYS_PATH, ProxyServer
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 from pipeline.config import REPO_ROOT
@@ -46,21 +47,15 @@ def _fill(page, rnd, data, values) -> None:
             if f.type == "choice" and value == "" and f.empty_choice:
                 items = [f.empty_choice]
             items = [v for v in items if v not in ("", None)]
-            if items and f.type != "rows":
-                group = groups.nth(k)
-                for v in items:  # each choice's input is named by its value
-                    group.locator(f"input[name={json.dumps(v)}]").click()
-            elif items:
-                groups.nth(k).locator("[data-testid^=select-trigger]").click()
-                popup = page.locator("[data-testid=select-popup][data-state=open]")
-                for v in items:
-                    # a dispatched click: the popup may still be animating or re-rendering.
-                    option = popup.locator(f"[data-testid^='select-option-{v} · ']")
-                    option.wait_for(state="attached")
-                    option.dispatch_event("click")
-                if popup.count():
-                    page.keyboard.press("Escape")
-                page.wait_for_function("!document.querySelector('[data-testid=select-popup]')")
+            group = groups.nth(k)
+            if items or group.count():
+                # set the group exactly (defaults may be pre-filled): each choice's input is named by
+                # its value; an evidence row's value starts with its row number ("12 · Ann: ...")
+                for box in group.locator("input").all():
+                    label = box.get_attribute("name") or ""
+                    want = (label.split(" · ")[0] in items) if f.type == "rows" else label in items
+                    if box.is_checked() != want:
+                        box.click()
             k += 1
         elif f.type == "text" and value:
             box = page.locator(f"textarea[name='{name}']")
@@ -93,11 +88,15 @@ _ACTIVE = """() => { const el = document.activeElement; const unit = el && el.cl
   const group = el && el.closest('.lsf-choices');
   return {unit: unit ? unit.id : null, tag: el ? el.tagName : null, name: el ? el.getAttribute('name') : null,
           group: unit && group ? [...unit.querySelectorAll('.lsf-choices')].indexOf(group) : -1}; }"""
+_CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices`)].map(g => [...g.querySelectorAll('input')].filter(i => i.checked).map(i => i.name))"
 
 
 def _fill_by_keyboard(page, rnd, data, values) -> int:
-    """Fill every unit with the keyboard alone: Tab to each control, Space ticks a choice, text is
-    typed and added with Shift+Enter; Ctrl+Enter submits. Returns the key presses used."""
+    """Fill every unit with the keyboard alone, through the gate's keys (proxy.KEYS_JS): Enter
+    comes to the first form; in each form the first list's choice is its number key, pressed
+    with the focus anywhere in that form (and it must land there, not on form 0 as Label
+    Studio's own automatic hotkeys do); the other lists: Tab to the choice, Space; text is typed
+    and added with Shift+Enter; Ctrl+Enter submits. Returns the key presses used."""
     keys = 0
 
     def press(key):
@@ -107,13 +106,17 @@ def _fill_by_keyboard(page, rnd, data, values) -> int:
 
     def tab_to(want, limit=400):
         for _ in range(limit):
-            press("Tab")
             if want(page.evaluate(_ACTIVE)):
                 return
+            press("Tab")
         raise AssertionError(f"Tab never reached the control ({page.evaluate(_ACTIVE)})")
 
+    press("Enter")  # to the first form
+    assert page.evaluate(_ACTIVE)["unit"] == "unit_0", page.evaluate(_ACTIVE)
     for i, u in enumerate(data["units"]):
         row = values.get(u["row_index"], {})
+        tab_to(lambda a, i=i: a["unit"] == f"unit_{i}")
+        before_0 = page.evaluate(_CHECKED, "unit_0")
         k = 0
         for f in rnd.fields:
             subs = [(sub, (row.get(f.name) or [{}])[0].get(sub.name) if f.type == "records" else None)
@@ -126,7 +129,15 @@ def _fill_by_keyboard(page, rnd, data, values) -> int:
                 if sub.type in ("choice", "multichoice"):
                     items = value if isinstance(value, list) else [value]
                     items = [sub.empty_choice if v == "" and sub.empty_choice else v for v in items]
+                    options = list(sub.options(data["scenario"], data.get("participants"), len(data["turns"])))
                     for v in [v for v in items if v not in ("", None)]:
+                        if k == 0:  # the first list: its number key, the focus anywhere in this form
+                            at = options.index(v)
+                            press("-" if at == len(options) - 1 else str((at + 1) % 10))
+                            assert v in page.evaluate(_CHECKED, f"unit_{i}")[0], (i, v)
+                            if i:  # not on form 0 (Label Studio's own hotkeys would go there)
+                                assert page.evaluate(_CHECKED, "unit_0") == before_0
+                            continue
                         tab_to(lambda a, v=v, k=k: a["unit"] == f"unit_{i}" and a["group"] == k and a["name"] == v)
                         press("Space")
                     k += 1
@@ -149,7 +160,9 @@ def _truth(rnd, sample) -> dict[int, dict]:
     return values
 
 
-def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_client, ls_data_root, monkeypatch):
+def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_client, ls_data_root, ls_credentials,
+                                                                 monkeypatch):
+    """Through the annotators' gate, as annotators work: its keys, its cached assets."""
     playwright = pytest.importorskip("playwright.sync_api")
     if not shutil.which(CHROMIUM):
         pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
@@ -168,10 +181,11 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
     sample = make_sample("synthetic/browser_001", "couple", 6)  # therapist rows 3 (no strategy), 6 (a strategy)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
+    gate = ProxyServer(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"]).start()
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 2000})
-        page.goto(f"{ls_server.url}/user/login/")
+        page.goto(f"{gate.url}/user/login/")
         page.fill("input[name=email]", email)
         page.fill("input[name=password]", password)
         page.click("button[type=submit]")
@@ -184,8 +198,9 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                                          media_dir=media)
                 pid = report.projects[push.project_key(name, "couple", email)]
                 task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
-                page.goto(f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
+                page.goto(f"{gate.url}/projects/{pid}/data?task={task['id']}")
                 page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+                assert page.locator(f"script[src='{KEYS_PATH}']").count() == 1  # the gate's keys came with it
                 truth = _truth(rnd, sample)
                 if name == KEYBOARD_ROUND:
                     page.locator("#unit_0 .lsf-choices").first.wait_for()
@@ -226,3 +241,4 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                             assert got[(u["row_index"], f.name)] == want, (name, u, f.name)
         finally:
             browser.close()
+            gate.stop()

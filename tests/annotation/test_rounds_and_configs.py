@@ -1,6 +1,7 @@
 """Round definitions, generated configs and the result <-> value mapping (no server needed)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 
@@ -63,12 +64,14 @@ def test_checked_in_configs_match_the_round_definitions():
 
 @pytest.mark.parametrize("name", ["transcript", "emotion", "viewpoints", "relation", "strategy"])
 @pytest.mark.parametrize("scenario", ["couple", "family"])
-def test_config_has_synced_media_and_one_control_per_field(name, scenario):
+def test_config_has_line_players_and_one_control_per_field(name, scenario):
     rnd = load_round(name)
     root = ET.fromstring(ls_config.config_path(name, scenario).read_text())
-    audio = root.find("Audio")
-    paragraphs = root.find("Paragraphs")
-    assert audio.get("sync") == paragraphs.get("sync") == "media"
+    # no waveform player: it decoded the whole interview's audio on every task (seconds of CPU);
+    # the dialogue's lines and every form's row play from the audio URL themselves
+    assert root.find(".//Audio") is None
+    assert root.find("Paragraphs").get("audioUrl") == "$media_url"
+    assert any(h.get("value") == ls_config.KEYS_HELP for h in root.iter("Header"))
     repeater = root.find("Repeater")
     assert repeater.get("on") == "$units"
     controls = {el.get("name"): el for el in repeater.iter() if el.get("toName")}
@@ -83,6 +86,37 @@ def test_config_has_synced_media_and_one_control_per_field(name, scenario):
             assert (el.get("required") == "true") == f.required
             if not f.is_dynamic and f.type in ("choice", "multichoice"):
                 assert tuple(c.get("value") for c in el.findall("Choice")) == f.options(scenario)
+
+
+def test_evidence_rows_are_one_click_boxes_around_the_row():
+    root = ET.fromstring(ls_config.config_path("relation", "family").read_text())
+    evidence = next(el for el in root.iter("Choices") if el.get("name").startswith("relation_cycle_evidence_rows"))
+    assert evidence.get("layout") != "select" and evidence.get("showInline") == "true"
+    assert evidence.get("choice") == "multiple"
+
+
+def test_defaults_prefill_the_speaker_where_the_round_says_so():
+    rnd = load_round("emotion")
+    sample = make_sample("synthetic/defaults_001", "couple", 6)
+    defaults = ls_config.default_values(rnd, sample)
+    clients = [r for r in sample["rows"] if r["primary_speaker"] != "Therapist"]
+    assert set(defaults) == {r["row_index"] for r in clients}  # the round's rows only
+    for r in clients:
+        assert defaults[r["row_index"]] == {"internal_emotion": [{"person": r["primary_speaker"]}]}
+    # pushed as a prediction: the first entry's "who feels it" is the speaker, nothing else
+    data = ls_config.build_task_data(rnd, sample)
+    results = ls_config.values_to_results(rnd, data, defaults)
+    assert {r["from_name"] for r in results} == {f"internal_emotion__1__person_{i}" for i in range(len(data["units"]))}
+    assert ls_config.default_values(load_round("relation"), sample) == {}
+
+
+def test_an_unknown_default_names_the_round_and_field(tmp_path):
+    rnd = load_round("emotion")
+    bad = tmp_path / "emotion.yaml"
+    bad.write_text(rnd.source.read_text().replace("default: speaker", "default: the_moon"))
+    rnd = dataclasses.replace(rnd, source=bad)
+    with pytest.raises(ValueError, match=r"emotion\.yaml: internal_emotion\.person: default 'the_moon'"):
+        ls_config.render_config(rnd, "couple")
 
 
 def _samples():
