@@ -339,6 +339,8 @@ def _renamed(result: dict, names: dict[str, str], units: list[dict], unit: int, 
         chosen.append(names[voice])
     chosen = list(dict.fromkeys(chosen))
     if not chosen:
+        report(row, field, f"its only addressee was a voice named as the row's own speaker {speaker} (two voices "
+                           f"named as one person?); pick whom this row addresses", result.get("value"))
         return None
     return {**result, "value": {**result.get("value", {}), "choices": chosen}}
 

@@ -145,6 +145,15 @@ def test_voice_named_as_nobody_in_particular_is_a_problem_and_plain_tasks_are_un
     result = answer(rnd, data, draft, {**names_for(script, draft), "Speaker 1": "Couple"})
     _, problems = pull.parse_annotation(rnd, data, {"result": result}, "a")
     assert any(p["field"] == "voice Speaker 1" and "named as Couple" in p["problem"] for p in problems)
+    # two voices named as one person: a row addressing the other loses that addressee, said why
+    data2 = ls_config.build_task_data(rnd, {**draft, "voices": table})
+    both_ann = {**names_for(script, draft), "Speaker 1": "Ann", "Speaker 2": "Ann"}
+    labels, problems = pull.parse_annotation(rnd, data2, {"result": answer(rnd, data2, draft, both_ann)}, "a")
+    self_rows = {r["row_index"] for r in draft["rows"] if r["primary_speaker"].startswith("Speaker")
+                 and r["target"] and all(t.startswith("Speaker") for t in r["target"])}
+    assert self_rows and {p["row_index"] for p in problems if "named as the row's own speaker Ann" in p["problem"]} \
+        == self_rows
+    assert not any(line["field"] == "target" and line["row_index"] in self_rows for line in labels)
     # a sample without a voice table (a release, later rounds): no block, no voice choices
     plain = ls_config.build_task_data(rnd, script)
     assert plain["voices"] == [] and not any(o.get("alias") for u in plain["units"] for o in u["speaker_options"])
