@@ -260,7 +260,9 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
 ACCEPTANCE_HOW = ("What annotators did with the pre-filled values (the prediction a round was pushed with), "
                   "per field: kept it, changed it, cleared it, or added a value where none was predicted. "
                   "Source is the prediction's model version (<round>-v<version>-<source>: `input` = the "
-                  "segmenter's draft or earlier gold, `model-...` = a model). A high kept share with low "
+                  "segmenter's draft or earlier gold, `model-...` = a model). Records count as a whole and "
+                  "part by part (`<field>.<subfield>`, slot by slot); `voice_name` is the transcript round's "
+                  "name of each voice. A high kept share with low "
                   "agreement, or one annotator keeping far more than the others, means the drafts anchor "
                   "people; many changes mean the drafts cost more than they save.")
 
