@@ -147,12 +147,12 @@ def catalog_media_urls(data_root: str | Path) -> Callable[[dict], str]:
 def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: Callable[[dict], str] | None,
              window: int | None = None) -> list[_Prepared]:
     values = prelabel(rnd, sample) if prelabel else {}
-    # the round's defaults fill what the pre-annotation leaves open (shown pre-filled, one key to keep)
+    # the round's defaults fill fields the pre-annotation does not give at all (an explicit
+    # empty value, e.g. a model's "no emotion", stays): shown pre-filled, one key to keep
     for ri, defaults in ls_config.default_values(rnd, sample).items():
         given = values.setdefault(ri, {})
         for name, value in defaults.items():
-            if given.get(name) in (None, [], ""):
-                given[name] = value
+            given.setdefault(name, value)
     out = []
     for data in ls_config.build_tasks_data(rnd, sample, media_url(sample) if media_url else "", window):
         prediction = ls_config.values_to_results(rnd, data, values) if values else []

@@ -231,3 +231,16 @@ def test_self_targets_and_the_couple_rule():
                                                 "strategy_content filled although no record was chosen"}
     missing = {p["row_index"] for p in parse_annotation(st, data, {"result": []}, "a")[1]}
     assert missing == {u["row_index"] for u in data["units"]}  # a decision is required on every row
+
+
+def test_defaults_fill_only_what_the_pre_annotation_does_not_give():
+    """A pre-annotation's explicit "no entry" (e.g. a model's no emotion) stays; rows it does not
+    cover get the round's default."""
+    rnd = load_round("emotion")
+    sample = make_sample("synthetic/defaults_002", "couple", 6)
+    clients = [r["row_index"] for r in sample["rows"] if r["primary_speaker"] != "Therapist"]
+    [prepared] = push._prepare(rnd, sample, lambda r, s: {clients[0]: {"internal_emotion": []}}, None)
+    units = [u["row_index"] for u in prepared.data["units"]]
+    named = {r["from_name"] for r in prepared.prediction}
+    for i, ri in enumerate(units):
+        assert (f"internal_emotion__1__person_{i}" in named) == (ri != clients[0]), ri
