@@ -4,6 +4,7 @@ their own login, against the real server. Straight to Label Studio the same logi
 Community edition has no roles), which is why annotators get the gate's address only."""
 from __future__ import annotations
 
+import re
 import secrets
 
 import httpx
@@ -11,7 +12,7 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, push
-from pipeline.annotation.proxy import ADJUDICATION_KEY_PREFIX, ProxyServer
+from pipeline.annotation.proxy import ADJUDICATION_KEY_PREFIX, KEYS_PATH, ProxyServer
 from pipeline.annotation.rounds import load_round
 from pipeline.quality import adjudication
 
@@ -167,3 +168,40 @@ def test_the_adjudicator_alone_reaches_the_adjudication_projects(ls_server, ls_c
         assert j.get(f"/api/projects/{adj}/").status_code == 200
     finally:
         named.stop()
+
+
+def test_the_gate_serves_label_studios_assets_cached_and_compressed_and_adds_the_keys(ls_server, ls_client,
+                                                                                      ls_credentials):
+    """Assets: gzip when accepted (same bytes unpacked as Label Studio's), cache headers, the
+    gate's own 304 on revalidation; a logged-in page carries the annotators' keys script."""
+    who = f"gate-assets-{secrets.token_hex(3)}@rescue.test"
+    ls_client.create_user(who)
+    password = "pw" + secrets.token_urlsafe(12)
+    ls_server.set_password(who, password)
+    report = push.push_round(ls_client, "relation", [make_sample("synthetic/gate_001", "couple", 6)], [who], k=1)
+    pid = report.projects[push.project_key("relation", "couple", who)]
+    gate = ProxyServer(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"]).start()
+    try:
+        anonymous = httpx.Client(base_url=gate.url, timeout=60)
+        login_page = anonymous.get("/user/login/")
+        assert KEYS_PATH not in login_page.text  # only logged-in pages get the keys
+        script = re.search(r'(?:src|href)="(/react-app/main\.(?:js|css)[^"]*)"', login_page.text)[1]
+        straight = httpx.get(ls_server.url + script, timeout=60)
+        assert "max-age" not in straight.headers.get("cache-control", "")  # Label Studio's own: no caching
+        packed = anonymous.get(script, headers={"Accept-Encoding": "gzip"})
+        assert packed.status_code == 200 and packed.headers["content-encoding"] == "gzip"
+        assert packed.content == straight.content  # (httpx unpacks)
+        assert int(packed.headers["content-length"]) < len(straight.content) / 2
+        assert "max-age=" in packed.headers["cache-control"]
+        again = anonymous.get(script, headers={"If-None-Match": packed.headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+        hashed = re.search(r'href="(/static/css/main\.[0-9a-f]{12}\.css)"', login_page.text)[1]
+        assert "immutable" in anonymous.get(hashed).headers["cache-control"]
+
+        user = _login(gate.url, who, password)
+        page = user.get(f"/projects/{pid}/data")
+        assert page.status_code == 200 and f'<script src="{KEYS_PATH}"></script>' in page.text
+        keys = user.get(KEYS_PATH)
+        assert keys.status_code == 200 and "stopImmediatePropagation" in keys.text
+    finally:
+        gate.stop()
