@@ -15,9 +15,12 @@ transcript round's task, and the annotator's choices back into row speakers on p
   stored as ``voice:<label>`` (shown ``<label> (voice)``), pre-filled (:func:`prefill`). Such a
   row means "whoever that voice is"; picking a person on a row overrides it for that row only.
 * **on pull** (:func:`resolve`): the voice names replace every ``voice:`` choice of the
-  annotation before it is validated (a target that becomes the row's own speaker - two voices
-  named as one person - is dropped); a row left on a voice nobody named is a problem naming the
-  row. The block's own results are removed: the label table holds rows only.
+  annotation before it is validated; a row left on a voice nobody named is a problem naming the
+  row. On a row left on its voice, an addressee that turns out to be the speaker (the draft
+  guessed it before anyone was named, or two voices were named as one person) is dropped, and
+  an emptied one becomes the therapist, or the group for the therapist's row - the rule of
+  ``turns.apply_voice_names``; on a row whose speaker the annotator picked, it stays a problem.
+  The block's own results are removed: the label table holds rows only.
 
 Long samples are pushed in parts (:mod:`.windows`): the block is shown in the first part only
 (:func:`first_part_only`: one place to name each voice, no two answers to reconcile), and since
@@ -272,32 +275,41 @@ def resolve(rnd: Round, data: dict, annotation: dict, report) -> dict:
             names[voices[index]["voice"]] = chosen[0]
     units = data.get("units") or []
     speakers: dict[int, str] = {}
-    out, targets = [], []
+    by_voice: set[int] = set()  # units whose row was left on its voice
+    out = []
     for r in results:
         if _is_block(r):
             continue
-        name = r.get("from_name", "")
-        unit = _unit_of(name, SPEAKER_FIELD)
+        unit = _unit_of(r.get("from_name", ""), SPEAKER_FIELD)
         if unit is not None and _has_token(r):
             r = _renamed(r, names, units, unit, SPEAKER_FIELD, report)
             if r is None:
                 continue
+            by_voice.add(unit)
         if unit is not None:
             chosen = (r.get("value") or {}).get("choices") or []
             if len(chosen) == 1:
                 speakers[unit] = chosen[0]
-        if _unit_of(name, TARGET_FIELD) is not None and _has_token(r):
-            targets.append(len(out))  # resolved once every row's speaker is known
         out.append(r)
     final = []
-    for k, r in enumerate(out):
-        if k in targets:
-            unit = _unit_of(r["from_name"], TARGET_FIELD)
-            r = _renamed(r, names, units, unit, TARGET_FIELD, report, speaker=speakers.get(unit))
+    for r in out:  # targets once every row's speaker is known
+        unit = _unit_of(r.get("from_name", ""), TARGET_FIELD)
+        if unit is not None and (_has_token(r) or unit in by_voice):
+            r = _renamed(r, names, units, unit, TARGET_FIELD, report, speaker=speakers.get(unit),
+                         fallback=_fallback(speakers.get(unit), data) if unit in by_voice else None)
             if r is None:
                 continue
         final.append(r)
     return {**annotation, "result": final}
+
+
+def _fallback(speaker: str | None, data: dict) -> list[str]:
+    """The addressee of a row left on its voice whose draft addressee turned out to be the voice
+    itself (the draft guessed before anyone was named): as ``turns.apply_voice_names`` does, the
+    therapist, or for the therapist's row the whole group."""
+    if speaker != taxonomy.THERAPIST:
+        return [taxonomy.THERAPIST]
+    return [taxonomy.group_label(data["scenario"])] if data.get("scenario") in taxonomy.SCENARIOS else []
 
 
 def _is_block(result: dict) -> bool:
@@ -322,7 +334,11 @@ def _unit_of(name: str, field: str) -> int | None:
 
 
 def _renamed(result: dict, names: dict[str, str], units: list[dict], unit: int, field: str, report,
-             speaker: str | None = None) -> dict | None:
+             speaker: str | None = None, fallback: list[str] | None = None) -> dict | None:
+    """``result`` with its ``voice:`` choices replaced by the voices' names (None, after a report,
+    when one was not named). A target equal to the row's speaker is dropped when it came from a
+    voice, or - ``fallback`` given: the row was left on its voice - whatever it was; an emptied
+    target becomes ``fallback``, else it is a problem."""
     row = units[unit]["row_index"] if unit < len(units) else None
     chosen = []
     for c in (result.get("value") or {}).get("choices") or []:
@@ -338,6 +354,8 @@ def _renamed(result: dict, names: dict[str, str], units: list[dict], unit: int, 
             continue  # two voices named as one person: the draft's guess of a self-target goes
         chosen.append(names[voice])
     chosen = list(dict.fromkeys(chosen))
+    if fallback is not None:
+        chosen = [c for c in chosen if c != speaker] or fallback
     if not chosen:
         report(row, field, f"its only addressee was a voice named as the row's own speaker {speaker} (two voices "
                            f"named as one person?); pick whom this row addresses", result.get("value"))

@@ -145,15 +145,28 @@ def test_voice_named_as_nobody_in_particular_is_a_problem_and_plain_tasks_are_un
     result = answer(rnd, data, draft, {**names_for(script, draft), "Speaker 1": "Couple"})
     _, problems = pull.parse_annotation(rnd, data, {"result": result}, "a")
     assert any(p["field"] == "voice Speaker 1" and "named as Couple" in p["problem"] for p in problems)
-    # two voices named as one person: a row addressing the other loses that addressee, said why
-    data2 = ls_config.build_task_data(rnd, {**draft, "voices": table})
+    # two voices named as one person: a row left on its voice addressing the other one addresses
+    # the therapist instead (turns.apply_voice_names' rule); where the annotator picked the
+    # speaker, the lost addressee is a problem saying why
     both_ann = {**names_for(script, draft), "Speaker 1": "Ann", "Speaker 2": "Ann"}
-    labels, problems = pull.parse_annotation(rnd, data2, {"result": answer(rnd, data2, draft, both_ann)}, "a")
     self_rows = {r["row_index"] for r in draft["rows"] if r["primary_speaker"].startswith("Speaker")
                  and r["target"] and all(t.startswith("Speaker") for t in r["target"])}
-    assert self_rows and {p["row_index"] for p in problems if "named as the row's own speaker Ann" in p["problem"]} \
-        == self_rows
+    labels, problems = pull.parse_annotation(rnd, data, {"result": answer(rnd, data, draft, both_ann)}, "a")
+    assert self_rows and problems == []
+    assert {(ri, f): v for (ri, f), v in pulled(labels).items() if ri in self_rows and f == "target"} == {
+        (ri, "target"): ["Therapist"] for ri in self_rows}
+    picked = {ri: "Ann" for ri in self_rows}
+    labels, problems = pull.parse_annotation(rnd, data, {"result": answer(rnd, data, draft, both_ann, picked)}, "a")
+    assert {p["row_index"] for p in problems if "named as the row's own speaker Ann" in p["problem"]} == self_rows
     assert not any(line["field"] == "target" and line["row_index"] in self_rows for line in labels)
+    # the draft's opening row guessed "to the therapist" for a voice that is the therapist: to the group
+    opening = json.loads(json.dumps(draft))
+    opening["rows"][0].update(primary_speaker="Speaker 3", target=["Therapist"])
+    table3 = table + [dict(table[0], voice="Speaker 3", first_rows=[1])]
+    data3 = ls_config.build_task_data(rnd, {**opening, "voices": table3})
+    labels, problems = pull.parse_annotation(
+        rnd, data3, {"result": answer(rnd, data3, opening, {**names_for(script, draft), "Speaker 3": "Therapist"})}, "a")
+    assert problems == [] and pulled(labels)[(1, "target")] == ["Couple"]
     # a sample without a voice table (a release, later rounds): no block, no voice choices
     plain = ls_config.build_task_data(rnd, script)
     assert plain["voices"] == [] and not any(o.get("alias") for u in plain["units"] for o in u["speaker_options"])
