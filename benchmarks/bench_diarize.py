@@ -18,7 +18,15 @@ and its share of the total; the realtime factor is audio seconds / wall seconds.
 average is printed with every case (a busy shared machine slows every figure; compare ratios
 from one run). DER against the generated truth checks nothing got worse.
 
+Speed levers (issue #14): the segmentation model's first convolution is computed once per batch
+of overlapping windows (``models.share_first_convolution``, on by default, same output;
+``--plain-segmentation`` turns it off for a before figure), and ``--step`` /
+``RESCUE_DIARIZATION_STEP`` trades DER for speed (pyannote's ``segmentation_step``: 0.2 halves
+segmentation and embeddings; on the generated interviews DER held, on pyannote's real
+``sample.wav`` it rose from 0.061 to 0.12, so 0.1 stays the default).
+
     .venv/bin/python benchmarks/bench_diarize.py [--minutes 5 60] [--device cpu|cuda] [--pyannote-only]
+        [--step 0.2] [--threads 1] [--plain-segmentation]
 """
 from __future__ import annotations
 
@@ -184,21 +192,38 @@ def main() -> None:
     ap.add_argument("--pyannote-only", action="store_true", help="skip the project's refinement")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads (default: torch's, one per core; 1 is faster on a busy machine)")
+    ap.add_argument("--step", type=float, default=None,
+                    help="pyannote's segmentation_step, a share of the 5-s window (default: RESCUE_DIARIZATION_STEP, "
+                         "else the pipeline's own, 0.1); 0.2 about halves segmentation and embeddings")
+    ap.add_argument("--plain-segmentation", action="store_true",
+                    help="pyannote's own SincNet (the first convolution per chunk, the behaviour before the "
+                         "shared convolution); for before/after figures")
     ap.add_argument("--max-clustered", type=int, default=None,
                     help="voice prints pyannote clusters at most (default: models.MAX_CLUSTERED_EMBEDDINGS; "
                          "0: all of them, the behaviour before the bound)")
     args = ap.parse_args()
 
+    import dataclasses
+
     import torch
     if args.threads:
         torch.set_num_threads(args.threads)
+    from pipeline.config import Settings
     from pipeline.media.diarize import load_pipeline
     started = time.perf_counter()
     from pipeline.media.models import MAX_CLUSTERED_EMBEDDINGS, bound_clustering
-    pipeline = load_pipeline(args.pipeline, args.device)
+    settings = Settings.from_env()
+    if args.step is not None:
+        settings = dataclasses.replace(settings, diarization_step=args.step)
+    pipeline = load_pipeline(args.pipeline, args.device, settings)
+    sincnet = getattr(pipeline._segmentation.model, "sincnet", None)
+    if args.plain_segmentation and sincnet is not None:
+        sincnet.hop = 0  # the shared path declines and pyannote's own forward runs
     limit = MAX_CLUSTERED_EMBEDDINGS if args.max_clustered is None else (args.max_clustered or 10 ** 9)
     bound_clustering(pipeline, limit)
     print(json.dumps({"case": "load", "seconds": round(time.perf_counter() - started, 1),
+                      "segmentation_step": pipeline.segmentation_step,
+                      "shared_first_convolution": bool(getattr(sincnet, "hop", 0)),
                       "clustering": type(pipeline.clustering).__name__,
                       "max_clustered": limit if limit < 10 ** 9 else "all", "cpus": os.cpu_count(),
                       "torch_threads": __import__("torch").get_num_threads(),

@@ -96,3 +96,67 @@ def test_offline_pipeline_on_cuda_diarizes_the_pyannote_sample(models_dir):
     score = rttm.der(rttm.read_rttm(sample / "sample.rttm"), turns)
     print(f"DER pyannote sample on CUDA: {score:.3f}")
     assert score <= 0.25
+
+
+def test_one_spectrogram_per_chunk_and_the_same_prints(model, monkeypatch):
+    """pyannote passes each chunk once per local speaker: the spectrogram is made once per run of
+    equal rows, and every row's print is what it would be on its own."""
+    waves = speech_like(2, seconds=5.0)
+    batch = torch.cat([waves[:1], waves[:1], waves[1:]])  # chunk 0 for two speakers, then chunk 1
+    weights = torch.zeros(3, 293)
+    weights[0, :180], weights[1, 120:], weights[2] = 1.0, 1.0, 1.0
+    made = []
+    original = DVectorEmbedding._mels
+    monkeypatch.setattr(DVectorEmbedding, "_mels", lambda self, w: made.append(1) or original(self, w))
+    with torch.inference_mode():
+        together = model(batch, weights=weights)
+        alone = torch.cat([model(batch[i:i + 1], weights=weights[i:i + 1]) for i in range(3)])
+    assert len(made) == 2 + 3  # two distinct chunks in the batch, then one per single call
+    assert not torch.isnan(together).any()
+    assert torch.allclose(together, alone, atol=1e-5)
+    assert not torch.allclose(together[0], together[1], atol=1e-3)  # different speakers' frames
+
+
+def sincnet_chunks(hop: int = 8000, count: int = 6) -> torch.Tensor:
+    """Consecutive 5-s windows ``hop`` samples apart over speech-like audio (pyannote's unfold)."""
+    audio = speech_like(1, seconds=5 + count * hop / 16000 + 1)[0]
+    return audio.unfold(1, 80000, hop).permute(1, 0, 2)[:count]
+
+
+@pytest.fixture(scope="module")
+def segmentation(models_dir):
+    from pyannote.audio import Model
+    from pipeline.media.models import OFFLINE_DIARIZATION
+    return Model.from_pretrained(models_dir / OFFLINE_DIARIZATION / "segmentation" / "pytorch_model.bin").eval()
+
+
+def test_shared_first_convolution_makes_every_tensor_on_the_input_device(segmentation):
+    from types import SimpleNamespace
+
+    from pipeline.media.models import _SharedFirstConvolution, share_first_convolution
+    holder = SimpleNamespace(_segmentation=SimpleNamespace(model=segmentation, step=0.5))
+    share_first_convolution(holder)
+    assert isinstance(segmentation.sincnet, _SharedFirstConvolution) and segmentation.sincnet.hop == 8000
+    chunks = sincnet_chunks()
+    with torch.inference_mode(), FactoryCalls() as recorded:
+        assert segmentation.sincnet._shared_first_layer(chunks) is not None  # the shared path ran
+        segmentation(chunks)
+    wrong = [(name, device) for name, device in recorded.calls if device is None or torch.device(device) != chunks.device]
+    assert not wrong, f"tensors made without the input's device: {wrong}"
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_shared_first_convolution_on_cuda_matches_cpu(segmentation):
+    import copy
+    from types import SimpleNamespace
+
+    from pipeline.media.models import share_first_convolution
+    chunks = sincnet_chunks()
+    with torch.inference_mode():
+        cpu = segmentation(chunks)
+        cuda_model = copy.deepcopy(segmentation).to("cuda")
+        share_first_convolution(SimpleNamespace(_segmentation=SimpleNamespace(model=cuda_model, step=0.5)))
+        assert cuda_model.sincnet._shared_first_layer(chunks.cuda()) is not None
+        gpu = cuda_model(chunks.cuda())
+    assert torch.allclose(gpu.cpu(), cpu, atol=1e-3)
