@@ -85,6 +85,10 @@ KEYS_PATH = "/__rescue__/keys.js"
 KEYS_JS = r"""// RESCUE annotators' keys, added by the annotators' gate (pipeline/annotation/proxy.py).
 (function () {
   if (window.__rescueKeys) return; window.__rescueKeys = true;
+  // Label Studio's automatic hotkey marks ([1], [q], ...) name keys that act on the first forms only
+  var style = document.createElement("style");
+  style.textContent = ".lsf-choices sup.lsf-hint { display: none; }";
+  document.head.appendChild(style);
   var current = null;  // id of the form (unit_<i>) the keys act on
   function unitOf(el) { return el && el.closest ? el.closest('[id^="unit_"]') : null; }
   function editing(el) {

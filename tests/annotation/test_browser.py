@@ -201,6 +201,9 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                 page.goto(f"{gate.url}/projects/{pid}/data?task={task['id']}")
                 page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
                 assert page.locator(f"script[src='{KEYS_PATH}']").count() == 1  # the gate's keys came with it
+                # Label Studio's automatic hotkey marks (keys acting on the first forms only) are hidden
+                marks = page.locator("#unit_0 sup.lsf-hint")
+                assert marks.count() == 0 or not marks.first.is_visible()
                 truth = _truth(rnd, sample)
                 if name == KEYBOARD_ROUND:
                     page.locator("#unit_0 .lsf-choices").first.wait_for()
