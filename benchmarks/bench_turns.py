@@ -31,6 +31,10 @@ sentence + 1 in a pause per interview, 17 rows each; DER 0.036-0.088):
       ... participants listed in another order              rows 100 %,               backchannels 31/32
 
 The one backchannel missed: diarization gives its 0.56 s piece to a client's voice.
+``voices-round`` (2026-11-30, same interviews, load 7-10): rows 100 %, backchannels 31/32, and
+no problem the pull would report (the annotator names the 3-4 voices and touches no row; before
+the round applied turns.apply_voice_names' addressee rule, couple1's opening row "to the
+therapist" by the therapist's own voice was a self-target problem).
 
 With ``--partner 1`` (one more backchannel per interview, by a client over another client):
 before rows 76.5 % / misordered 50.0 %, backchannels 0/38; after (hint, default, misordered
