@@ -148,28 +148,8 @@ def refine_turns(samples: np.ndarray, turns: Sequence[Turn], embed, num_speakers
     relabelled = list(pieces)
     for i, c in zip(idx, clusters):
         relabelled[i] = Turn(pieces[i].start, pieces[i].end, name[int(c)])
-    relabelled = keep_overlaps_apart(pieces, relabelled)
     centres = {name[c]: mean_print(prints[clusters == c], weights[clusters == c]) for c in set(clusters.tolist())}
     return split_voice_changes(relabelled, embed, centres)
-
-
-def keep_overlaps_apart(pieces: Sequence[Turn], relabelled: Sequence[Turn]) -> list[Turn]:
-    """Pieces pyannote gave to two speakers at the same time stay two speakers. The print of
-    overlapped speech is mostly the louder voice, so re-clustering can put both in one voice (an
-    overlap then counts as missed speech); the piece it moved gets pyannote's label back (the
-    shorter one if both moved)."""
-    out = list(relabelled)
-    active: list[int] = []
-    for i in sorted(range(len(pieces)), key=lambda i: pieces[i].start):
-        active = [j for j in active if pieces[j].end > pieces[i].start]  # pieces still running
-        for j in active:
-            if pieces[j].speaker != pieces[i].speaker and out[j].speaker == out[i].speaker:
-                moved = [k for k in (i, j) if out[k].speaker != pieces[k].speaker]
-                if moved:
-                    k = min(moved, key=lambda k: pieces[k].end - pieces[k].start)
-                    out[k] = pieces[k]
-        active.append(i)
-    return out
 
 
 def mean_print(prints: np.ndarray, weights: np.ndarray) -> np.ndarray | None:

@@ -78,32 +78,3 @@ def test_split_voice_changes_finds_an_interruption_without_a_pause():
     # one odd window in a long piece is noise, not a change
     odd = lambda spans: np.array([voice["B"] if abs(a - 2.0) < 1e-6 else voice["A"] for a, _ in spans])
     assert split_voice_changes([Turn(0.0, 6.0, "A")], odd, voice) == [Turn(0.0, 6.0, "A")]
-
-
-def test_keep_overlaps_apart_gives_a_moved_overlapping_piece_its_label_back():
-    from pipeline.media.refine import keep_overlaps_apart
-    pieces = [Turn(0.0, 5.0, "A"), Turn(3.0, 4.0, "B"), Turn(6.0, 7.0, "B"), Turn(6.5, 8.0, "A")]
-    # re-clustering put the overlapped B piece in A's voice (its print is mostly the louder A), and
-    # moved the second A piece to B while B was talking: both would merge two voices at one time
-    relabelled = [Turn(0.0, 5.0, "A"), Turn(3.0, 4.0, "A"), Turn(6.0, 7.0, "B"), Turn(6.5, 8.0, "B")]
-    assert keep_overlaps_apart(pieces, relabelled) == pieces
-    # no overlap, or an overlap of pieces pyannote already gave one label: the re-clustering stands
-    apart = [Turn(0.0, 2.0, "A"), Turn(2.0, 3.0, "A")]
-    assert keep_overlaps_apart([Turn(0.0, 2.0, "A"), Turn(2.0, 3.0, "B")], apart) == apart
-    both_moved = [Turn(0.0, 2.0, "C"), Turn(1.0, 1.5, "C")]
-    assert keep_overlaps_apart([Turn(0.0, 2.0, "A"), Turn(1.0, 1.5, "B")], both_moved) == [
-        Turn(0.0, 2.0, "C"), Turn(1.0, 1.5, "B")]  # the shorter moved piece goes back
-
-
-def test_refine_turns_keeps_two_voices_talking_at_once_apart():
-    # A talks 0-4 s; pyannote heard B too at 2.5-3.5 s (overlap). The print of that stretch is
-    # A's (the louder voice): the k-means alone would make it A and lose B's overlapped speech.
-    audio = np.concatenate([tone(4.0), hiss(0.5), tone(2.0, 330)])
-    turns = [Turn(0.0, 4.0, "SPEAKER_00"), Turn(2.5, 3.5, "SPEAKER_01"), Turn(4.5, 6.5, "SPEAKER_01")]
-
-    def embed(spans):
-        return np.array([[1.0, 0.0] if a < 4.0 else [0.0, 1.0] for a, _ in spans])
-
-    refined = refine_turns(audio, turns, embed, num_speakers=2)
-    assert [(t.start, t.end, t.speaker) for t in refined if t.start < 4.0] == [
-        (0.0, 4.0, "SPEAKER_00"), (2.5, 3.5, "SPEAKER_01")]
