@@ -185,7 +185,8 @@ def render_config(rnd: Round, scenario: str) -> str:
 
     Every control has a label in words (the round YAML's ``label``; ranges and a ``*`` for
     required ones) and a required message naming the field and the form. Record slots after the
-    first appear once the slot before them has its first choice set.
+    first appear once the slot before them has its first choice set, and within a slot the
+    other fields appear once its first choice is set (fields that appear only when needed).
     """
     taxonomy.check_scenario(scenario)
     check_defaults(rnd)
@@ -220,16 +221,24 @@ def render_config(rnd: Round, scenario: str) -> str:
                     out.append(f'      <View visibleWhen="choice-selected" whenTagName="{prev}">')
                     indent = "        "
                 out.append(f"{indent}<Header size=\"6\" value={quoteattr(title)}/>")
-                out.append(f'{indent}<View style="display: flex; gap: 8px; flex-wrap: wrap; align-items: center">')
+                flex = 'style="display: flex; gap: 8px; flex-wrap: wrap; align-items: center"'
+                out.append(f'{indent}<View {flex}>')
+                rest = False  # the entry's other fields appear once its first choice is made
                 for sub in field.subfields:
                     if sub.type == "const":
                         continue
+                    if opener is not None and sub is not opener and not rest:
+                        rest = True
+                        when = control_name(field.name, "{{idx}}", slot, opener.name)
+                        out.append(f'{indent}  <View visibleWhen="choice-selected" whenTagName="{when}" {flex}>')
                     # A required records field needs an explicit decision in slot 1: the subfield
                     # carrying the "none" choice (e.g. strategy type or "no strategy").
                     required = field.required and slot == 1 and sub.empty_choice is not None
                     label = field_label(sub, ui, f"{field.name}.{sub.name}", required or sub.required)
                     name = control_name(field.name, "{{idx}}", slot, sub.name)
-                    out += _control(sub, name, scenario, required, indent + "  ", label)
+                    out += _control(sub, name, scenario, required, indent + ("    " if rest else "  "), label)
+                if rest:
+                    out.append(f"{indent}  </View>")
                 out.append(f"{indent}</View>")
                 if slot > 1 and opener is not None:
                     out.append("      </View>")
