@@ -10,7 +10,10 @@ records this module path, so the class stays here) without Resemblyzer's own dep
 ``bound_clustering`` (applied by ``diarize.load_pipeline`` to every pipeline it loads) makes
 pyannote cluster at most ``MAX_CLUSTERED_EMBEDDINGS`` evenly spread voice prints and assign the
 rest to the nearest centroid, so clustering costs the same per audio hour on a 5-minute clip
-and on a 3-hour session (benchmarks/bench_diarize.py, docs/SCALING.md).
+and on a 3-hour session (benchmarks/bench_diarize.py, docs/SCALING.md). ``share_first_convolution``
+(also applied there) computes the segmentation model's first convolution once per batch of
+overlapping windows instead of once per window: same output, less segmentation time.
+``set_segmentation_step`` applies ``RESCUE_DIARIZATION_STEP`` (speed against DER).
 
 The builder is idempotent: a finished directory carries a ``.complete`` marker and is reused.
 The tiny random-weight WhisperX / alignment models that exercise the ASR code in tests are
