@@ -36,7 +36,9 @@ pytestmark = pytest.mark.slow
 
 ANNOTATORS = ["scale-a@example.org", "scale-b@example.org"]
 N = 6
-PG = dict(host="127.0.0.1", port=5432, user=os.environ.get("RESCUE_TEST_PG_USER", "root"))
+PG = dict(host=os.environ.get("RESCUE_TEST_PG_HOST", "127.0.0.1"),
+          port=int(os.environ.get("RESCUE_TEST_PG_PORT", "5432")),
+          user=os.environ.get("RESCUE_TEST_PG_USER", "root"))
 
 
 def free_port() -> int:
@@ -104,7 +106,7 @@ def make_batch(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def scale(stack, pg_database, tmp_path_factory):
+def scale(pg_database, stack, tmp_path_factory):  # PostgreSQL first: no stack started just to skip
     """Server on PostgreSQL + worker A (limit 2: the batch run and one interview) + sweeper,
     and the generated batch (made while the server starts)."""
     from concurrent.futures import ThreadPoolExecutor
