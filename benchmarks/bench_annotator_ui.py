@@ -231,12 +231,17 @@ def first_form(page, url: str) -> float:
 def key_echo(page) -> float:
     """Median milliseconds from a key press to the character being in the first text control."""
     unit = page.locator("#unit_0")
-    # a text control to type in: an empty one, else a pre-filled one opened for editing
-    box = unit.locator("textarea")
+    # a text control to type in: an empty one, else a pre-filled one opened for editing; in a
+    # form whose text fields appear once a first choice is made, that choice is made first
+    box = unit.locator("textarea:visible")
+    edit = unit.locator("[data-testid=htx-textbox-edit-button]:visible")
+    if not box.count() and not edit.count():
+        unit.locator(".lsf-choices input").first.click()
+        box.first.wait_for(state="visible")
     if box.count():
         box.first.click()
     else:
-        unit.locator("[data-testid=htx-textbox-edit-button]").first.click()
+        edit.first.click()
         page.wait_for_function("() => ['TEXTAREA', 'INPUT'].includes(document.activeElement?.tagName)")
     page.keyboard.press("End")
     echoes = []
