@@ -42,6 +42,7 @@ import os
 import random
 import secrets
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -311,6 +312,8 @@ def main() -> None:
 
     if not shutil.which(CHROMIUM):
         sys.exit("Debian chromium is not installed (scripts/setup.sh installs it)")
+    # stopped (e.g. by `timeout`): still stop the Label Studio and the gate it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.update({"LABEL_STUDIO_USERNAME": "bench-admin@rescue.test",
                        "LABEL_STUDIO_PASSWORD": secrets.token_urlsafe(16),
                        "LABEL_STUDIO_USER_TOKEN": secrets.token_hex(20)})
