@@ -99,6 +99,10 @@ def default_values(rnd: Round, sample: dict) -> dict[int, dict]:
     return out
 
 
+def has_defaults(rnd: Round) -> bool:
+    return any(text.get("default") for text in _ui_text(rnd).values())
+
+
 def check_defaults(rnd: Round) -> None:
     """A ``default:`` that names nothing :data:`DEFAULTS` knows is an error naming the round and field."""
     for path, text in _ui_text(rnd).items():

@@ -206,7 +206,8 @@ def _push_round(
     rnd = load_round(round_name)
     chosen = choose_annotators(client, rnd, annotators, k)
     report = PushReport(rnd.name, chosen)
-    version = model_version(rnd, prelabel_source if prelabel else "none")
+    # without a pre-annotation, a round with defaults still pre-fills: its predictions say so
+    version = model_version(rnd, prelabel_source if prelabel else "defaults" if ls_config.has_defaults(rnd) else "none")
     by_scenario: dict[str, list[_Prepared]] = {}
     for s in sorted(samples, key=lambda s: s["sample_id"]):
         by_scenario.setdefault(taxonomy.check_scenario(s["scenario"]), []).extend(

@@ -213,6 +213,8 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                 else:
                     if name == "emotion":  # submitting an empty form names the field and the form in words
                         page.locator("#unit_0 .lsf-choices").first.wait_for()
+                        # the round's default is pre-filled: "who feels it" is the row's speaker
+                        assert page.evaluate(_CHECKED, "unit_0")[1] == [task["data"]["units"][0]["speaker"]]
                         page.get_by_role("button", name="Submit").click()
                         dialog = page.get_by_role("dialog")
                         dialog.get_by_text("Function of the row is missing in form 0").wait_for()

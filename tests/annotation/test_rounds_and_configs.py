@@ -244,3 +244,7 @@ def test_defaults_fill_only_what_the_pre_annotation_does_not_give():
     named = {r["from_name"] for r in prepared.prediction}
     for i, ri in enumerate(units):
         assert (f"internal_emotion__1__person_{i}" in named) == (ri != clients[0]), ri
+
+
+def test_only_rounds_with_defaults_have_them():
+    assert [n for n in round_names() if ls_config.has_defaults(load_round(n))] == ["emotion"]
