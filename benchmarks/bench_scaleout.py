@@ -1,6 +1,6 @@
 """Wall time of one `ingest-batch` run fanned out over 1 and then 2 workers of one pool.
 
-    .venv/bin/python benchmarks/bench_scaleout.py [--interviews 6] [--rows 6] [--local]
+    .venv/bin/python benchmarks/bench_scaleout.py [--interviews 6] [--rows 6] [--local] [--chunk 3]
 
 A local stack of its own under a temporary data root (Prefect server on SQLite - or on
 PostgreSQL with ``--database-url`` -, the sweeper; no Label Studio: nothing is pushed),
@@ -8,7 +8,8 @@ generated interviews (subtitles; espeak-ng, ffmpeg, the offline pyannote pipelin
 thread per flow run). Worker 1 has two slots: the batch run (it only submits and waits) and
 one interview; worker 2, started for the second run, has one. So "1 worker" runs one interview
 at a time and "2 workers" two. Each run goes into a fresh data root (nothing cached).
-``--local`` adds the batch without fan-out (one flow-run process, ``max_workers=2``).
+``--local`` adds the batch without fan-out (one flow-run process, ``max_workers=2``);
+``--chunk N`` adds 2 workers with N interviews per child run (one process and model load each).
 
 Prints each run's wall time, each worker's share of the interviews and the load average.
 On a 2-core machine two workers compete for the same cores as everything else running: the
@@ -60,6 +61,8 @@ def main() -> int:
     ap.add_argument("--interviews", type=int, default=6)
     ap.add_argument("--rows", type=int, default=6, help="rows per generated interview (6: about 25 s of speech)")
     ap.add_argument("--local", action="store_true", help="also time the batch without fan-out")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="also time 2 workers with this many interviews per child run (chunk_size)")
     ap.add_argument("--database-url", default=None, help="PREFECT_API_DATABASE_CONNECTION_URL (default: SQLite)")
     args = ap.parse_args()
 
@@ -97,6 +100,11 @@ def main() -> int:
                          f"load {os.getloadavg()[0]:.1f}   shares: {shares(res)}")
             print(lines[-1], flush=True)
             lines.append(f"speed-up 1 -> 2 workers: {wall1 / wall2:.2f}x on {os.cpu_count()} cores")
+            if args.chunk > 1:
+                wall3, res = run_batch(env, batch, root / "chunked", chunk_size=args.chunk)
+                lines.append(f"fan-out, 2 workers, {args.chunk} per child run      {wall3:7.1f} s   "
+                             f"load {os.getloadavg()[0]:.1f}   shares: {shares(res)}")
+                print(lines[-1], flush=True)
         finally:
             st.down(root, label_studio=False, log=lambda *_: None)
     print("\n" + "\n".join(lines))

@@ -94,9 +94,11 @@ def _ui_link(flow_run_id) -> str:
     return f"{ui}/runs/flow-run/{flow_run_id}"
 
 
-def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger) -> list[Outcome]:
-    """One child flow run of deployment ``name`` per entry; wait for ALL of them (a failed or
-    crashed child never cancels its siblings), then read each one's outcome."""
+def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger,
+             chunk_size: int = 1) -> list[Outcome]:
+    """One child flow run of deployment ``name`` per entry (or per ``chunk_size`` entries); wait
+    for ALL of them (a failed or crashed child never cancels its siblings), then read each
+    one's outcome."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.context import FlowRunContext
@@ -104,12 +106,16 @@ def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger
 
     parent = FlowRunContext.get().flow_run
     started = {}
-    for entry in entries:
+    for i in range(0, len(entries), max(1, chunk_size)):
+        chunk = entries[i:i + max(1, chunk_size)]
+        ids = [e.sample_id for e in chunk]
+        label = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
+        param = dataclasses.asdict(chunk[0]) if chunk_size <= 1 else [dataclasses.asdict(e) for e in chunk]
         # idempotency key: a retried parent finds its children instead of starting them twice
-        run = run_deployment(name, parameters={**params, "entry": dataclasses.asdict(entry)}, timeout=0,
-                             flow_run_name=f"{parent.name}:{entry.sample_id}", as_subflow=True,
-                             idempotency_key=f"{parent.id}:{entry.sample_id}", tags=["rescue", "ingest"])
-        started[run.id] = entry.sample_id
+        run = run_deployment(name, parameters={**params, "entry": param}, timeout=0,
+                             flow_run_name=f"{parent.name}:{label}", as_subflow=True,
+                             idempotency_key=f"{parent.id}:{label}", tags=["rescue", "ingest"])
+        started[run.id] = ids
     logger.info("%d child flow runs of %s submitted", len(started), name)
 
     final, said = {}, time.monotonic()
@@ -132,25 +138,26 @@ def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger
                 time.sleep(POLL_S)
 
     outcomes = []
-    for run_id, item in started.items():
+    for run_id, items in started.items():
         run, link = final[run_id], _ui_link(run_id)
         where = str(run.infrastructure_pid or "")
         if run.state.is_completed():
             try:
                 res = run.state.result()
             except Exception as exc:  # noqa: BLE001 - named, not handled
-                outcomes.append(Outcome(item, "quarantined", f"{run.name}: its result is not readable here "
-                                        f"({type(exc).__name__}: {exc}); the result storage must be shared "
-                                        f"by every worker (docs/SCALING.md)", flow_run=link, worker=where))
+                outcomes += [Outcome(item, "quarantined", f"{run.name}: its result is not readable here "
+                                     f"({type(exc).__name__}: {exc}); the result storage must be shared "
+                                     f"by every worker (docs/SCALING.md)", flow_run=link, worker=where)
+                             for item in items]
                 continue
-            outcomes.append(Outcome(item, res["status"], result=res["result"], executed=res["executed"],
-                                    cached=res["cached"], flow_run=link,
-                                    worker=f"{res['worker'] or '?'}@{res['host']} pid {res['worker_pid']}"))
+            worker = f"{res['worker'] or '?'}@{res['host']} pid {res['worker_pid']}"
+            outcomes += [Outcome(o["item"], o["status"], o["reason"], o["result"], o["executed"], o["cached"],
+                                 flow_run=link, worker=worker) for o in res["items"]]
         else:
             msg = (run.state.message or "").strip()
             reason = msg.split("InterviewQuarantined: ", 1)[1] if "InterviewQuarantined: " in msg else \
                 f"child flow run {run.name} ended {run.state.name}: {msg}"
-            outcomes.append(Outcome(item, "quarantined", reason[:500], flow_run=link, worker=where))
+            outcomes += [Outcome(item, "quarantined", reason[:500], flow_run=link, worker=where) for item in items]
     return outcomes
 
 
@@ -160,7 +167,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                       asr_model: str | None = None, align_model: str | None = None,
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,
                       push: bool = True, annotators: list[str] | None = None,
-                      allow_outside_batch: bool = False, fan_out: bool | None = None) -> dict:
+                      allow_outside_batch: bool = False, fan_out: bool | None = None,
+                      chunk_size: int = 1) -> dict:
     """Ingest every interview of ``batch_dir`` (manifest.csv/yaml + videos) and push the drafts.
 
     backend: auto (subtitles when the manifest gives them, else WhisperX) | subtitles | whisperx.
@@ -169,6 +177,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     refused unread otherwise.
     fan_out: one ``ingest-interview`` flow run per interview on the pool's workers (default: when
     run from a deployment and that deployment exists); False: in this run, ``max_workers`` at a time.
+    chunk_size: interviews per ``ingest-interview`` run (default 1); more share one process and
+    one model load, which pays for many short interviews.
     """
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
@@ -192,7 +202,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                    device=device, voices=enrolled, allow_outside_batch=allow_outside_batch)
     child = _child_deployment(fan_out, device, logger) if good else None
     if child:
-        outcomes = _fan_out(child, good, {"batch_dir": str(batch), "data_root": root, **options}, logger)
+        outcomes = _fan_out(child, good, {"batch_dir": str(batch), "data_root": root, **options}, logger,
+                            chunk_size)
     else:
         with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
             outcomes = settle({e.sample_id: submit_interview(runner, e, batch, root, **options) for e in good})

@@ -108,23 +108,30 @@ def submit_interview(runner, entry: ManifestEntry, batch: Path, root: str, *, ba
 
 
 @flow(name="ingest-interview", log_prints=True, persist_result=True)
-def ingest_interview_flow(entry: dict, batch_dir: str, data_root: str, backend: str = "auto",
+def ingest_interview_flow(entry: dict | list[dict], batch_dir: str, data_root: str, backend: str = "auto",
                           asr_model: str | None = None, align_model: str | None = None,
                           diarization: str | None = None, device: str = "cpu", voices: str = "",
                           allow_outside_batch: bool = False) -> dict:
-    """One interview of a batch (``entry``: a manifest entry as a dict); called by ``ingest-batch``.
+    """One interview of a batch (``entry``: a manifest entry as a dict) - or a chunk of them (a
+    list: one process, one model load for several short interviews); called by ``ingest-batch``.
 
-    Returns ``{"item", "status": done|cached, "executed", "cached", "result": Segmented,
-    "worker", "host", "pid"}``; raises :class:`InterviewQuarantined` when a stage fails."""
-    one = entry_of(entry)
+    Returns ``{"items": [{"item", "status": done|cached|quarantined, "reason", "executed",
+    "cached", "result": Segmented}], "worker", "host", "pid", "worker_pid"}``. A single
+    interview that cannot be drafted raises :class:`InterviewQuarantined` (the run shows
+    Failed); in a chunk it is listed with its reason and the others go on."""
+    chunk = [entry_of(e) for e in entry] if isinstance(entry, list) else [entry_of(entry)]
     with ThreadPoolTaskRunner(max_workers=2) as runner:  # transcript and diarize side by side
-        chain = submit_interview(runner, one, Path(batch_dir), data_root, backend=backend, asr_model=asr_model,
-                                 align_model=align_model, diarization=diarization, device=device, voices=voices,
-                                 allow_outside_batch=allow_outside_batch)
-        [out] = settle({one.sample_id: chain})
-    if out.status == "quarantined":
-        raise InterviewQuarantined(out.reason)
+        outs = settle({one.sample_id: submit_interview(
+            runner, one, Path(batch_dir), data_root, backend=backend, asr_model=asr_model, align_model=align_model,
+            diarization=diarization, device=device, voices=voices, allow_outside_batch=allow_outside_batch)
+            for one in chunk})
+    if not isinstance(entry, list) and outs[0].status == "quarantined":
+        raise InterviewQuarantined(outs[0].reason)
+    for out in outs:
+        if out.status == "quarantined":
+            print(f"{out.item} quarantined: {out.reason}")
     # where it ran: the worker's name (set on every worker the stack and compose start) and pids
-    return {"item": out.item, "status": out.status, "executed": out.executed, "cached": out.cached,
-            "result": out.result, "worker": os.environ.get("RESCUE_WORKER_NAME", ""),
-            "host": socket.gethostname(), "pid": os.getpid(), "worker_pid": os.getppid()}
+    return {"items": [{"item": o.item, "status": o.status, "reason": o.reason, "executed": o.executed,
+                       "cached": o.cached, "result": o.result} for o in outs],
+            "worker": os.environ.get("RESCUE_WORKER_NAME", ""), "host": socket.gethostname(),
+            "pid": os.getpid(), "worker_pid": os.getppid()}

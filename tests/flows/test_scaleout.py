@@ -231,8 +231,8 @@ def runs(ready):
     fanned = _finish(scale, parent_id)
     t_fan = time.monotonic() - t0
 
-    t0 = time.monotonic()  # run the batch again
-    rerun = _finish(scale, _start(scale, batch, two))
+    t0 = time.monotonic()  # run the batch again, three interviews per child run (one process, one model load)
+    rerun = _finish(scale, _start(scale, batch, two, chunk_size=3))
     t_rerun = time.monotonic() - t0
     print(f"\nscale-out: reference (1 process) {t_ref:.0f} s, fan-out with a kill {t_fan:.0f} s, "
           f"rerun {t_rerun:.0f} s, load {os.getloadavg()[0]:.1f}")
@@ -265,6 +265,7 @@ def test_rerun_redoes_only_the_killed_interview_and_drafts_match_one_worker(runs
         if i != killed:
             assert items[i]["status"] == "cached" and items[i]["executed"] == [], items[i]
     assert {int(it["worker"].rpartition(" pid ")[2]) for it in items.values()} <= {runs["a_pid"], runs["b2_pid"]}
+    assert len({it["flow_run"] for it in items.values()}) == 2, "chunk_size=3: two child runs for six interviews"
 
     # the same bytes as the batch in one process on one worker
     assert _digest(runs["two"], ids) == _digest(runs["one"], ids)
