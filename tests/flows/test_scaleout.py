@@ -1,8 +1,9 @@
 """One batch spread over two workers of one pool, on a Prefect server backed by PostgreSQL.
 
 A stack of its own (``ops.stack.up``: server on a fresh PostgreSQL database, worker A, the
-sweeper; the Label Studio of the session's ``stack`` fixture) and six generated interviews
-(subtitles, real espeak-ng speech, real ffmpeg, the offline pyannote pipeline):
+sweeper; the Label Studio of the session's ``stack`` fixture), six generated interviews
+(subtitles, real espeak-ng speech, real ffmpeg, the offline pyannote pipeline) and a broken
+video (quarantined with its reason, by its own child run and inside a chunk):
 
 1. reference: the ``ingest-batch`` deployment with ``fan_out=False`` (the whole batch in one
    flow-run process on worker A, as before the fan-out);
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.slow
 
 ANNOTATORS = ["scale-a@example.org", "scale-b@example.org"]
 N = 6
+BROKEN = "scaleout/broken"
 PG = dict(host=os.environ.get("RESCUE_TEST_PG_HOST", "127.0.0.1"),
           port=int(os.environ.get("RESCUE_TEST_PG_PORT", "5432")),
           user=os.environ.get("RESCUE_TEST_PG_USER", "root"))
@@ -102,6 +104,9 @@ def make_batch(path: Path) -> list[str]:
 
     synth.make_batch(path, [{"name": f"s{i}", "scenario": "couple" if i % 2 == 0 else "family", "seed": 20 + i,
                              "n_rows": 6, "group": "scaleout"} for i in range(N)])
+    (path / "broken.mp4").write_bytes(b"this is not a video")  # last: quarantined, alone and in a chunk
+    with open(path / "manifest.csv", "a") as fh:
+        fh.write(f"{BROKEN},couple,broken.mp4,Ann;Bob,\n")
     return [f"scaleout/s{i}" for i in range(N)]
 
 
@@ -217,7 +222,7 @@ def runs(ready):
                 where[run.name] = _ppid(pid)  # the worker that started the flow-run process
         on_b = [r for r in children if where.get(r.name) == b_pid]
         finished_on_b = [r for r in on_b if r.state.is_completed()]
-        running_on_b = [r for r in on_b if r.state.name == "Running"]
+        running_on_b = [r for r in on_b if r.state.name == "Running" and not r.name.endswith(BROKEN)]
         if finished_on_b and running_on_b:
             victims = [b_pid, *_descendants(b_pid)]
             for pid in victims:  # the worker and its flow-run process(es), at once
@@ -246,7 +251,8 @@ def test_both_workers_executed_interviews_and_the_killed_one_is_quarantined(runs
     items = fanned["items"]
     assert items[killed]["status"] == "quarantined", items[killed]
     assert "Crashed" in fanned["quarantined"][killed] and "is gone" in fanned["quarantined"][killed]
-    done = {i: it for i, it in items.items() if i != killed}
+    assert items[BROKEN]["status"] == "quarantined" and "broken.mp4" in fanned["quarantined"][BROKEN], items[BROKEN]
+    done = {i: it for i, it in items.items() if i not in (killed, BROKEN)}
     assert all(it["status"] == "done" and "/runs/flow-run/" in it["flow_run"] for it in done.values()), done
     # the child runs' own record: the worker's name and the pid of the worker that started them
     names = Counter(it["worker"].split("@")[0] for it in done.values())
@@ -264,8 +270,10 @@ def test_rerun_redoes_only_the_killed_interview_and_drafts_match_one_worker(runs
     for i in ids:
         if i != killed:
             assert items[i]["status"] == "cached" and items[i]["executed"] == [], items[i]
+    # a chunk lists its bad interview with the reason and finishes the others
+    assert items[BROKEN]["status"] == "quarantined" and "broken.mp4" in runs["rerun"]["quarantined"][BROKEN]
     assert {int(it["worker"].rpartition(" pid ")[2]) for it in items.values()} <= {runs["a_pid"], runs["b2_pid"]}
-    assert len({it["flow_run"] for it in items.values()}) == 2, "chunk_size=3: two child runs for six interviews"
+    assert len({it["flow_run"] for it in items.values()}) == 3, "chunk_size=3: three child runs for seven entries"
 
     # the same bytes as the batch in one process on one worker
     assert _digest(runs["two"], ids) == _digest(runs["one"], ids)
