@@ -56,7 +56,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.annotation import ls_config, naming, push  # noqa: E402
 from pipeline.annotation.client import LabelStudioClient  # noqa: E402
-from pipeline.annotation.proxy import ProxyServer  # noqa: E402
 from pipeline.annotation.rounds import load_round, round_names  # noqa: E402
 from pipeline.annotation.server import LabelStudioServer  # noqa: E402
 
@@ -280,6 +279,33 @@ def make_media(sample: dict, folder: Path) -> str:
     return f"{folder.name}/{path.name}"
 
 
+class GateProcess:
+    """The annotators' gate in its own process, as `rescue annotate gate` runs it (in this
+    process it would share the interpreter with Playwright's client and slow both)."""
+
+    def __init__(self, upstream: str, token: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        code = ("import os, uvicorn; from pipeline.annotation.proxy import make_app; "
+                f"uvicorn.run(make_app({upstream!r}, os.environ['LABEL_STUDIO_USER_TOKEN']), host='127.0.0.1', "
+                f"port={self.port}, log_level='warning')")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                                     env={**os.environ, "LABEL_STUDIO_USER_TOKEN": token})
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the annotators' gate did not start") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  epilog="Example: .venv/bin/python benchmarks/bench_annotator_ui.py --rows 111 "
@@ -327,7 +353,7 @@ def main() -> None:
         server = LabelStudioServer(root / "label-studio", port=_free_port(), media_root=root)
         server.start(timeout=600)
         client = LabelStudioClient(server.url, os.environ["LABEL_STUDIO_USER_TOKEN"])
-        gate = None if args.direct else ProxyServer(server.url, os.environ["LABEL_STUDIO_USER_TOKEN"]).start()
+        gate = None if args.direct else GateProcess(server.url, os.environ["LABEL_STUDIO_USER_TOKEN"])
         base = server.url if args.direct else gate.url
         try:
             client.create_user(email)

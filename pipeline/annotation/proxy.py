@@ -71,6 +71,7 @@ _EXPORT_PATH = re.compile(r"^/api/projects/\d+/export")
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
         "transfer-encoding", "upgrade", "content-length"}
 WHO_TTL_S = 60.0
+_SESSION = re.compile(r"(?:^|;\s*)sessionid=([^;\s]+)")
 OWNERS_TTL_S = 10.0  # a login not found among annotators is looked up again after this long
 # adjudication projects' key prefix (pipeline.quality.adjudication.project_key; the quality layer
 # sits above this one, so the prefix is repeated here and a test ties the two together)
@@ -164,6 +165,7 @@ class Gate:
     _owners: dict[int, str | None] = field(default_factory=dict)
     _objects: dict[tuple[str, int], int | None] = field(default_factory=dict)
     _who: dict[str, tuple[float, str | None]] = field(default_factory=dict)
+    _who_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
@@ -245,19 +247,24 @@ class Gate:
         return self._objects[key]
 
     def whoami(self, cookie: str | None, authorization: str | None) -> str | None:
-        key = f"{cookie}|{authorization}"
-        now = time.monotonic()
-        hit = self._who.get(key)
-        if hit and now - hit[0] < WHO_TTL_S:
-            return hit[1]
-        headers = {k: v for k, v in (("cookie", cookie), ("authorization", authorization)) if v}
-        email = None
-        if headers:
-            r = httpx.get(f"{self.upstream.rstrip('/')}/api/current-user/whoami", headers=headers, timeout=30)
-            if r.status_code == 200:
-                email = (r.json().get("email") or "").lower() or None
-        self._who[key] = (now, email)
-        return email
+        """The login behind a request (cached :data:`WHO_TTL_S` per session or token; Label
+        Studio still authenticates every request it gets, this only decides the filtering)."""
+        session = _SESSION.search(cookie or "")
+        # keyed on what identifies the caller: other cookies (csrftoken, ...) come and go
+        key = f"s:{session[1]}" if session else f"a:{authorization}" if authorization else f"c:{cookie}"
+        with self._who_locks.setdefault(key, threading.Lock()):  # one lookup for a page's burst of requests
+            now = time.monotonic()
+            hit = self._who.get(key)
+            if hit and now - hit[0] < WHO_TTL_S:
+                return hit[1]
+            headers = {k: v for k, v in (("cookie", cookie), ("authorization", authorization)) if v}
+            email = None
+            if headers:
+                r = httpx.get(f"{self.upstream.rstrip('/')}/api/current-user/whoami", headers=headers, timeout=30)
+                if r.status_code == 200:
+                    email = (r.json().get("email") or "").lower() or None
+            self._who[key] = (now, email)
+            return email
 
     # --- the decision -----------------------------------------------------------------
     def projects_touched(self, method: str, path: str, query: dict[str, str], body: bytes) -> set[int]:
