@@ -295,6 +295,15 @@ class Gate:
                         found.add(self.project_of("tasks", item["task"]) or -1)
         return found
 
+    def _recheck(self, user: str | None, role: str | None, projects: set[int]) -> str | None:
+        """``user``'s role again when a project is asked for that was pushed after the owners were
+        last read: it may be this login's first round project (logged in before the push), which
+        makes an annotator of a login that looked like the adjudicator a moment ago."""
+        if role is None or role == user or all(pid == -1 or pid in self._owners for pid in projects):
+            return role
+        self.refresh_owners()
+        return self.role(user)
+
     def check(self, user: str | None, method: str, path: str, query: dict[str, str], body: bytes) -> None:
         """Raise :class:`Denied` when ``user`` may not make this request (see :meth:`role`)."""
         role = self.role(user)
@@ -307,7 +316,9 @@ class Gate:
             raise Denied("project settings are for the pipeline, not for annotators")
         if method == "POST" and path.rstrip("/") == "/api/projects":
             raise Denied("projects are made by the pipeline")
-        for pid in self.projects_touched(method, path, query, body):
+        touched = self.projects_touched(method, path, query, body)
+        role = self._recheck(user, role, touched)
+        for pid in touched:
             if pid == -1 or not role or self.owner(pid) != role:
                 raise Denied("not one of your projects")
 
@@ -318,6 +329,10 @@ class Gate:
             body = json.loads(payload)
         except ValueError:
             return payload
+        items = body.get("results") if isinstance(body, dict) else body
+        if isinstance(items, list):
+            role = self._recheck(user, role, {int(p.get("id", -1)) for p in items if isinstance(p, dict)})
+
         def own(p):
             return bool(role) and isinstance(p, dict) and self.owner(int(p.get("id", -1))) == role
         if isinstance(body, dict) and isinstance(body.get("results"), list):

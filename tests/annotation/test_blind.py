@@ -114,11 +114,12 @@ def test_the_adjudicator_alone_reaches_the_adjudication_projects(ls_server, ls_c
     sample = make_sample(f"synthetic/adj_{tag}", "couple", 6)
     report = push.push_round(ls_client, "emotion", [sample], [a], k=1)
     own = report.projects[push.project_key("emotion", "couple", a)]
-    # an adjudication project as pipeline.quality.adjudication keys it
-    key = adjudication.project_key("emotion", "couple")
+    # an adjudication project as pipeline.quality.adjudication keys it, with this test's own
+    # scenario part (the round's real one belongs to other tests on this session's server)
+    key = adjudication.project_key("emotion", f"couple-{tag}")
     assert key.startswith(ADJUDICATION_KEY_PREFIX)
-    adj = ls_client.ensure_project(key, adjudication.project_title("emotion", "couple"),
-                                   ls_config.render_config(rnd, "couple"), description="adjudication").id
+    adj = ls_client.ensure_project(key, f"Adjudicate emotion (blind test {tag})", ls_config.render_config(rnd, "couple"),
+                                   model_version=adjudication.ADJUDICATOR_VERSION, description="adjudication").id
     data = ls_config.build_task_data(rnd, sample)
     ls_client.import_tasks(adj, [{"data": data}])
     adj_task = ls_client.find_tasks(adj, "sample_id", sample["sample_id"])[0]
@@ -205,3 +206,4 @@ def test_the_gate_serves_label_studios_assets_cached_and_compressed_and_adds_the
         assert keys.status_code == 200 and "stopImmediatePropagation" in keys.text
     finally:
         gate.stop()
+

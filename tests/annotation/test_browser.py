@@ -33,6 +33,8 @@ def _fill(page, rnd, data, values) -> None:
     record slot after the first appears once the slot before it has its first choice), so the
     k-th group is the k-th choice control. Short lists are buttons in a line; evidence rows a
     dropdown whose options show "row · speaker: first words"."""
+    from playwright.sync_api import Error as PlaywrightError
+
     k = 0
     groups = None
 
@@ -67,7 +69,14 @@ def _fill(page, rnd, data, values) -> None:
 
     for i, u in enumerate(data["units"]):
         unit = page.locator(f"#unit_{i}")  # the Repeater renders lazily: bring each unit into view
-        unit.scroll_into_view_if_needed()
+        for attempt in range(5):  # the form may still re-render right after it appears (detached node)
+            try:
+                unit.scroll_into_view_if_needed(timeout=10_000)
+                break
+            except PlaywrightError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
         groups, k = unit.locator(".lsf-choices"), 0
         row = values.get(u["row_index"], {})
         for f in rnd.fields:
@@ -199,7 +208,13 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                 pid = report.projects[push.project_key(name, "couple", email)]
                 task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
                 page.goto(f"{gate.url}/projects/{pid}/data?task={task['id']}")
-                page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+                try:
+                    page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+                except playwright.Error:  # say which round and keep what the annotator saw
+                    page.screenshot(path=str(SCREENSHOTS / f"{name}_no_form.png"), full_page=True)
+                    raise AssertionError(f"round {name}: no form within 120 s at {page.url}; "
+                                         f"page text: {page.inner_text('body')[:500]!r}") from None
+                page.wait_for_load_state("networkidle")  # Label Studio re-renders once its requests settle
                 assert page.locator(f"script[src='{KEYS_PATH}']").count() == 1  # the gate's keys came with it
                 # Label Studio's automatic hotkey marks (keys acting on the first forms only) are hidden
                 marks = page.locator("#unit_0 sup.lsf-hint")
