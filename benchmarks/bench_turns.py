@@ -35,11 +35,11 @@ The one backchannel missed: diarization gives its 0.56 s piece to a client's voi
 no problem the pull would report (the annotator names the 3-4 voices and touches no row; before
 the round applied turns.apply_voice_names' addressee rule, couple1's opening row "to the
 therapist" by the therapist's own voice was a self-target problem).
-``--partner 1`` again on 2026-11-30 (16:20-16:32, load 5-10, the diarization of that day; DER
-0.036-0.095): hint rows 83.1 %, backchannels 20/38; voices, voices-misordered and voices-round
-alike rows 96.3 % (worst 82 %), backchannels 25/38 (therapist 21/30, clients 4/8), no pull
-problem. Fewer than the figures above (33/38, therapist 30/30): the diarization of these
-interviews changed since (#14's work on it); not investigated here.
+``--partner 1`` again on 2026-11-30 with a fresh ``--cache`` at 18:02 (the code that landed):
+every mode rows 100 %, backchannels 33/38 (therapist 30/30, clients 3/8), as above, no pull
+problem. A run at 16:20-16:32 had given 25/38: its diarization came from a refine experiment
+live for a few minutes then (reverted), and ``--cache`` kept it. The cache is keyed on the
+interview only, not on the code: use a fresh ``--cache`` after changing the diarization.
 
 With ``--partner 1`` (one more backchannel per interview, by a client over another client):
 before rows 76.5 % / misordered 50.0 %, backchannels 0/38; after (hint, default, misordered
