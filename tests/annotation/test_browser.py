@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from ls_samples import make_sample
+from ls_samples import browser_login, make_sample
 from typer.testing import CliRunner
 
 from pipeline.annotation import naming, pull, push
@@ -194,11 +194,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 2000})
-        page.goto(f"{gate.url}/user/login/")
-        page.fill("input[name=email]", email)
-        page.fill("input[name=password]", password)
-        page.click("button[type=submit]")
-        page.wait_for_url(lambda url: "/user/login" not in url, timeout=60_000)
+        browser_login(page, gate.url, email, password, timeout_ms=60_000)
         try:
             for name in round_names():
                 rnd = load_round(name)

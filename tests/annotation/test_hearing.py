@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from ls_samples import make_sample
+from ls_samples import browser_login, make_sample
 
 from pipeline.annotation import push
 from pipeline.config import REPO_ROOT
@@ -43,11 +43,7 @@ def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.set_default_timeout(120_000)
-            page.goto(f"{ls_server.url}/user/login/")
-            page.fill("input[name=email]", email)
-            page.fill("input[name=password]", password)
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda url: "/user/login" not in url)
+            browser_login(page, ls_server.url, email, password)
             page.goto(f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
             page.locator("#unit_0").wait_for(state="attached")
             page.wait_for_load_state("networkidle")

@@ -13,7 +13,7 @@ import time
 
 import pyarrow as pa
 import pytest
-from ls_samples import make_sample
+from ls_samples import browser_login, make_sample
 
 from pipeline import schemas
 from pipeline.annotation import ls_config, pull, push, voice_naming
@@ -265,11 +265,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.set_default_timeout(120_000)
-            page.goto(f"{ls_server.url}/user/login/")
-            page.fill("input[name=email]", email)
-            page.fill("input[name=password]", password)
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda url: "/user/login" not in url)
+            browser_login(page, ls_server.url, email, password)
             page.goto(f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
             page.locator("#unit_0").wait_for(state="attached")
             page.locator("#voice_0").wait_for(state="attached")
