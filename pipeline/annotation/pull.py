@@ -35,8 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
-from pipeline.annotation import acceptance, ls_config, naming
-from pipeline.annotation import voice_naming
+from pipeline.annotation import acceptance, ls_config, naming, voice_naming
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.pushed import read_pushed
