@@ -98,14 +98,61 @@ def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger
              chunk_size: int = 1) -> list[Outcome]:
     """One child flow run of deployment ``name`` per entry (or per ``chunk_size`` entries); wait
     for ALL of them (a failed or crashed child never cancels its siblings), then read each
-    one's outcome."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    one's outcome. Cancelling the batch run cancels the unfinished ones
+    (:func:`_cancel_children_if_cancelled`)."""
     from prefect.context import FlowRunContext
-    from prefect.deployments import run_deployment
 
     parent = FlowRunContext.get().flow_run
     started = {}
+    try:
+        return _submit_and_wait(name, entries, params, logger, chunk_size, parent, started)
+    except BaseException:  # e.g. Prefect's TerminationSignal: the runner stops this run
+        _cancel_children_if_cancelled(parent, started, logger)
+        raise
+
+
+def _cancel_children_if_cancelled(parent, started: dict, logger) -> list:
+    """When THIS batch run is being cancelled (an operator's `prefect flow-run cancel` or the UI),
+    set its unfinished child runs to Cancelling now: their workers stop a running one and drop a
+    queued one. Prefect's server does the same once the batch has reached Cancelled (its
+    cancellation-cleanup service, every 20 s, for subflows linked by ``as_subflow=True``); doing
+    it here as the batch stops keeps workers from starting queued children in between. Finished
+    children are left alone (their results stay); any other ending of the batch (a crash, a
+    worker shut down) leaves the children running, as before."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.states import Cancelling
+
+    if not started:
+        return []
+    cancelled = []
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(parent.id).state
+            if not state or not (state.is_cancelling() or state.is_cancelled()):
+                return []
+            ids = list(started)
+            for i in range(0, len(ids), 200):
+                for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                        id=FlowRunFilterId(any_=ids[i:i + 200])), limit=200):
+                    if run.state and not run.state.is_final() and not run.state.is_cancelling():
+                        client.set_flow_run_state(run.id, Cancelling(
+                            message=f"The parent flow run was cancelled: batch run {parent.name}"))
+                        cancelled.append(run.name)
+        logger.info("batch run cancelled: %d unfinished child runs set to Cancelling", len(cancelled))
+    except Exception as exc:  # noqa: BLE001 - Prefect's cleanup service still cancels them
+        logger.warning("cancelling the child runs failed (%s: %s); Prefect's cancellation cleanup "
+                       "cancels them once this run is Cancelled", type(exc).__name__, exc)
+    return cancelled
+
+
+def _submit_and_wait(name: str, entries: list[media.ManifestEntry], params: dict, logger, chunk_size: int,
+                     parent, started: dict) -> list[Outcome]:
+    """:func:`_fan_out`'s work; ``started`` (child run id -> its sample ids) fills as it submits."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.deployments import run_deployment
+
     for i in range(0, len(entries), max(1, chunk_size)):
         chunk = entries[i:i + max(1, chunk_size)]
         ids = [e.sample_id for e in chunk]
