@@ -3,8 +3,10 @@
 ``rescue stack up`` starts what is not running yet (idempotent) - including a small sweeper
 process that marks flow runs whose process died (a killed worker) as Crashed within
 ``RESCUE_SWEEP_EVERY_S`` (30 s) instead of leaving them Running - registers the work pools,
-the ``gpu`` and ``rescue-push`` concurrency limits and prefect.yaml's deployments; ``down`` stops what this
-module started (by the pids it recorded, never by name); ``status`` says what runs where.
+the ``gpu`` and ``rescue-push`` concurrency limits, the zombie automation (a run whose
+heartbeats stop is marked Crashed: a dead host, which the sweeper cannot see) and
+prefect.yaml's deployments; ``down`` stops what this module started (by the pids it
+recorded, never by name); ``status`` says what runs where.
 
 Everything lives under ``<data root>/stack/``: the server's own PREFECT_HOME (its SQLite
 database), pid files, logs. Task results (the resume cache) live in
@@ -40,6 +42,12 @@ SERVER_START_TIMEOUT_S = float(os.environ.get("RESCUE_STACK_START_TIMEOUT_S", "2
 # A migrated, empty Prefect database made by scripts/setup.d/40-prefect-db.sh: a new data root
 # copies it instead of running Prefect's migrations on the server's first start (~11 s here).
 PREFECT_TEMPLATE_DB = REPO_ROOT / ".venv" / "prefect-template" / "prefect.db"
+# Flow-run heartbeats and the automation that marks a run Crashed when they stop (a host that
+# died leaves its runs Running otherwise). The window must exceed every worker's heartbeat
+# interval: Prefect's default is 180 s, the stack's workers send one every HEARTBEAT_S.
+HEARTBEAT_S = int(os.environ.get("RESCUE_HEARTBEAT_S", "30"))
+ZOMBIE_AFTER_S = int(os.environ.get("RESCUE_ZOMBIE_AFTER_S", "300"))
+ZOMBIE_AUTOMATION = "rescue-crash-zombie-flow-runs"
 
 
 class StackError(RuntimeError):
@@ -99,6 +107,9 @@ def prefect_env(data_root: Path, port: int | None = None) -> dict[str, str]:
         # ~1 s. One cheap query per second against a local server.
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_CLI_COLORS": "false",
+        # every flow run says it is alive this often; the zombie automation (ZOMBIE_AUTOMATION)
+        # marks a run Crashed when they stop (its host died). Prefect's minimum is 30 s.
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
         "RESCUE_DATA_ROOT": str(paths.root),
         "RESCUE_SOURCE_DIR": os.environ.get("RESCUE_SOURCE_DIR", str(REPO_ROOT)),  # prefect.yaml's pull step: code from local disk
     }
@@ -239,8 +250,60 @@ def _seed_database(paths: StackPaths) -> None:
     os.replace(tmp, db)
 
 
+def zombie_automation(within_s: int = ZOMBIE_AFTER_S):
+    """Prefect's documented zombie detection ("detect zombie flows"): once a flow run has sent a
+    heartbeat, expect another heartbeat or a final state within ``within_s``; if none comes,
+    set the run Crashed. Runs on any Prefect 3 server (its triggers service), not only Cloud."""
+    from datetime import timedelta
+
+    from prefect.automations import AutomationCore, ChangeFlowRunState, EventTrigger, Posture, ResourceSpecification
+    from prefect.client.schemas.objects import StateType
+
+    if within_s <= HEARTBEAT_S:
+        raise StackError(f"RESCUE_ZOMBIE_AFTER_S={within_s} must exceed the heartbeat interval "
+                         f"(RESCUE_HEARTBEAT_S={HEARTBEAT_S}), or every healthy run is marked Crashed")
+    return AutomationCore(
+        name=ZOMBIE_AUTOMATION,
+        description=f"rescue stack register: a flow run with no heartbeat for {within_s} s is marked Crashed "
+                    f"(its worker or host died); run the deployment again, finished work comes from the cache",
+        enabled=True,
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
+                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
+            within=timedelta(seconds=within_s)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, message=(
+            f"no heartbeat for {within_s} s: its worker or host died; run the deployment again - "
+            f"finished work is reused from the cache"))],
+    )
+
+
+def ensure_zombie_automation(within_s: int = ZOMBIE_AFTER_S) -> str:
+    """Create the zombie automation, or bring the one of that name up to date; never a second
+    copy. Returns what it did: created | updated | unchanged."""
+    from prefect.client.orchestration import get_client
+
+    want = zombie_automation(within_s)
+    with get_client(sync_client=True) as client:
+        found = client.read_automations_by_name(ZOMBIE_AUTOMATION)
+        if not found:
+            client.create_automation(want)
+            return "created"
+        keep, *extra = found
+        for dup in extra:  # two registers racing on an older version: keep one
+            client.delete_automation(dup.id)
+        fields = ("description", "enabled", "trigger", "actions", "actions_on_trigger", "actions_on_resolve")
+        if all(getattr(keep, f) == getattr(want, f) for f in fields) and not extra:
+            return "unchanged"
+        client.update_automation(keep.id, want)
+        return "updated"
+
+
 def register(env: dict[str, str], log=print) -> None:
-    """Work pools, the strict `gpu` limit and prefect.yaml's deployments (all idempotent).
+    """Work pools, the strict `gpu` limit, the zombie automation and prefect.yaml's deployments
+    (all idempotent).
 
     One Python process does both: it creates what is missing, then runs `prefect deploy --all`
     through the CLI's own entry point (the `prefect` script does exactly this) - one Prefect
@@ -248,6 +311,8 @@ def register(env: dict[str, str], log=print) -> None:
     code = ("import sys; from flows import ensure_infrastructure; "
             "made = ensure_infrastructure(sys.argv[1].split(','), sys.argv[2], int(sys.argv[3])); "
             "print('created: ' + (', '.join(made) or 'nothing'), flush=True); "
+            "from ops.stack import ensure_zombie_automation; "
+            "print('zombie automation: ' + ensure_zombie_automation(), flush=True); "
             "from prefect.cli import app; sys.argv = ['prefect', '--no-prompt', 'deploy', '--all']; sys.exit(app())")
     proc = subprocess.run([sys.executable, "-c", code, f"{WORK_POOL},{GPU_WORK_POOL}", GPU_LIMIT_NAME,
                            os.environ.get("RESCUE_GPU_SLOTS", "1")], cwd=REPO_ROOT, env={**os.environ, **env},
@@ -256,6 +321,7 @@ def register(env: dict[str, str], log=print) -> None:
         raise StackError(f"registering work pools / the gpu limit / prefect.yaml's deployments failed:\n"
                          f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     log(f"prefect: pools {WORK_POOL}/{GPU_WORK_POOL}, limits '{GPU_LIMIT_NAME}' and 'rescue-push', "
+        f"automation '{ZOMBIE_AUTOMATION}' (no heartbeat for {ZOMBIE_AFTER_S} s -> Crashed), "
         f"deployments from prefect.yaml registered")
 
 
@@ -302,15 +368,15 @@ def _flow_process_alive(pid: int) -> bool:
 
 
 def sweep(log=print) -> list[str]:
-    """Mark flow runs left RUNNING or CANCELLING by a process that is gone (a killed worker, a
-    crashed host) as Crashed, naming the pid; a rerun of the deployment then resumes from the
+    """Mark flow runs left RUNNING by a process that is gone (a killed worker, a crashed host) as
+    Crashed, naming the pid (CANCELLING ones as Cancelled: a cancel was asked for); a rerun of the deployment then resumes from the
     cache. Uses the Prefect server at PREFECT_API_URL. The local stack's server listens on
     127.0.0.1 only, so every flow-run process it knows ran on this host; multi-host stacks use
-    Prefect's flow-run heartbeats with a zombie automation instead (docs/OPERATIONS.md)."""
+    Prefect's flow-run heartbeats with the zombie automation (:func:`ensure_zombie_automation`)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
-    from prefect.states import Crashed
+    from prefect.states import Cancelled, Crashed
 
     swept = []
     with get_client(sync_client=True) as client:
@@ -320,11 +386,19 @@ def sweep(log=print) -> list[str]:
             raw = str(run.infrastructure_pid or "").rpartition(":")[2]
             if not raw.isdigit() or _flow_process_alive(int(raw)):
                 continue  # not started by a worker (in-process run), or still running
-            client.set_flow_run_state(run.id, Crashed(
-                message=f"its process (pid {raw}) is gone: the worker or host died while it ran; "
-                        f"run the deployment again - finished work is reused from the cache"), force=True)
+            if run.state.type == StateType.CANCELLING:
+                # someone asked to cancel it and its process is gone: that is what they asked for
+                # (the worker's runner may be about to say so itself; either way it ends Cancelled)
+                client.set_flow_run_state(run.id, Cancelled(
+                    message=f"cancelled; its process (pid {raw}) is gone"), force=True)
+                what = "Cancelled"
+            else:
+                client.set_flow_run_state(run.id, Crashed(
+                    message=f"its process (pid {raw}) is gone: the worker or host died while it ran; "
+                            f"run the deployment again - finished work is reused from the cache"), force=True)
+                what = "Crashed"
             swept.append(f"{run.name} ({run.id})")
-            log(f"sweeper: flow run {run.name} marked Crashed (process {raw} is gone)")
+            log(f"sweeper: flow run {run.name} marked {what} (process {raw} is gone)")
     return swept
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,75 @@ def test_build_release_deployment_run_watch(stack):
     other = stack.prefect("deployment", "run", "build-release/default", "--param", "version=1.0.0",
                           "--param", "source=synthetic:0.06", "--param", f"data_root={stack.root}", "--watch")
     assert other.returncode == 1
+
+
+def test_register_creates_the_zombie_automation_once(stack):
+    """`rescue stack up` registered it; `rescue stack register` twice more leaves exactly one,
+    unchanged, and the workers' flow runs send heartbeats more often than its window."""
+    from datetime import timedelta
+
+    from prefect.client.orchestration import get_client
+
+    from ops import stack as st
+
+    def automations():
+        with stack.prefect_settings(), get_client(sync_client=True) as client:
+            return client.read_automations_by_name(st.ZOMBIE_AUTOMATION)
+
+    first = automations()
+    assert len(first) == 1, first
+    auto = first[0]
+    assert auto.enabled and auto.trigger.posture.value == "Proactive"
+    assert auto.trigger.after == {"prefect.flow-run.heartbeat"}
+    assert {"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Crashed"} <= auto.trigger.expect
+    assert auto.trigger.within == timedelta(seconds=st.ZOMBIE_AFTER_S)
+    assert [(a.type, a.state.value) for a in auto.actions] == [("change-flow-run-state", "CRASHED")]
+    assert int(stack.env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]) < st.ZOMBIE_AFTER_S
+    for _ in range(2):
+        proc = stack.rescue("stack", "register", "--data-root", str(stack.root))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = automations()
+    assert [a.id for a in again] == [auto.id], again  # the same one, not a second copy
+    assert again[0].trigger == auto.trigger and again[0].actions == auto.actions
+
+
+def test_the_zombie_automation_crashes_a_run_whose_heartbeats_stop(stack):
+    """The same automation with a 35-s window (the registered one waits 300 s), on this stack's
+    open-source server: a Running flow run that sent one heartbeat and then fell silent (as if
+    its host died) is set Crashed by the server, with the automation's message."""
+    import asyncio
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.events.clients import PrefectEventsClient
+    from prefect.events.schemas.events import Event
+    from prefect.states import Running
+
+    from ops import stack as st
+
+    @flow(name="zombie-probe")
+    def probe():
+        pass
+
+    async def heartbeat(run_id):  # what a flow run's heartbeat thread sends
+        async with PrefectEventsClient() as events:
+            await events.emit(Event(event="prefect.flow-run.heartbeat",
+                                    resource={"prefect.resource.id": f"prefect.flow-run.{run_id}"}))
+
+    auto = st.zombie_automation(35).model_copy(update={"name": "zombie-probe-35s"})
+    with stack.prefect_settings(), get_client(sync_client=True) as client:
+        auto_id = client.create_automation(auto)
+        try:
+            run = client.create_flow_run(probe, name="zombie-probe")
+            client.set_flow_run_state(run.id, Running(), force=True)
+            for _ in range(2):  # the triggers service loads a new automation on its change event
+                time.sleep(5)
+                asyncio.run(heartbeat(run.id))  # two beats, then silence
+
+            deadline = time.monotonic() + 150
+            while not (state := client.read_flow_run(run.id).state).is_crashed():
+                assert time.monotonic() < deadline, f"still {state.name} after the window"
+                time.sleep(2)
+            assert "no heartbeat for 35 s" in state.message, state.message
+        finally:
+            client.delete_automation(auto_id)
