@@ -19,6 +19,8 @@ Layout::
     work/{samples,rows}.parquet              interviews in annotation (drafts, then each round's gold)
     corpus/{samples,rows}.parquet            the corpus: imported samples and finished gold samples
     annotation/exports/<round>/<scenario>/<annotator>/<sha>.json   raw Label Studio exports
+    annotation/exports/<round>/<scenario>/<annotator>/<sha>.predictions.json   what that export
+                                             names by id only: the project's predictions, annotators
     annotation/labels/<round>.parquet        the long label table of a round (+ .problems)
     annotation/labels/<round>.acceptance.parquet  what annotators did with the pre-annotation
     annotation/labels/<round>.agreement/     the agreement report of a round
@@ -216,6 +218,17 @@ class DataRoot:
             raise InvalidId(f"export digest {sha256!r} is not a sha256 hex digest")
         return self._inside("annotation", "exports", check_name(round_name, "round"),
                             check_name(scenario, "scenario"), slug(annotator), f"{sha256}.json")
+
+    def export_predictions(self, round_name: str, scenario: str, annotator: str, export_sha256: str) -> Path:
+        """Beside the export ``<sha>.json``: ``<sha>.predictions.json``, what that export names by
+        id only (the project's predictions, the annotators' e-mails), taken with it and written once
+        (:func:`pipeline.annotation.acceptance.archive_predictions`)."""
+        export = self.export(round_name, scenario, annotator, export_sha256)
+        return self._inside(*export.parent.relative_to(self.root).parts, f"{export_sha256}.predictions.json")
+
+    def exports_dir(self, round_name: str) -> Path:
+        """``annotation/exports/<round>``: every archived export of a round (a rebuild reads them)."""
+        return self._inside("annotation", "exports", check_name(round_name, "round"))
 
     def push_lock(self, round_name: str) -> Path:
         """Held (``fcntl.flock``) around a round's project creation and task import (one host)."""

@@ -29,13 +29,20 @@ annotator's own latest submitted annotation, as in the label table; a windowed s
 (:mod:`.windows`) counts once every window is submitted. The prediction's ``model_version``
 (``<round>-v<version>-<source>``, :func:`.push.model_version`) names where the drafts came from.
 
-Label Studio's synchronous export (the archived one) gives predictions by id only, so the pull
-reads each project's predictions with one request (``GET /api/predictions/?project=``).
-The long table goes to ``DataRoot.acceptance(round)``; :func:`summarize` counts it per source,
-annotator and field for the agreement report and the annotation-round run.
+Label Studio's synchronous export (the archived one) gives predictions and annotators by id
+only, so the pull reads each project's predictions with one request (``GET
+/api/predictions/?project=``) and archives them, with the e-mails of the user ids the export
+names, beside the export (:func:`archive_predictions`, ``DataRoot.export_predictions``: written
+once per export state). The table is computed from that pair alone (:func:`measure_archived`),
+by the pull and by a rebuild from the archive without Label Studio
+(:func:`pipeline.annotation.pull.rebuild_acceptance`, ``rescue annotate acceptance ROUND
+--rebuild``), so both give the same lines. The long table goes to ``DataRoot.acceptance(round)``;
+:func:`summarize` counts it per source, annotator and field for the agreement report and the
+annotation-round run.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -51,7 +58,7 @@ from pipeline.annotation import ls_config, naming, voice_naming
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.rounds import Round
 from pipeline.annotation.windows import stitch_tasks
-from pipeline.paths import DataRoot
+from pipeline.paths import SHA256_RE, DataRoot
 
 OUTCOMES = ("kept", "changed", "cleared", "added")
 SCHEMA = pa.schema([
@@ -86,6 +93,67 @@ def project_predictions(client: LabelStudioClient, project_id: int) -> dict[int,
         if not isinstance(body, dict) or not body.get("next"):
             return out
         page += 1
+
+
+# Volatile fields of Label Studio's prediction objects ("3 minutes" ago): not archived, so an
+# unchanged state gives the same record.
+_VOLATILE = ("created_ago",)
+
+
+def predictions_record(round_name: str, scenario: str, annotator: str, project_id: int, tasks: list[dict],
+                       predictions: dict[int, list[dict]], users: dict[int, str]) -> dict:
+    """What an export names by id only, as archived beside it: the project's predictions (sorted
+    by id) and the e-mail of every user id its annotations name; also whose export it is (the
+    archive's folder names are slugs) and when this state was first pulled (a rebuild takes each
+    annotator's latest state)."""
+    named = {a.get("completed_by") for t in tasks if isinstance(t, dict) for a in t.get("annotations") or []}
+    preds = sorted(({k: v for k, v in p.items() if k not in _VOLATILE} for ps in predictions.values() for p in ps),
+                   key=lambda p: p.get("id") or 0)
+    return {"round": round_name, "scenario": scenario, "annotator": annotator, "project_id": project_id,
+            "pulled_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
+            "users": {str(i): users[i] for i in sorted(n for n in named if isinstance(n, int) and n in users)},
+            "predictions": preds}
+
+
+def archive_predictions(data_root: str | os.PathLike, export_path: Path, record: dict) -> tuple[dict, bool]:
+    """Write ``record`` beside the archived export ``export_path`` (``<sha>.json``) once, atomically.
+
+    Returns ``(the record as archived, newly written)``: an export state pulled again keeps the
+    record of its first pull, and the caller measures from that (the input a rebuild reads).
+    """
+    sha = Path(export_path).stem
+    path = DataRoot(data_root).export_predictions(record["round"], record["scenario"], record["annotator"], sha)
+    if path.exists():
+        return json.loads(path.read_bytes()), False
+    store.atomic_write_bytes(path, json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+    return record, True
+
+
+def archived_states(data_root: str | os.PathLike, round_name: str) -> tuple[list[tuple[Path, dict]], list[Path]]:
+    """``([(export path, predictions record), ...] oldest first, [exports without a record])`` of a
+    round's archive (exports pulled before predictions were archived have no record)."""
+    base = DataRoot(data_root).exports_dir(round_name)
+    pairs, bare = [], []
+    for export in sorted(base.glob("*/*/*.json")):
+        if not SHA256_RE.fullmatch(export.stem):
+            continue  # a predictions record (or anything else that is no export)
+        record = export.with_name(f"{export.stem}.predictions.json")
+        if record.is_file():
+            pairs.append((export, json.loads(record.read_bytes())))
+        else:
+            bare.append(export)
+    pairs.sort(key=lambda pr: (pr[1].get("pulled_at") or "", pr[0].name))
+    return pairs, bare
+
+
+def measure_archived(rnd: Round, tasks: list[dict], record: dict, *, parse: Parser) -> list[dict]:
+    """Acceptance lines of one export state from its tasks and its predictions record
+    (:func:`predictions_record`): what the pull and a rebuild from the archive both call."""
+    predictions: dict[int, list[dict]] = {}
+    for p in record.get("predictions") or []:
+        predictions.setdefault(p.get("task"), []).append(p)
+    users = {int(k): v for k, v in (record.get("users") or {}).items()}
+    return measure_tasks(rnd, record["scenario"], record["annotator"], tasks, predictions, users, parse=parse)
 
 
 def _email(completed_by, users: dict[int, str]) -> str | None:
@@ -269,11 +337,12 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
 
 
 def write(data_root: str | os.PathLike, round_name: str, lines: list[dict], pulled: set[str],
-          gone: set[tuple[str, str]] = frozenset()) -> Path:
+          gone: set[tuple[str, str]] = frozenset(), replace: bool = False) -> Path:
     """Store a pull's lines at ``DataRoot.acceptance``, keeping earlier lines of annotators not
-    pulled now and of (sample, annotator) whose task is gone, as the label table does."""
+    pulled now and of (sample, annotator) whose task is gone, as the label table does
+    (``replace``: the lines are the whole table, as a rebuild from the archive gives it)."""
     path = DataRoot(data_root).acceptance(round_name)
-    old = pq.ParquetFile(path).read().to_pylist() if path.is_file() else []
+    old = pq.ParquetFile(path).read().to_pylist() if path.is_file() and not replace else []
     keep = [r for r in old if r["annotator"] not in pulled or (r["sample_id"], r["annotator"]) in gone]
     rows = sorted(lines + keep, key=lambda r: (r["sample_id"], -1 if r["row_index"] is None else r["row_index"],
                                                r["annotator"], r["field"], r["slot"] or 0, r["predicted"] or "",

@@ -4,7 +4,10 @@ For every annotator project of the round (see :mod:`.push`) an export of all its
 taken and written, unchanged and before any parsing, to ``DataRoot.export``:
 ``<data root>/annotation/exports/<round>/<scenario>/<annotator slug>/<sha256>.json`` (content
 addressed, append-only: an identical state is not written twice; the annotator's e-mail becomes
-a directory name through ``paths.slug``). Then every annotation is
+a directory name through ``paths.slug``), and beside it ``<sha256>.predictions.json``: what the
+export names by id only (the project's predictions and the annotators' e-mails,
+:func:`.acceptance.archive_predictions`), so the pre-annotation acceptance can be rebuilt from
+the archive alone (:func:`rebuild_acceptance`). Then every annotation is
 checked against the round definition - Label Studio itself accepts anything through its API -
 and turned into the long label table (``schemas.LABELS``): one line per (sample, row,
 annotator, field) with the value as JSON of the row-schema type and the scenario of the task. A field with a problem gets no
@@ -344,10 +347,12 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
             continue
         wanted.append((project, parsed))
     # The server serialises exports slowly (seconds per large project): ask for a few at once.
+    # Each project's predictions are read right after its export (the export names them by id).
     with ThreadPoolExecutor(EXPORT_WORKERS) as pool:
-        exports = list(pool.map(lambda item: client.export_tasks(item[0].id), wanted))
+        exports = list(pool.map(lambda item: (client.export_tasks(item[0].id),
+                                              acceptance.project_predictions(client, item[0].id)), wanted))
     exported: dict[tuple[str, str], set[str]] = {}  # (scenario, annotator) -> sample ids with a task
-    for (project, (_, scenario, annotator)), raw in zip(wanted, exports):
+    for (project, (_, scenario, annotator)), (raw, predictions) in zip(wanted, exports):
         exported.setdefault((scenario, annotator), set())
         path, new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
         result.snapshots.append(path)
@@ -360,10 +365,11 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
             continue
         exported[(scenario, annotator)] |= {(t.get("data") or {}).get("sample_id") for t in tasks
                                             if isinstance(t, dict)}
-        # What annotators did with the pre-annotation (kept / changed / cleared), from the raw tasks.
-        accepted += acceptance.measure_tasks(rnd, scenario, annotator, tasks,
-                                             acceptance.project_predictions(client, project.id), users,
-                                             parse=parse_annotation)
+        # What annotators did with the pre-annotation (kept / changed / cleared): the predictions
+        # are archived beside the export, and measured from that pair as a rebuild would.
+        record, _ = acceptance.archive_predictions(root, path, acceptance.predictions_record(
+            rnd.name, scenario, annotator, project.id, tasks, predictions, users))
+        accepted += acceptance.measure_archived(rnd, tasks, record, parse=parse_annotation)
         tasks, notes = stitch_tasks(tasks)  # windows of a long sample -> one task per sample
         problems += [{"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
                       "field": None, "problem": note, "value": None} for sid, note in notes]
@@ -408,6 +414,49 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
         store.write_parquet(result.problems, root.label_problems(rnd.name))
         acceptance.write(root, rnd.name, accepted, pulled, gone)
     return result
+
+
+@dataclass
+class Rebuilt:
+    round: str
+    path: Path | None
+    lines: list[dict]
+    states: int                                       # export states read (with their predictions)
+    without_predictions: list[Path] = field(default_factory=list)  # exports archived before predictions were
+
+
+def rebuild_acceptance(data_root: str | os.PathLike, round_name: str, write: bool = True) -> Rebuilt:
+    """The round's acceptance table from the archive alone (no Label Studio): for each annotator
+    project, its latest archived export state with its predictions record
+    (:func:`.acceptance.measure_archived`, as the pull computes it); a sample pushed to that
+    annotator but gone from that state keeps its lines from the latest earlier state that had it
+    (as a pull keeps them). Exports archived before predictions were have no record: they are
+    listed in :attr:`Rebuilt.without_predictions` and give no lines. Writes the whole table when
+    ``write`` and the archive has a state (the same lines the pulls wrote)."""
+    root = DataRoot(data_root)
+    rnd = load_round(check_name(round_name, "round"))
+    pairs, bare = acceptance.archived_states(root, rnd.name)
+    by_project: dict[tuple[str, str], list[tuple[list[dict], dict]]] = {}
+    for export, record in pairs:
+        by_project.setdefault((record["scenario"], record["annotator"]), []).append(
+            (json.loads(export.read_bytes()), record))
+    pushed = read_pushed(root, rnd.name)
+    lines: list[dict] = []
+    for (scenario, annotator), states in sorted(by_project.items()):
+        *earlier, (tasks, record) = states
+        lines += acceptance.measure_archived(rnd, tasks, record, parse=parse_annotation)
+        have = {(t.get("data") or {}).get("sample_id") for t in tasks if isinstance(t, dict)}
+        gone = [sid for sid in pushed.get(f"{scenario}/{annotator}", []) if sid not in have]
+        for sid in gone:  # deleted after the push: the lines of the last state that had it
+            for old_tasks, old_record in reversed(earlier):
+                mine = [t for t in old_tasks if isinstance(t, dict) and (t.get("data") or {}).get("sample_id") == sid]
+                if mine:
+                    lines += acceptance.measure_archived(rnd, mine, old_record, parse=parse_annotation)
+                    break
+    path = None
+    if write and pairs:  # an empty archive leaves the table as it is
+        path = acceptance.write(root, rnd.name, lines, {a for _, a in by_project}, replace=True)
+    return Rebuilt(rnd.name, path, lines, len(pairs), bare)
 
 
 def _read_rows(path: Path) -> list[dict]:

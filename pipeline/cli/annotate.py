@@ -243,6 +243,48 @@ def annotate_pull(
                       f"{DataRootMap(settings.data_root).label_problems(round_name)}", highlight=False)
 
 
+@annotate_app.command("acceptance")
+def annotate_acceptance(
+    round_name: str = typer.Argument(..., metavar="ROUND"),
+    data_root: Optional[Path] = DataRoot,
+    rebuild: bool = typer.Option(False, help="Recompute the table from the archived exports and their "
+                                             "predictions first (no Label Studio needed)."),
+    by_annotator: bool = typer.Option(False, "--by-annotator", help="One line per annotator and field."),
+) -> None:
+    """What annotators did with the pre-filled values (kept / changed / cleared / added), per
+    prediction source and field, from the table the pull wrote (or, with --rebuild, the archive)."""
+    from pipeline.annotation import acceptance
+    from pipeline.annotation.pull import rebuild_acceptance
+    from pipeline.paths import InvalidId
+
+    settings = _settings(data_root)
+    try:
+        if rebuild:
+            done = rebuild_acceptance(settings.data_root, round_name)
+            if not done.states:
+                _fail(f"round {round_name}: no archived export with its predictions under "
+                      f"{DataRootMap(settings.data_root).exports_dir(round_name)} (`rescue annotate pull` archives them)")
+            console.print(f"rebuilt from {done.states} archived export states: {len(done.lines)} lines -> "
+                          f"{done.path}", highlight=False)
+            for path in done.without_predictions:
+                console.print(f"[yellow]no predictions archived[/yellow] beside {path} (pulled before they were); "
+                              "its state counts only if a later pull archived one", highlight=False)
+        lines = acceptance.read(settings.data_root, round_name)
+    except (KeyError, InvalidId, ValueError) as exc:
+        _fail(str(exc).strip("'\""))
+    if lines is None:
+        _fail(f"no acceptance table for round {round_name}: `rescue annotate pull {round_name}` writes it "
+              "(or --rebuild from the archive)")
+    rows = acceptance.summarize(lines, by_annotator=by_annotator)
+    if not rows:
+        console.print("no task of this round carried a prediction yet")
+        return
+    table = Table(*rows[0].keys())
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    console.print(table)
+
+
 @annotate_app.command("status")
 def annotate_status(
     data_root: Optional[Path] = DataRoot,

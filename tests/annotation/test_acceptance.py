@@ -9,10 +9,12 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 from ls_samples import make_sample
+from typer.testing import CliRunner
 
 from pipeline import taxonomy
 from pipeline.annotation import acceptance, ls_config, pull, push
 from pipeline.annotation.rounds import load_round
+from pipeline.cli import app
 from pipeline.paths import DataRoot
 from pipeline.quality import agreement
 
@@ -128,6 +130,37 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
     pull.pull_round(ls_client, "emotion", root, annotators=[a])
     again = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, lines))
+
+    # The predictions are archived beside each export, once per export state ...
+    archive = DataRoot(root).exports_dir("emotion")
+    exports = sorted(p for p in archive.glob("*/*/*.json") if not p.name.endswith(".predictions.json"))
+    assert len(exports) == 4  # 2 annotators x 2 scenarios; the second pull found the same states
+    for export in exports:
+        record = json.loads(DataRoot(root).export_predictions("emotion", export.parent.parent.name,
+                                                              export.parent.name, export.stem).read_bytes())
+        assert record["round"] == "emotion" and record["annotator"] in (a, b)
+        assert {p["model_version"] for p in record["predictions"]} == {source}
+        assert {p["task"] for p in record["predictions"]} == {t["id"] for t in json.loads(export.read_bytes())}
+        assert set(record["users"].values()) <= {record["annotator"]}  # the ids its annotations name
+    # ... so the table is rebuilt from the archive alone (no Label Studio client), line for line.
+    table = DataRoot(root).acceptance("emotion")
+    table.unlink()
+    rebuilt = pull.rebuild_acceptance(root, "emotion")
+    assert rebuilt.states == 4 and rebuilt.without_predictions == [] and rebuilt.path == table
+    assert pq.read_table(table).to_pylist() == sorted_lines(again)
+    # through the CLI too, which prints the counts per source and field
+    out = CliRunner().invoke(app, ["annotate", "acceptance", "emotion", "--rebuild", "--data-root", str(root)])
+    assert out.exit_code == 0, out.output
+    assert f"rebuilt from 4 archived export states: {len(again)} lines" in out.output
+    assert "0.933" in out.output  # tone_of_voice's kept share (the table is cut to the terminal's width)
+    assert pq.read_table(table).to_pylist() == sorted_lines(again)
+
+
+def sorted_lines(lines):
+    """Lines in the stored table's order (:func:`acceptance.write`)."""
+    return sorted(lines, key=lambda r: (r["sample_id"], -1 if r["row_index"] is None else r["row_index"],
+                                        r["annotator"], r["field"], r["slot"] or 0, r["predicted"] or "",
+                                        r["value"] or ""))
 
 
 # --- the comparison itself, on hand-made exports (no server) -----------------------------------
