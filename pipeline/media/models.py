@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 
@@ -182,6 +183,80 @@ def share_first_convolution(pipeline):
                                 {"__module__": __name__})
         sincnet.__class__ = _SHARED[cls]
     sincnet.hop = int(round(inference.step * inference.model.hparams.sample_rate))
+    return pipeline
+
+
+# Splitting each batch over threads (``split_batches``). Both models are mostly small LSTMs
+# (PyanNet's 4 bidirectional layers of 128, the d-vector's 3 of 256): torch's intra-op threads
+# split each tiny per-step matmul and wait at a barrier 300 times per window, which gains little
+# on two cores and collapses when a neighbour takes a core (2 threads were 10x slower than 1 at
+# load 9 here). Slices of the batch in their own threads, each op single-threaded, keep every
+# core busy with whole sequences; each row's output does not depend on its batch neighbours.
+_BATCH_POOLS: dict[int, "object"] = {}
+_BATCH_POOLS_LOCK = threading.Lock()
+
+
+def _batch_pool(workers: int):
+    """A persistent pool of ``workers`` threads whose torch ops run single-threaded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _BATCH_POOLS_LOCK:
+        if workers not in _BATCH_POOLS:
+            threads = torch.get_num_threads()
+            ready = threading.Barrier(workers + 1)
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="rescue-batch")
+
+            def single_threaded():
+                torch.set_num_threads(1)  # this thread's OpenMP/MKL setting (and torch's global: restored below)
+                torch.get_num_threads()  # torch's once-per-thread setup, now, while the global says 1
+                ready.wait()
+
+            for _ in range(workers):  # one task per thread, all started now, so no thread starts later
+                pool.submit(single_threaded)
+            ready.wait()
+            torch.set_num_threads(threads)  # the caller's threads and torch's default for new threads
+            _BATCH_POOLS[workers] = pool
+        return _BATCH_POOLS[workers]
+
+
+def _split_forward(forward, pool, workers: int):
+    def split(waveforms: torch.Tensor, *args, **kwargs):
+        batch = waveforms.shape[0]
+        if batch < 2 or args or any(v is not None and not isinstance(v, torch.Tensor) for v in kwargs.values()):
+            return forward(waveforms, *args, **kwargs)
+        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+        bounds = torch.linspace(0, batch, min(workers, batch) + 1).round().long().tolist()
+
+        def part(lo_hi):
+            lo, hi = lo_hi
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):  # the caller's modes are per thread
+                return forward(waveforms[lo:hi], **{k: None if v is None else v[lo:hi] for k, v in kwargs.items()})
+
+        outputs = list(pool.map(part, zip(bounds, bounds[1:])))
+        if not all(isinstance(o, torch.Tensor) for o in outputs):
+            return forward(waveforms, **kwargs)  # a model with several outputs: left alone
+        return torch.cat(outputs)
+
+    split.plain = forward
+    return split
+
+
+def split_batches(pipeline, workers: int | None = None):
+    """Run a loaded ``SpeakerDiarization`` pipeline's segmentation and embedding models on slices
+    of each batch in ``workers`` threads (default: torch's thread count, one per core or
+    ``OMP_NUM_THREADS``; 1 leaves the models alone). The rows and their outputs are the same as
+    one call's. Returns the pipeline."""
+    workers = workers or torch.get_num_threads()
+    models = [getattr(getattr(pipeline, "_segmentation", None), "model", None),
+              getattr(getattr(pipeline, "_embedding", None), "model_", None)]
+    for model in models:
+        if model is None:
+            continue
+        plain = getattr(model.forward, "plain", model.forward)
+        if workers < 2:
+            model.__dict__.pop("forward", None)
+        else:
+            model.forward = _split_forward(plain, _batch_pool(workers), workers)
     return pipeline
 
 

@@ -64,7 +64,8 @@ def test_offline_default_segments_with_the_shared_first_convolution(diar_pipelin
     from pipeline.media.ingest import load_wav
     from pipeline.media.models import _SharedFirstConvolution
     model = diar_pipeline._segmentation.model
-    sincnet = model.sincnet
+    model = getattr(model.forward, "plain", model)  # one call for the whole batch (not split_batches' slices)
+    sincnet = diar_pipeline._segmentation.model.sincnet
     assert isinstance(sincnet, _SharedFirstConvolution) and sincnet.hop == 8000  # 0.1 of the 5-s window
     audio = torch.from_numpy(load_wav(sample_dir() / "sample.wav"))[None]
     chunks = audio.unfold(1, 80000, 8000).permute(1, 0, 2)[:16]  # as pyannote's Inference.slide
@@ -88,6 +89,47 @@ def test_offline_default_segments_with_the_shared_first_convolution(diar_pipelin
     assert float((shared - plain).abs().max()) < 1e-3
     assert np.array_equal(shared.numpy() > 0.45, plain.numpy() > 0.45)
     assert float((shuffled - plain_shuffled).abs().max()) < 1e-5
+
+
+def test_batches_split_over_threads_give_the_same_output(diar_pipeline):
+    """On the CPU each batch of both models runs as slices in their own single-threaded threads
+    (``models.split_batches``): the outputs are one call's, the slices really ran in other
+    threads with one torch thread each, and the caller keeps its own thread count."""
+    import threading
+    import torch
+    from pipeline.media.ingest import load_wav
+    from pipeline.media.models import split_batches
+    segmentation, embedding = diar_pipeline._segmentation.model, diar_pipeline._embedding.model_
+    workers = torch.get_num_threads()
+    if workers < 2:
+        pytest.skip(f"torch runs {workers} thread here (OMP_NUM_THREADS?): batches are not split")
+    assert hasattr(segmentation.forward, "plain") and hasattr(embedding.forward, "plain")
+    audio = torch.from_numpy(load_wav(sample_dir() / "sample.wav"))[None]
+    chunks = audio.unfold(1, 80000, 8000).permute(1, 0, 2)[:16]
+    masks = (torch.rand(16, 80000, generator=torch.Generator().manual_seed(0)) > 0.3).float()
+    masks[5] = 0  # a silent speaker: NaN print
+    seen = []
+    plain_lstm = embedding.lstm.forward
+    embedding.lstm.forward = lambda x: seen.append((threading.get_ident(), torch.get_num_threads())) or plain_lstm(x)
+    try:
+        with torch.inference_mode():
+            split_seg, whole_seg = segmentation(chunks), segmentation.forward.plain(chunks)
+            split_emb = embedding(chunks, weights=masks)
+            whole_emb = embedding.forward.plain(chunks, weights=masks)
+    finally:
+        del embedding.lstm.forward
+    assert split_seg.shape == whole_seg.shape and float((split_seg - whole_seg).abs().max()) < 1e-4
+    assert torch.isnan(split_emb[5]).all() and torch.isnan(whole_emb[5]).all()
+    keep = ~torch.isnan(whole_emb[:, 0])
+    assert float((split_emb[keep] - whole_emb[keep]).abs().max()) < 1e-4
+    slices, whole = seen[:-1], seen[-1]
+    assert len(slices) == workers and all(ident != threading.get_ident() and n == 1 for ident, n in slices)
+    assert whole == (threading.get_ident(), workers) and torch.get_num_threads() == workers
+    split_batches(diar_pipeline, 1)
+    try:
+        assert not hasattr(segmentation.forward, "plain")  # 1 worker: pyannote's own call
+    finally:
+        split_batches(diar_pipeline)
 
 
 def test_diarization_step_setting(monkeypatch, models_dir, couple):
