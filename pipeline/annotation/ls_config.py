@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from html import escape
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
@@ -97,6 +98,23 @@ def default_values(rnd: Round, sample: dict) -> dict[int, dict]:
         if values:
             out[row["row_index"]] = values
     return out
+
+
+@lru_cache(maxsize=32)
+def record_defaults(rnd: Round) -> dict[str, dict[str, str]]:
+    """``{records field: {subfield: default}}`` of a round (``default:`` in its YAML): the pull
+    takes an entry holding nothing but these pre-filled values, untouched, as no entry."""
+    out: dict[str, dict[str, str]] = {}
+    for path, text in _ui_text(rnd).items():
+        if "." in path and text.get("default"):
+            fname, sub = path.split(".", 1)
+            out.setdefault(fname, {})[sub] = text["default"]
+    return out
+
+
+def default_value(kind: str, speaker: str | None):
+    """The value a ``default:`` of kind ``kind`` gives on a row spoken by ``speaker``."""
+    return DEFAULTS[kind]({"primary_speaker": speaker})
 
 
 def has_defaults(rnd: Round) -> bool:

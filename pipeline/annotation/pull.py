@@ -137,7 +137,8 @@ def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems) -> dict[s
     plain = {f.name: f for f in rnd.fields if f.type != "records"}
     for f in rnd.fields:
         if f.type == "records":
-            ok, records = _records(f, raw.get(f.name) or {}, ctx, problems)
+            ok, records = _records(f, raw.get(f.name) or {}, ctx, problems,
+                                   ls_config.record_defaults(rnd).get(f.name, {}))
             if ok:
                 out[f.name] = records
             continue
@@ -159,7 +160,28 @@ def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems) -> dict[s
     return out
 
 
-def _records(f: Field, slots: dict[int, dict], ctx: _Ctx, problems: _Problems) -> tuple[bool, list[dict]]:
+def _blank(value) -> bool:
+    return value in (None, [], "") or (isinstance(value, str) and not value.strip())
+
+
+def _only_defaults(raw: dict, defaults: dict[str, str], ctx: _Ctx) -> bool:
+    """An entry holding nothing but the round's pre-filled defaults (e.g. emotion's "who feels
+    it" = the speaker, with no feeling or intensity): the pre-fill left alone on a row where no
+    feeling can be read. It is no entry; the annotator need not clear it."""
+    filled = {k: v for k, v in raw.items() if not _blank(v)}
+    if not filled or not set(filled) <= set(defaults):
+        return False
+    for sub, value in filled.items():
+        want = ls_config.default_value(defaults[sub], ctx.speaker)
+        if value != want and value != [want]:
+            return False
+    return True
+
+
+def _records(f: Field, slots: dict[int, dict], ctx: _Ctx, problems: _Problems,
+             defaults: dict[str, str] | None = None) -> tuple[bool, list[dict]]:
+    """``(ok, records)`` of one row's records field; ``defaults``: the field's pre-filled
+    subfields (``ls_config.record_defaults``), whose untouched values alone make no record."""
     ok, records, decided = True, [], False
     for slot in sorted(slots):
         raw = slots[slot]
@@ -168,6 +190,8 @@ def _records(f: Field, slots: dict[int, dict], ctx: _Ctx, problems: _Problems) -
             ok = False
             continue
         if all(v in (None, [], "") for v in raw.values()):
+            continue
+        if slot == 1 and defaults and _only_defaults(raw, defaults, ctx):  # defaults start slot 1 only
             continue
         decided = True
         rec: dict[str, object] = {}

@@ -248,3 +248,37 @@ def test_defaults_fill_only_what_the_pre_annotation_does_not_give():
 
 def test_only_rounds_with_defaults_have_them():
     assert [n for n in round_names() if ls_config.has_defaults(load_round(n))] == ["emotion"]
+
+
+def test_an_untouched_default_alone_is_no_entry_but_a_real_answer_stays():
+    """Emotion's "who feels it" is pre-filled with the speaker: left alone on a row where no feeling
+    can be read (nothing else in the entry), it is no entry and no problem; anything the
+    annotator did to it is an answer, checked as before."""
+    rnd, data = _emotion_task()
+    units = data["units"][:4]
+    rows = [u["row_index"] for u in units]
+    other = next(p for p in data["participants"] if p != units[1]["speaker"])
+    result = []
+    for i, u in enumerate(units):
+        result += [_r(f"utterance_type_{i}", "choices", ["request"]), _r(f"tone_of_voice_{i}", "textarea", ["flat"])]
+    result += [
+        _r("internal_emotion__1__person_0", "choices", [units[0]["speaker"]]),   # the default, untouched
+        _r("internal_emotion__1__person_1", "choices", [other]),                 # changed: an answer, incomplete
+        _r("internal_emotion__1__person_2", "choices", [units[2]["speaker"]]),   # the default, completed
+        _r("internal_emotion__1__emotion_description_2", "textarea", ["feels tired"]),
+        _r("internal_emotion__1__intensity_2", "number", 4),
+        _r("internal_emotion__2__person_3", "choices", [units[3]["speaker"]]),   # slot 2 has no default
+    ]
+    labels, problems = parse_annotation(rnd, data, {"id": 9, "result": result}, "a@x.test")
+    got = {(lab["row_index"], lab["field"]): json.loads(lab["value"]) for lab in labels}
+    assert got[(rows[0], "internal_emotion")] == []
+    assert not [p for p in problems if p["row_index"] == rows[0]]
+    assert {(p["field"], p["problem"]) for p in problems if p["row_index"] == rows[1]} == {
+        ("internal_emotion.emotion_description", "incomplete record in slot 1: missing emotion_description"),
+        ("internal_emotion.intensity", "incomplete record in slot 1: missing intensity")}
+    assert got[(rows[2], "internal_emotion")] == [{"person": units[2]["speaker"], "emotion_description": "feels tired",
+                                                   "intensity": 4}]
+    assert {p["field"] for p in problems if p["row_index"] == rows[3]} == {
+        "internal_emotion.emotion_description", "internal_emotion.intensity"}
+    assert ls_config.record_defaults(rnd) == {"internal_emotion": {"person": "speaker"}}
+
