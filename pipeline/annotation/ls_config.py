@@ -41,6 +41,15 @@ DYNAMIC_KEY = {"entities": "entities", "clients": "clients"}
 KEYS_HELP = ("Keys: 1-9, 0 pick the 1st-10th choice of the list in focus, else of the first list of the "
              "outlined form (the one you clicked last), - its last choice (none); Enter keeps the outlined "
              "form as it is and goes to the next; Ctrl+Enter submits.")
+# Label Studio (1.23, ``setupHotKeys``/``makeComb`` in its editor bundle) gives every choice, number
+# and label without a ``hotkey`` the first free key of this list, in page order: the keys then act
+# on the first forms of a task, whichever form the annotator is on. No config attribute or project
+# setting turns that off (the user setting "Labeling hotkeys" turns off every key, Ctrl+Enter too;
+# ``readonly`` is no attribute of Choices), so every config takes each of these keys first with a
+# hidden Filter, whose key only focuses its own input, which is hidden and so cannot take focus: no
+# control is left a key, with or without the gate (the gate's own keys act instead).
+AUTO_HOTKEYS = "1234567890qwetasdfgzxcvbyiopjklnm"
+HOTKEY_SINK = "no_auto_hotkeys"
 UNIT_ROW_OPTIONS = "row_options"  # per unit: the rows offered for a ``rows`` field (evidence)
 # Rows offered as evidence around a unit's own row, as one-click boxes: in the release's head
 # every evidence row but one lies within 5 before and 4 after the therapist row.
@@ -172,6 +181,17 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
     raise ValueError(f"field {field.name!r}: type {field.type!r} has no Label Studio control")
 
 
+def hotkey_sink() -> list[str]:
+    """Hidden Filters holding every key of :data:`AUTO_HOTKEYS` (see there), on a hidden choice
+    list of their own (a Filter needs one; it gets no key, none being left)."""
+    return ['  <View style="display: none">',
+            f'    <Choices name="{HOTKEY_SINK}" toName="heading" choice="single">',
+            '      <Choice value="-"/>',
+            "    </Choices>",
+            *(f'    <Filter name="{HOTKEY_SINK}_{k}" toName="{HOTKEY_SINK}" hotkey="{k}"/>' for k in AUTO_HOTKEYS),
+            "  </View>"]
+
+
 def instructions_html(rnd: Round, scenario: str) -> str:
     """The project's instruction panel: the round's instructions, every field in words, and the
     guidance of each label of the round's taxonomy lists (from the taxonomy, never typed twice)."""
@@ -221,6 +241,7 @@ def render_config(rnd: Round, scenario: str) -> str:
         f"  <Header size=\"6\" value={quoteattr(rnd.instructions)}/>",
         f"  <Header size=\"6\" value={quoteattr(KEYS_HELP)}/>",
         '  <Text name="heading" value="$heading"/>',
+        *hotkey_sink(),
         '  <Paragraphs name="dialogue" value="$turns" layout="dialogue" nameKey="speaker"'
         ' textKey="line" audioUrl="$media_url"/>',
         '  <Repeater on="$units" indexFlag="{{idx}}">',

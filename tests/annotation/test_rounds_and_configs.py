@@ -282,3 +282,37 @@ def test_an_untouched_default_alone_is_no_entry_but_a_real_answer_stays():
         "internal_emotion.emotion_description", "internal_emotion.intensity"}
     assert ls_config.record_defaults(rnd) == {"internal_emotion": {"person": "speaker"}}
 
+
+def _installed_auto_keys() -> str | None:
+    """The key list Label Studio's editor hands out to controls without a hotkey (``makeComb``
+    in the installed bundle), or None when the bundle is not here."""
+    import re
+
+    from pipeline.annotation.server import DEFAULT_VENV
+
+    for js in sorted(DEFAULT_VENV.glob("lib/python3*/site-packages/web/dist/apps/labelstudio/*.js")):
+        text = js.read_text(encoding="utf-8", errors="replace")
+        m = re.search(r'makeComb\(\)\{const \w+="([0-9a-z]+)"', text)
+        if m:
+            return m[1]
+    return None
+
+
+@pytest.mark.parametrize("name", ["transcript", "emotion", "viewpoints", "relation", "strategy"])
+@pytest.mark.parametrize("scenario", ["couple", "family"])
+def test_every_config_holds_label_studios_automatic_keys_in_a_hidden_read_only_list(name, scenario):
+    """Label Studio gives each choice without a hotkey the next free key of its list (so keys act
+    on form 0); hidden Filters in every config hold them all, so no form gets one."""
+    root = ET.fromstring(ls_config.config_path(name, scenario).read_text())
+    [sink] = [el for el in root.iter("Choices") if el.get("name") == ls_config.HOTKEY_SINK]
+    holder = next(v for v in root.iter("View") if sink in list(v))
+    filters = holder.findall("Filter")
+    assert holder.get("style") == "display: none" and holder in list(root)  # outside the Repeater
+    assert "".join(f.get("hotkey") for f in filters) == ls_config.AUTO_HOTKEYS
+    assert {f.get("toName") for f in filters} == {ls_config.HOTKEY_SINK}
+    # no other element names a key of its own (in the Repeater it would act on every form)
+    assert [el for el in root.iter() if el.get("hotkey") and el not in filters] == []
+    installed = _installed_auto_keys()
+    if installed is None:
+        pytest.skip("Label Studio's editor bundle is not installed here (.label-studio/)")
+    assert set(installed) <= set(ls_config.AUTO_HOTKEYS), "Label Studio's automatic key list changed"
