@@ -260,3 +260,43 @@ def test_a_record_prefilled_in_part_is_kept_in_that_part_and_completed_in_the_ot
                            ("internal_emotion.emotion_description", 1, "added"): 2,
                            ("internal_emotion.intensity", 1, "added"): 2,
                            ("utterance_type", None, "added"): 2, ("tone_of_voice", None, "added"): 2})
+
+
+def test_a_rebuild_takes_each_projects_latest_state_and_keeps_a_deleted_tasks_lines(tmp_path):
+    """Two archived states of one project: the second changed a row and lost a task (deleted in
+    Label Studio after the push). The rebuild gives the second state's lines plus the lost task's
+    lines from the first, as pulls keep them; an export archived without predictions is listed."""
+    from pipeline.annotation.pushed import record_pushed
+
+    rnd = load_round("emotion")
+    s1, s2 = make_sample("synthetic/rebuild_1", "couple", 3), make_sample("synthetic/rebuild_2", "couple", 3)
+    task1, pred1 = _task(rnd, s1, push.input_values(rnd, s1), tid=1)
+    task2, pred2 = _task(rnd, s2, push.input_values(rnd, s2), tid=2)
+    preds = {1: [{"id": 3, "task": 1, "result": pred1, "model_version": "m", "created_ago": "1 minute"}],
+             2: [{"id": 4, "task": 2, "result": pred2, "model_version": "m", "created_ago": "1 minute"}]}
+
+    def annotated(task, result):
+        return {**task, "annotations": [{"id": 10 + task["id"], "completed_by": 1, "result": result,
+                                         "updated_at": "2026-01-01"}]}
+
+    def archive(tasks):
+        path, _ = pull.archive_export(tmp_path, "emotion", "couple", "a@x", json.dumps(tasks).encode())
+        record, new = acceptance.archive_predictions(tmp_path, path, acceptance.predictions_record(
+            "emotion", "couple", "a@x", 5, tasks, preds, {1: "a@x", 2: "b@x"}))
+        assert new and record["users"] == {"1": "a@x"} and "created_ago" not in record["predictions"][0]
+        return acceptance.measure_archived(rnd, tasks, record, parse=pull.parse_annotation)
+
+    first = archive([annotated(task1, pred1), annotated(task2, pred2)])
+    other = "withdrawal" if pred1[0]["value"]["choices"] != ["withdrawal"] else "defense"
+    changed = [dict(r, value={"choices": [other]}) if r["from_name"] == "utterance_type_0" else r for r in pred1]
+    second = archive([annotated(task1, changed)])
+    record_pushed(tmp_path, "emotion", [("couple", "a@x", s1["sample_id"]), ("couple", "a@x", s2["sample_id"])])
+    pull.archive_export(tmp_path, "emotion", "family", "b@x", b"[]")  # archived before predictions were
+
+    rebuilt = pull.rebuild_acceptance(tmp_path, "emotion")
+    assert rebuilt.states == 2 and [p.parent.name for p in rebuilt.without_predictions] == ["b_x"]
+    want = second + [r for r in first if r["sample_id"] == s2["sample_id"]]
+    assert sorted_lines(rebuilt.lines) == sorted_lines(want)
+    assert [r["outcome"] for r in want if r["field"] == "utterance_type" and r["sample_id"] == s1["sample_id"]][0] \
+        == "changed"
+    assert acceptance.read(tmp_path, "emotion") == sorted_lines(want)
