@@ -103,7 +103,9 @@ def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, new_an
     assert stored.equals(result.labels)
     before = DataRoot(root).labels("emotion").read_bytes()
     again = pull.pull_round(ls_client, "emotion", root, annotators=annotators)
-    assert again.new_snapshots == 0 and len(list((root / "annotation" / "exports").rglob("*.json"))) == 4
+    archived = list((root / "annotation" / "exports").rglob("*.json"))
+    records = [p for p in archived if p.name.endswith(".predictions.json")]  # one beside each export
+    assert again.new_snapshots == 0 and len(archived) - len(records) == 4 and len(records) == 4
     assert DataRoot(root).labels("emotion").read_bytes() == before
 
 
