@@ -59,8 +59,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
     control = ls_client.ensure_project(f"rescue-test:direct-keys-control:{secrets.token_hex(3)}",
                                        "direct keys control", bare)
     ls_client.import_tasks(control.id, [{"data": task["data"]}])
-    control_id = control.id
-    control_task = ls_client.tasks(control_id)[0]
+    control_task = ls_client.tasks(control.id)[0]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
     with playwright.sync_playwright() as pw:
@@ -69,7 +68,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
 
-            _open(page, f"{ls_server.url}/projects/{control_id}/data?task={control_task['id']}")
+            _open(page, f"{ls_server.url}/projects/{control.id}/data?task={control_task['id']}")
             assert page.evaluate(_CHECKED, "unit_0") == []
             _press_outside_fields(page, "1")
             ticked = page.evaluate(_CHECKED, "unit_0")
@@ -84,7 +83,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
             assert page.evaluate(_CHECKED, "unit_0") == [units[0]["speaker"]], "a key ticked a choice of form 0"
 
             # Each form: its function and tone; "who feels it" left as pre-filled (no feeling read).
-            for i, _ in enumerate(units):
+            for i in range(len(units)):
                 unit = page.locator(f"#unit_{i}")
                 unit.scroll_into_view_if_needed(timeout=10_000)
                 unit.locator(".lsf-choices").first.locator("input").first.click()
@@ -101,6 +100,8 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
                 time.sleep(0.5)
         finally:
             browser.close()
+            # the control project is no round's: off the shared server again
+            ls_client.request("DELETE", f"/api/projects/{control.id}/", "delete the control project")
 
     result = pull.pull_round(ls_client, "emotion", tmp_path, annotators=[email], write=False)
     assert [(p["field"], p["problem"], p["value"]) for p in result.problems.to_pylist()] == []
