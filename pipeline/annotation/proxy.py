@@ -49,6 +49,7 @@ adjudicators alike; anything else passes unchanged.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import hashlib
@@ -72,6 +73,16 @@ _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
         "transfer-encoding", "upgrade", "content-length"}
 WHO_TTL_S = 60.0
 _SESSION = re.compile(r"(?:^|;\s*)sessionid=([^;\s]+)")
+
+
+def session_key(cookie: str | None) -> str | None:
+    """What identifies a browser session in its cookie line: the session cookie's content.
+    Label Studio keeps sessions in signed cookies (``payload:timestamp:signature``) and signs the
+    cookie again, with a new timestamp, on every response: keyed on the whole value, a session
+    would be a new one each second. Label Studio still checks the signature of every request
+    it gets."""
+    m = _SESSION.search(cookie or "")
+    return m[1].split(":", 1)[0] if m else None
 OWNERS_TTL_S = 10.0  # a login not found among annotators is looked up again after this long
 # adjudication projects' key prefix (pipeline.quality.adjudication.project_key; the quality layer
 # sits above this one, so the prefix is repeated here and a test ties the two together)
@@ -141,6 +152,58 @@ KEYS_JS = r"""// RESCUE annotators' keys, added by the annotators' gate (pipelin
   }, true);
 })();
 """
+
+
+_FLAGS = re.compile(rb"^(\s*feature_flags: )(\{.*\}),\s*\n\s*feature_flags_default_value: (true|false),", re.M)
+_RELEASE = re.compile(rb'"release": "(\d+\.\d+)\.')
+SLIM_FLAGS_RELEASES = (b"1.23",)  # Label Studio releases whose bundles were read (see slim_feature_flags)
+
+
+def slim_feature_flags(html: bytes) -> bytes:
+    """The page's feature flags without those equal to ``feature_flags_default_value`` (and
+    without LaunchDarkly's ``$flagsState``, which no script reads). Why: the editor's ``isFF``
+    copies the whole flags object on every call, thousands of calls while a task's forms are
+    built, and Label Studio's own copy of the object is a slow (dictionary-mode) one: 213 flags
+    cost ~200 us a call here, about 0.4-0.7 s of a 10-row task's load on this 2-core machine;
+    101 flags about half. Safe only where every reader of the object answers a missing flag with
+    the default value: in Label Studio 1.23's bundles the three readers (``isFF`` of the editor,
+    of the data manager and of the app) all do, so the page is only changed for the releases in
+    :data:`SLIM_FLAGS_RELEASES`; any other page is returned as it came."""
+    m, release = _FLAGS.search(html), _RELEASE.search(html)
+    if m is None or release is None or release[1] not in SLIM_FLAGS_RELEASES:
+        return html
+    try:
+        flags = json.loads(m[2])
+    except ValueError:
+        return html
+    if not isinstance(flags, dict):
+        return html
+    default = m[3] == b"true"
+    kept = {k: v for k, v in flags.items() if isinstance(v, bool) and v != default}
+    return html[:m.start(2)] + json.dumps(kept).encode() + html[m.end(2):]
+
+
+_DATA_PAGE = re.compile(r"^/projects/(\d+)/data/?$")
+
+
+PREFETCH_TTL_S = 20.0  # a prefetched answer not asked for within this long is dropped
+
+
+def prefetch_urls(path: str, query: dict[str, str]) -> list[str]:
+    """The API requests Label Studio's data manager makes one after another, each waiting for the
+    one before, when a task page opens (project, ML backends, columns, project stats, users, views,
+    the task itself): exactly as the data manager spells them, so that the gate can ask for them
+    while the browser is still compiling the app (see ``make_app``)."""
+    m = _DATA_PAGE.match(path)
+    if not m:
+        return []
+    pid = m[1]
+    urls = ["/api/version", f"/api/projects/{pid}", "/api/current-user/whoami", f"/api/ml?project={pid}",
+            f"/api/dm/columns?project={pid}", f"/api/dm/project?project={pid}", f"/api/users?project={pid}",
+            f"/api/dm/views?project={pid}"]
+    if query.get("task", "").isdigit():
+        urls.append(f"/api/tasks/{query['task']}?project={pid}")
+    return urls
 
 
 def no_cookies() -> http.cookiejar.CookieJar:
@@ -249,9 +312,9 @@ class Gate:
     def whoami(self, cookie: str | None, authorization: str | None) -> str | None:
         """The login behind a request (cached :data:`WHO_TTL_S` per session or token; Label
         Studio still authenticates every request it gets, this only decides the filtering)."""
-        session = _SESSION.search(cookie or "")
+        session = session_key(cookie)
         # keyed on what identifies the caller: other cookies (csrftoken, ...) come and go
-        key = f"s:{session[1]}" if session else f"a:{authorization}" if authorization else f"c:{cookie}"
+        key = f"s:{session}" if session else f"a:{authorization}" if authorization else f"c:{cookie}"
         with self._who_locks.setdefault(key, threading.Lock()):  # one lookup for a page's burst of requests
             now = time.monotonic()
             hit = self._who.get(key)
@@ -360,6 +423,63 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
                                cookies=no_cookies())
 
     assets: dict[str, dict] = {}  # path?query -> {"type", "body", "gz", "etag", "cache"}
+    # Prefetched answers (see prefetch_urls): (session, path?query) -> (expiry, task giving
+    # (status, headers, body)). Each answers one identical GET of the same session, once; any
+    # write of that session drops them (the data may change).
+    prefetched: dict[tuple[str, str], tuple[float, asyncio.Task]] = {}
+
+    async def fetch_for(headers: list[tuple[str, str]], url: str):
+        r = await client.get(url, headers=headers)
+        return r.status_code, [(k.lower(), v) for k, v in r.headers.multi_items()
+                               if k.lower() not in _HOP and k.lower() != "content-encoding"], r.content
+
+    def allowed_prefetches(user: str | None, path: str, query: dict[str, str]) -> list[str]:
+        """What :func:`prefetch_urls` names for this page that ``user`` may ask for (the gate's
+        check, as for any request; in a worker thread: it may look projects up)."""
+        allowed = []
+        for url in prefetch_urls(path, query):
+            u_path, _, u_query = url.partition("?")
+            try:
+                gate.check(user, "GET", u_path, dict(x.split("=", 1) for x in u_query.split("&") if "=" in x), b"")
+            except Denied:
+                continue
+            allowed.append(url)
+        return allowed
+
+    def start_prefetch(session: str, request: Request, urls: list[str]) -> None:
+        """Ask Label Studio now, for this session, what its data manager will ask for next
+        (:func:`prefetch_urls`): each answer waits for one identical GET of the same session
+        within :data:`PREFETCH_TTL_S`, which passes the gate's check like any request (``forward``)."""
+        now = time.monotonic()
+        for key in [k for k, (expiry, _) in prefetched.items() if expiry < now]:
+            prefetched.pop(key)[1].cancel()
+        # what the data manager's fetch() sends: the same cookies, JSON wanted
+        headers = [(k, v) for k, v in request.headers.items()
+                   if k.lower() in ("cookie", "host", "user-agent", "accept-language")] + [("accept", "*/*")]
+        for url in urls:
+            if (session, url) not in prefetched:
+                prefetched[(session, url)] = (now + PREFETCH_TTL_S, asyncio.ensure_future(fetch_for(headers, url)))
+
+    async def take_prefetched(session: str | None, method: str, url: str) -> Response | None:
+        if session is None:
+            return None
+        if method != "GET":
+            for key in [k for k in prefetched if k[0] == session]:
+                prefetched.pop(key)[1].cancel()
+            return None
+        hit = prefetched.pop((session, url), None)
+        if hit is None or hit[0] < time.monotonic():
+            return None
+        try:
+            status, headers, content = await hit[1]
+        except (httpx.HTTPError, asyncio.CancelledError):
+            return None
+        response = Response(content, status_code=status)
+        kept = [(k, v) for k, v in response.raw_headers if k.decode() == "content-length"]
+        response.raw_headers = kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers
+                                       if k != "content-length"]
+        return response
+
     keys_tag = '"' + hashlib.sha256(KEYS_JS.encode()).hexdigest()[:20] + '"'
 
     def asset_response(request: Request, entry: dict) -> Response:
@@ -410,6 +530,11 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             await anyio.to_thread.run_sync(gate.check, user, request.method, path, query, body)
         except Denied as exc:
             return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+        session = session_key(request.headers.get("cookie"))
+        url = path + (f"?{request.url.query}" if request.url.query else "")
+        early = await take_prefetched(session, request.method, url)
+        if early is not None:
+            return early
         # the caller's Host stays: Django checks it against the browser's Origin (CSRF)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
         upstream_request = client.build_request(request.method, path, params=request.url.query or None,
@@ -426,7 +551,9 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
             raw = [(k, v) for k, v in raw if k != "content-encoding"]
         elif page:  # a page of a logged-in user: the annotators' keys (KEYS_JS) come with it
-            html = await r.aread()
+            if session and gate.role(user) and os.environ.get("RESCUE_NO_PREFETCH") != "1":
+                start_prefetch(session, request, await anyio.to_thread.run_sync(allowed_prefetches, user, path, query))
+            html = slim_feature_flags(await r.aread())
             await r.aclose()
             tag = f'<script src="{KEYS_PATH}"></script>'.encode()
             at = html.rfind(b"</body>")
@@ -453,6 +580,7 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
 
     app = Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)
     app.state.gate = gate
+    app.state.prefetched = prefetched
     return app
 
 

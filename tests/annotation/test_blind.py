@@ -4,6 +4,7 @@ their own login, against the real server. Straight to Label Studio the same logi
 Community edition has no roles), which is why annotators get the gate's address only."""
 from __future__ import annotations
 
+import json
 import re
 import secrets
 
@@ -12,7 +13,7 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, push
-from pipeline.annotation.proxy import ADJUDICATION_KEY_PREFIX, KEYS_PATH, ProxyServer
+from pipeline.annotation.proxy import ADJUDICATION_KEY_PREFIX, KEYS_PATH, ProxyServer, prefetch_urls, session_key
 from pipeline.annotation.rounds import load_round
 from pipeline.quality import adjudication
 
@@ -207,3 +208,71 @@ def test_the_gate_serves_label_studios_assets_cached_and_compressed_and_adds_the
     finally:
         gate.stop()
 
+
+
+def _flags(page: str) -> tuple[dict, bool]:
+    line = re.search(r"^\s*feature_flags: (\{.*\}),\s*\n\s*feature_flags_default_value: (true|false),", page, re.M)
+    return json.loads(line[1]), line[2] == "true"
+
+
+def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_session_only(
+        ls_server, ls_client, ls_credentials):
+    """Opening a task page, the gate asks Label Studio at once, with the page's session, for what
+    the data manager asks next (project, columns, views, the task, ...): the session's identical
+    GET gets that answer (what Label Studio gives), once; another annotator asking the same URL is
+    refused as before and takes nothing; a write of the session drops its prefetched answers.
+    The session is the same for the gate while Label Studio re-signs its cookie on each response.
+    The page's feature flags come without the ones equal to the default (same meaning, smaller)."""
+    tag = secrets.token_hex(3)
+    a, b = (f"prefetch-{i}-{tag}@rescue.test" for i in (1, 2))
+    passwords = {}
+    for who in (a, b):
+        ls_client.create_user(who)
+        passwords[who] = "pw" + secrets.token_urlsafe(12)
+        ls_server.set_password(who, passwords[who])
+    report = push.push_round(ls_client, "emotion", [make_sample(f"synthetic/prefetch_{tag}", "couple", 6)], [a, b], k=1)
+    pid = {who: report.projects[push.project_key("emotion", "couple", who)] for who in (a, b)}
+    tid = ls_client.tasks(pid[a])[0]["id"]
+    gate = ProxyServer(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"]).start()
+    prefetched = gate.app.state.prefetched
+    try:
+        alice = _login(gate.url, a, passwords[a])
+        page = alice.get(f"/projects/{pid[a]}/data", params={"task": tid})
+        assert page.status_code == 200
+        session = session_key(f"sessionid={alice.cookies.get('sessionid')}")
+        urls = prefetch_urls(f"/projects/{pid[a]}/data", {"task": str(tid)})
+        assert f"/api/tasks/{tid}?project={pid[a]}" in urls
+        assert {(session, u) for u in urls} <= set(prefetched)
+
+        direct = _login(ls_server.url, a, passwords[a])
+        for url in urls:
+            got = alice.get(url)
+            assert got.status_code == 200, (url, got.text[:200])
+            assert (session, url) not in prefetched  # answered from the prefetch, once
+            want = direct.get(url).json()  # (counters and times may move between the two)
+            assert type(got.json()) is type(want), url
+            if isinstance(want, dict):
+                assert set(got.json()) == set(want), url
+            if url.startswith("/api/tasks/"):
+                assert got.json()["data"] == want["data"] and got.json()["id"] == tid
+        assert alice.get(urls[-1]).status_code == 200  # asked again: from Label Studio
+
+        # another annotator cannot take alice's prefetched task, nor reach it
+        alice.get(f"/projects/{pid[a]}/data", params={"task": tid})
+        bob = _login(gate.url, b, passwords[b])
+        assert bob.get(f"/api/tasks/{tid}?project={pid[a]}").status_code == 403
+        assert (session, f"/api/tasks/{tid}?project={pid[a]}") in prefetched
+        # a write of alice's session drops her prefetched answers
+        alice.post(f"/api/projects/{pid[a]}/label-stream-history/", json={})
+        assert not [k for k in prefetched if k[0] == session]
+        # an annotator's page for another annotator's task prefetches nothing
+        assert bob.get(f"/projects/{pid[a]}/data", params={"task": tid}).status_code == 403
+        assert not [k for k in prefetched if k[0] != session]
+
+        flags, default = _flags(page.text)
+        straight, straight_default = _flags(direct.get(f"/projects/{pid[a]}/data").text)
+        assert default == straight_default
+        assert flags == {k: v for k, v in straight.items() if isinstance(v, bool) and v != default}
+        assert len(flags) < len(straight)
+    finally:
+        gate.stop()
