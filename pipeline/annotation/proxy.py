@@ -36,6 +36,13 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   cache headers and an ETag: a second page loads them from the browser's cache without asking,
   and a revalidation is answered by the gate itself (304). Label Studio's development server
   sends them with neither. Restart the gate after upgrading Label Studio.
+* A task page (``/projects/<id>/data?task=<id>``) of an annotator or adjudicator: the gate asks
+  Label Studio at once, with that session, for what the data manager will ask next one request
+  after another (:func:`prefetch_urls`), while the browser is still compiling the app; the
+  session's identical GET within :data:`PREFETCH_TTL_S` gets that answer once (after the gate's
+  check, like any request); a write of the session drops them. (A ``<link rel=preload>`` does not
+  do it: Chrome does not give a preload to the data manager's ``mode: same-origin`` fetches.)
+* The page's feature flags come without those equal to the default (:func:`slim_feature_flags`).
 * Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
   1st-10th choice of the list in focus, else of the first list of the form being worked on (the
   one focused or clicked last, outlined), ``-`` its last choice (the "none" choice where a list
