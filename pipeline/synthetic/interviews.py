@@ -96,7 +96,10 @@ def make_script(scenario: str = "couple", participants: list[str] | None = None,
             row.backchannel = ("Therapist", rng.choice(BACKCHANNELS))
             break
     # one client-to-client exchange with an overlap (an interruption)
-    a = next(i for i, r in enumerate(rows) if i > 4 and r.speaker != "Therapist")
+    a = next((i for i, r in enumerate(rows) if i > 4 and r.speaker != "Therapist"), None)
+    if a is None:
+        raise ValueError(f"make_script: n_rows={n_rows} is too short for the script's client exchange "
+                         "(it needs a client row after row 5: use more rows)")
     other = next(p for p in participants if p != rows[a].speaker)
     rows.insert(a + 1, ScriptRow(other, [rng.choice(CLIENT_LINES)], [rows[a].speaker], overlap_s=0.4))
     if overlapping_backchannels or partner_backchannels:
