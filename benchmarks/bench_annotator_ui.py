@@ -8,13 +8,17 @@ draft as pre-annotation, the later rounds as for a new interview: without gold f
 rounds, with the rounds' defaults), and in headless Debian Chromium (Playwright) logs in
 through the real login form and opens the annotator's task. Prints one line per round and size:
 
-    ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V ...
+    ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V cold_cpu_s=C ...
 
 * ``first_form_s`` (= ``cold_s``): in a fresh browser (empty cache) that has just logged in,
   from navigation to a task (a window from the middle of the sample) to its first form being
   on the page, scrolled into view, with its first control visible.
 * ``warm_s``: the same for the next task in the same browser (Label Studio's code cached):
   what an annotator waits from one task or part to the next.
+* ``cold_cpu_s`` / ``warm_cpu_s``: the CPU seconds all of Chromium's processes used meanwhile
+  (on 2 cores it can exceed the wall time). The page is CPU-bound (Label Studio's app and editor
+  build every form in the renderer's main thread): on the shared machine, where other work
+  stretches the wall time, compare these between runs at different load.
 * ``key_echo_ms``: median over 5 key presses in the first text control of that form (an empty
   one, else a pre-filled one opened with its edit button) of the time from the key press to the
   character being in the control (measured with Playwright round trips, which add a few ms).
@@ -220,12 +224,44 @@ def _form_ready(page, unit_text: str | None = None) -> None:
     unit.locator(".lsf-choices, textarea, input, [data-testid=htx-textbox-edit-button]").first.wait_for(state="visible")
 
 
-def first_form(page, url: str) -> float:
-    """Seconds from navigation to the first form being usable (see the module doc)."""
+_BROWSER_CPU: dict[tuple[int, str], float] = {}  # (pid, name) -> CPU seconds last seen
+
+
+def browser_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by this process's Chromium processes (renderers,
+    GPU, network...), counting those that have exited at what they had when last seen: the work
+    a page costs the browser, which the shared machine's load does not inflate as much as the
+    wall time."""
+    clk = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name, fields = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        stats[int(entry)] = (name, (int(fields[11]) + int(fields[12])) / clk)
+    todo = [os.getpid()]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            todo.append(pid)
+            if "chrom" in stats[pid][0]:
+                _BROWSER_CPU[(pid, stats[pid][0])] = stats[pid][1]
+    return sum(_BROWSER_CPU.values())
+
+
+def first_form(page, url: str) -> tuple[float, float]:
+    """Seconds from navigation to the first form being usable (see the module doc), and the
+    browser's CPU seconds meanwhile."""
+    c0 = browser_cpu_s()
     t0 = time.perf_counter()
     page.goto(url)
     _form_ready(page)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, browser_cpu_s() - c0
 
 
 def key_echo(page) -> float:
@@ -382,14 +418,17 @@ def main() -> None:
                         context = browser.new_context(viewport={"width": 1400, "height": 1000})
                         context.set_default_timeout(args.page_timeout * 1000)
                         figures = {"first_form_s": float("inf"), "warm_s": float("inf"), "key_echo_ms": float("nan"),
+                                   "cold_cpu_s": float("nan"), "warm_cpu_s": float("nan"),
                                    "height": 0, "nodes": 0, "heap": 0}
                         try:
                             login(context, base, email, password)
                             page = context.new_page()
-                            figures["first_form_s"] = first_form(page, f"{base}/projects/{pid}/data?task={task['id']}")
+                            figures["first_form_s"], figures["cold_cpu_s"] = first_form(
+                                page, f"{base}/projects/{pid}/data?task={task['id']}")
                             page.close()
                             page = context.new_page()
-                            figures["warm_s"] = first_form(page, f"{base}/projects/{pid}/data?task={following['id']}")
+                            figures["warm_s"], figures["warm_cpu_s"] = first_form(
+                                page, f"{base}/projects/{pid}/data?task={following['id']}")
                             figures["key_echo_ms"] = key_echo(page)
                             figures.update(page_stats(page))
                             if args.screenshots:
@@ -405,7 +444,8 @@ def main() -> None:
                         print(f"{name.upper()} {n_rows} first_form_s={line['first_form_s']:.1f} "
                               f"key_echo_ms={line['key_echo_ms']:.0f} clicks_per_turn={work['clicks']:.2f} "
                               f"keys_per_turn={work['keys']:.2f} cold_s={line['first_form_s']:.1f} "
-                              f"warm_s={line['warm_s']:.1f} text_fields_per_turn={work['texts']:.2f} "
+                              f"warm_s={line['warm_s']:.1f} cold_cpu_s={line['cold_cpu_s']:.1f} "
+                              f"warm_cpu_s={line['warm_cpu_s']:.1f} text_fields_per_turn={work['texts']:.2f} "
                               f"tasks={len(tasks)} page_px={line['height']} dom_nodes={line['nodes']} "
                               f"heap_mb={line['heap'] / 2**20:.0f} {_load()}", flush=True)
                 browser.close()
