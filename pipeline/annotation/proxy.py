@@ -42,6 +42,7 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   session's identical GET within :data:`PREFETCH_TTL_S` gets that answer once (after the gate's
   check, like any request); a write of the session drops them. (A ``<link rel=preload>`` does not
   do it: Chrome does not give a preload to the data manager's ``mode: same-origin`` fetches.)
+  ``RESCUE_NO_PREFETCH=1`` turns this off (for before/after figures of the annotator benchmark).
 * The page's feature flags come without those equal to the default (:func:`slim_feature_flags`).
 * Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
   1st-10th choice of the list in focus, else of the first list of the form being worked on (the
