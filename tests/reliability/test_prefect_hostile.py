@@ -3,6 +3,7 @@ only transient errors are retried, configuration errors fail at once with their 
 failed run still publishes its summary artifact, task runs are named per sample."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import httpx
@@ -179,10 +180,24 @@ def test_task_runs_are_named_per_sample_and_a_bad_video_is_quarantined(storage):
     assert "ingest[rel_names/001]" in {r.name for r in runs}, sorted(r.name for r in runs)
 
 
-def test_a_flow_run_whose_process_died_is_marked_crashed_and_live_ones_are_left(storage):
+@contextlib.contextmanager
+def _dead_and_alive_pids():
+    """Two pids: a process that has exited, and one still running whose command line says it is
+    a flow run (as the sweeper looks for), killed afterwards."""
     import subprocess
     import sys
 
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "prefect-flow-run"])
+    try:
+        yield dead.pid, alive.pid
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_a_flow_run_whose_process_died_is_marked_crashed_and_live_ones_are_left(storage):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import StateType
     from prefect.states import Running
@@ -193,26 +208,45 @@ def test_a_flow_run_whose_process_died_is_marked_crashed_and_live_ones_are_left(
     def victim():
         return None
 
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "prefect-flow-run"])
-    try:
-        with get_client(sync_client=True) as client:
-            ids = []
-            for pid in (dead.pid, alive.pid, None):  # worker run that died / still runs / in-process run
-                run = client.create_flow_run(victim, state=Running())
-                if pid:
-                    client.update_flow_run(run.id, infrastructure_pid=str(pid))
-                ids.append(run.id)
-            messages = []
-            swept = st.sweep(log=messages.append)
-            states = [client.read_flow_run(i).state for i in ids]
-    finally:
-        alive.kill()
-        alive.wait()
+    with _dead_and_alive_pids() as (dead, alive), get_client(sync_client=True) as client:
+        ids = []
+        for pid in (dead, alive, None):  # worker run that died / still runs / in-process run
+            run = client.create_flow_run(victim, state=Running())
+            if pid:
+                client.update_flow_run(run.id, infrastructure_pid=str(pid))
+            ids.append(run.id)
+        messages = []
+        swept = st.sweep(log=messages.append)
+        states = [client.read_flow_run(i).state for i in ids]
     assert [s.type for s in states] == [StateType.CRASHED, StateType.RUNNING, StateType.RUNNING]
-    assert f"pid {dead.pid}" in states[0].message and "run the deployment again" in states[0].message
+    assert f"pid {dead}" in states[0].message and "run the deployment again" in states[0].message
+    swept = [line for line in swept if any(str(i) in line for i in ids)]  # the module's other runs aside
     assert len(swept) == 1 and str(ids[0]) in swept[0] and messages
+
+
+def test_a_cancelling_run_whose_process_is_gone_ends_cancelled_not_crashed(storage):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Cancelling
+
+    from ops import stack as st
+
+    @flow(name="cancelled-victim")
+    def victim():
+        return None
+
+    with _dead_and_alive_pids() as (dead, alive), get_client(sync_client=True) as client:
+        ids = []
+        for pid in (dead, alive):  # its process is gone / its worker is still stopping it
+            run = client.create_flow_run(victim, state=Cancelling(message="asked by an operator"))
+            client.update_flow_run(run.id, infrastructure_pid=f"host:{pid}")
+            ids.append(run.id)
+        swept = st.sweep(log=lambda *_: None)
+        states = [client.read_flow_run(i).state for i in ids]
+    assert [s.type for s in states] == [StateType.CANCELLED, StateType.CANCELLING], states
+    assert f"pid {dead}" in states[0].message and "cancelled" in states[0].message
+    swept = [line for line in swept if any(str(i) in line for i in ids)]  # the module's other runs aside
+    assert len(swept) == 1 and str(ids[0]) in swept[0]
 
 
 def test_the_stack_starts_and_stops_a_sweeper_process(tmp_path, monkeypatch):
