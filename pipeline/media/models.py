@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -192,14 +193,12 @@ def share_first_convolution(pipeline):
 # on two cores and collapses when a neighbour takes a core (2 threads were 10x slower than 1 at
 # load 9 here). Slices of the batch in their own threads, each op single-threaded, keep every
 # core busy with whole sequences; each row's output does not depend on its batch neighbours.
-_BATCH_POOLS: dict[int, "object"] = {}
+_BATCH_POOLS: dict[int, ThreadPoolExecutor] = {}
 _BATCH_POOLS_LOCK = threading.Lock()
 
 
 def _batch_pool(workers: int):
     """A persistent pool of ``workers`` threads whose torch ops run single-threaded."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with _BATCH_POOLS_LOCK:
         if workers not in _BATCH_POOLS:
             threads = torch.get_num_threads()
