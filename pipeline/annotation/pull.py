@@ -460,20 +460,24 @@ def rebuild_acceptance(data_root: str | os.PathLike, round_name: str, write: boo
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     pairs, bare = acceptance.archived_states(root, rnd.name)
-    by_project: dict[tuple[str, str], list[tuple[list[dict], dict]]] = {}
+    by_project: dict[tuple[str, str], list[tuple[Path, dict]]] = {}
     for export, record in pairs:
-        by_project.setdefault((record["scenario"], record["annotator"]), []).append(
-            (json.loads(export.read_bytes()), record))
+        by_project.setdefault((record["scenario"], record["annotator"]), []).append((export, record))
     pushed = read_pushed(root, rnd.name)
     lines: list[dict] = []
     for (scenario, annotator), states in sorted(by_project.items()):
-        *earlier, (tasks, record) = states
+        *earlier, (export, record) = states
+        tasks = json.loads(export.read_bytes())
         lines += acceptance.measure_archived(rnd, tasks, record, parse=parse_annotation)
         have = {(t.get("data") or {}).get("sample_id") for t in tasks if isinstance(t, dict)}
         gone = [sid for sid in pushed.get(f"{scenario}/{annotator}", []) if sid not in have]
+        read = {}  # earlier states are read only for a sample deleted after the push, each once
         for sid in gone:  # deleted after the push: the lines of the last state that had it
-            for old_tasks, old_record in reversed(earlier):
-                mine = [t for t in old_tasks if isinstance(t, dict) and (t.get("data") or {}).get("sample_id") == sid]
+            for old_export, old_record in reversed(earlier):
+                if old_export not in read:
+                    read[old_export] = json.loads(old_export.read_bytes())
+                mine = [t for t in read[old_export]
+                        if isinstance(t, dict) and (t.get("data") or {}).get("sample_id") == sid]
                 if mine:
                     lines += acceptance.measure_archived(rnd, mine, old_record, parse=parse_annotation)
                     break
