@@ -37,10 +37,11 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   and a revalidation is answered by the gate itself (304). Label Studio's development server
   sends them with neither. Restart the gate after upgrading Label Studio.
 * A task page (``/projects/<id>/data?task=<id>``) of an annotator or adjudicator: the gate asks
-  Label Studio at once, with that session, for what the data manager will ask next one request
+  Label Studio at once (while Label Studio renders the page), with that session, for what the data manager will ask next one request
   after another (:func:`prefetch_urls`), while the browser is still compiling the app; the
   session's identical GET within :data:`PREFETCH_TTL_S` gets that answer once (after the gate's
-  check, like any request); a write of the session drops them. (A ``<link rel=preload>`` does not
+  check, like any request); a write of the session drops them (saving the data manager's tab,
+  which its first visit of a project does, drops only the views answer). (A ``<link rel=preload>`` does not
   do it: Chrome does not give a preload to the data manager's ``mode: same-origin`` fetches.)
   ``RESCUE_NO_PREFETCH=1`` turns this off (for before/after figures of the annotator benchmark).
 * The page's feature flags come without those equal to the default (:func:`slim_feature_flags`).
@@ -194,13 +195,16 @@ def slim_feature_flags(html: bytes) -> bytes:
 _DATA_PAGE = re.compile(r"^/projects/(\d+)/data/?$")
 
 
+_VIEWS_PATH = "/api/dm/views"
+# the project counters the data manager asks for before the task (its spelling, Label Studio 1.23)
+_TIMER_INCLUDE = "task_count%2Ctask_number%2Cannotation_count%2Cnum_tasks_with_annotations%2Cqueue_total"
 PREFETCH_TTL_S = 20.0  # a prefetched answer not asked for within this long is dropped
 
 
 def prefetch_urls(path: str, query: dict[str, str]) -> list[str]:
     """The API requests Label Studio's data manager makes one after another, each waiting for the
     one before, when a task page opens (project, ML backends, columns, project stats, users, views,
-    the task itself): exactly as the data manager spells them, so that the gate can ask for them
+    project counters, the task itself, its history): exactly as the data manager spells them, so that the gate can ask for them
     while the browser is still compiling the app (see ``make_app``)."""
     m = _DATA_PAGE.match(path)
     if not m:
@@ -208,9 +212,10 @@ def prefetch_urls(path: str, query: dict[str, str]) -> list[str]:
     pid = m[1]
     urls = ["/api/version", f"/api/projects/{pid}", "/api/current-user/whoami", f"/api/ml?project={pid}",
             f"/api/dm/columns?project={pid}", f"/api/dm/project?project={pid}", f"/api/users?project={pid}",
-            f"/api/dm/views?project={pid}"]
+            f"{_VIEWS_PATH}?project={pid}",
+            f"/api/dm/project?interaction=timer&include={_TIMER_INCLUDE}&project={pid}"]
     if query.get("task", "").isdigit():
-        urls.append(f"/api/tasks/{query['task']}?project={pid}")
+        urls += [f"/api/tasks/{query['task']}?project={pid}", f"/api/projects/{pid}/label-stream-history?project={pid}"]
     return urls
 
 
@@ -468,11 +473,20 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             if (session, url) not in prefetched:
                 prefetched[(session, url)] = (now + PREFETCH_TTL_S, asyncio.ensure_future(fetch_for(headers, url)))
 
+    async def prefetch_page(session: str, request: Request, user: str, path: str, query: dict[str, str]) -> None:
+        import anyio
+
+        if await anyio.to_thread.run_sync(gate.role, user) is not None:  # annotators and adjudicators
+            start_prefetch(session, request, await anyio.to_thread.run_sync(allowed_prefetches, user, path, query))
+
     async def take_prefetched(session: str | None, method: str, url: str) -> Response | None:
         if session is None:
             return None
         if method != "GET":
-            for key in [k for k in prefetched if k[0] == session]:
+            # a write may change what was prefetched; the data manager's first visit saves its tab
+            # (POST /api/dm/views), which changes nothing else: only the views answer goes then
+            tabs = url.startswith(_VIEWS_PATH)
+            for key in [k for k in prefetched if k[0] == session and (not tabs or k[1].startswith(_VIEWS_PATH))]:
                 prefetched.pop(key)[1].cancel()
             return None
         hit = prefetched.pop((session, url), None)
@@ -543,11 +557,19 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         early = await take_prefetched(session, request.method, url)
         if early is not None:
             return early
+        # A task page: its prefetch is checked and started while Label Studio renders the page
+        # (the page waits for the checks, not for the answers: they are there when asked for).
+        early_start = None
+        if (request.method == "GET" and session and user and _DATA_PAGE.match(path)
+                and os.environ.get("RESCUE_NO_PREFETCH") != "1"):
+            early_start = asyncio.ensure_future(prefetch_page(session, request, user, path, query))
         # the caller's Host stays: Django checks it against the browser's Origin (CSRF)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
         upstream_request = client.build_request(request.method, path, params=request.url.query or None,
                                                 headers=headers, content=body)
         r = await client.send(upstream_request, stream=True)
+        if early_start is not None:
+            await early_start
         # every header line as it came (several Set-Cookie lines stay several lines)
         raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
         listing = request.method == "GET" and path.rstrip("/") == "/api/projects"
@@ -559,8 +581,6 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
             raw = [(k, v) for k, v in raw if k != "content-encoding"]
         elif page:  # a page of a logged-in user: the annotators' keys (KEYS_JS) come with it
-            if session and gate.role(user) and os.environ.get("RESCUE_NO_PREFETCH") != "1":
-                start_prefetch(session, request, await anyio.to_thread.run_sync(allowed_prefetches, user, path, query))
             html = slim_feature_flags(await r.aread())
             await r.aclose()
             tag = f'<script src="{KEYS_PATH}"></script>'.encode()

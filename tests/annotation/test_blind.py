@@ -220,7 +220,8 @@ def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_s
     """Opening a task page, the gate asks Label Studio at once, with the page's session, for what
     the data manager asks next (project, columns, views, the task, ...): the session's identical
     GET gets that answer (what Label Studio gives), once; another annotator asking the same URL is
-    refused as before and takes nothing; a write of the session drops its prefetched answers.
+    refused as before and takes nothing; a write of the session drops its prefetched answers
+    (saving the data manager's tab keeps the task).
     The session is the same for the gate while Label Studio re-signs its cookie on each response.
     The page's feature flags come without the ones equal to the default (same meaning, smaller)."""
     tag = secrets.token_hex(3)
@@ -262,7 +263,11 @@ def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_s
         bob = _login(gate.url, b, passwords[b])
         assert bob.get(f"/api/tasks/{tid}?project={pid[a]}").status_code == 403
         assert (session, f"/api/tasks/{tid}?project={pid[a]}") in prefetched
-        # a write of alice's session drops her prefetched answers
+        # the data manager saving its tab (its first visit does) keeps the prefetched task
+        saved = alice.post(f"/api/dm/views?tabID=0&project={pid[a]}", json={"project": pid[a], "data": {"title": "Default"}})
+        assert saved.status_code == 201, saved.text[:200]
+        assert (session, f"/api/tasks/{tid}?project={pid[a]}") in prefetched
+        # any other write of alice's session drops her prefetched answers
         alice.post(f"/api/projects/{pid[a]}/label-stream-history/", json={})
         assert not [k for k in prefetched if k[0] == session]
         # an annotator's page for another annotator's task prefetches nothing
