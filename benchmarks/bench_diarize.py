@@ -23,13 +23,16 @@ of overlapping windows (``models.share_first_convolution``, on by default, same 
 ``--plain-segmentation`` turns it off for a before figure), each batch of both models runs as
 slices in single-threaded threads, one per torch thread (``models.split_batches``, on by
 default on the CPU, same output; ``--plain-batches`` gives each batch to torch's intra-op
-threads in one call, the behaviour before), and ``--step`` /
+threads in one call, the behaviour before), the d-vector partials are embedded once per file on
+a grid instead of once per overlapping window (``models.share_partials``, on by default; close
+but not the same prints; ``--plain-embeddings`` embeds every (window, speaker) on its own, the
+behaviour before), and ``--step`` /
 ``RESCUE_DIARIZATION_STEP`` trades DER for speed (pyannote's ``segmentation_step``: 0.2 halves
 segmentation and embeddings; on the generated interviews DER held, on pyannote's real
 ``sample.wav`` it rose from 0.061 to 0.12, so 0.1 stays the default).
 
     .venv/bin/python benchmarks/bench_diarize.py [--minutes 5 60] [--device cpu|cuda] [--pyannote-only]
-        [--step 0.2] [--threads 1] [--plain-segmentation] [--plain-batches] [--repeat N]
+        [--step 0.2] [--threads 1] [--plain-segmentation] [--plain-batches] [--plain-embeddings] [--repeat N]
 """
 from __future__ import annotations
 
@@ -204,6 +207,9 @@ def main() -> None:
     ap.add_argument("--plain-batches", action="store_true",
                     help="each model batch in one call on torch's intra-op threads (the behaviour before "
                          "models.split_batches); for before/after figures")
+    ap.add_argument("--plain-embeddings", action="store_true",
+                    help="pyannote's own embeddings, one model call per (window, speaker) (the behaviour before "
+                         "models.share_partials); for before/after figures")
     ap.add_argument("--repeat", type=int, default=1, help="run each case this many times (figures per run)")
     ap.add_argument("--max-clustered", type=int, default=None,
                     help="voice prints pyannote clusters at most (default: models.MAX_CLUSTERED_EMBEDDINGS; "
@@ -218,7 +224,7 @@ def main() -> None:
     from pipeline.config import Settings
     from pipeline.media.diarize import load_pipeline
     started = time.perf_counter()
-    from pipeline.media.models import MAX_CLUSTERED_EMBEDDINGS, bound_clustering, split_batches
+    from pipeline.media.models import MAX_CLUSTERED_EMBEDDINGS, bound_clustering, share_partials, split_batches
     settings = Settings.from_env()
     if args.step is not None:
         settings = dataclasses.replace(settings, diarization_step=args.step)
@@ -228,12 +234,15 @@ def main() -> None:
         sincnet.hop = 0  # the shared path declines and pyannote's own forward runs
     if args.plain_batches:
         split_batches(pipeline, 1)
+    if args.plain_embeddings:
+        share_partials(pipeline, 0)
     limit = MAX_CLUSTERED_EMBEDDINGS if args.max_clustered is None else (args.max_clustered or 10 ** 9)
     bound_clustering(pipeline, limit)
     print(json.dumps({"case": "load", "seconds": round(time.perf_counter() - started, 1),
                       "segmentation_step": pipeline.segmentation_step,
                       "shared_first_convolution": bool(getattr(sincnet, "hop", 0)),
                       "split_batches": hasattr(pipeline._segmentation.model.forward, "plain"),
+                      "shared_partials": getattr(pipeline, "partial_hop", 0),
                       "clustering": type(pipeline.clustering).__name__,
                       "max_clustered": limit if limit < 10 ** 9 else "all", "cpus": os.cpu_count(),
                       "torch_threads": __import__("torch").get_num_threads(),
