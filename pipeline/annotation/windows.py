@@ -4,7 +4,8 @@ Why: Label Studio builds every control of a task before it shows the form, and i
 with the controls *and* their choice lists. A 111-row family interview as one task took 17-77 s
 to show its form, 250 rows 27 s to never (``benchmarks/bench_annotator_ui.py``, loaded machine).
 A window of 10 rows with controls costs no more than Label Studio's own start (measured: windows
-of 2 and of 10 rows show their form equally fast, 20 rows take about twice as long). So a
+of 2 and of 10 rows show their form equally fast, 20 rows take about twice as long; on a slower
+machine 10 rows took about 1.3x as long as 5, see :data:`WINDOW_UNITS`). So a
 sample with more than :data:`SPLIT_ABOVE` units (rows that get controls in a round) becomes
 consecutive windows of at most :data:`WINDOW_UNITS` units:
 
@@ -29,7 +30,12 @@ from collections import defaultdict
 
 from pipeline.annotation.naming import control_name, heading, parse_control_name
 
-WINDOW_UNITS = 10     # units (rows with controls) per task of a long sample
+# Units (rows with controls) per task of a long sample. Each unit's forms cost Label Studio's
+# editor work before the first form shows: measured (emotion, 111 rows, through the gate, load
+# 4.5-6.6, median of 3 interleaved): 10 units 7.8 s cold / 6.9 s warm, 5 units 6.3 / 5.1 (15
+# tasks per 111 rows instead of 8), 3 units 5.1 / 4.5 (25 tasks, about twice the page waits per
+# sample). 5: most of the gain for half the extra page loads of 3.
+WINDOW_UNITS = 5
 SPLIT_ABOVE = 20      # a sample with at most this many units stays one task, as before
 CONTEXT_BEFORE = 6    # read-only dialogue rows shown before a window's own rows
 CONTEXT_AFTER = 3     # and after them

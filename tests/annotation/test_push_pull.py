@@ -261,7 +261,7 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, n
     assert project["show_instruction"] and "Spoken to *" in project["expert_instruction"]  # the panel
 
     # cut differently (windows of 10): a's annotated sample is left as it is; b's tasks are replaced
-    recut = push.push_round(ls_client, "transcript", [sample], annotators)
+    recut = push.push_round(ls_client, "transcript", [sample], annotators, window=10)
     assert recut.changed_after_annotation == [(a, sample["sample_id"])]
     assert recut.created == 5 and recut.updated == 3
     b_tasks = ls_client.tasks(report.projects[push.project_key("transcript", "family", annotators[1])])
