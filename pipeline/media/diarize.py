@@ -93,14 +93,12 @@ def _load(source: str, device: str, step: float | None = None):
     if pipeline is None:
         raise DiarizationError(f"could not load the diarization pipeline {source!r} (gated model without HF_TOKEN?)")
     pipeline.to(torch.device(device))
-    from pipeline.media.models import (bound_clustering, set_segmentation_step, share_first_convolution, share_partials,
-                                       split_batches)
+    from pipeline.media.models import bound_clustering, set_segmentation_step, share_first_convolution, split_batches
     if step is not None:  # RESCUE_DIARIZATION_STEP: speed against DER (docs: Settings.diarization_step)
         set_segmentation_step(pipeline, step)
     share_first_convolution(pipeline)  # same output, less segmentation time
     if torch.device(device).type == "cpu":
         split_batches(pipeline)  # same output; batches over the cores instead of each small matmul
-    share_partials(pipeline)  # each d-vector partial embedded once per file, not once per overlapping chunk
     return bound_clustering(pipeline)  # clustering cost linear in the hour
 
 

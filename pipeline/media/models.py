@@ -475,6 +475,10 @@ class DVectorEmbedding(Model):
 # chunk (the window made no DER difference). A (chunk, speaker) without such a partial (short
 # answers, speech in overlap) keeps forward's recipe on its frames of the chunk. Hop and share
 # were chosen on DER (sample.wav, generated couple/family/hour; 20 frames: 1,306 partials).
+# Not the default: 5 min of generated interview ran 23x -> 37x realtime and pyannote's own DER
+# before refinement halved (couple 0.34 -> 0.16), but after refinement the generated hour's DER
+# rose 0.0079 -> 0.0090, worse in 14 of its 15 four-minute slices (sample.wav 0.061 -> 0.058,
+# couple 0.0082 -> 0.0077, family 0.0181 both). benchmarks/bench_diarize.py --shared-partials.
 SHARED_PARTIAL_HOP = 40  # mel frames (10 ms each): a partial every 0.4 s
 SHARED_PARTIAL_ACTIVE = 0.8  # share of a partial's frames the speaker speaks in (the rest silence)
 

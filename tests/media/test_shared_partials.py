@@ -1,6 +1,7 @@
-"""The offline default embeds each d-vector partial once per file (``models.share_partials``)
-instead of once per overlapping 10-s window: prints close to the per-window ones, about half
-the LSTM work, DER no worse on pyannote's real sample, every tensor on the input's device."""
+"""``models.share_partials`` (not the offline default: DER on the generated hour) embeds each
+d-vector partial once per file instead of once per overlapping 10-s window: prints close to the
+per-window ones, about half the LSTM work, DER no worse on pyannote's real sample, every tensor
+on the input's device."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.media.models import SHARED_PARTIAL_HOP, DVectorEmbedding, _SharedPartials
+from pipeline.media.models import SHARED_PARTIAL_HOP, DVectorEmbedding, share_partials
 from test_devices import FactoryCalls, speech_like  # same folder: the device check's helpers
+
+
+@pytest.fixture
+def shared(diar_pipeline):
+    """The session's default pipeline with shared partials, per-window again afterwards."""
+    assert getattr(diar_pipeline, "partial_hop", 0) == 0  # the default embeds per window
+    try:
+        yield share_partials(diar_pipeline)
+    finally:
+        share_partials(diar_pipeline, 0)
 
 
 def embeddings_both_ways(pipeline, wav: Path):
@@ -37,13 +48,13 @@ def embeddings_both_ways(pipeline, wav: Path):
 
 
 @pytest.mark.slow
-def test_shared_partials_give_the_per_window_prints_for_about_half_the_work(diar_pipeline, couple):
-    assert isinstance(diar_pipeline, _SharedPartials) and diar_pipeline.partial_hop == SHARED_PARTIAL_HOP
-    shared, plain, shared_rows, plain_rows = embeddings_both_ways(diar_pipeline, couple["wav16"])
-    assert shared.shape == plain.shape
+def test_shared_partials_give_the_per_window_prints_for_about_half_the_work(shared, couple):
+    assert shared.partial_hop == SHARED_PARTIAL_HOP
+    prints, plain, shared_rows, plain_rows = embeddings_both_ways(shared, couple["wav16"])
+    assert prints.shape == plain.shape
     silent = np.isnan(plain[..., 0])
-    assert silent.any() and (np.isnan(shared[..., 0]) == silent).all()  # NaN for the same silent speakers
-    cosine = (shared[~silent] * plain[~silent]).sum(-1)
+    assert silent.any() and (np.isnan(prints[..., 0]) == silent).all()  # NaN for the same silent speakers
+    cosine = (prints[~silent] * plain[~silent]).sum(-1)
     print(f"cosine shared/per-window: mean {cosine.mean():.3f}, 5 % {np.percentile(cosine, 5):.3f}; "
           f"LSTM partials {shared_rows} / {plain_rows}")
     assert cosine.mean() > 0.95 and np.percentile(cosine, 5) > 0.85
@@ -51,19 +62,15 @@ def test_shared_partials_give_the_per_window_prints_for_about_half_the_work(diar
 
 
 @pytest.mark.slow
-def test_shared_partials_der_no_worse_on_the_pyannote_sample(diar_pipeline):
+def test_shared_partials_der_no_worse_on_the_pyannote_sample(shared):
     import pyannote.audio
     from pipeline.media import diarize, rttm
     sample = Path(pyannote.audio.__file__).parent / "sample"
     reference = rttm.read_rttm(sample / "sample.rttm")
     scores = {}
-    for hop in (0, diar_pipeline.partial_hop):
-        before, diar_pipeline.partial_hop = diar_pipeline.partial_hop, hop
-        try:
-            turns = diarize.diarize_audio(sample / "sample.wav", num_speakers=2, pipeline=diar_pipeline)
-        finally:
-            diar_pipeline.partial_hop = before
-        scores[hop] = rttm.der(reference, turns)
+    for hop in (0, SHARED_PARTIAL_HOP):
+        shared.partial_hop = hop
+        scores[hop] = rttm.der(reference, diarize.diarize_audio(sample / "sample.wav", num_speakers=2, pipeline=shared))
     print(f"DER pyannote sample: per-window prints {scores[0]:.4f}, shared partials {scores[SHARED_PARTIAL_HOP]:.4f}")
     assert scores[SHARED_PARTIAL_HOP] <= scores[0]
 
