@@ -14,6 +14,8 @@ and on a 3-hour session (benchmarks/bench_diarize.py, docs/SCALING.md). ``share_
 (also applied there) computes the segmentation model's first convolution once per batch of
 overlapping windows instead of once per window: same output, less segmentation time.
 ``set_segmentation_step`` applies ``RESCUE_DIARIZATION_STEP`` (speed against DER).
+``share_partials`` (not applied by default: DER, see ``_SharedPartials``) embeds each d-vector
+partial once per file instead of once per overlapping window.
 
 The builder is idempotent: a finished directory carries a ``.complete`` marker and is reused.
 The tiny random-weight WhisperX / alignment models that exercise the ASR code in tests are
