@@ -21,7 +21,7 @@ from pipeline.quality import agreement
 pytestmark = pytest.mark.slow
 
 COUPLE = "synthetic/accept_couple"   # rows 1, 2, 4, 5 are client rows (emotion units)
-FAMILY = "synthetic/accept_family"   # 24 client rows: three windows of 8
+FAMILY = "synthetic/accept_family"   # 24 client rows: windowed (more than SPLIT_ABOVE units)
 
 
 def _prelabel(rnd, sample):
@@ -60,9 +60,9 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
                  "internal_emotion": [{**emo4, "intensity": (emo4["intensity"] + 1) % 11}]}  # changed
     values[5] = {**values[5], "tone_of_voice": None}                                    # cleared
     _post(ls_client, tasks("couple", a)[0], rnd, values, users[a])
-    # a submits only two of the family sample's three windows: not counted (not done)
+    # a submits only two of the family sample's windows: not counted (not done)
     fam_a = tasks("family", a)
-    assert [t["data"]["window"]["count"] for t in fam_a] == [3, 3, 3]
+    assert len(fam_a) >= 3 and [t["data"]["window"]["count"] for t in fam_a] == [len(fam_a)] * len(fam_a)
     for t in fam_a[:2]:
         _post(ls_client, t, rnd, push.input_values(rnd, family), users[a])
 
@@ -71,11 +71,11 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
     _post(ls_client, tasks("couple", b)[0], rnd, _prelabel(rnd, couple), users[b])
     fam_values = push.input_values(rnd, family)
     fam_b = tasks("family", b)
-    first = fam_b[2]["data"]["units"][0]["row_index"]
+    first = fam_b[-1]["data"]["units"][0]["row_index"]
     changed = next(v for v in taxonomy.utterance_types() if v != fam_values[first]["utterance_type"])
     for i, t in enumerate(fam_b):
         vals = dict(fam_values)
-        if i == 2:
+        if i == len(fam_b) - 1:
             vals[first] = {**vals[first], "utterance_type": changed}
         _post(ls_client, t, rnd, vals, users[b])
 
