@@ -83,7 +83,19 @@ def evenly_spread(n: int, limit: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, limit).round().astype(int))
 
 
-_BOUNDED: dict[type, type] = {}
+_MIXED: dict[tuple[type, type], type] = {}
+
+
+def _mix_in(obj, mixin: type, prefix: str) -> None:
+    """Give a loaded pyannote object ``mixin``'s behaviour in place: its class becomes a subclass
+    (``<prefix><class>``, one per class) so the instance keeps its instantiated hyper-parameters."""
+    if isinstance(obj, mixin):
+        return
+    cls = type(obj)
+    if (mixin, cls) not in _MIXED:
+        _MIXED[(mixin, cls)] = type(f"{prefix}{cls.__name__}", (mixin, cls), {"__module__": __name__})
+    object.__setattr__(obj, "__class__", _MIXED[(mixin, cls)])
+
 
 
 def bound_clustering(pipeline, max_embeddings: int = MAX_CLUSTERED_EMBEDDINGS):
@@ -95,11 +107,7 @@ def bound_clustering(pipeline, max_embeddings: int = MAX_CLUSTERED_EMBEDDINGS):
     clustering = getattr(pipeline, "clustering", None)
     if clustering is None or not hasattr(clustering, "filter_embeddings") or type(clustering).__name__ == "OracleClustering":
         return pipeline
-    if not isinstance(clustering, _BoundedClusteringSample):
-        cls = type(clustering)
-        if cls not in _BOUNDED:  # one subclass per clustering class
-            _BOUNDED[cls] = type(f"Bounded{cls.__name__}", (_BoundedClusteringSample, cls), {"__module__": __name__})
-        object.__setattr__(clustering, "__class__", _BOUNDED[cls])
+    _mix_in(clustering, _BoundedClusteringSample, "Bounded")
     object.__setattr__(clustering, "max_embeddings", int(max_embeddings))
     return pipeline
 
@@ -152,9 +160,6 @@ class _SharedFirstConvolution:
         return torch.addcmul(shift * filters.sum(dim=-1).view(1, -1, 1), scale, sliced)
 
 
-_SHARED: dict[type, type] = {}
-
-
 def set_segmentation_step(pipeline, step: float):
     """Set a loaded ``SpeakerDiarization`` pipeline's ``segmentation_step`` (the hop of its sliding
     window, as a share of the window; pyannote's default 0.1). Segmentation and embeddings cost
@@ -179,12 +184,7 @@ def share_first_convolution(pipeline):
     sincnet = getattr(getattr(inference, "model", None), "sincnet", None)
     if sincnet is None or not hasattr(sincnet, "wav_norm1d") or not hasattr(sincnet, "conv1d"):
         return pipeline
-    if not isinstance(sincnet, _SharedFirstConvolution):
-        cls = type(sincnet)
-        if cls not in _SHARED:
-            _SHARED[cls] = type(f"SharedFirstConvolution{cls.__name__}", (_SharedFirstConvolution, cls),
-                                {"__module__": __name__})
-        sincnet.__class__ = _SHARED[cls]
+    _mix_in(sincnet, _SharedFirstConvolution, "SharedFirstConvolution")
     sincnet.hop = int(round(inference.step * inference.model.hparams.sample_rate))
     return pipeline
 
@@ -509,21 +509,13 @@ class _SharedPartials:
         return embeddings.cpu().numpy()  # (chunks, speakers, dimension), as pyannote's
 
 
-_SHARED_PARTIALS: dict[type, type] = {}
-
-
 def share_partials(pipeline, hop: int = SHARED_PARTIAL_HOP):
     """Make a loaded ``SpeakerDiarization`` pipeline with the d-vector embedding embed each grid
     partial once per file (see ``_SharedPartials``); ``hop`` 0 restores pyannote's per-chunk
     embeddings. Other pipelines are left alone. Returns the pipeline."""
     if not isinstance(getattr(getattr(pipeline, "_embedding", None), "model_", None), DVectorEmbedding):
         return pipeline
-    if not isinstance(pipeline, _SharedPartials):
-        cls = type(pipeline)
-        if cls not in _SHARED_PARTIALS:
-            _SHARED_PARTIALS[cls] = type(f"SharedPartials{cls.__name__}", (_SharedPartials, cls),
-                                         {"__module__": __name__})
-        object.__setattr__(pipeline, "__class__", _SHARED_PARTIALS[cls])
+    _mix_in(pipeline, _SharedPartials, "SharedPartials")
     object.__setattr__(pipeline, "partial_hop", int(hop))
     return pipeline
 
