@@ -337,9 +337,7 @@ class DVectorEmbedding(Model):
         if not parts:
             return out.to(device)
         # one LSTM call for every partial of the batch: batched matmuls are far cheaper on CPU
-        _, (hidden, _) = self.lstm(torch.cat(parts))
-        raw = torch.relu(self.linear(hidden[-1]))
-        raw = raw / raw.norm(dim=1, keepdim=True).clamp_min(1e-8)
+        raw = self._dvectors(torch.cat(parts))
         owner_t = torch.tensor(owner, device=raw.device)
         for b in sorted(set(owner)):
             mean = raw[owner_t == b].mean(0)
@@ -422,17 +420,10 @@ class DVectorEmbedding(Model):
     def _split(self, partials: torch.Tensor) -> torch.Tensor:
         """``_dvectors`` on slices of the batch in single-threaded threads where ``split_batches``
         set ``batch_workers`` (see there), else in one call."""
-        workers = min(getattr(self, "batch_workers", 1), partials.shape[0])
+        workers = getattr(self, "batch_workers", 1)
         if workers < 2:
             return self._dvectors(partials)
-        bounds = [round(i * partials.shape[0] / workers) for i in range(workers + 1)]
-        inference = torch.is_inference_mode_enabled()
-
-        def part(lo_hi):
-            with torch.inference_mode(inference):  # the caller's mode is per thread
-                return self._dvectors(partials[lo_hi[0]:lo_hi[1]])
-
-        return torch.cat(list(_batch_pool(workers).map(part, zip(bounds, bounds[1:]))))
+        return _split_forward(self._dvectors, _batch_pool(workers), workers)(partials)
 
     def _file_mels(self, wav: torch.Tensor, total: int, block: int = 6000) -> tuple[torch.Tensor, torch.Tensor]:
         """(total, 40) power mel frames of the whole file without gain (frame j centred on sample
