@@ -44,6 +44,15 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   which its first visit of a project does, drops only the views answer). (A ``<link rel=preload>`` does not
   do it: Chrome does not give a preload to the data manager's ``mode: same-origin`` fetches.)
   ``RESCUE_NO_PREFETCH=1`` turns this off (for before/after figures of the annotator benchmark).
+* Label Studio's service worker (``/sw.js``, which its app pages register: one worker per scope)
+  comes with the gate's build cache in front of it (``static/sw.js``), and the login page
+  registers it too (:data:`SW_REGISTER_PATH`): while the annotator types their login, it caches
+  the build's scripts and styles that pages have loaded through the gate so far, and serves them
+  cache-first; Chrome compiles what a worker caches while installing and keeps the compiled code
+  (V8 code cache), so even the first task page skips most of compiling ~7 MB of JavaScript. The
+  cache is named by Label Studio's version (``/api/version``): after an upgrade (and the gate's
+  restart) a page of the new build never gets the old build's chunks. ``RESCUE_NO_SW=1`` leaves
+  Label Studio's worker as it is (before/after figures).
 * The page's feature flags come without those equal to the default (:func:`slim_feature_flags`).
 * Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
   1st-10th choice of the list in focus, else of the first list of the form being worked on (the
@@ -70,6 +79,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -103,6 +113,10 @@ _HASHED_NAME = re.compile(r"\.[0-9a-f]{12}\.\w+$")  # Django's manifest names ne
 ASSET_MAX_AGE_S = 3600  # unhashed names (react-app chunks) may change with a Label Studio upgrade
 _COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml", "application/wasm")
 KEYS_PATH = "/__rescue__/keys.js"
+SW_PATH = "/sw.js"  # Label Studio's service worker, served by the gate with its build cache (static/sw.js) in front
+SW_REGISTER_PATH = "/__rescue__/sw-register.js"  # registers SW_PATH on pages without Label Studio's app (login)
+_STATIC = Path(__file__).resolve().parent / "static"
+_CODE_TYPES = ("application/javascript", "text/javascript", "text/css")  # what the service worker caches
 KEYS_JS = r"""// RESCUE annotators' keys, added by the annotators' gate (pipeline/annotation/proxy.py).
 (function () {
   if (window.__rescueKeys) return; window.__rescueKeys = true;
@@ -436,6 +450,10 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
                                cookies=no_cookies())
 
     assets: dict[str, dict] = {}  # path?query -> {"type", "body", "gz", "etag", "cache"}
+    # the build's scripts and styles pages have loaded so far, in order: what the service worker
+    # caches (sw.js); learnt from the pages, as the chunks a page loads are named only in its code
+    code_assets: dict[str, None] = {}
+    build: list[str] = []  # Label Studio's version (the build cache's name) and its own worker, asked once
     # Prefetched answers (see prefetch_urls): (session, path?query) -> (expiry, task giving
     # (status, headers, body)). Each answers one identical GET of the same session, once; any
     # write of that session drops them (the data may change).
@@ -503,6 +521,11 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         return response
 
     keys_tag = '"' + hashlib.sha256(KEYS_JS.encode()).hexdigest()[:20] + '"'
+    with_worker = os.environ.get("RESCUE_NO_SW") != "1"
+    register_js = (_STATIC / "sw-register.js").read_bytes().replace(b"__SW_PATH__", SW_PATH.encode())
+    register_entry = {"type": "application/javascript", "body": register_js, "gz": None,
+                      "etag": '"' + hashlib.sha256(register_js).hexdigest()[:20] + '"',
+                      "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
 
     def asset_response(request: Request, entry: dict) -> Response:
         headers = {"cache-control": entry["cache"], "etag": entry["etag"], "vary": "Accept-Encoding"}
@@ -533,7 +556,28 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
                      "etag": '"' + hashlib.sha256(body).hexdigest()[:20] + '"',
                      "cache": "public, max-age=31536000, immutable" if hashed else f"public, max-age={ASSET_MAX_AGE_S}"}
             assets[key] = entry
+        if entry["type"].startswith(_CODE_TYPES):
+            code_assets[key] = None
         return asset_response(request, entry)
+
+    async def service_worker(request: Request) -> Response:
+        """Label Studio's service worker with the gate's build cache (static/sw.js) in front of
+        it, filled in with this Label Studio's version and the build's scripts and styles seen so
+        far: a page after a new one was seen gets a worker that caches that one too (the browser
+        compares the worker's bytes on each page and installs a changed one)."""
+        import anyio
+
+        if not build:
+            try:
+                version = (await anyio.to_thread.run_sync(lambda: gate._admin.get("/api/version"))).json()
+                own = await client.get(SW_PATH)
+                own.raise_for_status()
+            except (httpx.HTTPError, ValueError):
+                return Response("Label Studio's service worker is not there", status_code=503)
+            build[:] = [hashlib.sha256(json.dumps(version, sort_keys=True).encode()).hexdigest()[:16], own.text]
+        code = (_STATIC / "sw.js").read_text().replace("__BUILD__", build[0]).replace(
+            "__ASSETS__", json.dumps(list(code_assets))) + build[1]
+        return Response(code, media_type="text/javascript", headers={"cache-control": "no-cache"})
 
     async def forward(request: Request):
         import anyio
@@ -544,6 +588,10 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         if request.method in ("GET", "HEAD") and path == KEYS_PATH:
             return asset_response(request, {"type": "application/javascript", "body": KEYS_JS.encode(), "gz": None,
                                             "etag": keys_tag, "cache": f"public, max-age={ASSET_MAX_AGE_S}"})
+        if request.method in ("GET", "HEAD") and path in (SW_PATH, SW_REGISTER_PATH) and with_worker:
+            if path == SW_PATH:
+                return await service_worker(request)
+            return asset_response(request, register_entry)
         query = dict(request.query_params)
         body = await request.body()
         user = await anyio.to_thread.run_sync(gate.whoami, request.headers.get("cookie"),
@@ -573,17 +621,20 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         # every header line as it came (several Set-Cookie lines stay several lines)
         raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
         listing = request.method == "GET" and path.rstrip("/") == "/api/projects"
-        page = (request.method == "GET" and r.status_code == 200 and user is not None
+        page = (request.method == "GET" and r.status_code == 200
                 and r.headers.get("content-type", "").startswith("text/html"))
         if listing and gate.role(user) is not None and r.status_code == 200:
             payload = await r.aread()  # decoded
             await r.aclose()
             response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
             raw = [(k, v) for k, v in raw if k != "content-encoding"]
-        elif page:  # a page of a logged-in user: the annotators' keys (KEYS_JS) come with it
-            html = slim_feature_flags(await r.aread())
+        elif page:  # every page registers the service worker; a logged-in user's gets the keys (KEYS_JS)
+            html = await r.aread()
             await r.aclose()
-            tag = f'<script src="{KEYS_PATH}"></script>'.encode()
+            tag = f'<script src="{SW_REGISTER_PATH}"></script>'.encode() if with_worker else b""
+            if user is not None:
+                html = slim_feature_flags(html)
+                tag += f'<script src="{KEYS_PATH}"></script>'.encode()
             at = html.rfind(b"</body>")
             response = Response(html[:at] + tag + html[at:] if at >= 0 else html + tag, status_code=r.status_code)
             raw = [(k, v) for k, v in raw if k != "content-encoding"]
