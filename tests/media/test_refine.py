@@ -78,3 +78,21 @@ def test_split_voice_changes_finds_an_interruption_without_a_pause():
     # one odd window in a long piece is noise, not a change
     odd = lambda spans: np.array([voice["B"] if abs(a - 2.0) < 1e-6 else voice["A"] for a, _ in spans])
     assert split_voice_changes([Turn(0.0, 6.0, "A")], odd, voice) == [Turn(0.0, 6.0, "A")]
+
+
+def test_a_sliver_cut_off_by_a_speaker_change_joins_the_piece_it_touches():
+    # pyannote gave the first 0.2 s of B's turn (2.5-2.7) to A, in two slivers too short for a
+    # voice print: the one touching B's piece and the one touching only that sliver become B;
+    # 4.5-4.7 is a short answer between silences: it keeps pyannote's label
+    audio = np.concatenate([tone(2.0), hiss(0.5), tone(1.5, 330), hiss(0.5), tone(0.2, 440), hiss(0.5), tone(2.0)])
+    turns = [Turn(0.0, 2.0, "SPEAKER_00"), Turn(2.5, 2.6, "SPEAKER_00"), Turn(2.6, 2.7, "SPEAKER_00"),
+             Turn(2.7, 4.0, "SPEAKER_01"), Turn(4.5, 4.7, "SPEAKER_00"), Turn(5.2, 7.2, "SPEAKER_00")]
+    voice = {"a": np.array([1.0, 0.0]), "b": np.array([0.0, 1.0])}
+
+    def embed(spans):  # voice print by which tone the span holds (stands in for the model)
+        return np.array([voice["b"] if 2.5 <= a < 4.0 else voice["a"] for a, _ in spans])
+
+    refined = refine_turns(audio, turns, embed, num_speakers=2)
+    assert [(t.start, t.end, t.speaker) for t in refined] == [
+        (0.0, 2.0, "SPEAKER_00"), (2.5, 2.6, "SPEAKER_01"), (2.6, 2.7, "SPEAKER_01"), (2.7, 4.0, "SPEAKER_01"),
+        (4.5, 4.7, "SPEAKER_00"), (5.2, 7.2, "SPEAKER_00")]
