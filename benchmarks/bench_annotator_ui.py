@@ -8,11 +8,18 @@ draft as pre-annotation, the later rounds as for a new interview: without gold f
 rounds, with the rounds' defaults), and in headless Debian Chromium (Playwright) logs in
 through the real login form and opens the annotator's task. Prints one line per round and size:
 
-    ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V cold_cpu_s=C ...
+    ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V cold_typed_s=T ...
 
 * ``first_form_s`` (= ``cold_s``): in a fresh browser (empty cache) that has just logged in,
   from navigation to a task (a window from the middle of the sample) to its first form being
   on the page, scrolled into view, with its first control visible.
+* ``cold_typed_s``: the same as ``first_form_s`` in another fresh browser whose login page was
+  left open until the gate's service worker had cached Label Studio's build (``typed_wait_s``,
+  from the login page's load to the worker being active), as it is while a person types their
+  e-mail and password; ``first_form_s`` logs in at once (the worker still installing, or not
+  there yet when the page opens). Before the first figure the gate has served one task page
+  (it learns the build's scripts from the pages it serves, as it has after any annotator's first
+  page since it started).
 * ``warm_s``: the same for the next task in the same browser (Label Studio's code cached):
   what an annotator waits from one task or part to the next.
 * ``cold_cpu_s`` / ``warm_cpu_s``: the CPU seconds all of Chromium's processes used meanwhile
@@ -36,7 +43,7 @@ through the real login form and opens the annotator's task. Prints one line per 
     .venv/bin/python benchmarks/bench_annotator_ui.py [--rows 111 250] [--rounds emotion ...]
         [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR] [--json FILE]
 
-About 5 minutes for every round at both sizes on a quiet 2-core machine.
+About 7 minutes for every round at both sizes on a quiet 2-core machine.
 """
 from __future__ import annotations
 
@@ -295,14 +302,22 @@ def page_stats(page) -> dict:
         heap: (performance.memory ? performance.memory.usedJSHeapSize : 0)})""")
 
 
-def login(context, base: str, email: str, password: str) -> None:
+def login(context, base: str, email: str, password: str, typing: bool = False) -> float:
+    """Log in through the login form; ``typing``: first wait, as a person typing would, until the
+    gate's service worker (registered by the login page) is active, its cache filled. Returns the
+    seconds waited."""
     page = context.new_page()
     page.goto(f"{base}/user/login/")
+    t0 = time.perf_counter()
+    if typing:
+        page.evaluate("async () => { await navigator.serviceWorker.ready; }")
+    waited = time.perf_counter() - t0
     page.fill("input[name=email]", email)
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/user/login" not in url, timeout=120_000)
     page.close()  # the session cookie stays with the context
+    return waited
 
 
 def make_media(sample: dict, folder: Path) -> str:
@@ -396,6 +411,7 @@ def main() -> None:
             server.set_password(email, password)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                primed = args.direct
                 for n_rows in args.rows:
                     sample = family_sample(n_rows)
                     audio = None if args.no_media else make_media(sample, media)
@@ -413,12 +429,19 @@ def main() -> None:
                         task = tasks[len(tasks) // 2]  # a window from the middle when windowed
                         following = tasks[len(tasks) // 2 + 1] if len(tasks) > 1 else task
                         work = work_for_sample(rnd, sample, answers(rnd, sample), keys, args.window)
+                        if not primed:  # the gate has served a task page (see the module doc)
+                            context = browser.new_context()
+                            login(context, base, email, password)
+                            first_form(context.new_page(), f"{base}/projects/{pid}/data?task={tasks[0]['id']}")
+                            context.close()
+                            primed = True
                         # cold: a fresh browser (empty cache) that has just logged in; warm: the next
                         # task in the same browser (Label Studio's code in the browser's cache)
                         context = browser.new_context(viewport={"width": 1400, "height": 1000})
                         context.set_default_timeout(args.page_timeout * 1000)
                         figures = {"first_form_s": float("inf"), "warm_s": float("inf"), "key_echo_ms": float("nan"),
                                    "cold_cpu_s": float("nan"), "warm_cpu_s": float("nan"),
+                                   "cold_typed_s": float("nan"), "typed_wait_s": float("nan"),
                                    "height": 0, "nodes": 0, "heap": 0}
                         try:
                             login(context, base, email, password)
@@ -438,13 +461,26 @@ def main() -> None:
                             print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s", flush=True)
                         finally:
                             context.close()
+                        if not args.direct:  # the same cold page after a login page left open (typing)
+                            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                            context.set_default_timeout(args.page_timeout * 1000)
+                            try:
+                                figures["typed_wait_s"] = login(context, base, email, password, typing=True)
+                                figures["cold_typed_s"], _ = first_form(
+                                    context.new_page(), f"{base}/projects/{pid}/data?task={task['id']}")
+                            except PlaywrightTimeout:
+                                print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s "
+                                      "after a typed login", flush=True)
+                            finally:
+                                context.close()
                         line = {"round": name, "rows": n_rows, **figures, **work, "tasks": len(tasks),
                                 "via": "label-studio" if args.direct else "gate", "load": os.getloadavg()}
                         out.append(line)
                         print(f"{name.upper()} {n_rows} first_form_s={line['first_form_s']:.1f} "
                               f"key_echo_ms={line['key_echo_ms']:.0f} clicks_per_turn={work['clicks']:.2f} "
                               f"keys_per_turn={work['keys']:.2f} cold_s={line['first_form_s']:.1f} "
-                              f"warm_s={line['warm_s']:.1f} cold_cpu_s={line['cold_cpu_s']:.1f} "
+                              f"warm_s={line['warm_s']:.1f} cold_typed_s={line['cold_typed_s']:.1f} "
+                              f"typed_wait_s={line['typed_wait_s']:.1f} cold_cpu_s={line['cold_cpu_s']:.1f} "
                               f"warm_cpu_s={line['warm_cpu_s']:.1f} text_fields_per_turn={work['texts']:.2f} "
                               f"tasks={len(tasks)} page_px={line['height']} dom_nodes={line['nodes']} "
                               f"heap_mb={line['heap'] / 2**20:.0f} {_load()}", flush=True)
