@@ -23,16 +23,16 @@ of overlapping windows (``models.share_first_convolution``, on by default, same 
 ``--plain-segmentation`` turns it off for a before figure), each batch of both models runs as
 slices in single-threaded threads, one per torch thread (``models.split_batches``, on by
 default on the CPU, same output; ``--plain-batches`` gives each batch to torch's intra-op
-threads in one call, the behaviour before), ``--shared-partials`` embeds the d-vector partials
-once per file on a grid instead of once per overlapping window (``models.share_partials``, not
-the default: close but not the same prints, 5 min 23x -> 37x, but DER on the generated hour rose
-0.0079 -> 0.0090, worse in 14 of its 15 four-minute slices), and ``--step`` /
+threads in one call, the behaviour before), the d-vector partials are embedded once per file on a
+grid instead of once per overlapping window (``models.share_partials``, on by default: close but
+not the same prints, 5 min 23x -> 37x, hour 25x -> 34x, DER no worse;
+``--per-window-embeddings`` gives the before figure), and ``--step`` /
 ``RESCUE_DIARIZATION_STEP`` trades DER for speed (pyannote's ``segmentation_step``: 0.2 halves
 segmentation and embeddings; on the generated interviews DER held, on pyannote's real
 ``sample.wav`` it rose from 0.061 to 0.12, so 0.1 stays the default).
 
     .venv/bin/python benchmarks/bench_diarize.py [--minutes 5 60] [--device cpu|cuda] [--pyannote-only]
-        [--step 0.2] [--threads 1] [--plain-segmentation] [--plain-batches] [--shared-partials] [--repeat N]
+        [--step 0.2] [--threads 1] [--plain-segmentation] [--plain-batches] [--per-window-embeddings] [--repeat N]
 """
 from __future__ import annotations
 
@@ -207,9 +207,9 @@ def main() -> None:
     ap.add_argument("--plain-batches", action="store_true",
                     help="each model batch in one call on torch's intra-op threads (the behaviour before "
                          "models.split_batches); for before/after figures")
-    ap.add_argument("--shared-partials", action="store_true",
-                    help="each d-vector partial embedded once per file (models.share_partials) instead of once per "
-                         "(window, speaker); faster, not the default (DER)")
+    ap.add_argument("--per-window-embeddings", action="store_true",
+                    help="pyannote's own embeddings, the d-vector partials of every (window, speaker) embedded anew "
+                         "(the behaviour before models.share_partials); for before/after figures")
     ap.add_argument("--repeat", type=int, default=1, help="run each case this many times (figures per run)")
     ap.add_argument("--max-clustered", type=int, default=None,
                     help="voice prints pyannote clusters at most (default: models.MAX_CLUSTERED_EMBEDDINGS; "
@@ -234,8 +234,8 @@ def main() -> None:
         sincnet.hop = 0  # the shared path declines and pyannote's own forward runs
     if args.plain_batches:
         split_batches(pipeline, 1)
-    if args.shared_partials:
-        share_partials(pipeline)
+    if args.per_window_embeddings:
+        share_partials(pipeline, 0)
     limit = MAX_CLUSTERED_EMBEDDINGS if args.max_clustered is None else (args.max_clustered or 10 ** 9)
     bound_clustering(pipeline, limit)
     print(json.dumps({"case": "load", "seconds": round(time.perf_counter() - started, 1),

@@ -60,18 +60,19 @@ def load_pipeline(source: str | Path | None = None, device: str = "cpu", setting
     ``source``: None (the offline default under ``Settings.models_dir``), a local pipeline
     directory or ``config.yaml``, or a hub id such as ``pyannote/speaker-diarization-community-1``.
     ``settings.diarization_step`` (``RESCUE_DIARIZATION_STEP``), when set, replaces the
-    pipeline's segmentation step.
+    pipeline's segmentation step; ``settings.diarization_shared_partials``
+    (``RESCUE_DIARIZATION_SHARED_PARTIALS``, on by default) embeds the d-vector partials once per file.
     """
     settings = settings or Settings.from_env()
     source = str(source) if source is not None else str(default_pipeline_dir(settings))
-    key = (source, device, settings.diarization_step)
+    key = (source, device, settings.diarization_step, settings.diarization_shared_partials)
     with _PIPELINES_LOCK:
         if key not in _PIPELINES:
-            _PIPELINES[key] = _load(source, device, settings.diarization_step)
+            _PIPELINES[key] = _load(source, device, settings.diarization_step, settings.diarization_shared_partials)
         return _PIPELINES[key]
 
 
-def _load(source: str, device: str, step: float | None = None):
+def _load(source: str, device: str, step: float | None = None, shared_partials: bool = True):
     import torch  # heavy
     from pyannote.audio import Pipeline  # heavy
 
@@ -93,10 +94,13 @@ def _load(source: str, device: str, step: float | None = None):
     if pipeline is None:
         raise DiarizationError(f"could not load the diarization pipeline {source!r} (gated model without HF_TOKEN?)")
     pipeline.to(torch.device(device))
-    from pipeline.media.models import bound_clustering, set_segmentation_step, share_first_convolution, split_batches
+    from pipeline.media.models import (bound_clustering, set_segmentation_step, share_first_convolution,
+                                       share_partials, split_batches)
     if step is not None:  # RESCUE_DIARIZATION_STEP: speed against DER (docs: Settings.diarization_step)
         set_segmentation_step(pipeline, step)
     share_first_convolution(pipeline)  # same output, less segmentation time
+    if shared_partials:  # a third less time per hour, DER no worse (models._SharedPartials)
+        share_partials(pipeline)
     if torch.device(device).type == "cpu":
         split_batches(pipeline)  # same output; batches over the cores instead of each small matmul
     return bound_clustering(pipeline)  # clustering cost linear in the hour

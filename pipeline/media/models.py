@@ -14,8 +14,8 @@ and on a 3-hour session (benchmarks/bench_diarize.py, docs/SCALING.md). ``share_
 (also applied there) computes the segmentation model's first convolution once per batch of
 overlapping windows instead of once per window: same output, less segmentation time.
 ``set_segmentation_step`` applies ``RESCUE_DIARIZATION_STEP`` (speed against DER).
-``share_partials`` (not applied by default: DER, see ``_SharedPartials``) embeds each d-vector
-partial once per file instead of once per overlapping window.
+``share_partials`` (also applied there unless ``RESCUE_DIARIZATION_SHARED_PARTIALS=0``) embeds
+each d-vector partial once per file instead of once per overlapping window.
 
 The builder is idempotent: a finished directory carries a ``.complete`` marker and is reused.
 The tiny random-weight WhisperX / alignment models that exercise the ASR code in tests are
@@ -468,10 +468,13 @@ class DVectorEmbedding(Model):
 # chunk (the window made no DER difference). A (chunk, speaker) without such a partial (short
 # answers, speech in overlap) keeps forward's recipe on its frames of the chunk. Hop and share
 # were chosen on DER (sample.wav, generated couple/family/hour; 20 frames: 1,306 partials).
-# Not the default: 5 min of generated interview ran 23x -> 37x realtime and pyannote's own DER
-# before refinement halved (couple 0.34 -> 0.16), but after refinement the generated hour's DER
-# rose 0.0079 -> 0.0090, worse in 14 of its 15 four-minute slices (sample.wav 0.061 -> 0.058,
-# couple 0.0082 -> 0.0077, family 0.0181 both). benchmarks/bench_diarize.py --shared-partials.
+# The default (diarize._load; RESCUE_DIARIZATION_SHARED_PARTIALS=0 turns it off): 5 min of
+# generated interview ran 23x -> 37x realtime, the hour 25x -> 34x. DER, per-window -> shared
+# prints, both with refine's sliver and merge rules: hour 0.0075 -> 0.0076 (the old default,
+# per-window without those rules: 0.0079; shared without them: 0.0090, the loss was refine
+# keeping pyannote's labels on slivers), 5 min 0.0112 -> 0.0097 (old 0.0118), sample.wav
+# 0.061 -> 0.058, couple 0.0082 -> 0.0077, family 0.0181 both.
+# benchmarks/bench_diarize.py --per-window-embeddings gives the before figure.
 SHARED_PARTIAL_HOP = 40  # mel frames (10 ms each): a partial every 0.4 s
 SHARED_PARTIAL_ACTIVE = 0.8  # share of a partial's frames the speaker speaks in (the rest silence)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.media.refine import cut_silences, refine_turns, speech_frames, spherical_kmeans, split_voice_changes
+from pipeline.media.refine import cut_silences, merge_touching, refine_turns, speech_frames, spherical_kmeans, split_voice_changes
 from pipeline.media.rttm import Turn
 
 RATE = 16000
@@ -93,6 +93,13 @@ def test_a_sliver_cut_off_by_a_speaker_change_joins_the_piece_it_touches():
         return np.array([voice["b"] if 2.5 <= a < 4.0 else voice["a"] for a, _ in spans])
 
     refined = refine_turns(audio, turns, embed, num_speakers=2)
+    # (B's three touching pieces are then one turn again: merge_touching)
     assert [(t.start, t.end, t.speaker) for t in refined] == [
-        (0.0, 2.0, "SPEAKER_00"), (2.5, 2.6, "SPEAKER_01"), (2.6, 2.7, "SPEAKER_01"), (2.7, 4.0, "SPEAKER_01"),
-        (4.5, 4.7, "SPEAKER_00"), (5.2, 7.2, "SPEAKER_00")]
+        (0.0, 2.0, "SPEAKER_00"), (2.5, 4.0, "SPEAKER_01"), (4.5, 4.7, "SPEAKER_00"), (5.2, 7.2, "SPEAKER_00")]
+
+
+def test_merge_touching_joins_one_speakers_touching_or_overlapping_turns_only():
+    turns = [Turn(0.0, 0.6, "A"), Turn(0.6, 1.5, "A"), Turn(1.2, 2.0, "B"), Turn(1.4, 1.8, "A"),
+             Turn(2.0, 3.0, "B"), Turn(3.1, 4.0, "B"), Turn(3.5, 3.6, "A")]
+    assert merge_touching(turns) == [Turn(0.0, 1.8, "A"), Turn(1.2, 3.0, "B"), Turn(3.1, 4.0, "B"),
+                                     Turn(3.5, 3.6, "A")]

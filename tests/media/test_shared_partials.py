@@ -1,7 +1,7 @@
-"""``models.share_partials`` (not the offline default: DER on the generated hour) embeds each
-d-vector partial once per file instead of once per overlapping 10-s window: prints close to the
-per-window ones, about half the LSTM work, DER no worse on pyannote's real sample, every tensor
-on the input's device."""
+"""``models.share_partials`` (on in the offline default) embeds each d-vector partial once per file
+instead of once per overlapping 10-s window: prints close to the per-window ones, about half the
+LSTM work, DER no worse on pyannote's real sample, every tensor on the input's device;
+``RESCUE_DIARIZATION_SHARED_PARTIALS=0`` turns it off."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,18 +10,32 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.media.models import SHARED_PARTIAL_HOP, DVectorEmbedding, share_partials
+from pipeline.media.models import SHARED_PARTIAL_HOP, DVectorEmbedding
 from test_devices import FactoryCalls, speech_like  # same folder: the device check's helpers
 
 
 @pytest.fixture
 def shared(diar_pipeline):
-    """The session's default pipeline with shared partials, per-window again afterwards."""
-    assert getattr(diar_pipeline, "partial_hop", 0) == 0  # the default embeds per window
+    """The session's default pipeline: it embeds shared partials."""
+    assert getattr(diar_pipeline, "partial_hop", 0) == SHARED_PARTIAL_HOP
     try:
-        yield share_partials(diar_pipeline)
+        yield diar_pipeline
     finally:
-        share_partials(diar_pipeline, 0)
+        diar_pipeline.partial_hop = SHARED_PARTIAL_HOP  # whatever a test switched
+
+
+def test_the_setting_turns_shared_partials_off_and_refuses_nonsense(monkeypatch, models_dir):
+    from pipeline.config import Settings
+    from pipeline.media import diarize
+    from pipeline.media.models import OFFLINE_DIARIZATION
+    monkeypatch.setenv("RESCUE_DIARIZATION_SHARED_PARTIALS", "0")
+    settings = Settings.from_env()
+    assert settings.diarization_shared_partials is False
+    plain = diarize.load_pipeline(models_dir / OFFLINE_DIARIZATION, settings=settings)
+    assert getattr(plain, "partial_hop", 0) == 0  # pyannote's own get_embeddings
+    monkeypatch.setenv("RESCUE_DIARIZATION_SHARED_PARTIALS", "maybe")
+    with pytest.raises(ValueError, match="RESCUE_DIARIZATION_SHARED_PARTIALS"):
+        Settings.from_env()
 
 
 def embeddings_both_ways(pipeline, wav: Path):
