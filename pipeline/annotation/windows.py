@@ -34,7 +34,10 @@ from pipeline.annotation.naming import control_name, heading, parse_control_name
 # editor work before the first form shows: measured (emotion, 111 rows, through the gate, load
 # 4.5-6.6, median of 3 interleaved): 10 units 7.8 s cold / 6.9 s warm, 5 units 6.3 / 5.1 (15
 # tasks per 111 rows instead of 8), 3 units 5.1 / 4.5 (25 tasks, about twice the page waits per
-# sample). 5: most of the gain for half the extra page loads of 3.
+# sample). 5: most of the gain for half the extra page loads of 3. With the gate's service worker
+# (emotion and viewpoints, 111 and 250 rows, load 3.8-7, median of 2 interleaved) 4 units saved
+# 0.2-0.8 s a page and 3 units up to 0.7 s, for about 25% and 65% more pages per sample: more waiting
+# per sample in all, so the heavier rounds stay at 5 too.
 WINDOW_UNITS = 5
 SPLIT_ABOVE = 20      # a sample with at most this many units stays one task, as before
 CONTEXT_BEFORE = 6    # read-only dialogue rows shown before a window's own rows
