@@ -37,6 +37,9 @@ through the real login form and opens the annotator's task. Prints one line per 
   number key, and one Enter to come to the form; other buttons and boxes: 1 click each; a
   dropdown: 2 clicks; a text: 1 click + Shift+Enter; a number: 1 click + digits + Tab).
   ``--work-only``: these figures alone, no server, no browser.
+* Before figures: ``RESCUE_NO_SW=1`` (no service worker from the gate) or ``RESCUE_NO_PREFETCH=1``
+  in the environment reaches the gate the benchmark starts (a separate run, not interleaved:
+  on the shared machine compare only runs under similar load).
 * Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, and the load average
   (the machine is shared: compare figures taken under similar load).
 
@@ -67,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.annotation import ls_config, naming, push  # noqa: E402
 from pipeline.annotation.client import LabelStudioClient  # noqa: E402
+from pipeline.annotation.proxy import SW_REGISTER_PATH  # noqa: E402
 from pipeline.annotation.rounds import load_round, round_names  # noqa: E402
 from pipeline.annotation.server import LabelStudioServer  # noqa: E402
 
@@ -309,8 +313,9 @@ def login(context, base: str, email: str, password: str, typing: bool = False) -
     page = context.new_page()
     page.goto(f"{base}/user/login/")
     t0 = time.perf_counter()
-    if typing:
-        page.evaluate("async () => { await navigator.serviceWorker.ready; }")
+    if typing:  # (a gate with RESCUE_NO_SW=1 registers no worker there)
+        page.evaluate("async (src) => { if (document.querySelector(`script[src='${src}']`)) await navigator.serviceWorker.ready; }",
+                      SW_REGISTER_PATH)
     waited = time.perf_counter() - t0
     page.fill("input[name=email]", email)
     page.fill("input[name=password]", password)
