@@ -51,8 +51,9 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   cache-first; Chrome compiles what a worker caches while installing and keeps the compiled code
   (V8 code cache), so even the first task page skips most of compiling ~7 MB of JavaScript. The
   cache is named by Label Studio's version (``/api/version``): after an upgrade (and the gate's
-  restart) a page of the new build never gets the old build's chunks. ``RESCUE_NO_SW=1`` leaves
-  Label Studio's worker as it is (before/after figures).
+  restart) the old build's cache is dropped, and a page whose entry scripts (``main.js?v=...``)
+  are not the cached ones gets its other assets from the network meanwhile. ``RESCUE_NO_SW=1``
+  leaves Label Studio's worker as it is (before/after figures).
 * The page's feature flags come without those equal to the default (:func:`slim_feature_flags`).
 * Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
   1st-10th choice of the list in focus, else of the first list of the form being worked on (the
