@@ -416,6 +416,12 @@ def main() -> None:
             server.set_password(email, password)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+                def fresh_context():  # a browser profile of its own: empty cache, no service worker
+                    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                    context.set_default_timeout(args.page_timeout * 1000)
+                    return context
+
                 primed = args.direct
                 for n_rows in args.rows:
                     sample = family_sample(n_rows)
@@ -435,15 +441,14 @@ def main() -> None:
                         following = tasks[len(tasks) // 2 + 1] if len(tasks) > 1 else task
                         work = work_for_sample(rnd, sample, answers(rnd, sample), keys, args.window)
                         if not primed:  # the gate has served a task page (see the module doc)
-                            context = browser.new_context()
+                            context = fresh_context()
                             login(context, base, email, password)
                             first_form(context.new_page(), f"{base}/projects/{pid}/data?task={tasks[0]['id']}")
                             context.close()
                             primed = True
                         # cold: a fresh browser (empty cache) that has just logged in; warm: the next
                         # task in the same browser (Label Studio's code in the browser's cache)
-                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                        context.set_default_timeout(args.page_timeout * 1000)
+                        context = fresh_context()
                         figures = {"first_form_s": float("inf"), "warm_s": float("inf"), "key_echo_ms": float("nan"),
                                    "cold_cpu_s": float("nan"), "warm_cpu_s": float("nan"),
                                    "cold_typed_s": float("nan"), "typed_wait_s": float("nan"),
@@ -467,8 +472,7 @@ def main() -> None:
                         finally:
                             context.close()
                         if not args.direct:  # the same cold page after a login page left open (typing)
-                            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                            context.set_default_timeout(args.page_timeout * 1000)
+                            context = fresh_context()
                             try:
                                 figures["typed_wait_s"] = login(context, base, email, password, typing=True)
                                 figures["cold_typed_s"], _ = first_form(

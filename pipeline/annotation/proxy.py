@@ -524,6 +524,7 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
     keys_tag = '"' + hashlib.sha256(KEYS_JS.encode()).hexdigest()[:20] + '"'
     with_worker = os.environ.get("RESCUE_NO_SW") != "1"
     register_js = (_STATIC / "sw-register.js").read_bytes().replace(b"__SW_PATH__", SW_PATH.encode())
+    sw_template = (_STATIC / "sw.js").read_text()  # read once: browsers ask for the worker on every page
     register_entry = {"type": "application/javascript", "body": register_js, "gz": None,
                       "etag": '"' + hashlib.sha256(register_js).hexdigest()[:20] + '"',
                       "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
@@ -576,7 +577,7 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             except (httpx.HTTPError, ValueError):
                 return Response("Label Studio's service worker is not there", status_code=503)
             build[:] = [hashlib.sha256(json.dumps(version, sort_keys=True).encode()).hexdigest()[:16], own.text]
-        code = (_STATIC / "sw.js").read_text().replace("__BUILD__", build[0]).replace(
+        code = sw_template.replace("__BUILD__", build[0]).replace(
             "__ASSETS__", json.dumps(list(code_assets))) + build[1]
         return Response(code, media_type="text/javascript", headers={"cache-control": "no-cache"})
 

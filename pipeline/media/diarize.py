@@ -72,7 +72,7 @@ def load_pipeline(source: str | Path | None = None, device: str = "cpu", setting
         return _PIPELINES[key]
 
 
-def _load(source: str, device: str, step: float | None = None, shared_partials: bool = True):
+def _load(source: str, device: str, step: float | None, shared_partials: bool):  # settings: load_pipeline
     import torch  # heavy
     from pyannote.audio import Pipeline  # heavy
 
