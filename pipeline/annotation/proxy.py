@@ -55,6 +55,9 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   are not the cached ones gets its other assets from the network meanwhile. ``RESCUE_NO_SW=1``
   leaves Label Studio's worker as it is (before/after figures).
 * The page's feature flags come without those equal to the default (:func:`slim_feature_flags`).
+* The data manager's task list shows only the heading of the task data by default, not the
+  dialogue rows and people the labeling config uses (:func:`slim_columns`; ``RESCUE_NO_SLIM_COLUMNS=1``
+  for before figures).
 * Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
   1st-10th choice of the list in focus, else of the first list of the form being worked on (the
   one focused or clicked last, outlined), ``-`` its last choice (the "none" choice where a list
@@ -208,9 +211,31 @@ def slim_feature_flags(html: bytes) -> bytes:
 
 
 _DATA_PAGE = re.compile(r"^/projects/(\d+)/data/?$")
+LIST_COLUMNS = ("heading",)  # the task data an annotator's task list shows (push's task data)
+
+
+def slim_columns(payload: bytes) -> bytes:
+    """The data manager's columns (``GET /api/dm/columns``) with only :data:`LIST_COLUMNS` of the
+    task data shown by default. Why: by default the data manager shows every data key the
+    labeling config uses (a RESCUE window's dialogue rows and people) as a column, and builds
+    each of those cells for the 30 tasks it lists before the editor starts: with 30 windows of a
+    250-row interview about 1 CPU s of a task page in the browser. A person can still show any
+    column (the data manager's Columns menu); a view they saved keeps its choice."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return payload
+    columns = body.get("columns") if isinstance(body, dict) else None
+    if not isinstance(columns, list):
+        return payload
+    for col in columns:
+        if isinstance(col, dict) and col.get("parent") == "data" and col.get("id") not in LIST_COLUMNS:
+            col["visibility_defaults"] = {"explore": False, "labeling": False}
+    return json.dumps(body).encode()
 
 
 _VIEWS_PATH = "/api/dm/views"
+_COLUMNS_PATH = "/api/dm/columns"
 # the project counters the data manager asks for before the task (its spelling, Label Studio 1.23)
 _TIMER_INCLUDE = "task_count%2Ctask_number%2Cannotation_count%2Cnum_tasks_with_annotations%2Cqueue_total"
 PREFETCH_TTL_S = 20.0  # a prefetched answer not asked for within this long is dropped
@@ -226,7 +251,7 @@ def prefetch_urls(path: str, query: dict[str, str]) -> list[str]:
         return []
     pid = m[1]
     urls = ["/api/version", f"/api/projects/{pid}", "/api/current-user/whoami", f"/api/ml?project={pid}",
-            f"/api/dm/columns?project={pid}", f"/api/dm/project?project={pid}", f"/api/users?project={pid}",
+            f"{_COLUMNS_PATH}?project={pid}", f"/api/dm/project?project={pid}", f"/api/users?project={pid}",
             f"{_VIEWS_PATH}?project={pid}",
             f"/api/dm/project?interaction=timer&include={_TIMER_INCLUDE}&project={pid}"]
     if query.get("task", "").isdigit():
@@ -460,10 +485,15 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
     # write of that session drops them (the data may change).
     prefetched: dict[tuple[str, str], tuple[float, asyncio.Task]] = {}
 
-    async def fetch_for(headers: list[tuple[str, str]], url: str):
+    slim_cols = os.environ.get("RESCUE_NO_SLIM_COLUMNS") != "1"
+
+    async def fetch_for(headers: list[tuple[str, str]], url: str):  # (only for annotators and adjudicators)
         r = await client.get(url, headers=headers)
+        content = r.content
+        if slim_cols and r.status_code == 200 and url.partition("?")[0] == _COLUMNS_PATH:
+            content = slim_columns(content)
         return r.status_code, [(k.lower(), v) for k, v in r.headers.multi_items()
-                               if k.lower() not in _HOP and k.lower() != "content-encoding"], r.content
+                               if k.lower() not in _HOP and k.lower() != "content-encoding"], content
 
     def allowed_prefetches(user: str | None, path: str, query: dict[str, str]) -> list[str]:
         """What :func:`prefetch_urls` names for this page that ``user`` may ask for (the gate's
@@ -623,12 +653,19 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         # every header line as it came (several Set-Cookie lines stay several lines)
         raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
         listing = request.method == "GET" and path.rstrip("/") == "/api/projects"
+        columns = (slim_cols and request.method == "GET" and path.rstrip("/") == _COLUMNS_PATH
+                   and r.status_code == 200 and gate.role(user) is not None)
         page = (request.method == "GET" and r.status_code == 200
                 and r.headers.get("content-type", "").startswith("text/html"))
         if listing and gate.role(user) is not None and r.status_code == 200:
             payload = await r.aread()  # decoded
             await r.aclose()
             response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
+            raw = [(k, v) for k, v in raw if k != "content-encoding"]
+        elif columns:
+            payload = await r.aread()
+            await r.aclose()
+            response = Response(slim_columns(payload), status_code=r.status_code)
             raw = [(k, v) for k, v in raw if k != "content-encoding"]
         elif page:  # every page registers the service worker; a logged-in user's gets the keys (KEYS_JS)
             html = await r.aread()

@@ -223,7 +223,8 @@ def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_s
     refused as before and takes nothing; a write of the session drops its prefetched answers
     (saving the data manager's tab keeps the task).
     The session is the same for the gate while Label Studio re-signs its cookie on each response.
-    The page's feature flags come without the ones equal to the default (same meaning, smaller)."""
+    The page's feature flags come without the ones equal to the default (same meaning, smaller),
+    and the data manager's columns show only the heading of the task data by default."""
     tag = secrets.token_hex(3)
     a, b = (f"prefetch-{i}-{tag}@rescue.test" for i in (1, 2))
     passwords = {}
@@ -256,7 +257,19 @@ def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_s
                 assert set(got.json()) == set(want), url
             if url.startswith("/api/tasks/"):
                 assert got.json()["data"] == want["data"] and got.json()["id"] == tid
+            if url.startswith("/api/dm/columns"):
+                columns_prefetched, columns_straight = got.json(), want
         assert alice.get(urls[-1]).status_code == 200  # asked again: from Label Studio
+
+        # the task list shows only the heading of the task data (Label Studio: every key the
+        # config uses), prefetched or not; every column is still there to choose
+        def shown(answer, mode):
+            return {c["id"] for c in answer["columns"] if c.get("parent") == "data" and c["visibility_defaults"][mode]}
+        columns_again = alice.get(f"/api/dm/columns?project={pid[a]}").json()
+        assert {"heading", "turns", "entities"} <= shown(columns_straight, "labeling")
+        for answer in (columns_prefetched, columns_again):
+            assert shown(answer, "labeling") == shown(answer, "explore") == {"heading"}
+            assert [c["id"] for c in answer["columns"]] == [c["id"] for c in columns_straight["columns"]]
 
         # another annotator cannot take alice's prefetched task, nor reach it
         alice.get(f"/projects/{pid[a]}/data", params={"task": tid})
