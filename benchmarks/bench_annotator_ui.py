@@ -6,7 +6,11 @@ registers one annotator, pushes a generated family interview of 111 and of 250 r
 round (with a noise WAV as long as the interview as its audio; transcript with the segmenter's
 draft as pre-annotation, the later rounds as for a new interview: without gold from earlier
 rounds, with the rounds' defaults), and in headless Debian Chromium (Playwright) logs in
-through the real login form and opens the annotator's task. Prints one line per round and size:
+through the real login form and opens the annotator's task, ``--repeat`` times (default 3: single
+page loads on a shared 2-core machine vary by +-0.3 s). Prints one line per round and size, each
+page figure the median of the repeats (``first_form_runs``: each run's first form, the first on
+the project's first visit, when the data manager saves the annotator's tab; the others later
+visits, as most of an annotator's pages are):
 
     ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V cold_typed_s=T ...
 
@@ -45,9 +49,9 @@ through the real login form and opens the annotator's task. Prints one line per 
   (the machine is shared: compare figures taken under similar load).
 
     .venv/bin/python benchmarks/bench_annotator_ui.py [--rows 111 250] [--rounds emotion ...]
-        [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR] [--json FILE]
+        [--repeat N] [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR] [--json FILE]
 
-About 7 minutes for every round at both sizes on a quiet 2-core machine.
+About 15 minutes for every round at both sizes on a quiet 2-core machine (``--repeat 1``: 7).
 """
 from __future__ import annotations
 
@@ -326,6 +330,53 @@ def login(context, base: str, email: str, password: str, typing: bool = False) -
     return waited
 
 
+def _median(values: list) -> float:
+    finite = [v for v in values if v == v]  # a timed-out run's NaN figures do not count
+    return statistics.median(finite) if finite else float("nan")
+
+
+def measure(fresh_context, base: str, email: str, password: str, pid: int, task: dict, following: dict, args,
+            name: str, n_rows: int, screenshots: Path | None = None) -> dict:
+    """One of each page figure (module doc): cold and warm in one fresh browser, then cold after a
+    typed login in another. A page past ``--page-timeout`` gives ``inf`` (and NaN for the rest)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    # cold: a fresh browser (empty cache) that has just logged in; warm: the next task in the
+    # same browser (Label Studio's code in the browser's cache)
+    context = fresh_context()
+    figures = {"first_form_s": float("inf"), "warm_s": float("inf"), "key_echo_ms": float("nan"),
+               "cold_cpu_s": float("nan"), "warm_cpu_s": float("nan"),
+               "cold_typed_s": float("nan"), "typed_wait_s": float("nan"),
+               "height": float("nan"), "nodes": float("nan"), "heap": float("nan")}
+    try:
+        login(context, base, email, password)
+        page = context.new_page()
+        figures["first_form_s"], figures["cold_cpu_s"] = first_form(page, f"{base}/projects/{pid}/data?task={task['id']}")
+        page.close()
+        page = context.new_page()
+        figures["warm_s"], figures["warm_cpu_s"] = first_form(page, f"{base}/projects/{pid}/data?task={following['id']}")
+        figures["key_echo_ms"] = key_echo(page)
+        figures.update(page_stats(page))
+        if screenshots:
+            screenshots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(screenshots / f"{name}_{n_rows}.png"))
+    except PlaywrightTimeout:
+        print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s", flush=True)
+    finally:
+        context.close()
+    if not args.direct:  # the same cold page after a login page left open (typing)
+        context = fresh_context()
+        try:
+            figures["typed_wait_s"] = login(context, base, email, password, typing=True)
+            figures["cold_typed_s"], _ = first_form(context.new_page(), f"{base}/projects/{pid}/data?task={task['id']}")
+        except PlaywrightTimeout:
+            print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s after a typed login",
+                  flush=True)
+        finally:
+            context.close()
+    return figures
+
+
 def make_media(sample: dict, folder: Path) -> str:
     """A WAV as long as the sample (noise), under the media root: what the players and the
     dialogue's line buttons load. Returns its path relative to the media root."""
@@ -377,6 +428,8 @@ def main() -> None:
                          "no compression, no keys: the work figures are then counted without the gate's keys)")
     ap.add_argument("--no-media", action="store_true", help="push without audio (no players load anything)")
     ap.add_argument("--page-timeout", type=float, default=240, help="seconds a page may take (default 240)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="measure each page this many times and print the medians (default 3)")
     ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
     args = ap.parse_args()
     keys = not args.direct
@@ -390,7 +443,6 @@ def main() -> None:
                 print(f"{name.upper()} {n_rows} clicks_per_turn={w['clicks']:.2f} keys_per_turn={w['keys']:.2f} "
                       f"text_fields_per_turn={w['texts']:.2f}")
         return
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     if not shutil.which(CHROMIUM):
@@ -447,42 +499,11 @@ def main() -> None:
                             first_form(context.new_page(), f"{base}/projects/{pid}/data?task={tasks[0]['id']}")
                             context.close()
                             primed = True
-                        # cold: a fresh browser (empty cache) that has just logged in; warm: the next
-                        # task in the same browser (Label Studio's code in the browser's cache)
-                        context = fresh_context()
-                        figures = {"first_form_s": float("inf"), "warm_s": float("inf"), "key_echo_ms": float("nan"),
-                                   "cold_cpu_s": float("nan"), "warm_cpu_s": float("nan"),
-                                   "cold_typed_s": float("nan"), "typed_wait_s": float("nan"),
-                                   "height": 0, "nodes": 0, "heap": 0}
-                        try:
-                            login(context, base, email, password)
-                            page = context.new_page()
-                            figures["first_form_s"], figures["cold_cpu_s"] = first_form(
-                                page, f"{base}/projects/{pid}/data?task={task['id']}")
-                            page.close()
-                            page = context.new_page()
-                            figures["warm_s"], figures["warm_cpu_s"] = first_form(
-                                page, f"{base}/projects/{pid}/data?task={following['id']}")
-                            figures["key_echo_ms"] = key_echo(page)
-                            figures.update(page_stats(page))
-                            if args.screenshots:
-                                args.screenshots.mkdir(parents=True, exist_ok=True)
-                                page.screenshot(path=str(args.screenshots / f"{name}_{n_rows}.png"))
-                        except PlaywrightTimeout:
-                            print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s", flush=True)
-                        finally:
-                            context.close()
-                        if not args.direct:  # the same cold page after a login page left open (typing)
-                            context = fresh_context()
-                            try:
-                                figures["typed_wait_s"] = login(context, base, email, password, typing=True)
-                                figures["cold_typed_s"], _ = first_form(
-                                    context.new_page(), f"{base}/projects/{pid}/data?task={task['id']}")
-                            except PlaywrightTimeout:
-                                print(f"{name.upper()} {n_rows}: no usable form within {args.page_timeout:.0f} s "
-                                      "after a typed login", flush=True)
-                            finally:
-                                context.close()
+                        runs = [measure(fresh_context, base, email, password, pid, task, following, args, name, n_rows,
+                                        screenshots=args.screenshots if i == 0 else None)
+                                for i in range(args.repeat)]
+                        figures = {k: _median([r[k] for r in runs]) for k in runs[0]}
+                        figures["first_form_runs"] = "/".join(f"{r['first_form_s']:.1f}" for r in runs)
                         line = {"round": name, "rows": n_rows, **figures, **work, "tasks": len(tasks),
                                 "via": "label-studio" if args.direct else "gate", "load": os.getloadavg()}
                         out.append(line)
@@ -492,7 +513,8 @@ def main() -> None:
                               f"warm_s={line['warm_s']:.1f} cold_typed_s={line['cold_typed_s']:.1f} "
                               f"typed_wait_s={line['typed_wait_s']:.1f} cold_cpu_s={line['cold_cpu_s']:.1f} "
                               f"warm_cpu_s={line['warm_cpu_s']:.1f} text_fields_per_turn={work['texts']:.2f} "
-                              f"tasks={len(tasks)} page_px={line['height']} dom_nodes={line['nodes']} "
+                              f"tasks={len(tasks)} page_px={line['height']:.0f} dom_nodes={line['nodes']:.0f} "
+                              f"first_form_runs={line['first_form_runs']} "
                               f"heap_mb={line['heap'] / 2**20:.0f} {_load()}", flush=True)
                 browser.close()
         finally:
