@@ -653,20 +653,15 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             await early_start
         # every header line as it came (several Set-Cookie lines stay several lines)
         raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
-        listing = request.method == "GET" and path.rstrip("/") == "/api/projects"
-        columns = (slim_cols and request.method == "GET" and path.rstrip("/") == _COLUMNS_PATH
-                   and r.status_code == 200 and gate.role(user) is not None)
-        page = (request.method == "GET" and r.status_code == 200
-                and r.headers.get("content-type", "").startswith("text/html"))
-        if listing and gate.role(user) is not None and r.status_code == 200:
+        ok_get = request.method == "GET" and r.status_code == 200
+        # answers the gate changes for annotators and adjudicators: the project list, the columns
+        rewrite = {"/api/projects": lambda payload: gate.filter_project_list(user, payload),
+                   _COLUMNS_PATH: slim_columns if slim_cols else None}.get(path.rstrip("/")) if ok_get else None
+        page = ok_get and r.headers.get("content-type", "").startswith("text/html")
+        if rewrite is not None and gate.role(user) is not None:
             payload = await r.aread()  # decoded
             await r.aclose()
-            response = Response(gate.filter_project_list(user, payload), status_code=r.status_code)
-            raw = [(k, v) for k, v in raw if k != "content-encoding"]
-        elif columns:
-            payload = await r.aread()
-            await r.aclose()
-            response = Response(slim_columns(payload), status_code=r.status_code)
+            response = Response(rewrite(payload), status_code=r.status_code)
             raw = [(k, v) for k, v in raw if k != "content-encoding"]
         elif page:  # every page registers the service worker; a logged-in user's gets the keys (KEYS_JS)
             html = await r.aread()
