@@ -210,6 +210,38 @@ def slim_feature_flags(html: bytes) -> bytes:
     return html[:m.start(2)] + json.dumps(kept).encode() + html[m.end(2):]
 
 
+# Two spots of Label Studio 1.23's editor bundle that cost a long task page most for nothing
+# (CPU profiles of a viewpoints window of a 250-row interview, see patch_bundle). Each is an
+# exact piece of the minified build: another build does not contain it and is served unchanged.
+_HOTKEYS_ONCE = (  # one setupHotKeys per annotation and microtask, for the selected annotation only
+    "(a=>{const q=window.__rescueHotKeys||(window.__rescueHotKeys=new Set);q.has(a)||(q.add(a),"
+    "queueMicrotask(()=>{q.delete(a);try{a.store.annotationStore.selected===a&&a.setupHotKeys()}catch(x){}}))})")
+BUNDLE_PATCHES = (
+    # isFF copies the whole feature-flag object (101 flags) on each of its thousands of calls;
+    # its only reader (isFF itself) reads, so the object can be handed out as it is
+    (b"function L(){var e,t;return Object.assign({},null!=(e=null==(t=window.APP_SETTINGS)?void 0:"
+     b"t.feature_flags)?e:{})}",
+     b"function L(){var e,t;return null!=(e=null==(t=window.APP_SETTINGS)?void 0:t.feature_flags)?e:{}}"),
+    # every Choices with dynamic values (value="$entities"; viewpoints has 30 on a page) re-binds
+    # every hotkey of the annotation after loading its choices, walking the whole tree three
+    # times: quadratic in the forms of a page. Selecting an annotation binds its hotkeys anyway
+    # (after these loads), so these calls are coalesced to one per annotation, for the selected one.
+    (b"e.annotation&&(e.annotation.setupHotKeys(),null==e.needsUpdate||e.needsUpdate())",
+     b"e.annotation&&(" + _HOTKEYS_ONCE.encode() + b"(e.annotation),null==e.needsUpdate||e.needsUpdate())"),
+)
+
+
+def patch_bundle(body: bytes) -> bytes:
+    """A build script with :data:`BUNDLE_PATCHES` applied where their exact text occurs once
+    (``RESCUE_NO_BUNDLE_PATCHES=1``: unchanged, for before figures)."""
+    if os.environ.get("RESCUE_NO_BUNDLE_PATCHES") == "1":
+        return body
+    for old, new in BUNDLE_PATCHES:
+        if body.count(old) == 1:
+            body = body.replace(old, new)
+    return body
+
+
 _DATA_PAGE = re.compile(r"^/projects/(\d+)/data/?$")
 LIST_COLUMNS = ("heading",)  # the task data an annotator's task list shows (push's task data)
 
@@ -580,7 +612,7 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             if r.status_code != 200:
                 return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
             kind = r.headers.get("content-type", "application/octet-stream")
-            body = r.content
+            body = patch_bundle(r.content) if kind.startswith(_CODE_TYPES) else r.content
             gz = None
             if kind.startswith(_COMPRESSIBLE) and len(body) > 1024:
                 gz = await anyio.to_thread.run_sync(lambda: gzip.compress(body, 6, mtime=0))

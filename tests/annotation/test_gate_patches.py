@@ -1,0 +1,107 @@
+"""The gate's patches of Label Studio's editor bundle (``proxy.BUNDLE_PATCHES``), through a real
+gate and Label Studio in headless Debian Chromium: each patch's text is in the installed Label
+Studio's build exactly once (so it applies: an upgrade that changes it fails here, not silently),
+the gate serves the build patched (``RESCUE_NO_BUNDLE_PATCHES=1``: as Label Studio gives it), and a
+page of a round with dynamic choice lists binds exactly the keys it binds unpatched."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import httpx
+import pytest
+from ls_samples import browser_login, make_sample
+
+from pipeline.annotation import ls_config, push
+from pipeline.annotation.proxy import BUNDLE_PATCHES, ProxyServer
+from pipeline.annotation.rounds import load_round
+from pipeline.annotation.server import DEFAULT_VENV
+
+pytestmark = pytest.mark.slow
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# every key mark Label Studio shows on a choice: the form, the choice's text and its key
+_MARKS = """() => [...document.querySelectorAll('[id^=unit_] sup')].map(s =>
+    s.closest('[id^=unit_]').id + ':' + s.closest('label, .ant-checkbox-wrapper, span').textContent)"""
+
+
+def _build_files() -> dict[bytes, str]:
+    """Each patch's text -> the build script of the installed Label Studio that holds it."""
+    build = next(DEFAULT_VENV.glob("lib/python3*/site-packages/web/dist/apps/labelstudio"), None)
+    if build is None:
+        pytest.fail("Label Studio's build is not installed: run scripts/setup.sh")
+    found = {}
+    for path in sorted(build.glob("*.js")):
+        body = path.read_bytes()
+        for old, _ in BUNDLE_PATCHES:
+            if old in body:
+                assert body.count(old) == 1, f"{path.name} holds a patch's text more than once"
+                found[old] = path.name
+    return found
+
+
+def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, ls_client, ls_credentials,
+                                                                   new_annotators, monkeypatch):
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+    files = _build_files()
+    missing = [old[:60] for old, _ in BUNDLE_PATCHES if old not in files]
+    assert not missing, f"Label Studio's build no longer holds these patched spots (revisit BUNDLE_PATCHES): {missing}"
+
+    # A control project opened by the admin (whom the gate lets through): an emotion window
+    # without the config's hidden key holders, so that Label Studio gives its choices keys,
+    # those of the people lists ("who feels it") among them, which are loaded from the task
+    # data (dynamic choices, whose loading the patch changes).
+    [email] = new_annotators(1)
+    sample = make_sample("synthetic/gate_patches_001", "family", 8)
+    report = push.push_round(ls_client, "emotion", [sample], [email], k=1, prelabel=None)
+    pushed = ls_client.find_tasks(report.projects[push.project_key("emotion", "family", email)],
+                                  "sample_id", sample["sample_id"])[0]
+    config = ls_config.render_config(load_round("emotion"), "family").replace(
+        "\n".join(ls_config.hotkey_sink()) + "\n", "")
+    control = ls_client.ensure_project("rescue-test:gate-patches-control", "gate patches control", config)
+    ls_client.import_tasks(control.id, [{"data": pushed["data"]}])
+    task = ls_client.tasks(control.id)[0]
+    people = {e["value"] for e in task["data"]["entities"]}
+
+    def marks_through(gate: ProxyServer) -> list[str]:
+        with playwright.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                browser_login(page, gate.url, ls_credentials["LABEL_STUDIO_USERNAME"],
+                              ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
+                page.goto(f"{gate.url}/projects/{control.id}/data?task={task['id']}")
+                page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+                page.wait_for_load_state("networkidle")
+                return page.evaluate(_MARKS)
+            finally:
+                browser.close()
+
+    token = ls_credentials["LABEL_STUDIO_USER_TOKEN"]
+    try:
+        with monkeypatch.context() as env:
+            env.setenv("RESCUE_NO_BUNDLE_PATCHES", "1")
+            plain = ProxyServer(ls_server.url, token).start()
+            try:
+                for old, name in files.items():
+                    assert old in httpx.get(f"{plain.url}/react-app/{name}", timeout=60).content
+                unpatched = marks_through(plain)
+            finally:
+                plain.stop()
+        gate = ProxyServer(ls_server.url, token).start()
+        try:
+            for old, new in BUNDLE_PATCHES:
+                served = httpx.get(f"{gate.url}/react-app/{files[old]}", timeout=60).content
+                assert old not in served and served.count(new) == 1
+            patched = marks_through(gate)
+        finally:
+            gate.stop()
+    finally:
+        ls_client.request("DELETE", f"/api/projects/{control.id}/", "delete the control project")
+
+    # the control shows keys, on a people list too: the check below compares something
+    assert any(re.sub(r"\[\w\]$", "", mark.split(":", 1)[1]) in people for mark in unpatched), unpatched
+    assert patched == unpatched
