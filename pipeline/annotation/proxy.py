@@ -37,12 +37,14 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   and a revalidation is answered by the gate itself (304). Label Studio's development server
   sends them with neither. Restart the gate after upgrading Label Studio.
 * A task page (``/projects/<id>/data?task=<id>``) of an annotator or adjudicator: the gate asks
-  Label Studio at once (while Label Studio renders the page), with that session, for what the data manager will ask next one request
-  after another (:func:`prefetch_urls`), while the browser is still compiling the app; the
-  session's identical GET within :data:`PREFETCH_TTL_S` gets that answer once (after the gate's
-  check, like any request); a write of the session drops them (saving the data manager's tab,
-  which its first visit of a project does, drops only the views answer). (A ``<link rel=preload>`` does not
-  do it: Chrome does not give a preload to the data manager's ``mode: same-origin`` fetches.)
+  Label Studio at once (while Label Studio renders the page), with that session, for what the
+  data manager will ask next one request after another (:func:`prefetch_urls`), while the
+  browser is still compiling the app; once the views answer is there, the first page of the task
+  list its first tab shows follows (:func:`task_list_url`). The session's identical GET within
+  :data:`PREFETCH_TTL_S` gets that answer once (after the gate's check, like any request); a
+  write of the session drops them (saving the data manager's tab, which its first visit of a
+  project does, drops only the views and the list). (A ``<link rel=preload>`` does not do it:
+  Chrome does not give a preload to the data manager's ``mode: same-origin`` fetches.)
   ``RESCUE_NO_PREFETCH=1`` turns this off (for before/after figures of the annotator benchmark).
 * Label Studio's service worker (``/sw.js``, which its app pages register: one worker per scope)
   comes with the gate's build cache in front of it (``static/sw.js``), and the login page
@@ -273,9 +275,11 @@ def slim_columns(payload: bytes) -> bytes:
 
 _VIEWS_PATH = "/api/dm/views"
 _COLUMNS_PATH = "/api/dm/columns"
+_TASK_LIST_PATH = "/api/tasks?"
 # the project counters the data manager asks for before the task (its spelling, Label Studio 1.23)
 _TIMER_INCLUDE = "task_count%2Ctask_number%2Cannotation_count%2Cnum_tasks_with_annotations%2Cqueue_total"
 PREFETCH_TTL_S = 20.0  # a prefetched answer not asked for within this long is dropped
+TASK_LIST_PAGE = 30  # tasks per page of the data manager's list (its default)
 
 
 def prefetch_urls(path: str, query: dict[str, str]) -> list[str]:
@@ -294,6 +298,23 @@ def prefetch_urls(path: str, query: dict[str, str]) -> list[str]:
     if query.get("task", "").isdigit():
         urls += [f"/api/tasks/{query['task']}?project={pid}", f"/api/projects/{pid}/label-stream-history?project={pid}"]
     return urls
+
+
+def task_list_url(project: str, views_payload: bytes) -> str | None:
+    """The first page of the task list the data manager asks for once it has the views answer
+    (``views_payload``): it shows the first view (tab) when the page names none, 30 tasks a page,
+    spelt as the data manager spells it. None when the answer names no view."""
+    try:
+        views = json.loads(views_payload)
+    except ValueError:
+        return None
+    views = views.get("tabs") if isinstance(views, dict) else views
+    if not isinstance(views, list) or not views or not isinstance(views[0], dict):
+        return None
+    view = views[0].get("id")
+    if not isinstance(view, int):
+        return None
+    return f"{_TASK_LIST_PATH}page=1&page_size={TASK_LIST_PAGE}&view={view}&project={project}"
 
 
 def no_cookies() -> http.cookiejar.CookieJar:
@@ -555,9 +576,23 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         # what the data manager's fetch() sends: the same cookies, JSON wanted
         headers = [(k, v) for k, v in request.headers.items()
                    if k.lower() in ("cookie", "host", "user-agent", "accept-language")] + [("accept", "*/*")]
-        for url in urls:
+        project = _DATA_PAGE.match(request.url.path)[1]
+
+        def prefetch(url: str, fetch) -> None:
             if (session, url) not in prefetched:
-                prefetched[(session, url)] = (now + PREFETCH_TTL_S, asyncio.ensure_future(fetch_for(headers, url)))
+                prefetched[(session, url)] = (time.monotonic() + PREFETCH_TTL_S, asyncio.ensure_future(fetch(url)))
+
+        async def views_then_list(url: str):
+            # the task list follows the views answer: asked for (and its key set) before the
+            # browser can have the views answer, so that the browser's request finds it
+            answer = await fetch_for(headers, url)
+            list_url = task_list_url(project, answer[2]) if answer[0] == 200 else None
+            if list_url is not None:
+                prefetch(list_url, lambda u: fetch_for(headers, u))
+            return answer
+
+        for url in urls:
+            prefetch(url, views_then_list if url.startswith(_VIEWS_PATH) else lambda u: fetch_for(headers, u))
 
     async def prefetch_page(session: str, request: Request, user: str, path: str, query: dict[str, str]) -> None:
         import anyio
@@ -570,9 +605,10 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             return None
         if method != "GET":
             # a write may change what was prefetched; the data manager's first visit saves its tab
-            # (POST /api/dm/views), which changes nothing else: only the views answer goes then
+            # (POST /api/dm/views), which changes only the views and the task list they show
             tabs = url.startswith(_VIEWS_PATH)
-            for key in [k for k in prefetched if k[0] == session and (not tabs or k[1].startswith(_VIEWS_PATH))]:
+            for key in [k for k in prefetched if k[0] == session
+                        and (not tabs or k[1].startswith((_VIEWS_PATH, _TASK_LIST_PATH)))]:
                 prefetched.pop(key)[1].cancel()
             return None
         hit = prefetched.pop((session, url), None)

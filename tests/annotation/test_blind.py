@@ -221,7 +221,8 @@ def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_s
     the data manager asks next (project, columns, views, the task, ...): the session's identical
     GET gets that answer (what Label Studio gives), once; another annotator asking the same URL is
     refused as before and takes nothing; a write of the session drops its prefetched answers
-    (saving the data manager's tab keeps the task).
+    (saving the data manager's tab keeps the task, drops the views and the task list, which the
+    prefetch asks for once the views answer names the first tab).
     The session is the same for the gate while Label Studio re-signs its cookie on each response.
     The page's feature flags come without the ones equal to the default (same meaning, smaller),
     and the data manager's columns show only the heading of the task data by default."""
@@ -279,6 +280,23 @@ def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_s
         # the data manager saving its tab (its first visit does) keeps the prefetched task
         saved = alice.post(f"/api/dm/views?tabID=0&project={pid[a]}", json={"project": pid[a], "data": {"title": "Default"}})
         assert saved.status_code == 201, saved.text[:200]
+        assert (session, f"/api/tasks/{tid}?project={pid[a]}") in prefetched
+        # with a saved tab, the page's prefetch also asks for the first page of the task list
+        # the data manager asks for next (its first tab's), once the views answer is there
+        alice.get(f"/projects/{pid[a]}/data", params={"task": tid})
+        views = alice.get(f"/api/dm/views?project={pid[a]}").json()
+        list_url = f"/api/tasks?page=1&page_size=30&view={views[0]['id']}&project={pid[a]}"
+        assert (session, list_url) in prefetched
+        listed = alice.get(list_url)
+        assert listed.status_code == 200 and (session, list_url) not in prefetched
+        assert [t["id"] for t in listed.json()["tasks"]] == [t["id"] for t in direct.get(list_url).json()["tasks"]]
+        # saving a tab drops a prefetched list (its filters or order may change) and keeps the task
+        alice.get(f"/projects/{pid[a]}/data", params={"task": tid})
+        alice.get(f"/api/dm/views?project={pid[a]}")
+        assert (session, list_url) in prefetched
+        tab = alice.put(f"/api/dm/views/{views[0]['id']}?project={pid[a]}", json={"project": pid[a], "data": views[0]["data"]})
+        assert tab.status_code == 200, tab.text[:200]
+        assert (session, list_url) not in prefetched
         assert (session, f"/api/tasks/{tid}?project={pid[a]}") in prefetched
         # any other write of alice's session drops her prefetched answers
         alice.post(f"/api/projects/{pid[a]}/label-stream-history/", json={})
