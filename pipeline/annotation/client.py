@@ -44,13 +44,28 @@ class Project:
         return lines[-1].strip() if lines else ""
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def connection_limits(url: str) -> httpx.Limits:
+    """How many connections to Label Studio at ``url`` an HTTP client keeps open. None on this
+    machine's loopback: Label Studio's server (Django's, one process) writes an answer's head and
+    body apart, and on a kept-alive connection the body then waits for the client's delayed ACK,
+    40 ms more on every request (measured on 127.0.0.1: ``/api/version`` 52 ms kept alive, 10 ms
+    on a new connection, which costs well under 1 ms there). Elsewhere (TLS, a real network)
+    connections are kept, as usual."""
+    if httpx.URL(url).host in _LOOPBACK:
+        return httpx.Limits(max_keepalive_connections=0)
+    return httpx.Limits()
+
+
 class LabelStudioClient:
     def __init__(self, url: str, token: Secret | str, timeout: float = 120.0):
         token = token if isinstance(token, Secret) else Secret(token)
         if not token:
             raise LabelStudioAuthError("no Label Studio API token: set LABEL_STUDIO_USER_TOKEN")
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout,
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, limits=connection_limits(self.url),
                                   headers={"Authorization": f"Token {token.value}"})
 
     @classmethod

@@ -294,7 +294,8 @@ def test_the_gate_answers_a_task_pages_first_api_calls_from_a_prefetch_of_that_s
         alice.get(f"/projects/{pid[a]}/data", params={"task": tid})
         alice.get(f"/api/dm/views?project={pid[a]}")
         assert (session, list_url) in prefetched
-        tab = alice.put(f"/api/dm/views/{views[0]['id']}?project={pid[a]}", json={"project": pid[a], "data": views[0]["data"]})
+        tab = alice.put(f"/api/dm/views/{views[0]['id']}?project={pid[a]}",
+                        json={"project": pid[a], "data": views[0]["data"]})
         assert tab.status_code == 200, tab.text[:200]
         assert (session, list_url) not in prefetched
         assert (session, f"/api/tasks/{tid}?project={pid[a]}") in prefetched
