@@ -269,3 +269,19 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, n
     assert {t["data"]["window"]["count"] for t in b_tasks} == {5}
     assert len(ls_client.tasks(pid)) == 3
     assert pull.pull_round(ls_client, "transcript", tmp_path, annotators=[a], write=False).labels.equals(result.labels)
+
+
+def test_a_client_of_label_studio_on_the_loopback_keeps_no_connection_open(ls_server, ls_credentials):
+    """Label Studio's own server makes a kept-alive connection wait for the client's delayed ACK
+    (40 ms a request, see ``client.connection_limits``): on 127.0.0.1 every request gets a new
+    connection, and none is left in the pool after it; a remote Label Studio keeps them."""
+    client = LabelStudioClient(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"])
+    try:
+        for _ in range(3):
+            assert client.request("GET", "/api/version", "version").status_code == 200
+        assert client._http._transport._pool.connections == []  # (httpx's pool of idle connections)
+    finally:
+        client.close()
+    remote = LabelStudioClient("https://labelstudio.example.org", "x" * 40)
+    assert remote._http._transport._pool._max_keepalive_connections > 0
+    remote.close()
