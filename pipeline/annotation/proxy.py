@@ -548,11 +548,20 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
 
     slim_cols = os.environ.get("RESCUE_NO_SLIM_COLUMNS") != "1"
 
-    async def fetch_for(headers: list[tuple[str, str]], url: str):  # (only for annotators and adjudicators)
+    def rewrite_of(user: str | None, path: str):
+        """How the gate changes a successful GET's answer at ``path`` for an annotator or
+        adjudicator (the project list cut to theirs, the columns slimmed), or None: as it came."""
+        path = path.rstrip("/")
+        if path == "/api/projects":
+            return lambda payload: gate.filter_project_list(user, payload)
+        return slim_columns if path == _COLUMNS_PATH and slim_cols else None
+
+    async def fetch_for(user: str, headers: list[tuple[str, str]], url: str):  # (annotators and adjudicators)
         r = await client.get(url, headers=headers)
         content = r.content
-        if slim_cols and r.status_code == 200 and url.partition("?")[0] == _COLUMNS_PATH:
-            content = slim_columns(content)
+        rewrite = rewrite_of(user, url.partition("?")[0]) if r.status_code == 200 else None
+        if rewrite is not None:
+            content = rewrite(content)
         return r.status_code, [(k.lower(), v) for k, v in r.headers.multi_items()
                                if k.lower() not in _HOP and k.lower() != "content-encoding"], content
 
@@ -569,7 +578,7 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
             allowed.append(url)
         return allowed
 
-    def start_prefetch(session: str, request: Request, urls: list[str], page_sent: asyncio.Event) -> None:
+    def start_prefetch(session: str, request: Request, user: str, urls: list[str], page_sent: asyncio.Event) -> None:
         """Ask Label Studio, for this session, what its data manager will ask for next
         (:func:`prefetch_urls`, then the task list :func:`task_list_url` names once the views
         answer is there): each answer waits for one identical GET of the same session within
@@ -604,7 +613,7 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
                 if answer.done():  # dropped meanwhile (a write of the session, expiry)
                     continue
                 try:
-                    got = await fetch_for(headers, url)
+                    got = await fetch_for(user, headers, url)
                 except httpx.HTTPError:
                     got = None  # the browser's own request then goes to Label Studio
                 views = got is not None and got[0] == 200 and url.startswith(_VIEWS_PATH)
@@ -622,8 +631,8 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         import anyio
 
         if await anyio.to_thread.run_sync(gate.role, user) is not None:  # annotators and adjudicators
-            start_prefetch(session, request, await anyio.to_thread.run_sync(allowed_prefetches, user, path, query),
-                           page_sent)
+            start_prefetch(session, request, user,
+                           await anyio.to_thread.run_sync(allowed_prefetches, user, path, query), page_sent)
 
     async def take_prefetched(session: str | None, method: str, url: str) -> Response | None:
         if session is None:
@@ -760,8 +769,7 @@ def make_app(upstream: str, admin_token: str, adjudicators: Iterable[str] | None
         raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
         ok_get = request.method == "GET" and r.status_code == 200
         # answers the gate changes for annotators and adjudicators: the project list, the columns
-        rewrite = {"/api/projects": lambda payload: gate.filter_project_list(user, payload),
-                   _COLUMNS_PATH: slim_columns if slim_cols else None}.get(path.rstrip("/")) if ok_get else None
+        rewrite = rewrite_of(user, path) if ok_get else None
         page = ok_get and r.headers.get("content-type", "").startswith("text/html")
         if rewrite is not None and gate.role(user) is not None:
             payload = await r.aread()  # decoded

@@ -1,11 +1,15 @@
-"""Samples for the annotation tests: the release's first three samples when the shared copy is
-present, else (and in addition) small generated ones. Generated text is neutral filler."""
+"""Samples and the headless browser for the annotation tests: the release's first three samples
+when the shared copy is present, else (and in addition) small generated ones. Generated text is
+neutral filler."""
 from __future__ import annotations
 
 import json
 import random
 from pathlib import Path
 
+CHROMIUM = "/usr/bin/chromium"  # Debian's (scripts/setup.sh installs it)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 BENCHMARK_HEAD = Path("/work/shared/data/rescue/benchmark_head.jsonl")
 UTTERANCE_TYPES = ("disclosure", "accusation", "defense", "request", "recollection")
 

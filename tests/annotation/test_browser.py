@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from ls_samples import browser_login, make_sample
+from ls_samples import CHROMIUM, CHROMIUM_ARGS, browser_login, make_sample
 from typer.testing import CliRunner
 
 from pipeline.annotation import naming, pull, push
@@ -20,9 +20,6 @@ from pipeline.cli import app
 from pipeline.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 

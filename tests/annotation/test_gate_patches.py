@@ -10,7 +10,7 @@ import shutil
 
 import httpx
 import pytest
-from ls_samples import browser_login, make_sample
+from ls_samples import CHROMIUM, CHROMIUM_ARGS, browser_login, make_sample
 
 from pipeline.annotation import ls_config, push
 from pipeline.annotation.proxy import BUNDLE_PATCHES, ProxyServer
@@ -18,9 +18,6 @@ from pipeline.annotation.rounds import load_round
 from pipeline.annotation.server import DEFAULT_VENV
 
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # every key mark Label Studio shows on a choice: the form, the choice's text and its key
 _MARKS = """() => [...document.querySelectorAll('[id^=unit_] sup')].map(s =>
     s.closest('[id^=unit_]').id + ':' + s.closest('label, .ant-checkbox-wrapper, span').textContent)"""

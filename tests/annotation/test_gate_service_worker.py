@@ -9,15 +9,12 @@ import shutil
 
 import httpx
 import pytest
-from ls_samples import make_sample
+from ls_samples import CHROMIUM, CHROMIUM_ARGS, make_sample
 
 from pipeline.annotation import push
 from pipeline.annotation.proxy import SW_PATH, ProxyServer
 
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # the page's registration once no worker version is installing or waiting, and the build cache's keys
 _SETTLED_CACHE = """async () => {
     const reg = await navigator.serviceWorker.ready;
