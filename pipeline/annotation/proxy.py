@@ -61,10 +61,11 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
 * The data manager's task list shows only the heading of the task data by default, not the
   dialogue rows and people the labeling config uses (:func:`slim_columns`; ``RESCUE_NO_SLIM_COLUMNS=1``
   for before figures).
-* Label Studio's editor bundle comes with two exact-text patches (:data:`BUNDLE_PATCHES`: the
-  feature-flag copy on every ``isFF`` call, and the hotkey re-binding after every dynamic choice
-  list is loaded, coalesced): about 0.4-0.5 s of a 250-row window's page; a build without those
-  exact texts is served unchanged; ``RESCUE_NO_BUNDLE_PATCHES=1`` for before figures.
+* Label Studio's build comes with exact-text patches (:data:`BUNDLE_PATCHES`: the feature-flag
+  copy on every ``isFF`` call left out, the hotkey re-binding after every dynamic choice list is
+  loaded coalesced, and the task's annotation built once instead of twice per task page): about
+  1 s of a 250-row window's page; a build without those exact texts is served unchanged;
+  ``RESCUE_NO_BUNDLE_PATCHES=1`` for before figures.
 * Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
   1st-10th choice of the list in focus, else of the first list of the form being worked on (the
   one focused or clicked last, outlined), ``-`` its last choice (the "none" choice where a list
@@ -218,9 +219,9 @@ def slim_feature_flags(html: bytes) -> bytes:
     return html[:m.start(2)] + json.dumps(kept).encode() + html[m.end(2):]
 
 
-# Two spots of Label Studio 1.23's editor bundle that cost a long task page most for nothing
-# (CPU profiles of a viewpoints window of a 250-row interview, see patch_bundle). Each is an
-# exact piece of the minified build: another build does not contain it and is served unchanged.
+# Spots of Label Studio 1.23's build that cost a long task page most for nothing (CPU profiles
+# of a viewpoints window of a 250-row interview, see patch_bundle). Each is an exact piece of the
+# minified build: another build does not contain it and is served unchanged.
 _HOTKEYS_ONCE = (  # one setupHotKeys per annotation and microtask, for the selected annotation only
     "(a=>{const q=window.__rescueHotKeys||(window.__rescueHotKeys=new Set);q.has(a)||(q.add(a),"
     "queueMicrotask(()=>{q.delete(a);try{a.store.annotationStore.selected===a&&a.setupHotKeys()}catch(x){}}))})")
@@ -236,6 +237,38 @@ BUNDLE_PATCHES = (
     # (after these loads), so these calls are coalesced to one per annotation, for the selected one.
     (b"e.annotation&&(e.annotation.setupHotKeys(),null==e.needsUpdate||e.needsUpdate())",
      b"e.annotation&&(" + _HOTKEYS_ONCE.encode() + b"(e.annotation),null==e.needsUpdate||e.needsUpdate())"),
+    # A task page builds the task's annotation twice: the editor starts with the task the data
+    # manager selected and creates its annotation; once the data manager has loaded that task in
+    # full it hands it to the editor again, which resets its store and creates it anew. Where
+    # what it hands over is exactly what the editor started with (the task opened by its URL),
+    # and the annotation it asks for is the one on show, the second set-up is left out (the two
+    # toolbar switches it sets are set; with the overlap feature on, nothing is left out).
+    (b"task:sa(this.task),description:this.instruction",
+     b"task:(e=>(this.__rescueFirst=JSON.stringify(e),e))(sa(this.task)),description:this.instruction"),
+    (b"const l=sa(e),o=Q(e.default_selected_annotation)",
+     b"const l=sa(e);if((()=>{const f=this.__rescueFirst,c=this.lsf.annotationStore.selected;"
+     b"this.__rescueFirst=null;return!!f&&!n&&!a&&!Lt(Bt)&&null!=c&&null!=t&&String(t)===String(null!=c.pk?c.pk:c.id)"
+     b"&&f===JSON.stringify(l)&&(this.lsf.toggleInterface(\"postpone\",!1!==this.task.allow_postpone),"
+     b"this.lsf.toggleInterface(\"topbar:task-counter\",!0),this.setLoading(!1),!0)})())return;"
+     b"const o=Q(e.default_selected_annotation)"),
+    # The same when the editor starts with the task list's entry of the task (no annotations,
+    # predictions or drafts in it: a task opened from the list, or once the list is there first)
+    # while the data manager is loading it in full, or has loaded it and waits for the editor to
+    # show an annotation before handing it over: the editor waits for the hand-over instead of
+    # building an annotation to throw away, and the data manager, told so, goes on; should no
+    # one hand the task over, the editor goes on as before once the load is over.
+    (b'?t:"auto";await s.setAnnotation(e)}',
+     b'?t:"auto";const q=s.datamanager.store.taskStore;'
+     b"if(q.loadingItems.includes(s.task.id)||s.datamanager.__rescueHandOver){"
+     b"s.__rescueDeferred=e;for(;q.loadingItems.includes(s.task.id);)await new Promise(e=>setTimeout(e,20));"
+     b"await new Promise(e=>requestAnimationFrame(()=>requestAnimationFrame(e)));"
+     b"if(s.__rescueDeferred!==e)return;s.__rescueDeferred=void 0}await s.setAnnotation(e)}"),
+    (b"for(;(null==(n=e.LSF)||!n.currentAnnotation)&&t>0;){var n;await new Promise(e=>setTimeout(e,1)),t-=1}"
+     b"if(e.LSF){",
+     b"for(e.SDK.__rescueHandOver=!0;(null==(n=e.LSF)||!n.currentAnnotation&&void 0===n.__rescueDeferred)&&t>0;)"
+     b"{var n;await new Promise(e=>setTimeout(e,1)),t-=1}e.SDK.__rescueHandOver=void 0;if(e.LSF){"),
+    (b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,n);",
+     b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,null!=n?n:(x=>(l.__rescueDeferred=void 0,x))(l.__rescueDeferred));"),
 )
 
 

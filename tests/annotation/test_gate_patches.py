@@ -2,7 +2,8 @@
 gate and Label Studio in headless Debian Chromium: each patch's text is in the installed Label
 Studio's build exactly once (so it applies: an upgrade that changes it fails here, not silently),
 the gate serves the build patched (``RESCUE_NO_BUNDLE_PATCHES=1``: as Label Studio gives it), and a
-page of a round with dynamic choice lists binds exactly the keys it binds unpatched."""
+page of a round with dynamic choice lists binds exactly the keys it binds unpatched and shows the
+same pre-filled annotation, built once instead of twice."""
 from __future__ import annotations
 
 import re
@@ -21,6 +22,16 @@ pytestmark = pytest.mark.slow
 # every key mark Label Studio shows on a choice: the form, the choice's text and its key
 _MARKS = """() => [...document.querySelectorAll('[id^=unit_] sup')].map(s =>
     s.closest('[id^=unit_]').id + ':' + s.closest('label, .ant-checkbox-wrapper, span').textContent)"""
+
+# each annotation the editor selects, as it tells the data manager (onSelectAnnotation)
+_COUNT_SELECTED = """(() => { let LS; window.__selected = [];
+  Object.defineProperty(window, 'LabelStudio', {configurable: true, get() { return LS; }, set(v) {
+    LS = class extends v { constructor(root, options) {
+      const told = options.onSelectAnnotation;
+      options.onSelectAnnotation = function (annotation, ...rest) {
+        window.__selected.push(annotation && annotation.id);
+        return told && told.call(this, annotation, ...rest); };
+      super(root, options); } }; } }); })()"""
 
 
 def _build_files() -> dict[bytes, str]:
@@ -59,21 +70,29 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
     config = ls_config.render_config(load_round("emotion"), "family").replace(
         "\n".join(ls_config.hotkey_sink()) + "\n", "")
     control = ls_client.ensure_project("rescue-test:gate-patches-control", "gate patches control", config)
-    ls_client.import_tasks(control.id, [{"data": pushed["data"]}])
+    predictions = ls_client.request("GET", f"/api/tasks/{pushed['id']}", "read the pushed task").json()["predictions"]
+    assert predictions and predictions[0]["result"], "the emotion round pre-fills its defaults"
+    ls_client.import_tasks(control.id, [{"data": pushed["data"],
+                                         "predictions": [{"result": predictions[0]["result"]}]}])
     task = ls_client.tasks(control.id)[0]
     people = {e["value"] for e in task["data"]["entities"]}
 
-    def marks_through(gate: ProxyServer) -> list[str]:
+    def marks_through(gate: ProxyServer) -> tuple[list[str], int, int]:
+        """The key marks of the task's page, how many annotations the editor built and selected
+        (each selection reported to the data manager) and the results of the one on show."""
         with playwright.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.add_init_script(_COUNT_SELECTED)
                 browser_login(page, gate.url, ls_credentials["LABEL_STUDIO_USERNAME"],
                               ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
                 page.goto(f"{gate.url}/projects/{control.id}/data?task={task['id']}")
                 page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
                 page.wait_for_load_state("networkidle")
-                return page.evaluate(_MARKS)
+                page.wait_for_timeout(1000)
+                shown = page.evaluate("() => window.Htx.annotationStore.selected.serializeAnnotation().length")
+                return page.evaluate(_MARKS), len(set(page.evaluate("() => window.__selected"))), shown
             finally:
                 browser.close()
 
@@ -100,5 +119,10 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
         ls_client.request("DELETE", f"/api/projects/{control.id}/", "delete the control project")
 
     # the control shows keys, on a people list too: the check below compares something
+    (unpatched, built_unpatched, shown_unpatched), (patched, built, shown) = unpatched, patched
     assert any(re.sub(r"\[\w\]$", "", mark.split(":", 1)[1]) in people for mark in unpatched), unpatched
     assert patched == unpatched
+    # Label Studio as built makes the annotation twice (its data manager's second set-up);
+    # through the gate once, pre-filled as before
+    assert built_unpatched == 2 and built == 1, (built_unpatched, built)
+    assert shown == shown_unpatched == len(predictions[0]["result"])
