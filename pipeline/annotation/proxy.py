@@ -237,26 +237,14 @@ BUNDLE_PATCHES = (
     # (after these loads), so these calls are coalesced to one per annotation, for the selected one.
     (b"e.annotation&&(e.annotation.setupHotKeys(),null==e.needsUpdate||e.needsUpdate())",
      b"e.annotation&&(" + _HOTKEYS_ONCE.encode() + b"(e.annotation),null==e.needsUpdate||e.needsUpdate())"),
-    # A task page builds the task's annotation twice: the editor starts with the task the data
-    # manager selected and creates its annotation; once the data manager has loaded that task in
-    # full it hands it to the editor again, which resets its store and creates it anew. Where
-    # what it hands over is exactly what the editor started with (the task opened by its URL),
-    # and the annotation it asks for is the one on show, the second set-up is left out (the two
-    # toolbar switches it sets are set; with the overlap feature on, nothing is left out).
-    (b"task:sa(this.task),description:this.instruction",
-     b"task:(e=>(this.__rescueFirst=JSON.stringify(e),e))(sa(this.task)),description:this.instruction"),
-    (b"const l=sa(e),o=Q(e.default_selected_annotation)",
-     b"const l=sa(e);if((()=>{const f=this.__rescueFirst,c=this.lsf.annotationStore.selected;"
-     b"this.__rescueFirst=null;return!!f&&!n&&!a&&!Lt(Bt)&&null!=c&&null!=t&&String(t)===String(null!=c.pk?c.pk:c.id)"
-     b"&&f===JSON.stringify(l)&&(this.lsf.toggleInterface(\"postpone\",!1!==this.task.allow_postpone),"
-     b"this.lsf.toggleInterface(\"topbar:task-counter\",!0),this.setLoading(!1),!0)})())return;"
-     b"const o=Q(e.default_selected_annotation)"),
-    # The same when the editor starts with the task list's entry of the task (no annotations,
-    # predictions or drafts in it: a task opened from the list, or once the list is there first)
-    # while the data manager is loading it in full, or has loaded it and waits for the editor to
-    # show an annotation before handing it over: the editor waits for the hand-over instead of
-    # building an annotation to throw away, and the data manager, told so, goes on; should no
-    # one hand the task over, the editor goes on as before once the load is over.
+    # A task page built the task's annotation twice: the editor starts with the task the data
+    # manager selected (often the task list's entry of it, without its annotations, predictions
+    # or drafts) and builds an annotation; once the data manager has loaded the task in full
+    # (or, loaded, once the editor shows an annotation) it hands the task over again, and the
+    # editor resets and builds it anew. Now the editor, started while that load or hand-over is
+    # pending, waits for the hand-over instead of building an annotation to throw away, and the
+    # data manager, told so, hands over at once; should no one hand the task over, the editor
+    # goes on as before once the load is over.
     (b'?t:"auto";await s.setAnnotation(e)}',
      b'?t:"auto";const q=s.datamanager.store.taskStore;'
      b"if(q.loadingItems.includes(s.task.id)||s.datamanager.__rescueHandOver){"
