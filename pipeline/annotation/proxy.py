@@ -240,20 +240,22 @@ BUNDLE_PATCHES = (
     # A task page built the task's annotation twice: the editor starts with the task the data
     # manager selected (often the task list's entry of it, without its annotations, predictions
     # or drafts) and builds an annotation; once the data manager has loaded the task in full
-    # (or, loaded, once the editor shows an annotation) it hands the task over again, and the
-    # editor resets and builds it anew. Now the editor, started while that load or hand-over is
-    # pending, waits for the hand-over instead of building an annotation to throw away, and the
-    # data manager, told so, hands over at once; should no one hand the task over, the editor
-    # goes on as before once the load is over.
+    # and the editor shows an annotation, it hands the task over again, and the editor resets
+    # and builds it anew. Now the data manager says from the start of the load until the
+    # hand-over that one is coming; the editor, started meanwhile, waits for it instead of
+    # building an annotation to throw away, and the data manager, told so, hands over at once.
+    # Should no one hand the task over, the editor goes on as before once the load is over.
     (b'?t:"auto";await s.setAnnotation(e)}',
      b'?t:"auto";const q=s.datamanager.store.taskStore;'
      b"if(q.loadingItems.includes(s.task.id)||s.datamanager.__rescueHandOver){"
      b"s.__rescueDeferred=e;for(;q.loadingItems.includes(s.task.id);)await new Promise(e=>setTimeout(e,20));"
      b"await new Promise(e=>requestAnimationFrame(()=>requestAnimationFrame(e)));"
      b"if(s.__rescueDeferred!==e)return;s.__rescueDeferred=void 0}await s.setAnnotation(e)}"),
-    (b"for(;(null==(n=e.LSF)||!n.currentAnnotation)&&t>0;){var n;await new Promise(e=>setTimeout(e,1)),t-=1}"
+    (b"const i=e.taskStore.loadTask(t,{select:!!t&&!!n});yield i.then(async()=>{let t=1e3;"
+     b"for(;(null==(n=e.LSF)||!n.currentAnnotation)&&t>0;){var n;await new Promise(e=>setTimeout(e,1)),t-=1}"
      b"if(e.LSF){",
-     b"for(e.SDK.__rescueHandOver=!0;(null==(n=e.LSF)||!n.currentAnnotation&&void 0===n.__rescueDeferred)&&t>0;)"
+     b"e.SDK.__rescueHandOver=!0;const i=e.taskStore.loadTask(t,{select:!!t&&!!n});yield i.then(async()=>{let t=1e3;"
+     b"for(;(null==(n=e.LSF)||!n.currentAnnotation&&void 0===n.__rescueDeferred)&&t>0;)"
      b"{var n;await new Promise(e=>setTimeout(e,1)),t-=1}e.SDK.__rescueHandOver=void 0;if(e.LSF){"),
     (b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,n);",
      b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,null!=n?n:(x=>(l.__rescueDeferred=void 0,x))(l.__rescueDeferred));"),
