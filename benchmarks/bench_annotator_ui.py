@@ -43,7 +43,7 @@ visits, as most of an annotator's pages are):
   ``--work-only``: these figures alone, no server, no browser.
 * Before figures: ``RESCUE_NO_SW=1`` (no service worker from the gate), ``RESCUE_NO_SLIM_COLUMNS=1``
   (Label Studio's default task-list columns), ``RESCUE_NO_BUNDLE_PATCHES=1`` (Label Studio's
-  editor as built) or ``RESCUE_NO_PREFETCH=1`` in the environment reaches the gate the benchmark
+  editor and data manager as built) or ``RESCUE_NO_PREFETCH=1`` in the environment reaches the gate the benchmark
   starts (a separate run, not interleaved: on the shared machine compare only runs under similar
   load).
 * Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, and the load average
