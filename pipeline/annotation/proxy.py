@@ -242,12 +242,13 @@ BUNDLE_PATCHES = (
     # or drafts) and builds an annotation; once the data manager has loaded the task in full
     # and the editor shows an annotation, it hands the task over again, and the editor resets
     # and builds it anew. Now the data manager says from the start of the load until the
-    # hand-over that one is coming; the editor, started meanwhile, waits for it instead of
-    # building an annotation to throw away, and the data manager, told so, hands over at once.
-    # Should no one hand the task over, the editor goes on as before once the load is over.
+    # hand-over that one is coming (the only one that hands over); the editor, started meanwhile,
+    # waits for it instead of building an annotation to throw away, and the data manager, told
+    # so, hands over at once. Should no one hand the task over, the editor goes on as before
+    # once the load is over.
     (b'?t:"auto";await s.setAnnotation(e)}',
      b'?t:"auto";const q=s.datamanager.store.taskStore;'
-     b"if(q.loadingItems.includes(s.task.id)||s.datamanager.__rescueHandOver){"
+     b"if(s.datamanager.__rescueHandOver){"
      b"s.__rescueDeferred=e;for(;q.loadingItems.includes(s.task.id);)await new Promise(e=>setTimeout(e,20));"
      b"await new Promise(e=>requestAnimationFrame(()=>requestAnimationFrame(e)));"
      b"if(s.__rescueDeferred!==e)return;s.__rescueDeferred=void 0}await s.setAnnotation(e)}"),

@@ -7,9 +7,14 @@ import json
 import random
 from pathlib import Path
 
+from pipeline.config import REPO_ROOT
+
 CHROMIUM = "/usr/bin/chromium"  # Debian's (scripts/setup.sh installs it)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# for pages whose players are tested (the flag only spares a user-gesture check; the play button is clicked)
+PLAYER_ARGS = [*CHROMIUM_ARGS, "--autoplay-policy=no-user-gesture-required"]
+SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 BENCHMARK_HEAD = Path("/work/shared/data/rescue/benchmark_head.jsonl")
 UTTERANCE_TYPES = ("disclosure", "accusation", "defense", "request", "recollection")
 

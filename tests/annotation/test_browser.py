@@ -10,17 +10,15 @@ import subprocess
 import time
 
 import pytest
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, browser_login, make_sample
+from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
 from typer.testing import CliRunner
 
 from pipeline.annotation import naming, pull, push
 from pipeline.annotation.proxy import KEYS_PATH, ProxyServer
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
-from pipeline.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 
 def _fill(page, rnd, data, values) -> None:

@@ -10,17 +10,12 @@ import shutil
 import time
 
 import pytest
-from ls_samples import browser_login, make_sample
+from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
 
 from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.rounds import load_round
-from pipeline.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 _CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices input`)].filter(i => i.checked).map(i => i.name)"
 
 

@@ -8,17 +8,11 @@ import subprocess
 import time
 
 import pytest
-from ls_samples import browser_login, make_sample
+from ls_samples import CHROMIUM, PLAYER_ARGS, SCREENSHOTS, browser_login, make_sample
 
 from pipeline.annotation import push
-from pipeline.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--autoplay-policy=no-user-gesture-required",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# (the autoplay flag only spares a user-gesture check; the play button is clicked)
-SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 
 def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_client, ls_data_root):
@@ -39,7 +33,7 @@ def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_
     task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
     turn = next(t for t in task["data"]["turns"] if t["row_index"] == task["data"]["units"][1]["row_index"])
     with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=PLAYER_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.set_default_timeout(120_000)

@@ -15,13 +15,12 @@ import warnings
 
 import pyarrow as pa
 import pytest
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, browser_login, make_sample
+from ls_samples import CHROMIUM, PLAYER_ARGS, SCREENSHOTS, browser_login, make_sample
 
 from pipeline import schemas
 from pipeline.annotation import ls_config, pull, push, voice_naming
 from pipeline.annotation.rounds import load_round
 from pipeline.annotation.windows import WINDOW_UNITS, stitch_tasks
-from pipeline.config import REPO_ROOT
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
 
@@ -214,9 +213,6 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, new_
         assert got[(r["row_index"], "target")] == r["target"]
 
 
-SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
-
-
 def _playback(page, playwright, sel: str, span: tuple[float, float]) -> list[tuple[float, bool]]:
     """Click the play button of the media element ``sel``; its (currentTime, paused) until it stops."""
     for _ in range(5):  # the form may still re-render right after it appears
@@ -272,7 +268,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
     task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
     names = names_for(script, draft)
     with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--autoplay-policy=no-user-gesture-required"])
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=PLAYER_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.set_default_timeout(120_000)
