@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import warnings
 
 import httpx
 import pytest
@@ -32,6 +33,15 @@ _COUNT_SELECTED = """(() => { let LS; window.__selected = [];
         window.__selected.push(annotation && annotation.id);
         return told && told.call(this, annotation, ...rest); };
       super(root, options); } }; } }); })()"""
+
+
+# the selected annotation's results, once it has any (Label Studio as built shows them only after
+# its second set-up); with the editor's own counts, for a warning
+_PREFILL_SHOWN = """() => { const selected = window.Htx && window.Htx.annotationStore.selected;
+  return !!selected && selected.serializeAnnotation().length > 0; }"""
+_EDITOR = """() => { const s = window.Htx && window.Htx.annotationStore;
+  return s && {annotations: s.annotations.length, predictions: s.predictions.length,
+               results: s.selected && s.selected.serializeAnnotation().length}; }"""
 
 
 def _build_files() -> dict[bytes, str]:
@@ -77,7 +87,7 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
     task = ls_client.tasks(control.id)[0]
     people = {e["value"] for e in task["data"]["entities"]}
 
-    def marks_through(gate: ProxyServer) -> tuple[list[str], int, int]:
+    def marks_through(gate: ProxyServer, retry_unfilled: bool = False) -> tuple[list[str], int, int]:
         """The key marks of the task's page, how many annotations the editor built and selected
         (each selection reported to the data manager) and the results of the one on show."""
         with playwright.sync_playwright() as pw:
@@ -89,12 +99,25 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
                               ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
                 page.goto(f"{gate.url}/projects/{control.id}/data?task={task['id']}")
                 page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+                try:
+                    page.wait_for_function(_PREFILL_SHOWN, timeout=30_000)
+                except playwright.TimeoutError:
+                    pass  # not shown at all: the counts below say so
                 page.wait_for_load_state("networkidle")
                 page.wait_for_timeout(1000)
                 shown = page.evaluate("() => window.Htx.annotationStore.selected.serializeAnnotation().length")
-                return page.evaluate(_MARKS), len(set(page.evaluate("() => window.__selected"))), shown
+                if not shown and retry_unfilled:
+                    unfilled = f"the editor: {page.evaluate(_EDITOR)}, selected {page.evaluate('() => window.__selected')}"
+                else:
+                    return page.evaluate(_MARKS), len(set(page.evaluate("() => window.__selected"))), shown
             finally:
                 browser.close()
+        # One CI run saw Label Studio as built (not through the gate) select its second annotation
+        # without the pre-fill (not seen again here in 12 runs, with or without load); the voice-
+        # naming test saw the same once. Say what the editor held and open the page once more; the
+        # gate's page gets no second try.
+        warnings.warn(f"Label Studio as built showed no pre-fill ({unfilled}); the page is opened again")
+        return marks_through(gate, retry_unfilled=False)
 
     token = ls_credentials["LABEL_STUDIO_USER_TOKEN"]
     try:
@@ -104,7 +127,7 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
             try:
                 for old, name in files.items():
                     assert old in httpx.get(f"{plain.url}/react-app/{name}", timeout=60).content
-                unpatched = marks_through(plain)
+                unpatched = marks_through(plain, retry_unfilled=True)
             finally:
                 plain.stop()
         gate = ProxyServer(ls_server.url, token).start()
