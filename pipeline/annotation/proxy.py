@@ -63,8 +63,9 @@ Speed and keys (what annotators' browsers get from the gate, not from Label Stud
   for before figures).
 * Label Studio's build comes with exact-text patches (:data:`BUNDLE_PATCHES`: the feature-flag
   copy on every ``isFF`` call left out, the hotkey re-binding after every dynamic choice list is
-  loaded coalesced, and the task's annotation built once instead of twice per task page): about
-  1 s of a 250-row window's page; a build without those exact texts is served unchanged;
+  loaded coalesced, and the task's annotation built once instead of twice per task page, also
+  for a task not on the task list's first page): about 1 s of a 250-row window's page; a build
+  without those exact texts is served unchanged;
   ``RESCUE_NO_BUNDLE_PATCHES=1`` for before figures.
 * Pages get a small script (:data:`KEYS_JS`, at :data:`KEYS_PATH`): number keys 1-9, 0 pick the
   1st-10th choice of the list in focus, else of the first list of the form being worked on (the
@@ -252,14 +253,31 @@ BUNDLE_PATCHES = (
      b"s.__rescueDeferred=e;for(;q.loadingItems.includes(s.task.id);)await new Promise(e=>setTimeout(e,20));"
      b"await new Promise(e=>requestAnimationFrame(()=>requestAnimationFrame(e)));"
      b"if(s.__rescueDeferred!==e)return;s.__rescueDeferred=void 0}await s.setAnnotation(e)}"),
-    (b"const i=e.taskStore.loadTask(t,{select:!!t&&!!n});yield i.then(async()=>{let t=1e3;"
+    # (A task not on the task list's first page, e.g. a page reloaded or a task link opened late
+    # in a batch: selecting it by number started a load of its own, so the task was fetched twice.
+    # The data manager's own load selects it instead.)
+    (b"(0,Da.h5)(()=>{void 0!==n?e.annotationStore.setSelected(n):e.taskStore.setSelected(t)});"
+     b"const i=e.taskStore.loadTask(t,{select:!!t&&!!n});yield i.then(async()=>{let t=1e3;"
      b"for(;(null==(n=e.LSF)||!n.currentAnnotation)&&t>0;){var n;await new Promise(e=>setTimeout(e,1)),t-=1}"
      b"if(e.LSF){",
-     b"e.SDK.__rescueHandOver=!0;const i=e.taskStore.loadTask(t,{select:!!t&&!!n});yield i.then(async()=>{let t=1e3;"
+     b'(0,Da.h5)(()=>{void 0!==n?e.annotationStore.setSelected(n):"number"==typeof t&&!e.taskStore.hasRecord(t)'
+     b"||e.taskStore.setSelected(t)});e.SDK.__rescueHandOver=!0;"
+     b'const i=e.taskStore.loadTask(t,{select:!!t&&(!!n||"number"==typeof t&&!e.taskStore.hasRecord(t))});'
+     b"yield i.then(async()=>{let t=1e3;"
      b"for(;(null==(n=e.LSF)||!n.currentAnnotation&&void 0===n.__rescueDeferred)&&t>0;)"
      b"{var n;await new Promise(e=>setTimeout(e,1)),t-=1}e.SDK.__rescueHandOver=void 0;if(e.LSF){"),
+    # An editor started while a hand-over is coming gets the task without its annotations and
+    # predictions, as it gets the list's entry of a listed task: it builds nothing from them (the
+    # hand-over sets the task up in full), so a task not on the list, whose editor starts with
+    # the loaded task itself, does not build its prediction twice. The hand-over passes on the
+    # annotation the waiting editor would have picked (an editor started with a prediction
+    # already holds one selected, which is not it).
+    (b"task:sa(this.task),description:this.instruction,",
+     b"task:this.datamanager.__rescueHandOver?Object.assign(sa(this.task),{annotations:[],predictions:[]}):sa(this.task),"
+     b"description:this.instruction,"),
     (b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,n);",
-     b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,null!=n?n:(x=>(l.__rescueDeferred=void 0,x))(l.__rescueDeferred));"),
+     b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,void 0!==l.__rescueDeferred?"
+     b"(x=>(l.__rescueDeferred=void 0,x))(l.__rescueDeferred):n);"),
 )
 
 
