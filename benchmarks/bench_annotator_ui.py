@@ -5,10 +5,13 @@ annotators' gate in front of it (``pipeline.annotation.proxy``: what annotators 
 registers one annotator, pushes a generated family interview of 111 and of 250 rows for every
 round (with a noise WAV as long as the interview as its audio; transcript with the segmenter's
 draft as pre-annotation, the later rounds as for a new interview: without gold from earlier
-rounds, with the rounds' defaults), and in headless Debian Chromium (Playwright) logs in
-through the real login form and opens the annotator's task, ``--repeat`` times (default 3: single
-page loads on a shared 2-core machine vary by +-0.3 s). Prints one line per round and size, each
-page figure the median of the repeats (``first_form_runs``: each run's first form, the first on
+rounds, with the rounds' defaults; both interviews go to the annotator's one project per round,
+as a batch's samples do, so the 250-row interview's middle window follows the 111-row one's
+windows: for transcript, emotion and viewpoints past the data manager's first page of 30 tasks,
+as a page reloaded or a task link opened late in a batch is), and in headless Debian Chromium
+(Playwright) logs in through the real login form and opens the annotator's task, ``--repeat``
+times (default 3: single page loads on a shared 2-core machine vary by +-0.3 s). Prints one line
+per round and size, each page figure the median of the repeats (``first_form_runs``: each run's first form, the first on
 the project's first visit, when the data manager saves the annotator's tab; the others later
 visits, as most of an annotator's pages are):
 
@@ -52,7 +55,7 @@ visits, as most of an annotator's pages are):
     .venv/bin/python benchmarks/bench_annotator_ui.py [--rows 111 250] [--rounds emotion ...]
         [--repeat N] [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR] [--json FILE]
 
-About 15 minutes for every round at both sizes on a quiet 2-core machine (``--repeat 1``: 7).
+About 6-15 minutes for every round at both sizes on a 2-core machine, by its speed (``--repeat 1``: about half).
 """
 from __future__ import annotations
 
