@@ -3,7 +3,9 @@ gate and Label Studio in headless Debian Chromium: each patch's text is in the i
 Studio's build exactly once (so it applies: an upgrade that changes it fails here, not silently),
 the gate serves the build patched (``RESCUE_NO_BUNDLE_PATCHES=1``: as Label Studio gives it), and a
 page of a round with dynamic choice lists binds exactly the keys it binds unpatched and shows the
-same pre-filled annotation, built once instead of twice."""
+same pre-filled annotation, built once instead of twice, for a task on the data manager's first
+page of tasks and one past it. What the patches change (which annotation a page builds and shows)
+is also lived through the gate: the label stream, a draft kept, a submitted annotation shown."""
 from __future__ import annotations
 
 import re
@@ -122,8 +124,8 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
             finally:
                 browser.close()
         # One CI run saw Label Studio as built (not through the gate) select its second annotation
-        # without the pre-fill (not seen again here in 12 runs, with or without load); the voice-
-        # naming test saw the same once. Say what the editor held and open the page once more; the
+        # without the pre-fill (not reproduced here in 5 runs, 4 of them beside busy loops); the
+        # voice-naming test saw the same once. Say what the editor held and open the page once more; the
         # gate's page gets no second try.
         warnings.warn(f"Label Studio as built showed no pre-fill ({unfilled}); the page is opened again")
         return marks_through(gate, task, retry_unfilled=False)
