@@ -11,9 +11,9 @@ windows: for transcript, emotion and viewpoints past the data manager's first pa
 as a page reloaded or a task link opened late in a batch is), and in headless Debian Chromium
 (Playwright) logs in through the real login form and opens the annotator's task, ``--repeat``
 times (default 3: single page loads on a shared 2-core machine vary by +-0.3 s). Prints one line
-per round and size, each page figure the median of the repeats (``first_form_runs``: each run's first form, the first on
-the project's first visit, when the data manager saves the annotator's tab; the others later
-visits, as most of an annotator's pages are):
+per round and size, each page figure the median of the repeats (``first_form_runs``: each run's
+first form, the first on the project's first visit, when the data manager saves the annotator's
+tab; the others later visits, as most of an annotator's pages are):
 
     ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V cold_typed_s=T ...
 

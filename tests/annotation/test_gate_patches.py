@@ -46,6 +46,28 @@ _EDITOR = """() => { const s = window.Htx && window.Htx.annotationStore;
                results: s.selected && s.selected.serializeAnnotation().length}; }"""
 
 
+# the names of the checked choices of the first form, and the selected annotation's id (pk once
+# saved), draft id and number of results
+_FIRST_FORM = """() => { const a = window.Htx && window.Htx.annotationStore.selected;
+  return {checked: [...document.querySelectorAll('#unit_0 .lsf-choices input:checked')].map(i => i.name),
+          pk: a && a.pk, draft: a && a.draftId, results: a ? a.serializeAnnotation().length : -1}; }"""
+
+
+def _open_task(page, url: str, playwright) -> dict:
+    """Open a task page and let it settle (the pre-filled values shown, if any come, and the
+    network idle): its first form (:data:`_FIRST_FORM`) and how many annotations the editor built
+    and selected (each selection reported to the data manager, :data:`_COUNT_SELECTED`)."""
+    page.goto(url)
+    page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+    try:
+        page.wait_for_function(_PREFILL_SHOWN, timeout=30_000)
+    except playwright.TimeoutError:
+        pass  # not shown at all: the results say so
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(1000)
+    return {**page.evaluate(_FIRST_FORM), "built": len(set(page.evaluate("() => window.__selected")))}
+
+
 def _build_files() -> dict[bytes, str]:
     """Each patch's text -> the build script of the installed Label Studio that holds it."""
     build = next(DEFAULT_VENV.glob("lib/python3*/site-packages/web/dist/apps/labelstudio"), None)
@@ -108,19 +130,11 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
                 page.add_init_script(_COUNT_SELECTED)
                 browser_login(page, gate.url, ls_credentials["LABEL_STUDIO_USERNAME"],
                               ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
-                page.goto(f"{gate.url}/projects/{control.id}/data?task={task}")
-                page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
-                try:
-                    page.wait_for_function(_PREFILL_SHOWN, timeout=30_000)
-                except playwright.TimeoutError:
-                    pass  # not shown at all: the counts below say so
-                page.wait_for_load_state("networkidle")
-                page.wait_for_timeout(1000)
-                shown = page.evaluate("() => window.Htx.annotationStore.selected.serializeAnnotation().length")
-                if not shown and retry_unfilled:
+                shown = _open_task(page, f"{gate.url}/projects/{control.id}/data?task={task}", playwright)
+                if not shown["results"] and retry_unfilled:
                     unfilled = f"the editor: {page.evaluate(_EDITOR)}, selected {page.evaluate('() => window.__selected')}"
                 else:
-                    return page.evaluate(_MARKS), len(set(page.evaluate("() => window.__selected"))), shown
+                    return page.evaluate(_MARKS), shown["built"], shown["results"]
             finally:
                 browser.close()
         # One CI run saw Label Studio as built (not through the gate) select its second annotation
@@ -163,13 +177,6 @@ def test_the_gate_patches_the_editor_and_a_page_binds_the_same_keys(ls_server, l
         assert shown == shown_unpatched == len(prediction), (where, shown, shown_unpatched)
 
 
-# the names of the checked choices of the first form, and the selected annotation's id (pk once
-# saved), draft id and number of results
-_FIRST_FORM = """() => { const a = window.Htx && window.Htx.annotationStore.selected;
-  return {checked: [...document.querySelectorAll('#unit_0 .lsf-choices input:checked')].map(i => i.name),
-          pk: a && a.pk, draft: a && a.draftId, results: a ? a.serializeAnnotation().length : -1}; }"""
-
-
 def test_through_the_gate_a_page_keeps_drafts_and_shows_submitted_work(ls_server, ls_client, ls_credentials,
                                                                       new_annotators):
     """What the hand-over patches change (which annotation a page builds and shows), lived through
@@ -194,19 +201,11 @@ def test_through_the_gate_a_page_keeps_drafts_and_shows_submitted_work(ls_server
                 page.add_init_script(_COUNT_SELECTED)
                 browser_login(page, gate.url, *admin, timeout_ms=60_000)
 
-                def open_page(url: str) -> dict:
-                    page.goto(url)
-                    page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
-                    page.wait_for_function(_PREFILL_SHOWN, timeout=30_000)
-                    page.wait_for_load_state("networkidle")
-                    page.wait_for_timeout(500)
-                    return {**page.evaluate(_FIRST_FORM), "built": len(set(page.evaluate("() => window.__selected")))}
-
-                stream = open_page(f"{gate.url}/projects/{control.id}/data?labeling=1")
+                stream = _open_task(page, f"{gate.url}/projects/{control.id}/data?labeling=1", playwright)
                 assert stream["built"] == 1 and stream["results"] == len(prediction), stream
                 for task in tasks:
                     url = f"{gate.url}/projects/{control.id}/data?task={task}"
-                    shown = open_page(url)
+                    shown = _open_task(page, url, playwright)
                     assert shown["built"] == 1 and shown["results"] == len(prediction) and shown["pk"] is None, shown
                     # change the first form's first list: pick a choice not picked
                     picked = page.locator("#unit_0 .lsf-choices").first.locator("input:not(:checked)").first
@@ -216,11 +215,11 @@ def test_through_the_gate_a_page_keeps_drafts_and_shows_submitted_work(ls_server
                                            ".some(i => i.name === n)", arg=name)
                     # Label Studio saves a draft 5 s after the last change
                     for _ in range(100):
-                        if task_json(task).get("drafts"):
+                        if drafts := task_json(task)["drafts"]:
                             break
                         page.wait_for_timeout(200)
-                    assert task_json(task).get("drafts"), f"no draft saved for task {task}"
-                    again = open_page(url)
+                    assert drafts, f"no draft saved for task {task}"
+                    again = _open_task(page, url, playwright)
                     assert again["built"] == 1 and name in again["checked"] and again["draft"], (task, name, again)
                     # submitted (as the page would, with its draft; the form's other required
                     # fields are left as pre-filled, which the page itself would not submit)
@@ -228,7 +227,7 @@ def test_through_the_gate_a_page_keeps_drafts_and_shows_submitted_work(ls_server
                     submitted = ls_client.request("POST", f"/api/tasks/{task}/annotations/", "submit the draft",
                                                   json={"result": result, "draft_id": again["draft"]}).json()
                     assert not task_json(task)["drafts"], "the submitted draft is gone"
-                    after = open_page(url)
+                    after = _open_task(page, url, playwright)
                     assert after["pk"] == str(submitted["id"]) and name in after["checked"], (task, after, submitted["id"])
                     assert after["results"] == len(submitted["result"]) and after["built"] == 1, (task, after)
             finally:
