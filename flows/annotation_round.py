@@ -32,10 +32,10 @@ from pipeline.paths import check_name
 from pipeline.quality.agreement import TooFewAnnotators
 
 
-def _client(data_root: str):
-    from pipeline.annotation.client import LabelStudioClient
+def _desks(data_root: str):
+    from pipeline.annotation.desks import Desks
 
-    return LabelStudioClient.from_settings(Settings.from_env(data_root))
+    return Desks(data_root)
 
 
 # Pulls and gold read state that changes outside the run (Label Studio, the label tables): never
@@ -44,7 +44,7 @@ def _client(data_root: str):
 def pull(round_name: str, data_root: str, annotators: list[str] | None = None) -> dict:
     from pipeline.annotation import acceptance, pull as ls_pull
 
-    res = ls_pull.pull_round(_client(data_root), round_name, data_root, annotators or None)
+    res = ls_pull.pull_round(_desks(data_root), round_name, data_root, annotators or None)
     return {"labels": res.labels.num_rows, "problems": res.problems.to_pylist(), "summary": res.summary(),
             "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()},
             "acceptance": acceptance.summarize(acceptance.read(data_root, round_name) or [], by_annotator=True)}
@@ -55,7 +55,7 @@ def progress(round_names: list[str], data_root: str, annotators: list[str] | Non
     """The progress table of `rescue annotate status` (the same function) for these rounds."""
     from pipeline.annotation.status import round_status, status_rows
 
-    return status_rows(round_status(_client(data_root), round_names, annotators or None))
+    return status_rows(round_status(_desks(data_root), round_names, annotators or None))
 
 
 def _agreement_key(ctx, params: dict) -> str:
@@ -89,7 +89,7 @@ def push_adjudication(round_name: str, data_root: str):
     """-> :class:`pipeline.quality.adjudication.PushSummary`"""
     from pipeline.quality import adjudication
 
-    return adjudication.push_round(_client(data_root), data_root, round_name)
+    return adjudication.push_round(_desks(data_root), data_root, round_name)
 
 
 @task(name="pull-adjudication", task_run_name="pull-adjudication-{round_name}", cache_policy=NO_CACHE,
@@ -97,7 +97,7 @@ def push_adjudication(round_name: str, data_root: str):
 def pull_adjudication(round_name: str, data_root: str) -> int:
     from pipeline.quality import adjudication
 
-    return adjudication.pull_round(_client(data_root), data_root, round_name).rows
+    return adjudication.pull_round(_desks(data_root), data_root, round_name).rows
 
 
 @task(name="gold", cache_policy=NO_CACHE)
@@ -117,7 +117,7 @@ def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> 
     from pipeline.annotation import intake
 
     with push_slot():  # pushes serialised across hosts (flows.push_slot)
-        rep = intake.open_round(_client(data_root), data_root, next_round, annotators or None).report
+        rep = intake.open_round(_desks(data_root), data_root, next_round, annotators or None).report
     return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
 
 
@@ -127,7 +127,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
                           annotators: list[str] | None = None, wait_for_adjudication_s: int = 0) -> dict:
     """Close ``round_name`` (pull, validate, agreement, adjudication) and, when everything is
     resolved, build gold rows and push the next round. ``annotators``: whose projects are
-    pulled and who gets the next round (default: every Label Studio user but the pipeline's admin).
+    pulled and who gets the next round (default: every annotator with a desk).
 
     With disagreements left to adjudicate the run ends "waiting" (run it again when the
     adjudicator is done), or, with ``wait_for_adjudication_s`` > 0, PAUSES until it is resumed
@@ -144,7 +144,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
         raise ValueError(f"flow parameter round_name={round_name!r}: {exc}") from None
     if annotators is not None and (not isinstance(annotators, list) or not all(isinstance(a, str) and a
                                                                                for a in annotators)):
-        raise ValueError(f"flow parameter annotators={annotators!r}: give a list of Label Studio e-mails, "
+        raise ValueError(f"flow parameter annotators={annotators!r}: give a list of annotators' e-mails, "
                          "or leave it out for every annotator")
     pulled = pull(round_name, root, annotators)
     try:

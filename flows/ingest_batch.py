@@ -47,11 +47,11 @@ def push_drafts(drafted: list[Segmented], data_root: str, annotators: list[str] 
     admitted to the work store, then pushed). ``drafted`` (the segment results, with their drafts'
     sha256) is the cache key; pushing is idempotent on its own, the cache just skips the round trip."""
     from pipeline.annotation import intake
-    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.annotation.desks import Desks
 
     ids = sorted(d.sample_id for d in drafted)
     with push_slot():  # across hosts; the fcntl lock inside holds only on one
-        opened = intake.open_round(LabelStudioClient.from_settings(Settings.from_env(data_root)), data_root,
+        opened = intake.open_round(Desks(data_root), data_root,
                                    intake.first_round(), annotators or None, sample_ids=ids)
     rep = opened.report
     return {"round": opened.round, "created": rep.created, "projects": sorted(rep.projects),

@@ -11,8 +11,9 @@ adjudicator settles the disagreements, and is resumed), and build a release with
 It is a demo: the interviews are synthetic, the annotators simulated, and the "truth" they
 answer from is drawn at random (valid values of every round's fields). Real batches use the
 very same deployments (docs/OPERATIONS.md). The demo keeps its own data root
-(``<data root>/demo`` by default) and, when the environment has no Label Studio admin
-credentials, makes throw-away ones there (``stack/demo-credentials.env``, mode 0600).
+(``<data root>/demo`` by default); each simulated person gets a desk of their own (their own
+Label Studio, :mod:`pipeline.annotation.desks`) with a throw-away password nobody keeps: the
+simulated people answer through their desk's service account, in their own name.
 """
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ DEMO_ROWS = 8
 DEMO_OVERRIDE_REASON = "DEMO: simulated annotators on a few synthetic interviews; too few units for a stable alpha"
 DEMO_OVERRIDE_BY = "rescue demo"
 ADJUDICATION_WAIT_S = 600      # a round's run pauses at most this long for the simulated adjudicator
-CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN")
 
 
 @dataclass
@@ -51,20 +51,6 @@ class DemoResult:
     agreement_reports: list[Path] = field(default_factory=list)
     rounds: dict[str, dict] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def demo_credentials(root: Path) -> dict[str, str]:
-    """The environment's Label Studio admin credentials, else the demo's own throw-away ones."""
-    if all(os.environ.get(v) for v in CREDENTIAL_VARS):
-        return {v: os.environ[v] for v in CREDENTIAL_VARS}
-    path = DataRoot(root).stack_dir() / "demo-credentials.env"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"LABEL_STUDIO_USERNAME=demo-admin@example.org\nLABEL_STUDIO_PASSWORD={secrets.token_urlsafe(18)}\n"
-                     f"LABEL_STUDIO_USER_TOKEN={secrets.token_hex(20)}\n")
-    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
 def start_deployment(name: str, parameters: dict):
@@ -121,38 +107,38 @@ def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
     return truth
 
 
-def annotate_round(client, round_name: str, truth: dict[str, dict], seed: int,
+def annotate_round(desks, round_name: str, truth: dict[str, dict], seed: int,
                    annotators: list[str] | None = None) -> int:
-    """Every annotator project of the round (of ``annotators``, default all) answered by a
-    simulated annotator."""
+    """Every annotator project of the round (of ``annotators``, default all), on each
+    annotator's own desk, answered by a simulated annotator in that annotator's name."""
     from pipeline.annotation.push import parse_project_key
     from pipeline.annotation.rounds import load_round
     from pipeline.synthetic.annotators import SimulatedAnnotator
 
     rnd = load_round(round_name)
-    users = {u["email"]: u["id"] for u in client.users()}
     posted = 0
-    for project in client.projects():
-        parsed = parse_project_key(project.key or "")
-        if not parsed or parsed[0] != round_name or (annotators and parsed[2] not in annotators):
-            continue
-        who = parsed[2]
-        sim = SimulatedAnnotator(who.split("@")[0], error_rates={"*": ANNOTATOR_ERROR}, seed=seed)
-        done = {t["data"]["sample_id"] for t in client.tasks(project.id) if t.get("total_annotations")}
-        todo = {sid: s for sid, s in truth.items() if sid not in done}
-        posted += sim.annotate_tasks(client, project.id, rnd, todo, completed_by=users.get(who))
+    for who in annotators or desks.people("annotator"):
+        client = desks.client(who)
+        for project in client.projects():
+            parsed = parse_project_key(project.key or "")
+            if not parsed or parsed[0] != round_name or parsed[2] != who:
+                continue
+            sim = SimulatedAnnotator(who.split("@")[0], error_rates={"*": ANNOTATOR_ERROR}, seed=seed)
+            done = {t["data"]["sample_id"] for t in client.tasks(project.id) if t.get("total_annotations")}
+            todo = {sid: s for sid, s in truth.items() if sid not in done}
+            posted += sim.annotate_tasks(client, project.id, rnd, todo, completed_by=desks.owner_id(who))
     return posted
 
 
-def adjudicate_round(client, round_name: str, truth: dict[str, dict], adjudicator: str) -> int:
-    """A simulated adjudicator answers every open adjudication task of the truth's samples
-    (tasks of other samples in the same Label Studio are left alone)."""
+def adjudicate_round(desks, round_name: str, truth: dict[str, dict], adjudicator: str) -> int:
+    """A simulated adjudicator answers every open adjudication task of the truth's samples on
+    their own desk (tasks of other samples are left alone)."""
     from pipeline.quality.adjudication import project_key
     from pipeline.annotation.ls_config import values_to_results
     from pipeline.annotation.rounds import load_round
 
     rnd = load_round(round_name)
-    uid = next((u["id"] for u in client.users() if u["email"] == adjudicator), None)
+    client, uid = desks.client(adjudicator), desks.owner_id(adjudicator)
     posted = 0
     for scenario in taxonomy.SCENARIOS:
         project = client.find_project(project_key(round_name, scenario))
@@ -177,7 +163,6 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
     base = Settings.from_env(data_root).data_root
     root = (base / "demo" if data_root is None else base).resolve()
     result = DemoResult(root)
-    os.environ.update(demo_credentials(root))
 
     def step(name: str, fn):
         t0 = time.perf_counter()
@@ -189,35 +174,36 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
     from concurrent.futures import ThreadPoolExecutor
 
     from pipeline.synthetic import interviews as synth
-    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.annotation.desks import Desks
     from pipeline.annotation.rounds import load_round, round_names
 
     # The interviews are synthesized (espeak-ng, ffmpeg) while the stack starts: neither needs the other.
     batch_dir = DataRoot(root).batches_dir() / "demo"
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(2) as pool:
         synthesized = None
         if not (batch_dir / "manifest.csv").is_file():
             synthesized = pool.submit(synth.make_batch, batch_dir, [
                 {"name": n, "scenario": sc, "seed": sd + seed, "n_rows": DEMO_ROWS, "group": f"demo_{sc}"}
                 for n, sc, sd in BATCH[:interviews]])
-        os.environ.update(step("stack up (Prefect, worker, Label Studio)" + (" + synthesis" if synthesized else ""),
+        k = max(load_round(n).annotators for n in round_names())
+        annotators = [f"sim-annotator{i + 1}@example.org" for i in range(k)]
+        adjudicator = "sim-adjudicator@example.org"
+        desks = Desks(root)
+        people = [(e, "annotator") for e in annotators] + [(adjudicator, "adjudicator")]
+        # The desks start (one Label Studio per simulated person) beside the Prefect server.
+        made = pool.submit(lambda: [desks.add(e, role, secrets.token_urlsafe(18)) for e, role in people])
+        os.environ.update(step("stack up (Prefect, worker, desks)" + (" + synthesis" if synthesized else ""),
                                lambda: stack.up(root, log=log)))
+        step("desks of the simulated people (what outlasted the stack start)", made.result)
         if synthesized:
             step("synthesis (what outlasted the stack start)", synthesized.result)
-    settings = Settings.from_env(root)
-
-    client = LabelStudioClient.from_settings(settings)
-    k = max(load_round(n).annotators for n in round_names())
-    annotators = [f"sim-annotator{i + 1}@example.org" for i in range(k)]
-    adjudicator = "sim-adjudicator@example.org"
-    step("simulated annotator accounts", lambda: [client.create_user(e) for e in [*annotators, adjudicator]])
-    result.rounds, result.release = run_flows(client, root, batch_dir, annotators, adjudicator, seed, step)
+    result.rounds, result.release = run_flows(desks, root, batch_dir, annotators, adjudicator, seed, step)
     result.agreement_reports = [Path(p) for out in result.rounds.values() for p in out.get("report", {}).values()
                                 if str(p).endswith(".html")]
     return result
 
 
-def run_flows(client, root: Path, batch_dir: Path, annotators: list[str], adjudicator: str, seed: int,
+def run_flows(desks, root: Path, batch_dir: Path, annotators: list[str], adjudicator: str, seed: int,
               step: Callable = lambda name, fn: fn()) -> tuple[dict[str, dict], Path]:
     """A batch through the deployments of a running stack, answered by simulated annotators:
     ingest-batch, one annotation-round run per round (paused while the simulated adjudicator
@@ -236,14 +222,14 @@ def run_flows(client, root: Path, batch_dir: Path, annotators: list[str], adjudi
     truth = demo_truth(corpus.load_work(root), seed)
     rounds = {}
     for name in round_names():
-        step(f"simulated annotators: {name}", lambda n=name: annotate_round(client, n, truth, seed, annotators))
+        step(f"simulated annotators: {name}", lambda n=name: annotate_round(desks, n, truth, seed, annotators))
         # One run per round: it pauses while the simulated adjudicator works, then goes on.
         run_id = start_deployment("annotation-round/default", {
             "round_name": name, "data_root": str(root), "annotators": annotators,
             "wait_for_adjudication_s": ADJUDICATION_WAIT_S})
         fr = step(f"annotation-round: {name}", lambda: wait_flow_run(run_id, until_paused=True))
         if fr.state.is_paused():
-            step(f"simulated adjudicator: {name}", lambda n=name: adjudicate_round(client, n, truth, adjudicator))
+            step(f"simulated adjudicator: {name}", lambda n=name: adjudicate_round(desks, n, truth, adjudicator))
             resume_flow_run(run_id)
             fr = step(f"annotation-round: {name}, resumed", lambda: wait_flow_run(run_id))
         out = fr.state.result()
@@ -287,6 +273,9 @@ def demo_command(
     typer.secho(f"\nRelease:           {res.release}", fg="green")
     for rep in sorted(set(res.agreement_reports)):
         typer.secho(f"Agreement report:  {rep}", fg="green")
-    typer.echo(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}   "
-               f"Label Studio: {Settings.from_env(res.data_root).label_studio_url}\n"
-               f"Stop the demo stack with: rescue stack down --data-root {res.data_root}")
+    from pipeline.annotation.desks import Desks
+
+    desks = Desks(res.data_root)
+    typer.echo(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}\n"
+               + "".join(f"Desk of {d.email} ({d.role}): {desks.public_url(d)}\n" for d in desks.all())
+               + f"Stop the demo stack with: rescue stack down --data-root {res.data_root}")

@@ -1,4 +1,4 @@
-"""The local stack: a Prefect server, a process worker and Label Studio, all on 127.0.0.1.
+"""The local stack: a Prefect server, a process worker and the desks, all on 127.0.0.1.
 
 ``rescue stack up`` starts what is not running yet (idempotent) - including a small sweeper
 process that marks flow runs whose process died (a killed worker) as Crashed within
@@ -11,9 +11,9 @@ recorded, never by name); ``status`` says what runs where.
 Everything lives under ``<data root>/stack/``: the server's own PREFECT_HOME (its SQLite
 database), pid files, logs. Task results (the resume cache) live in
 ``<data root>/prefect-results`` so that a restarted server still finds them.
-Label Studio is managed by :mod:`pipeline.annotation.server`; this module only calls it. Its
-admin credentials (LABEL_STUDIO_USERNAME / _PASSWORD / _USER_TOKEN) come from the environment;
-the worker gets the token so flow runs can reach Label Studio.
+The desks (one Label Studio per person) are managed by :mod:`pipeline.annotation.desks`; this
+module only starts and stops them. Flow runs reach each desk with its service account, read
+from the data root: no Label Studio secret is in any process's environment.
 """
 from __future__ import annotations
 
@@ -420,29 +420,24 @@ def _start_sweeper(paths: StackPaths, env: dict[str, str], log) -> None:
     log(f"sweeper: marks flow runs whose process died as Crashed every {SWEEP_EVERY_S:.0f} s (pid {pid})")
 
 
-def _label_studio(settings: Settings):
-    from pipeline.annotation.server import default_server
+def _desks(settings: Settings):
+    from pipeline.annotation.desks import Desks
 
-    return default_server(settings)
+    return Desks(settings.data_root, settings)
 
 
 def _label_studio_up(settings: Settings, log) -> None:
-    from pipeline.annotation.server import LabelStudioServerError
+    from pipeline.annotation.desks import DeskError
 
     try:
-        st = _label_studio(settings).start()
-    except LabelStudioServerError as exc:
-        raise StackError(f"Label Studio: {exc}") from None
-    log(st.describe())
+        _desks(settings).up(log=log)
+    except DeskError as exc:
+        raise StackError(f"desks: {exc}") from None
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    """What flow runs need besides Prefect's variables: the Label Studio address and token."""
-    env = {"RESCUE_LABEL_STUDIO_URL": settings.label_studio_url,
-           "RESCUE_LABEL_STUDIO_PORT": str(settings.label_studio_port)}
-    if settings.label_studio_token:
-        env["LABEL_STUDIO_USER_TOKEN"] = settings.label_studio_token.value
-    return env
+    """What flow runs need besides Prefect's variables: how to reach the desks."""
+    return {"RESCUE_DESK_URL": settings.desk_url, "RESCUE_DESK_BASE_PORT": str(settings.desk_base_port)}
 
 
 def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker_limit: int = 4,
@@ -490,7 +485,8 @@ def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=
     for name in ("sweeper", "prefect-worker", *extra, "prefect-server"):
         log(f"{name}: {'stopped' if _stop(paths, name) else 'was not running'}")
     if label_studio:
-        log(f"label-studio: {'stopped' if _label_studio(settings).stop() else 'was not running'}")
+        stopped = _desks(settings).down()
+        log(f"desks: {'stopped ' + ', '.join(stopped) if stopped else 'none was running'}")
 
 
 def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
@@ -503,9 +499,10 @@ def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
         "prefect-worker": {"state": "running" if _read_pid(paths, "prefect-worker") else "stopped",
                            "pool": WORK_POOL},
     }
-    ls = _label_studio(settings).status()
-    out["label-studio"] = {"state": "running" if ls.healthy else ("starting" if ls.running else "stopped"),
-                           "url": ls.url}
+    desks = _desks(settings)
+    for desk, st in desks.status():
+        out[f"desk {desk.email}"] = {"state": "running" if st.healthy else ("starting" if st.running else "stopped"),
+                                     "role": desk.role, "url": desks.url(desk)}
     return out
 
 
@@ -513,7 +510,7 @@ def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
 
 import typer  # noqa: E402
 
-cli = typer.Typer(help="The local stack on 127.0.0.1: Prefect server, worker, Label Studio.",
+cli = typer.Typer(help="The local stack on 127.0.0.1: Prefect server, worker, the desks (Label Studio per person).",
                   no_args_is_help=True)
 _DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data).")
 
@@ -528,7 +525,7 @@ def _or_exit(fn, *args, **kwargs):
 
 @cli.command("up")
 def _cli_up(data_root: Path = _DATA_ROOT,
-            label_studio: bool = typer.Option(True, help="Also start Label Studio."),
+            label_studio: bool = typer.Option(True, help="Also start the desks."),
             worker_limit: int = typer.Option(4, help="Flow runs each local worker runs at once."),
             workers: int = typer.Option(1, min=1, help="Local workers on the rescue-cpu pool.")) -> None:
     """Start the server, register pools/limits/deployments, start workers (idempotent)."""
@@ -539,7 +536,7 @@ def _cli_up(data_root: Path = _DATA_ROOT,
 
 @cli.command("down")
 def _cli_down(data_root: Path = _DATA_ROOT,
-              label_studio: bool = typer.Option(True, help="Also stop Label Studio.")) -> None:
+              label_studio: bool = typer.Option(True, help="Also stop the desks.")) -> None:
     """Stop what `rescue stack up` started (by recorded pid)."""
     _or_exit(down, data_root, label_studio=label_studio)
 

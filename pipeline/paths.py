@@ -238,6 +238,10 @@ class DataRoot:
         """What was pushed: ``{"<scenario>/<annotator>": [sample_id, ...]}`` (pull checks it)."""
         return self._inside("annotation", "pushed", f"{check_name(round_name, 'round')}.json")
 
+    def annotation_ledger(self, round_name: str) -> Path:
+        """Where each annotation was first seen (task and author), per desk: a moved one is reported."""
+        return self._inside("annotation", "ledger", f"{check_name(round_name, 'round')}.json")
+
     def adjudications(self, round_name: str) -> Path:
         return self._inside("annotation", "adjudications", f"{check_name(round_name, 'round')}.parquet")
 
@@ -283,7 +287,34 @@ class DataRoot:
         return self._inside("voices", f"{stem}.json")
 
     def label_studio_dir(self) -> Path:
+        """The single shared Label Studio of data roots made before desks (read by the migration only)."""
         return self._inside("label-studio")
+
+    # --- desks: one Label Studio per person (pipeline.annotation.desks) ------------------
+    def desks_dir(self) -> Path:
+        return self._inside("desks")
+
+    def desks_registry(self) -> Path:
+        """Who has a desk, their role and port (owner-only)."""
+        return self._inside("desks", "desks.json")
+
+    def desks_lock(self) -> Path:
+        return self._inside("desks", "desks.lock")
+
+    def desk_dir(self, desk_slug: str) -> Path:
+        return self._inside("desks", check_name(desk_slug, "desk"))
+
+    def desk_label_studio_dir(self, desk_slug: str) -> Path:
+        """The desk's own Label Studio data dir: its database, SECRET_KEY (.env), log."""
+        return self._inside("desks", check_name(desk_slug, "desk"), "label-studio")
+
+    def desk_files(self, desk_slug: str) -> Path:
+        """The desk's file root (Label Studio's local-files document root): links to its own tasks' media only."""
+        return self._inside("desks", check_name(desk_slug, "desk"), "files")
+
+    def desk_service(self, desk_slug: str) -> Path:
+        """The desk's service account (e-mail, password, API token; owner-only), outside its file root."""
+        return self._inside("desks", check_name(desk_slug, "desk"), "service.json")
 
     def stack_dir(self) -> Path:
         return self._inside("stack")

@@ -72,3 +72,93 @@ def ls_client(ls_server, ls_credentials):
     client = LabelStudioClient(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"])
     yield client
     client.close()
+
+
+# --- desks -------------------------------------------------------------------------------------
+
+class _DeskView:
+    """One person's "desk" on the shared test server: the session client, except that round
+    projects named for other people (other tests' annotators) are not listed, as they would not
+    be on a real desk (a pull reports such a project as foreign)."""
+
+    def __init__(self, client, email):
+        self._client, self._email = client, email
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def projects(self):
+        from pipeline.annotation.push import parse_project_key
+        return [p for p in self._client.projects()
+                if (parsed := parse_project_key(p.key)) is None or parsed[2] == self._email]
+
+
+class OneServerDesks:
+    """A TEST ARRANGEMENT, not a desk set: every person's "desk" is the one session server (so
+    tests of push/pull/status semantics, which isolation does not change, need no server per
+    person). It implements :class:`pipeline.annotation.desks.DeskAccess`; tests of isolation
+    itself use real :class:`pipeline.annotation.desks.Desks` (``desk_factory``)."""
+
+    def __init__(self, server, client):
+        self.server, self._client = server, client
+        self.roles: dict[str, str] = {}
+
+    def add(self, email: str, role: str = "annotator") -> str:
+        self._client.create_user(email)
+        self.roles[email] = role
+        return email
+
+    def people(self, role=None):
+        return sorted(e for e, r in self.roles.items() if role is None or r == role)
+
+    def client(self, email):
+        if email not in self.roles:
+            from pipeline.annotation.desks import DeskError
+            raise DeskError(f"{email} has no desk")
+        return _DeskView(self._client, email)
+
+    def owner_id(self, email):
+        user = self._client.find_user(email)
+        return user and user["id"]
+
+    def stage_media(self, email, urls):
+        from pipeline.annotation.desks import media_path
+        return sorted({(self.server.media_root / p).parent for u in urls if (p := media_path(u))})
+
+    def where(self, email):
+        return f"{email}'s desk (the shared test server)"
+
+    def public_url(self, email):
+        return self._client.url
+
+
+@pytest.fixture
+def ls_desks(ls_server, ls_client):
+    """Per test: people on the session server (:class:`OneServerDesks`); ``ls_desks.add(email, role)``."""
+    return OneServerDesks(ls_server, ls_client)
+
+
+@pytest.fixture
+def desk_factory(tmp_path, monkeypatch):
+    """Real desks (one Label Studio per person) under a fresh data root: ``make(email, role)``
+    -> ``(desks, desk)`` with the person's password in ``desks.passwords[email]``; every desk
+    started is stopped at the end."""
+    from pipeline.annotation.desks import Desks
+    from pipeline.annotation.server import DEFAULT_VENV
+
+    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
+        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    root = tmp_path / "data"
+    monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
+    desks = Desks(root)
+    desks.passwords = {}
+
+    def make(email: str, role: str = "annotator"):
+        password = secrets.token_urlsafe(12)
+        desks.passwords[email] = password
+        return desks, desks.add(email, role, password, timeout=400)
+
+    make.desks = desks
+    yield make
+    desks.down()
+    desks.close()

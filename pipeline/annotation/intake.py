@@ -17,12 +17,11 @@ import pyarrow.parquet as pq
 
 from pipeline import corpus
 from pipeline.annotation import push
-from pipeline.annotation.client import LabelStudioClient
+from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.rounds import round_names
 from pipeline.media.ingest import read_catalog
 from pipeline.paths import DataRoot, check_sample_id
 from pipeline.rows import group_id_of
-from pipeline.annotation.pushed import adjudicators
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ class Opened:
     report: push.PushReport
 
 
-def open_round(client: LabelStudioClient, root: str | os.PathLike, round_name: str,
+def open_round(desks: DeskAccess, root: str | os.PathLike, round_name: str,
                annotators: Sequence[str] | None = None, *, sample_ids: Sequence[str] | None = None,
                k: int | None = None, prelabel: push.Prelabeler | None = push.input_values,
                prelabel_source: str = "input", on_chunk: Callable[[int, int], None] | None = None) -> Opened:
@@ -98,12 +97,7 @@ def open_round(client: LabelStudioClient, root: str | os.PathLike, round_name: s
     if not samples:
         raise push.PushError(f"no interviews in annotation under {root.work_dir()}: ingest, transcribe, diarize "
                              "and segment a batch first (or run the ingest-batch flow)")
-    media = root.media_dir()
-    if not annotators:  # "every annotator": never the people who adjudicate (pushed.adjudicators)
-
-        judges = set(adjudicators(root))
-        annotators = [a for a in push.list_annotators(client) if a not in judges] if judges else annotators
-    report = push.push_round(client, round_name, samples, annotators, k=k, prelabel=prelabel,
+    report = push.push_round(desks, round_name, samples, annotators, k=k, prelabel=prelabel,
                              prelabel_source=prelabel_source, media_url=push.catalog_media_urls(root),
-                             media_dir=media if media.is_dir() else None, on_chunk=on_chunk, data_root=root)
+                             on_chunk=on_chunk, data_root=root)
     return Opened(round_name, admitted, report)

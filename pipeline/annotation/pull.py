@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
 from pipeline.annotation import acceptance, ls_config, naming, voice_naming
-from pipeline.annotation.client import LabelStudioClient
+from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.pushed import read_pushed
 from pipeline.annotation.rounds import Field, Round, load_round, round_names
@@ -271,18 +271,38 @@ def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -
     return labels, problems.items
 
 
-def parse_export(rnd: Round, tasks: list[dict], annotator: str,
-                 users: dict[int, str] | None = None) -> tuple[list[dict], list[dict], int]:
+def _author(completed_by) -> int | None:
+    """The user id an export names as an annotation's author (an id, or a user object)."""
+    if isinstance(completed_by, dict):
+        completed_by = completed_by.get("id")
+    return completed_by if isinstance(completed_by, int) and not isinstance(completed_by, bool) else None
+
+
+def parse_export(rnd: Round, tasks: list[dict], annotator: str, users: dict[int, str] | None = None,
+                 owner_id: int | None = None, where: str | None = None,
+                 moved: dict[int, str] | None = None) -> tuple[list[dict], list[dict], int]:
     """Label lines, problems and the number of done tasks of one annotator project's export.
 
-    ``users`` maps Label Studio user ids to e-mails (exports may name users by id only).
+    Only the desk owner's annotations count (``owner_id``: their user id on the desk; without it,
+    annotations whose author is ``annotator`` by e-mail). Any other author's annotation (a login
+    invited or made through the API on that desk), and every annotation in ``moved`` (id ->
+    why: its task or author changed since it was first pulled), is reported naming the desk
+    (``where``), never counted. ``users`` maps the desk's user ids to e-mails.
     """
     users = users or {}
+    moved = moved or {}
+    where = where or f"{annotator}'s project"
 
-    def _email(completed_by) -> str | None:
-        if isinstance(completed_by, dict):
-            return completed_by.get("email")
-        return users.get(completed_by)
+    def _own(a: dict) -> bool:
+        author = _author(a.get("completed_by"))
+        if owner_id is not None:
+            return author == owner_id
+        by = a.get("completed_by")
+        return (by.get("email") if isinstance(by, dict) else users.get(author)) in (None, annotator)
+
+    def _who(a: dict) -> str:
+        author = _author(a.get("completed_by"))
+        return users.get(author) or (f"user {author}" if author is not None else "no author")
 
     labels, problems, done = [], [], 0
     seen: set[str] = set()
@@ -298,10 +318,14 @@ def parse_export(rnd: Round, tasks: list[dict], annotator: str,
         anns = list(task.get("annotations") or [])
         if not anns:
             continue
-        foreign = [a for a in anns if _email(a.get("completed_by")) not in (None, annotator)]
+        foreign = [a for a in anns if not _own(a)]
         for a in foreign:
-            report.add(None, None, f"annotation by {_email(a['completed_by'])} in {annotator}'s project; ignored")
-        own = [a for a in anns if a not in foreign]
+            report.add(None, None, f"annotation {a.get('id')} by {_who(a)} on {where}: not the desk's owner; "
+                                   "not counted")
+        shifted = [a for a in anns if a not in foreign and a.get("id") in moved]
+        for a in shifted:
+            report.add(None, None, f"annotation {a.get('id')} on {where}: {moved[a['id']]}; not counted")
+        own = [a for a in anns if a not in foreign and a not in shifted]
         live = [a for a in own if not a.get("was_cancelled")]
         if own and not live:
             report.add(None, None, "skipped (cancelled) by the annotator")
@@ -350,9 +374,10 @@ def _sorted_table(records: list[dict], schema: pa.Schema, keys: list[str]) -> pa
     return pa.Table.from_pylist(sorted(records, key=key), schema=schema)
 
 
-def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.PathLike,
+def pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
                annotators: list[str] | None = None, write: bool = True) -> PullResult:
-    """Export, archive, parse and validate every annotator project of a round.
+    """Export, archive, parse and validate every annotator project of a round, each from the
+    annotator's own desk (:mod:`.desks`); only the desk owner's answers count.
 
     Returns the labels (``schemas.LABELS``) and problems (``schemas.LABEL_PROBLEMS``) and, when
     ``write``, stores them at ``DataRoot.labels`` / ``DataRoot.label_problems`` (identical bytes
@@ -363,20 +388,38 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
     rnd = load_round(check_name(round_name, "round"))
     labels, problems, accepted = [], [], []
     result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
-    users = {u["id"]: u["email"] for u in client.users()}
-    wanted = []
-    for project in sorted(client.projects(), key=lambda p: p.key):
-        parsed = parse_project_key(project.key)
-        if parsed is None or parsed[0] != rnd.name or (annotators and parsed[2] not in annotators):
+
+    def problem(who: str, message: str, sid: str = "") -> None:
+        problems.append({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": who,
+                         "field": None, "problem": message, "value": None})
+
+    people = desks.people("annotator")
+    wanted = []  # (client, project, (round, scenario, annotator), users, owner id)
+    for who in people:
+        if annotators and who not in annotators:
             continue
-        wanted.append((project, parsed))
+        client = desks.client(who)
+        users = {u["id"]: u["email"] for u in client.users()}
+        owner = desks.owner_id(who)
+        for project in sorted(client.projects(), key=lambda p: p.key):
+            parsed = parse_project_key(project.key)
+            if parsed is None or parsed[0] != rnd.name:
+                continue
+            if parsed[2] != who:  # a project made on this desk in someone else's name
+                problem(who, f"project {project.id} on {desks.where(who)} is named for {parsed[2]}: not counted")
+                continue
+            wanted.append((client, project, parsed, users, owner))
+    for who in annotators or []:
+        if who not in people:
+            problem(who, f"{who} has no annotator's desk; nothing pulled for them (earlier lines kept)")
     # The server serialises exports slowly (seconds per large project): ask for a few at once.
     # Each project's predictions are read right after its export (the export names them by id).
     with ThreadPoolExecutor(EXPORT_WORKERS) as pool:
-        exports = list(pool.map(lambda item: (client.export_tasks(item[0].id),
-                                              acceptance.project_predictions(client, item[0].id)), wanted))
+        exports = list(pool.map(lambda item: (item[0].export_tasks(item[1].id),
+                                              acceptance.project_predictions(item[0], item[1].id)), wanted))
+    ledger = _Ledger(root, rnd.name)
     exported: dict[tuple[str, str], set[str]] = {}  # (scenario, annotator) -> sample ids with a task
-    for (project, (_, scenario, annotator)), (raw, predictions) in zip(wanted, exports):
+    for (_, project, (_, scenario, annotator), users, owner), (raw, predictions) in zip(wanted, exports):
         exported.setdefault((scenario, annotator), set())
         path, new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
         result.snapshots.append(path)
@@ -394,10 +437,17 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
         record, _ = acceptance.archive_predictions(root, path, acceptance.predictions_record(
             rnd.name, scenario, annotator, project.id, tasks, predictions, users))
         accepted += acceptance.measure_archived(rnd, tasks, record, parse=parse_annotation)
+        moved = ledger.check(annotator, tasks)  # before stitching: a window is a task of its own
+        for task in [t for t in tasks if isinstance(t, dict)] if moved else []:
+            data = task.get("data") or {}
+            for a in [a for a in task.get("annotations") or [] if a.get("id") in moved]:
+                problem(annotator, f"annotation {a['id']} on {desks.where(annotator)}: {moved[a['id']]}; not counted",
+                        data.get("sample_id", "?"))
+                task["annotations"].remove(a)
         tasks, notes = stitch_tasks(tasks)  # windows of a long sample -> one task per sample
         problems += [{"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
                       "field": None, "problem": note, "value": None} for sid, note in notes]
-        lines, probs, done = parse_export(rnd, tasks, annotator, users)
+        lines, probs, done = parse_export(rnd, tasks, annotator, users, owner, desks.where(annotator))
         labels += lines
         problems += probs
         result.progress[(annotator, scenario)] = (done, len(tasks))
@@ -419,7 +469,7 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
                                         f"push {rnd.name}` recreates the task"})
             result.missing.append((sid, annotator))
     for who in annotators or []:
-        if who not in pulled:
+        if who not in pulled and who in people:
             problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": who, "field": None,
                              "value": None, "problem": f"{who} has no project in round {rnd.name}; nothing pulled "
                                                        "for them (earlier lines kept)"})
@@ -434,10 +484,46 @@ def pull_round(client: LabelStudioClient, round_name: str, data_root: str | os.P
     result.problems = _sorted_table(problems, schemas.LABEL_PROBLEMS,
                                     ["sample_id", "row_index", "annotator", "field", "problem"])
     if write:
+        ledger.write()
         store.write_parquet(result.labels, root.labels(rnd.name))
         store.write_parquet(result.problems, root.label_problems(rnd.name))
         acceptance.write(root, rnd.name, accepted, pulled, gone)
     return result
+
+
+class _Ledger:
+    """Where each annotation of a round was first pulled from: ``(annotator, annotation id,
+    created_at) -> (sample_id, window index, author id)``. Label Studio lets a login change an
+    annotation's task or author through its API; an annotation found later on another task or
+    under another author was moved (e.g. an answer made to count for another task) and is
+    reported, never counted. Entries are only ever added (``DataRoot.annotation_ledger``)."""
+
+    def __init__(self, root: DataRoot, round_name: str):
+        self.path = root.annotation_ledger(round_name)
+        self.seen: dict[str, list] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.added = False
+
+    def check(self, annotator: str, tasks: list[dict]) -> dict[int, str]:
+        moved: dict[int, str] = {}
+        for task in tasks:
+            data = task.get("data") or {} if isinstance(task, dict) else {}
+            window = (data.get("window") or {}).get("index")
+            for a in task.get("annotations") or [] if isinstance(task, dict) else []:
+                key = f"{annotator}|{a.get('id')}|{a.get('created_at')}"
+                now = [data.get("sample_id"), window, _author(a.get("completed_by"))]
+                first = self.seen.get(key)
+                if first is None:
+                    self.seen[key] = now
+                    self.added = True
+                elif first[:2] != now[:2]:
+                    moved[a.get("id")] = f"moved from {first[0]} window {first[1]} to {now[0]} window {now[1]}"
+                elif first[2] != now[2]:
+                    moved[a.get("id")] = f"its author changed from user {first[2]} to user {now[2]}"
+        return moved
+
+    def write(self) -> None:
+        if self.added:
+            store.atomic_write_text(self.path, store.canonical_json(self.seen))
 
 
 @dataclass
@@ -494,20 +580,21 @@ def _read_rows(path: Path) -> list[dict]:
     return pq.ParquetFile(path).read().to_pylist()
 
 
-def missing_tasks(client: LabelStudioClient, data_root: str | os.PathLike,
+def missing_tasks(desks: DeskAccess, data_root: str | os.PathLike,
                   rounds: list[str] | None = None) -> list[tuple[str, str, str, str]]:
     """``(round, scenario, annotator, sample_id)`` pushed (the push record) but gone from the
-    live Label Studio projects: a deleted task or project. For ``rescue annotate status``."""
+    annotators' desks: a deleted task or project. For ``rescue annotate status``."""
     root = DataRoot(data_root)
     live: dict[tuple[str, str, str], set[str]] = {}
-    projects = [(p, parse_project_key(p.key)) for p in client.projects()]
+    projects = [(desks.client(who), p, parsed) for who in desks.people("annotator")
+                for p in desks.client(who).projects() if (parsed := parse_project_key(p.key)) and parsed[2] == who]
     out = []
     for name in rounds or round_names():
         record = read_pushed(root, name)
         if not record:
             continue
-        for project, parsed in projects:
-            if parsed and parsed[0] == name:
+        for client, project, parsed in projects:
+            if parsed[0] == name:
                 live.setdefault(parsed, set()).update(
                     (t.get("data") or {}).get("sample_id") for t in client.tasks(project.id))
         for key, sample_ids in sorted(record.items()):
@@ -517,14 +604,16 @@ def missing_tasks(client: LabelStudioClient, data_root: str | os.PathLike,
     return out
 
 
-def round_progress(client: LabelStudioClient) -> dict[tuple[str, str, str], tuple[int, int]]:
-    """``(round, scenario, annotator) -> (done, total)`` from the live task counts."""
+def round_progress(desks: DeskAccess) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """``(round, scenario, annotator) -> (done, total)`` from the live task counts of each desk."""
     out = {}
-    for project in client.projects():
-        parsed = parse_project_key(project.key)
-        if parsed is None:
-            continue
-        tasks = client.tasks(project.id)
-        done = sum(1 for t in tasks if t.get("total_annotations", 0) or t.get("cancelled_annotations", 0))
-        out[parsed] = (done, len(tasks))
+    for who in desks.people("annotator"):
+        client = desks.client(who)
+        for project in client.projects():
+            parsed = parse_project_key(project.key)
+            if parsed is None or parsed[2] != who:
+                continue
+            tasks = client.tasks(project.id)
+            done = sum(1 for t in tasks if t.get("total_annotations", 0) or t.get("cancelled_annotations", 0))
+            out[parsed] = (done, len(tasks))
     return out

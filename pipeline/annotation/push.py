@@ -1,7 +1,9 @@
-"""Push a round's samples to Label Studio: one project per annotator per round and scenario.
+"""Push a round's samples to the annotators' desks: one project per annotator per round and
+scenario, on that annotator's own Label Studio (:mod:`.desks`).
 
-Community Label Studio cannot assign tasks, so a blind round gives each of its K annotators an
-own project holding identical tasks. A long sample becomes several tasks, one per window of at
+Community Label Studio can neither assign tasks nor keep one login from another's projects, so
+a blind round gives each of its K annotators a project holding identical tasks on a server of
+their own, with the media of those tasks in their own file root. A long sample becomes several tasks, one per window of at
 most ``windows.WINDOW_UNITS`` rows with controls (:mod:`.windows`; pull stitches them back).
 Pushing is idempotent: every task carries its ``sample_id``, its window (``data["window"]``,
 absent for a one-task sample) and the ``content_sha`` of what it shows; a re-push imports only
@@ -25,6 +27,7 @@ import pyarrow.parquet as pq
 from pipeline import taxonomy
 from pipeline.annotation import ls_config, voice_naming
 from pipeline.annotation.client import LabelStudioClient, LabelStudioError, LabelStudioUnavailable, chunks
+from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.rows import tables_to_samples
 from pipeline.annotation import pushed
@@ -71,20 +74,16 @@ Prelabeler = Callable[[Round, dict], dict[int, dict]]  # (round, sample) -> {row
 
 # --- annotators ----------------------------------------------------------------------------
 
-def list_annotators(client: LabelStudioClient) -> list[str]:
-    """Every Label Studio login except the admin whose token the pipeline uses (sorted e-mails)."""
-    me = client.whoami()["email"].lower()
-    return sorted(u["email"] for u in client.users() if u["email"].lower() != me)
-
-
-def choose_annotators(client: LabelStudioClient, rnd: Round, annotators: Sequence[str] | None,
-                      k: int | None) -> list[str]:
+def choose_annotators(desks: DeskAccess, rnd: Round, annotators: Sequence[str] | None, k: int | None) -> list[str]:
+    """The round's annotators: those named, else every annotator with a desk (never an
+    adjudicator: roles are explicit, :mod:`.desks`); at least ``k`` (default the round's)."""
     k = k or rnd.annotators
-    known = list_annotators(client)
+    known = desks.people("annotator")
     chosen = list(annotators) if annotators else known
     unknown = [a for a in chosen if a not in known]
     if unknown:
-        raise PushError(f"not Label Studio users: {', '.join(unknown)}; add them with `rescue annotators add EMAIL`")
+        raise PushError(f"not annotators with a desk: {', '.join(unknown)}; add them with "
+                        "`rescue annotators add EMAIL`")
     if len(chosen) < k:
         raise PushError(f"round {rnd.name!r} needs {k} annotators, {len(chosen)} available "
                         f"({', '.join(chosen) or 'none'}); add more with `rescue annotators add EMAIL`")
@@ -162,16 +161,16 @@ def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: C
     return out
 
 
-def push_round(client: LabelStudioClient, round_name: str, samples: Sequence[dict],
+def push_round(desks: DeskAccess, round_name: str, samples: Sequence[dict],
                annotators: Sequence[str] | None = None, *, data_root=None, **options) -> PushReport:
     """:func:`_push_round` (see there); with ``data_root`` it holds the round's push lock
     (:func:`.pushed.round_lock`: two pushes at once make no duplicate project or task) and
     records who was given which samples (:func:`.pushed.record_pushed`; pull reports deleted tasks)."""
     samples = voice_naming.attach_voice_tables(load_round(round_name), samples, data_root)  # the voice block
     if data_root is None:
-        return _push_round(client, round_name, samples, annotators, **options)
+        return _push_round(desks, round_name, samples, annotators, **options)
     with pushed.round_lock(data_root, round_name):
-        report = _push_round(client, round_name, samples, annotators, **options)
+        report = _push_round(desks, round_name, samples, annotators, **options)
         scenario_of = {s["sample_id"]: s["scenario"] for s in samples}
         given = [(sc, ann, sid) for key in report.projects if (parsed := parse_project_key(key))
                  for _, sc, ann in [parsed] for sid, s_sc in scenario_of.items() if s_sc == sc]
@@ -180,7 +179,7 @@ def push_round(client: LabelStudioClient, round_name: str, samples: Sequence[dic
 
 
 def _push_round(
-    client: LabelStudioClient,
+    desks: DeskAccess,
     round_name: str,
     samples: Sequence[dict],
     annotators: Sequence[str] | None = None,
@@ -189,22 +188,23 @@ def _push_round(
     prelabel: Prelabeler | None = input_values,
     prelabel_source: str = "input",
     media_url: Callable[[dict], str] | None = None,
-    media_dir: str | Path | None = None,
     on_chunk: Callable[[int, int], None] | None = None,
     window: int | None = None,
 ) -> PushReport:
-    """Push ``samples`` (``pipeline.rows`` shape) to every chosen annotator's project of the round.
+    """Push ``samples`` (``pipeline.rows`` shape) to every chosen annotator's project of the
+    round, each on the annotator's own desk.
 
-    ``annotators``: e-mails (default: every registered annotator; at least ``k``, default the
+    ``annotators``: e-mails (default: every annotator with a desk; at least ``k``, default the
     round's ``annotators``). ``prelabel``: values for predictions (default: the input rows;
     None for none). ``media_url``: sample -> URL shown in the Audio player (e.g.
-    ``/data/local-files/?d=media/x.wav``); ``media_dir``: absolute folder to register as the
-    projects' local storage. ``on_chunk(done, total)`` is called after each imported chunk.
+    ``/data/local-files/?d=media/x.wav``, a path relative to the data root): the file is placed
+    in each annotator's file root (:meth:`.desks.Desks.stage_media`) and its folder registered
+    as the projects' local storage. ``on_chunk(done, total)`` is called after each imported chunk.
     ``window``: units per task for long samples (default: samples above ``windows.SPLIT_ABOVE``
     units in windows of ``windows.WINDOW_UNITS``).
     """
     rnd = load_round(round_name)
-    chosen = choose_annotators(client, rnd, annotators, k)
+    chosen = choose_annotators(desks, rnd, annotators, k)
     report = PushReport(rnd.name, chosen)
     # without a pre-annotation, a round with defaults still pre-fills: its predictions say so
     version = model_version(rnd, prelabel_source if prelabel else "defaults" if ls_config.has_defaults(rnd) else "none")
@@ -213,26 +213,29 @@ def _push_round(
         by_scenario.setdefault(taxonomy.check_scenario(s["scenario"]), []).extend(
             _prepare(rnd, s, prelabel, media_url, window))
 
-    plan: list[tuple[int, list[dict]]] = []
+    plan: list[tuple[LabelStudioClient, int, list[dict]]] = []
     try:
         for scenario, prepared in sorted(by_scenario.items()):
             config = ls_config.render_config(rnd, scenario)
+            urls = [p.data.get("media_url") or "" for p in prepared]
             for annotator in chosen:
+                client = desks.client(annotator)
                 key = project_key(rnd.name, scenario, annotator)
                 project = client.ensure_project(key, f"{rnd.name} {scenario} {annotator}", config, version,
                                                 description=rnd.title)
                 report.projects[key] = project.id
                 set_instructions(client, project.id, ls_config.instructions_html(rnd, scenario))
-                if media_dir:
-                    client.add_local_storage(project.id, str(Path(media_dir).resolve()))
-                plan.append((project.id, _sync_existing(client, project.id, annotator, prepared, version, report)))
+                for folder in desks.stage_media(annotator, urls):  # the desk's own copy of its media
+                    client.add_local_storage(project.id, str(folder))
+                plan.append((client, project.id,
+                             _sync_existing(client, project.id, annotator, prepared, version, report)))
     except LabelStudioUnavailable as exc:
         raise PushError(f"push of round {rnd.name!r} stopped before importing: {exc}. "
-                        "Nothing was lost; restart Label Studio and run the push again.") from None
+                        "Nothing was lost; restart the desk (`rescue label-studio up`) and run the push again.") from None
 
-    total = sum(len(tasks) for _, tasks in plan)
+    total = sum(len(tasks) for _, _, tasks in plan)
     done = 0
-    for project_id, tasks in plan:
+    for client, project_id, tasks in plan:
         for chunk in chunks(tasks, IMPORT_CHUNK):
             try:
                 client.import_tasks(project_id, chunk)

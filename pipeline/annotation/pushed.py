@@ -1,7 +1,6 @@
 """What a round was pushed to, kept under the data root, and the lock around a push.
 
-Adjudicators never annotate what they adjudicate: a round pushed to "every annotator"
-(annotators omitted) leaves out everyone who has adjudicated (:func:`adjudicators`), and the
+Adjudicators never annotate what they adjudicate: roles are explicit (:mod:`.desks`), and the
 adjudication pull refuses answers of anyone the round was pushed to or who has labels in it.
 
 Label Studio is not the record of what was handed out: a task or project deleted there after
@@ -66,18 +65,6 @@ def record_pushed(data_root: str | os.PathLike, round_name: str,
     store.atomic_write_text(DataRoot(data_root).pushed(round_name),
                             store.canonical_json({"round": round_name, "projects": out}))
     return out
-
-
-def adjudicators(data_root: str | os.PathLike) -> list[str]:
-    """Everyone whose answers are in a pulled adjudication table (``DataRoot.adjudications``) of any
-    round: they are left out when a round is pushed to "every annotator" (annotators omitted)."""
-    import pyarrow.parquet as pq
-
-    folder = DataRoot(data_root).adjudications("x").parent
-    out: set[str] = set()
-    for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-        out |= {a for a in pq.ParquetFile(path).read(columns=["annotator"]).column(0).to_pylist() if a}
-    return sorted(out)
 
 
 def pushed_annotators(data_root: str | os.PathLike, round_name: str) -> list[str]:

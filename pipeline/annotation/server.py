@@ -25,7 +25,7 @@ from pipeline.config import REPO_ROOT
 from pipeline.paths import DataRoot
 from pipeline.store import make_private_dir
 
-LS_VERSION = "1.23.2"
+LS_VERSION = "1.23.2"  # the one pin: scripts/setup.d/30-label-studio.sh installs this version
 DEFAULT_VENV = REPO_ROOT / ".label-studio" / "venv"
 # A migrated empty database made by scripts/setup.d/30-label-studio.sh: copied into a new data
 # dir it spares the first start Label Studio's migrations (35 s idle, minutes on a busy machine).
@@ -54,6 +54,8 @@ class ServerStatus:
         state = "up" if self.healthy else ("starting or unhealthy" if self.running else "down")
         pid = f", pid {self.pid}" if self.pid else ""
         ver = f", Label Studio {self.version}" if self.version else ""
+        if self.version and self.version != LS_VERSION:
+            ver += f" (WARNING: the pipeline is written for {LS_VERSION}; run scripts/setup.sh)"
         return f"Label Studio {state} at {self.url}{pid}{ver} (data: {self.data_dir})"
 
 
@@ -61,7 +63,11 @@ class LabelStudioServer:
     """One Label Studio server: ``data_dir`` holds its database, pid file and log."""
 
     def __init__(self, data_dir: Path, port: int = 8080, media_root: Path | None = None,
-                 venv: Path = DEFAULT_VENV, host: str = "127.0.0.1"):
+                 venv: Path = DEFAULT_VENV, host: str = "127.0.0.1",
+                 credentials: dict[str, str] | None = None):
+        """``credentials``: the first user's ``CREDENTIAL_VARS`` (a desk's service account);
+        default: those variables of the environment."""
+        self.credentials = dict(credentials) if credentials is not None else None
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.host = host
@@ -117,18 +123,22 @@ class LabelStudioServer:
 
     # --- start / stop --------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        missing = [v for v in CREDENTIAL_VARS if not os.environ.get(v)]
+        creds = self.credentials if self.credentials is not None else os.environ
+        missing = [v for v in CREDENTIAL_VARS if not creds.get(v)]
         if missing:
             raise LabelStudioServerError(
                 f"set {', '.join(missing)} in the environment before starting Label Studio "
                 "(admin e-mail, password and a 40-hex-character API token)")
-        token = os.environ["LABEL_STUDIO_USER_TOKEN"]
+        token = creds["LABEL_STUDIO_USER_TOKEN"]
         if not re.fullmatch(r"[0-9a-fA-F]{40}", token):
             raise LabelStudioServerError("LABEL_STUDIO_USER_TOKEN must be 40 hexadecimal characters "
                                          "(e.g. `python -c 'import secrets; print(secrets.token_hex(20))'`)")
-        if "@" not in os.environ["LABEL_STUDIO_USERNAME"]:
+        if "@" not in creds["LABEL_STUDIO_USERNAME"]:
             raise LabelStudioServerError("LABEL_STUDIO_USERNAME must be an e-mail address")
-        env = {k: v for k, v in os.environ.items() if k not in _STRAY_VARS}
+        # Never inherited: another server's credentials or SECRET_KEY (each server keeps its own
+        # key in its data dir's .env, so a session of one means nothing on another).
+        env = {k: v for k, v in os.environ.items() if k not in (*_STRAY_VARS, *CREDENTIAL_VARS, "SECRET_KEY")}
+        env.update({v: creds[v] for v in CREDENTIAL_VARS})
         env.update({
             "LABEL_STUDIO_BASE_DATA_DIR": str(self.data_dir),
             "DJANGO_DB": "sqlite",

@@ -1,7 +1,8 @@
 """Where every annotator stands in every round: rows done of rows to do, drafts, last activity,
 and the link to their project (``rescue annotate status``).
 
-Counted from the live Label Studio tasks of each round project (:mod:`.push`): a row is one
+Counted from the live Label Studio tasks of each round project on each annotator's own desk
+(:mod:`.push`, :mod:`.desks`): a row is one
 unit (a row with controls in that round); a task's rows are done once its annotator submitted
 it, skipped when they skipped it. A windowed sample (:mod:`.windows`) is done when all its
 windows are. Drafts are tasks with a saved draft and no submission yet.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.annotation.client import LabelStudioClient
+from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.rounds import round_names
 
@@ -34,7 +36,9 @@ class ProjectStatus:
     last_activity: str | None  # ISO time of the latest submission or draft, None before any
 
 
-def project_status(client: LabelStudioClient, project, parsed: tuple[str, str, str]) -> ProjectStatus:
+def project_status(client: LabelStudioClient, project, parsed: tuple[str, str, str],
+                   base_url: str | None = None) -> ProjectStatus:
+    """``base_url``: the address the annotator opens (default the client's)."""
     rnd, scenario, annotator = parsed
     tasks = client.tasks(project.id, fields="all", page_size=200)  # drafts included
     rows_done = rows_total = rows_skipped = drafts = 0
@@ -56,22 +60,26 @@ def project_status(client: LabelStudioClient, project, parsed: tuple[str, str, s
         sid = (t.get("data") or {}).get("sample_id", "?")
         samples[sid] = samples.get(sid, True) and (submitted or skipped)
     return ProjectStatus(rnd, scenario, annotator, project.id,
-                         f"{client.url}/projects/{project.id}/data", rows_done, rows_total, rows_skipped,
+                         f"{base_url or client.url}/projects/{project.id}/data", rows_done, rows_total, rows_skipped,
                          sum(samples.values()), len(samples), drafts, max((x for x in last if x), default=None))
 
 
-def round_status(client: LabelStudioClient, rounds: list[str] | None = None,
+def round_status(desks: DeskAccess, rounds: list[str] | None = None,
                  annotators: list[str] | None = None) -> list[ProjectStatus]:
-    """One line per round project (round order, then scenario and annotator)."""
+    """One line per round project on each annotator's desk (round order, then scenario and annotator)."""
     order = {name: i for i, name in enumerate(round_names())}
     wanted = []
-    for project in client.projects():
-        parsed = parse_project_key(project.key)
-        if parsed is None or (rounds and parsed[0] not in rounds) or (annotators and parsed[2] not in annotators):
+    for who in desks.people("annotator"):
+        if annotators and who not in annotators:
             continue
-        wanted.append((project, parsed))
-    wanted.sort(key=lambda item: (order.get(item[1][0], 99), item[1]))
-    return [project_status(client, project, parsed) for project, parsed in wanted]
+        client = desks.client(who)
+        for project in client.projects():
+            parsed = parse_project_key(project.key)
+            if parsed is None or parsed[2] != who or (rounds and parsed[0] not in rounds):
+                continue
+            wanted.append((client, desks.public_url(who), project, parsed))
+    wanted.sort(key=lambda item: (order.get(item[3][0], 99), item[3]))
+    return [project_status(client, project, parsed, url) for client, url, project, parsed in wanted]
 
 
 STATUS_COLUMNS = ("round", "scenario", "annotator", "rows done", "skipped", "samples done", "drafts",

@@ -1,7 +1,7 @@
 """``rescue label-studio``, ``rescue annotators`` and ``rescue annotate`` commands.
 
-Argument parsing and printing only; the work is in the sibling modules. The API token is
-never printed.
+Argument parsing and printing only; the work is in :mod:`pipeline.annotation` (the desks in
+:mod:`pipeline.annotation.desks`). No password or token is ever printed.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pipeline.cli.app import DataRoot
 from pipeline.paths import DataRoot as DataRootMap
 
 console = Console()
-label_studio_app = typer.Typer(help="Run the local Label Studio server (127.0.0.1, data under the data root).",
+label_studio_app = typer.Typer(help="Run the desks: one Label Studio per person on 127.0.0.1, data under the data root.",
                                no_args_is_help=True)
-annotators_app = typer.Typer(help="Annotator logins in Label Studio.", no_args_is_help=True)
+annotators_app = typer.Typer(help="People (annotators, adjudicators) and their desks.", no_args_is_help=True)
 annotate_app = typer.Typer(help="Blind annotation rounds: configs, push, pull, progress.", no_args_is_help=True)
 
 
@@ -35,95 +35,146 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _client(settings):
-    from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+def _desks(settings):
+    from pipeline.annotation.desks import Desks
 
-    try:
-        return LabelStudioClient.from_settings(settings)
-    except LabelStudioError as exc:
-        _fail(str(exc))
+    return Desks(settings.data_root, settings)
 
 
-def _server(settings, port: Optional[int] = None):
-    from pipeline.annotation.server import LabelStudioServer, default_server
-
-    server = default_server(settings)
-    if port:
-        server = LabelStudioServer(server.data_dir, port=port, media_root=server.media_root)
-    return server
-
-
-# --- label-studio up / down / status -----------------------------------------------------------
-
-@label_studio_app.command("up")
-def ls_up(data_root: Optional[Path] = DataRoot,
-          port: Optional[int] = typer.Option(None, help="Port (default $RESCUE_LABEL_STUDIO_PORT or 8080)."),
-          timeout: float = typer.Option(300.0, help="Seconds to wait for /health.")) -> None:
-    """Start Label Studio (no-op when it already runs); admin and token from LABEL_STUDIO_* env vars."""
+def _desk_errors():
+    from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.desks import DeskError
     from pipeline.annotation.server import LabelStudioServerError
 
-    server = _server(_settings(data_root), port)
+    return (LabelStudioError, DeskError, LabelStudioServerError)
+
+
+# --- label-studio: every desk, or one ---------------------------------------------------------
+
+AnnotatorOpt = typer.Option(None, "--annotator", "-a", help="Only this person's desk (repeat); default every desk.")
+
+
+@label_studio_app.command("up")
+def ls_up(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]] = AnnotatorOpt,
+          timeout: float = typer.Option(300.0, help="Seconds to wait for each desk's /health.")) -> None:
+    """Start the desks (one Label Studio per person, 127.0.0.1; no-op for those already up)."""
+    desks = _desks(_settings(data_root))
+    if not desks.all():
+        console.print("no desks yet: add people with `rescue annotators add EMAIL [--adjudicator]`")
+        return
     try:
-        with console.status(f"starting Label Studio on {server.url} (first start: about a minute)"):
-            status = server.start(timeout=timeout)
-    except LabelStudioServerError as exc:
+        with console.status("starting the desks (a few seconds each)"):
+            desks.up(annotator or None, timeout=timeout, log=lambda m: console.print(m, highlight=False))
+    except _desk_errors() as exc:
         _fail(str(exc))
-    console.print(status.describe(), highlight=False)
 
 
 @label_studio_app.command("down")
-def ls_down(data_root: Optional[Path] = DataRoot, port: Optional[int] = typer.Option(None)) -> None:
-    """Stop the Label Studio server started by `up`."""
-    server = _server(_settings(data_root), port)
-    console.print("stopped" if server.stop() else "Label Studio was not running")
+def ls_down(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]] = AnnotatorOpt) -> None:
+    """Stop the desks started by `up` (every desk, or one)."""
+    try:
+        stopped = _desks(_settings(data_root)).down(annotator or None)
+    except _desk_errors() as exc:
+        _fail(str(exc))
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "no desk was running", highlight=False)
 
 
 @label_studio_app.command("status")
-def ls_status(data_root: Optional[Path] = DataRoot, port: Optional[int] = typer.Option(None)) -> None:
-    """Whether the server runs and answers; exit code 1 when it is not healthy."""
-    status = _server(_settings(data_root), port).status()
-    console.print(status.describe(), highlight=False)
-    if not status.healthy:
+def ls_status(data_root: Optional[Path] = DataRoot) -> None:
+    """Each desk's state and address; exit code 1 when one is not healthy."""
+    lines = _desks(_settings(data_root)).status()
+    for desk, status in lines:
+        console.print(f"{desk.email} ({desk.role}): {status.describe()}", highlight=False)
+    if not lines:
+        console.print("no desks yet: add people with `rescue annotators add EMAIL [--adjudicator]`")
+    if any(not st.healthy for _, st in lines):
         raise typer.Exit(1)
+
+
+@label_studio_app.command("serve")
+def ls_serve(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]] = AnnotatorOpt,
+             host: str = typer.Option("127.0.0.1", help="Address the desks listen on (0.0.0.0 only inside a "
+                                                        "container whose ports are published on 127.0.0.1).")) -> None:
+    """Run the desks in the foreground until interrupted (SIGTERM/SIGINT stops them): for containers."""
+    import signal
+    import threading
+
+    from pipeline.annotation.desks import Desks
+
+    settings = _settings(data_root)
+    desks = Desks(settings.data_root, settings, host=host)
+    try:
+        desks.up(annotator or None, log=lambda m: console.print(m, highlight=False))
+    except _desk_errors() as exc:
+        _fail(str(exc))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(5):
+        for desk, status in desks.status():
+            if (not annotator or desk.email in annotator) and not status.running:
+                console.print(f"desk of {desk.email} stopped; starting it again", highlight=False)
+                desks.up([desk.email], log=lambda m: console.print(m, highlight=False))
+    console.print(f"stopped: {', '.join(desks.down(annotator or None))}", highlight=False)
+
+
+@label_studio_app.command("migrate-to-desks")
+def ls_migrate(data_root: Optional[Path] = DataRoot,
+               adjudicator: Optional[list[str]] = typer.Option(
+                   None, "--adjudicator", help="A person who adjudicates (repeat): each gets the adjudication "
+                                               "projects on their own desk. Needed when there are any.")) -> None:
+    """Move a data root's single shared Label Studio (rounds in progress) to one desk per person:
+    projects, tasks, annotations and drafts, nothing lost (see pipeline.annotation.migrate)."""
+    from pipeline.annotation import migrate
+
+    settings = _settings(data_root)
+    try:
+        report = migrate.migrate_to_desks(settings.data_root, adjudicator or (),
+                                          log=lambda m: console.print(m, highlight=False))
+    except (*_desk_errors(), migrate.MigrationError) as exc:
+        _fail(str(exc))
+    console.print(report.summary(), highlight=False)
 
 
 # --- annotators ----------------------------------------------------------------------------
 
 @annotators_app.command("add")
 def annotators_add(
-    email: str = typer.Argument(..., help="The annotator's e-mail (their login)."),
+    email: str = typer.Argument(..., help="The person's e-mail (their login)."),
     data_root: Optional[Path] = DataRoot,
+    adjudicator: bool = typer.Option(False, "--adjudicator", help="This person adjudicates (never annotates)."),
     password_env: str = typer.Option("RESCUE_ANNOTATOR_PASSWORD",
                                      help="Environment variable holding the password; prompted when unset."),
 ) -> None:
-    """Create a Label Studio login for an annotator and set their password (never printed)."""
-    from pipeline.annotation.client import LabelStudioError
-    from pipeline.annotation.server import LabelStudioServerError
-
-    if "@" not in email:
-        _fail(f"{email!r} is not an e-mail address")
+    """Make a person and their desk (their own Label Studio), and set their password (never printed)."""
     settings = _settings(data_root)
+    desks = _desks(settings)
     password = os.environ.get(password_env) or typer.prompt(f"password for {email}", hide_input=True,
                                                             confirmation_prompt=True)
     try:
-        user = _client(settings).create_user(email)
-        _server(settings).set_password(email, password)
-    except (LabelStudioError, LabelStudioServerError) as exc:
+        with console.status(f"making the desk of {email} (a few seconds)"):
+            desk = desks.add(email, "adjudicator" if adjudicator else "annotator", password)
+    except _desk_errors() as exc:
         _fail(str(exc))
-    console.print(f"annotator {email} ready (Label Studio user {user['id']})", highlight=False)
+    console.print(f"{desk.role} {desk.email} ready: {desks.public_url(desk)}", highlight=False)
 
 
 @annotators_app.command("list")
-def annotators_list(data_root: Optional[Path] = DataRoot) -> None:
-    """Registered annotators (every Label Studio login except the pipeline's admin)."""
-    from pipeline.annotation.client import LabelStudioError
-    from pipeline.annotation.push import list_annotators
+def annotators_list(data_root: Optional[Path] = DataRoot,
+                    as_json: bool = typer.Option(False, "--json", help='JSON list of {"email", "role", "url"}.')) -> None:
+    """Everyone with a desk: e-mail, role and the address they open."""
+    import json
 
     try:
-        for email in list_annotators(_client(_settings(data_root))):
-            console.print(email, highlight=False)
-    except LabelStudioError as exc:
+        desks = _desks(_settings(data_root))
+        people = [{"email": d.email, "role": d.role, "url": desks.public_url(d)} for d in desks.all()]
+    except _desk_errors() as exc:
         _fail(str(exc))
+    if as_json:
+        print(json.dumps(people))
+        return
+    for p in people:
+        console.print(f"{p['email']}  {p['role']}  {p['url']}", highlight=False)
 
 
 # --- annotate --------------------------------------------------------------------------------
@@ -164,7 +215,6 @@ def annotate_push(
     from rich.progress import Progress
 
     from pipeline.annotation import push
-    from pipeline.annotation.client import LabelStudioError
     from pipeline.annotation.prelabel import ModelPrelabeler
     from pipeline.annotation import intake
 
@@ -187,13 +237,12 @@ def annotate_push(
         kwargs = {"prelabel": push.input_values if prelabel == "input" else None, "prelabel_source": prelabel}
     else:
         _fail(f"--prelabel must be input, none or model, not {prelabel!r}")
-    media = DataRootMap(settings.data_root).media_dir()
     try:
         with Progress(console=console, transient=True) as progress:
             bar = progress.add_task(f"pushing {round_name}", total=None)
             on_chunk = lambda done, total: progress.update(bar, completed=done, total=total)  # noqa: E731
             if sample_list is None:
-                opened = intake.open_round(_client(settings), settings.data_root, round_name, annotator or None,
+                opened = intake.open_round(_desks(settings), settings.data_root, round_name, annotator or None,
                                            k=k, on_chunk=on_chunk, **kwargs)
                 report = opened.report
                 if opened.admitted.added:
@@ -204,10 +253,10 @@ def annotate_push(
                                   "annotate; check its transcript and diarization)", highlight=False)
             else:
                 report = push.push_round(
-                    _client(settings), round_name, sample_list, annotator or None, k=k,
-                    data_root=settings.data_root, media_dir=media if media.is_dir() else None,
+                    _desks(settings), round_name, sample_list, annotator or None, k=k,
+                    data_root=settings.data_root,
                     media_url=push.catalog_media_urls(settings.data_root), on_chunk=on_chunk, **kwargs)
-    except (push.PushError, LabelStudioError, KeyError, FileNotFoundError) as exc:
+    except (push.PushError, *_desk_errors(), KeyError, FileNotFoundError) as exc:
         _fail(str(exc).strip("'\""))
     console.print(report.summary(), highlight=False)
     for who, sid in report.changed_after_annotation:
@@ -225,13 +274,12 @@ def annotate_pull(
 ) -> None:
     """Archive the round's exports, then validate them into the long label table."""
     from pipeline.annotation import pull
-    from pipeline.annotation.client import LabelStudioError
 
     settings = _settings(data_root)
     try:
         with console.status(f"pulling {round_name}"):
-            result = pull.pull_round(_client(settings), round_name, settings.data_root, annotators=annotator or None)
-    except (LabelStudioError, KeyError, ValueError) as exc:
+            result = pull.pull_round(_desks(settings), round_name, settings.data_root, annotators=annotator or None)
+    except (*_desk_errors(), KeyError, ValueError) as exc:
         _fail(str(exc).strip("'\""))
     console.print(result.summary(), highlight=False)
     console.print(f"labels: {DataRootMap(settings.data_root).labels(round_name)}", highlight=False)
@@ -291,18 +339,25 @@ def annotate_status(
     round_name: Optional[list[str]] = typer.Option(None, "--round", "-r", help="Only these rounds (repeat)."),
     annotator: Optional[list[str]] = typer.Option(None, "--annotator", "-a", help="Only these annotators (repeat)."),
 ) -> None:
-    """Per round and annotator: rows done / total, skipped, drafts, last activity, project URL."""
-    from pipeline.annotation.client import LabelStudioError
+    """Each desk's state and address; per round and annotator: rows done / total, skipped,
+    drafts, last activity, project URL."""
     from pipeline.annotation.pull import missing_tasks
     from pipeline.annotation.status import STATUS_COLUMNS, round_status, status_rows
 
     settings = _settings(data_root)
+    desks = _desks(settings)
+    down = []
+    for desk, st in desks.status():
+        console.print(f"desk {desk.email} ({desk.role}): {'up' if st.healthy else 'DOWN'} at {desks.public_url(desk)}",
+                      highlight=False)
+        down += [] if st.healthy else [desk.email]
+    if down:
+        _fail(f"desks down: {', '.join(down)}; start them with `rescue label-studio up`")
     try:
-        client = _client(settings)
-        lines = round_status(client, round_name or None, annotator or None)
-        gone = [m for m in missing_tasks(client, settings.data_root, round_name or None)
+        lines = round_status(desks, round_name or None, annotator or None)
+        gone = [m for m in missing_tasks(desks, settings.data_root, round_name or None)
                 if not annotator or m[2] in annotator]
-    except LabelStudioError as exc:
+    except _desk_errors() as exc:
         _fail(str(exc))
     table = Table(*STATUS_COLUMNS)
     for row in status_rows(lines):  # the same rows the annotation-round run publishes
@@ -311,23 +366,3 @@ def annotate_status(
     for rnd, scenario, who, sid in gone:  # pushed, then deleted in Label Studio: never dropped in silence
         console.print(f"[yellow]missing task[/yellow]: {rnd} {scenario} {who}: {sid} was pushed but is gone from "
                       "Label Studio (deleted); `rescue annotate push` recreates it", highlight=False)
-
-
-@annotate_app.command("gate")
-def annotate_gate(
-    data_root: Optional[Path] = DataRoot,
-    host: str = typer.Option("127.0.0.1", help="Address annotators reach (e.g. the machine's LAN address)."),
-    port: int = typer.Option(8090, help="Port of the gate."),
-) -> None:
-    """Serve the annotators' gate to Label Studio (blind rounds): give annotators this address, never
-    Label Studio's own; each sees only their own projects (see pipeline.annotation.proxy)."""
-    import uvicorn
-
-    from pipeline.annotation.proxy import make_app
-
-    settings = _settings(data_root)
-    if not settings.label_studio_token:
-        _fail("set LABEL_STUDIO_USER_TOKEN (the gate asks Label Studio who owns what with it)")
-    console.print(f"annotators' gate on http://{host}:{port} -> {settings.label_studio_url}", highlight=False)
-    uvicorn.run(make_app(settings.label_studio_url, settings.label_studio_token.value), host=host, port=port,
-                log_level="warning")

@@ -107,10 +107,11 @@ def adjudicate_push(
     rows: Optional[Path] = typer.Option(None, help="Rows table the round was pushed from (default: the corpus's, "
                                         "with --samples)."),
 ) -> None:
-    """Put every disagreement of a pulled round into the round's adjudication projects."""
+    """Put every disagreement of a pulled round into the adjudication projects on every adjudicator's desk."""
     from rich.console import Console
 
-    from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+    from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.desks import DeskError, Desks
     from pipeline.config import Settings
     from pipeline.paths import DataRoot
     from pipeline.quality import adjudication
@@ -119,9 +120,9 @@ def adjudicate_push(
     settings = Settings.from_env(data_root)
     root = DataRoot(settings.data_root)
     try:
-        summary = adjudication.push_round(LabelStudioClient.from_settings(settings), root, round_name,
+        summary = adjudication.push_round(Desks(root, settings), root, round_name,
                                           _adjudication_samples(samples, rows, root))
-    except (FileNotFoundError, KeyError, ValueError, LabelStudioError) as exc:
+    except (FileNotFoundError, KeyError, ValueError, LabelStudioError, DeskError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
     console.print(f"round {round_name}: {summary.disagreements} disagreeing rows; tasks {summary.tasks_created} new, "
@@ -137,17 +138,20 @@ def adjudicate_pull(
     """Fetch the adjudicators' answers and store them (<data root>/annotation/adjudications/ROUND.parquet)."""
     from rich.console import Console
 
-    from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+    from pipeline.annotation.client import LabelStudioError
+    from pipeline.annotation.desks import DeskError, Desks
     from pipeline.config import Settings
     from pipeline.quality import adjudication
 
     console = Console()
     settings = Settings.from_env(data_root)
     try:
-        out = adjudication.pull_round(LabelStudioClient.from_settings(settings), settings.data_root, round_name)
-    except (KeyError, ValueError, LabelStudioError) as exc:
+        out = adjudication.pull_round(Desks(settings.data_root, settings), settings.data_root, round_name)
+    except (KeyError, ValueError, LabelStudioError, DeskError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
+    for line in out.ignored:
+        console.print(f"[yellow]not counted[/yellow]: {line}", highlight=False)
     console.print(f"round {round_name}: {out.rows} adjudicated rows ({out.table.num_rows} values) -> {out.path}",
                   highlight=False)
 

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from pipeline import corpus, schemas, store, taxonomy
 from pipeline.annotation.ls_config import build_task_data, content_sha, render_config, result_value, values_to_results
+from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.naming import parse_control_name
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot, check_name
@@ -91,19 +92,32 @@ def adjudication_tasks(rnd, labels: Any, samples: Sequence[dict]) -> dict[str, l
     return out
 
 
-def push(client, rnd, labels: Any, samples: Sequence[dict]) -> PushSummary:
-    """Create or refresh the adjudication projects of a round."""
+class NoAdjudicator(ValueError):
+    """Disagreements to adjudicate, and nobody made an adjudicator."""
+
+
+def push(desks: DeskAccess, rnd, labels: Any, samples: Sequence[dict]) -> PushSummary:
+    """Create or refresh the adjudication projects of a round on every adjudicator's desk.
+
+    Roles are explicit: only people added as adjudicators (``rescue annotators add EMAIL
+    --adjudicator``) get adjudication projects; with disagreements and none, nothing is pushed
+    and :class:`NoAdjudicator` says what to do."""
     tasks_by_scenario = adjudication_tasks(rnd, labels, samples)
+    judges = desks.people("adjudicator")
+    if tasks_by_scenario and not judges:
+        raise NoAdjudicator(f"round {rnd.name!r} has disagreements to adjudicate but nobody is an adjudicator: "
+                            "add one with `rescue annotators add EMAIL --adjudicator`, then push again")
     created = unchanged = updated = 0
     projects = {}
-    for scenario, tasks in sorted(tasks_by_scenario.items()):
+    for judge, (scenario, tasks) in ((j, item) for j in judges for item in sorted(tasks_by_scenario.items())):
+        client = desks.client(judge)
         project = client.ensure_project(project_key(rnd.name, scenario), project_title(rnd.name, scenario),
                                         render_config(rnd, scenario),
                                         model_version=ADJUDICATOR_VERSION,
                                         description=f"Adjudication of round {rnd.name} v{rnd.version}: "
                                                     f"rows where annotators disagree. Each annotator's "
                                                     f"answer is a prediction; submit the correct one.")
-        projects[scenario] = project.id
+        projects[f"{scenario}/{judge}"] = project.id
         existing = {t["data"].get("sample_id"): t for t in client.tasks(project.id)}
         new = []
         for task in tasks:
@@ -178,36 +192,53 @@ def _typed(f, raw: Any) -> Any:
     return raw
 
 
-def pull(client, rnd, scenarios: Sequence[str] = taxonomy.SCENARIOS) -> pa.Table:
-    """Adjudicators' submitted answers as label-table lines (only the rows each task adjudicates).
+def pull(desks: DeskAccess, rnd, scenarios: Sequence[str] = taxonomy.SCENARIOS,
+         ignored: list[str] | None = None) -> pa.Table:
+    """Adjudicators' submitted answers as label-table lines (only the rows each task adjudicates),
+    each from the adjudicator's own desk and only by its owner: answers by any other login there
+    are left out and named in ``ignored``.
 
     Cancelled (skipped) annotations are ignored; when a task has several submitted annotations
-    the most recently updated one wins.
+    (also on several adjudicators' desks) the most recently updated one wins.
     """
-    lines: list[dict] = []
-    for scenario in scenarios:
-        project = client.find_project(project_key(rnd.name, scenario))
-        if project is None:
-            continue
-        for task in json.loads(client.export_snapshot(project.id) or b"[]"):
-            data = task["data"]
-            anns = [a for a in task.get("annotations") or [] if not a.get("was_cancelled")]
-            if not anns:
+    chosen: dict[tuple[str, str], tuple[tuple, str, dict, dict]] = {}  # (scenario, sample) -> latest
+    for judge in desks.people("adjudicator"):
+        client, owner = desks.client(judge), desks.owner_id(judge)
+        for scenario in scenarios:
+            project = client.find_project(project_key(rnd.name, scenario))
+            if project is None:
                 continue
-            ann = max(anns, key=lambda a: (a.get("updated_at") or "", a.get("id") or 0))
-            by = ann.get("completed_by")
-            who = by.get("email") if isinstance(by, dict) else str(by)
-            values = results_to_values(rnd, data, ann.get("result") or [])
-            wanted = data.get("adjudicate") or {}
-            for ri, fields in sorted(values.items()):
-                for name, v in sorted(fields.items()):
-                    if wanted and name not in wanted.get(str(ri), []) and not _paired(rnd, name, wanted.get(str(ri))):
-                        continue
-                    lines.append({"round": rnd.name, "sample_id": data["sample_id"],
-                                  "scenario": data.get("scenario") or scenario, "row_index": ri,
-                                  "annotator": who, "field": name, "value": json.dumps(v, ensure_ascii=False),
-                                  "annotation_id": ann.get("id"), "lead_time_s": ann.get("lead_time"),
-                                  "created_at": ann.get("created_at"), "updated_at": ann.get("updated_at")})
+            for task in json.loads(client.export_snapshot(project.id) or b"[]"):
+                anns = []
+                for a in task.get("annotations") or []:
+                    by = a.get("completed_by")
+                    author = by.get("id") if isinstance(by, dict) else by
+                    if owner is None or author != owner:
+                        if ignored is not None:
+                            ignored.append(f"answer {a.get('id')} on {desks.where(judge)} ({task['data'].get('sample_id')}) "
+                                           f"is not by the desk's owner: not counted")
+                    elif not a.get("was_cancelled"):
+                        anns.append(a)
+                if not anns:
+                    continue
+                ann = max(anns, key=lambda a: (a.get("updated_at") or "", a.get("id") or 0))
+                rank = (ann.get("updated_at") or "", judge, ann.get("id") or 0)
+                key = (scenario, task["data"]["sample_id"])
+                if key not in chosen or rank > chosen[key][0]:
+                    chosen[key] = (rank, judge, task["data"], ann)
+    lines: list[dict] = []
+    for (scenario, _), (_, who, data, ann) in sorted(chosen.items()):
+        values = results_to_values(rnd, data, ann.get("result") or [])
+        wanted = data.get("adjudicate") or {}
+        for ri, fields in sorted(values.items()):
+            for name, v in sorted(fields.items()):
+                if wanted and name not in wanted.get(str(ri), []) and not _paired(rnd, name, wanted.get(str(ri))):
+                    continue
+                lines.append({"round": rnd.name, "sample_id": data["sample_id"],
+                              "scenario": data.get("scenario") or scenario, "row_index": ri,
+                              "annotator": who, "field": name, "value": json.dumps(v, ensure_ascii=False),
+                              "annotation_id": ann.get("id"), "lead_time_s": ann.get("lead_time"),
+                              "created_at": ann.get("created_at"), "updated_at": ann.get("updated_at")})
     return pa.Table.from_pylist(lines, schema=schemas.LABELS)
 
 
@@ -226,7 +257,7 @@ def _round_labels(root: DataRoot, round_name: str) -> pa.Table:
     return pq.read_table(path)
 
 
-def push_round(client, data_root: str | os.PathLike, round_name: str,
+def push_round(desks: DeskAccess, data_root: str | os.PathLike, round_name: str,
                samples: Sequence[dict] | None = None) -> PushSummary:
     """The adjudication push of a pulled round: its disagreements into the adjudication projects.
 
@@ -235,7 +266,7 @@ def push_round(client, data_root: str | os.PathLike, round_name: str,
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     labels = _round_labels(root, rnd.name)
-    return push(client, rnd, labels, corpus.load_annotated(root) if samples is None else samples)
+    return push(desks, rnd, labels, corpus.load_annotated(root) if samples is None else samples)
 
 
 @dataclass(frozen=True)
@@ -245,6 +276,7 @@ class AdjudicationPull:
     round: str
     table: pa.Table
     path: Path
+    ignored: tuple[str, ...] = ()  # answers on adjudicators' desks by other logins: never counted
 
     @property
     def rows(self) -> int:
@@ -256,12 +288,13 @@ class AdjudicatorIsAnnotator(ValueError):
     """Adjudication answers from someone who annotated the round."""
 
 
-def pull_round(client, data_root: str | os.PathLike, round_name: str) -> AdjudicationPull:
+def pull_round(desks: DeskAccess, data_root: str | os.PathLike, round_name: str) -> AdjudicationPull:
     """Pull a round's adjudications and write them to ``DataRoot.adjudications`` (deterministic bytes)."""
 
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
-    table = pull(client, rnd)
+    ignored: list[str] = []
+    table = pull(desks, rnd, ignored=ignored)
     labels = pq.ParquetFile(root.labels(rnd.name)).read(columns=["sample_id", "annotator"]) \
         if root.labels(rnd.name).is_file() else None
     labelled = set(labels.column("annotator").to_pylist()) if labels is not None else set()
@@ -279,4 +312,4 @@ def pull_round(client, data_root: str | os.PathLike, round_name: str) -> Adjudic
             f"project '{project_title(rnd.name, '...')}' and have someone who did not annotate the round adjudicate")
     table = table.sort_by([("sample_id", "ascending"), ("row_index", "ascending"), ("field", "ascending"),
                            ("annotator", "ascending")])
-    return AdjudicationPull(rnd.name, table, store.write_parquet(table, root.adjudications(rnd.name)))
+    return AdjudicationPull(rnd.name, table, store.write_parquet(table, root.adjudications(rnd.name)), tuple(ignored))

@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$(pwd)"
 
-LS_VERSION="1.23.2"
+# The one pin of the version is LS_VERSION in pipeline/annotation/server.py (desks check it at start).
+LS_VERSION="$(sed -n 's/^LS_VERSION = "\([0-9.]*\)".*/\1/p' pipeline/annotation/server.py)"
+[ -n "$LS_VERSION" ] || { echo "setup: no LS_VERSION in pipeline/annotation/server.py" >&2; exit 1; }
 VENV=".label-studio/venv"
 stamp="$VENV/.rescue-label-studio"
 

@@ -15,14 +15,14 @@ _counter = itertools.count()
 
 
 @pytest.fixture
-def new_annotators(ls_client, request):
-    """``make(n)`` -> n fresh annotator e-mails registered in Label Studio (unique per test)."""
+def new_annotators(ls_desks, request):
+    """``make(n)`` -> n fresh annotator e-mails, each with a "desk" in ``ls_desks`` (unique per test)."""
     def make(n: int = 2) -> list[str]:
         stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:30].strip("-")
         out = []
         for _ in range(n):
             email = f"{stem}-{next(_counter)}@rescue.test"
-            ls_client.create_user(email)
+            ls_desks.add(email)
             out.append(email)
         return out
     return make

@@ -1,0 +1,333 @@
+"""Desks: one Label Studio server per person, so that a blind round is blind by construction.
+
+Label Studio Community lets every login of a server read and write every project of it (no
+roles, no per-project permissions), and lets any login add a local-files storage on any folder
+of its file root. So each person - annotator or adjudicator - gets a server of their own, a
+*desk*, and a desk holds only its owner's work:
+
+* its own data dir (``DataRoot.desk_label_studio_dir``: SQLite database, the ``SECRET_KEY`` in
+  ``.env``, log), its own port on 127.0.0.1, started from the template database;
+* its own file root (``DataRoot.desk_files``, Label Studio's local-files document root): hard
+  links (or copies) of the media of its own tasks, at the same relative paths as under the data
+  root, and nothing else;
+* a service account, the server's first user, which only the pipeline uses: its e-mail,
+  password and API token live in ``DataRoot.desk_service`` (owner-only, outside the file root);
+* the person's own login, made by ``rescue annotators add``. Signup without a link is closed.
+
+Roles are explicit (``annotator`` or ``adjudicator``) and kept in the registry
+(``DataRoot.desks_registry``, owner-only). A pull counts only answers by a desk's owner
+(:mod:`.pull`); whatever else a desk holds is reported, never counted.
+
+Push, pull, status and adjudication take a :class:`DeskAccess`: for each person, a client of
+their desk, the owner's user id there and a way to place media in their file root.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pipeline import store
+from pipeline.annotation.client import LabelStudioClient
+from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
+from pipeline.config import Settings
+from pipeline.paths import DataRoot, slug
+
+ROLES = ("annotator", "adjudicator")
+SERVICE_EMAIL = "pipeline@rescue.invalid"  # the service account's login on every desk
+MEDIA_URL_PREFIX = "/data/local-files/?d="  # Label Studio's URL of a file under its file root
+
+
+class DeskError(RuntimeError):
+    """A desk could not be made, found or reached; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Desk:
+    email: str
+    role: str
+    port: int
+    slug: str
+
+
+class DeskAccess(Protocol):
+    """What the annotation stages need of the desks (production: :class:`Desks`)."""
+
+    def people(self, role: str | None = None) -> list[str]: ...
+
+    def client(self, email: str) -> LabelStudioClient: ...
+
+    def owner_id(self, email: str) -> int | None: ...
+
+    def stage_media(self, email: str, urls: Iterable[str]) -> list[Path]: ...
+
+    def where(self, email: str) -> str: ...
+
+    def public_url(self, email: str) -> str: ...
+
+
+def media_path(url: str) -> str | None:
+    """The data-root-relative path of a local-files media URL (``/data/local-files/?d=...``)."""
+    return url[len(MEDIA_URL_PREFIX):] if url and url.startswith(MEDIA_URL_PREFIX) else None
+
+
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Desks:
+    """The desks of one data root (the registry is the one source of who has which role)."""
+
+    def __init__(self, data_root: str | os.PathLike, settings: Settings | None = None, venv: Path = DEFAULT_VENV,
+                 host: str = "127.0.0.1"):
+        self.root = DataRoot(data_root)
+        self.settings = settings or Settings.from_env(self.root.root)
+        self.venv = venv
+        self.host = host
+        self._clients: dict[str, LabelStudioClient] = {}
+        self._owner_ids: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Desks({str(self.root)!r})"
+
+    # --- the registry --------------------------------------------------------------------
+    def all(self) -> list[Desk]:
+        path = self.root.desks_registry()
+        if not path.is_file():
+            return []
+        try:
+            entries = json.loads(path.read_text())["desks"]
+            return [Desk(e["email"], e["role"], int(e["port"]), e["slug"]) for e in entries]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DeskError(f"{path}: the desk registry is unreadable ({exc}); restore it from a backup") from None
+
+    def get(self, email: str) -> Desk:
+        wanted = email.strip().lower()
+        for desk in self.all():
+            if desk.email.lower() == wanted:
+                return desk
+        raise DeskError(f"{email} has no desk in {self.root}; add them with `rescue annotators add {email}`")
+
+    def people(self, role: str | None = None) -> list[str]:
+        return sorted(d.email for d in self.all() if role is None or d.role == role)
+
+    def annotators(self) -> list[str]:
+        return self.people("annotator")
+
+    def adjudicators(self) -> list[str]:
+        return self.people("adjudicator")
+
+    @contextlib.contextmanager
+    def _registry_lock(self) -> Iterator[None]:
+        store.make_private_dir(self.root.desks_dir())
+        with open(os.open(self.root.desks_lock(), os.O_RDWR | os.O_CREAT, 0o600)) as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+
+    def _write(self, desks: list[Desk]) -> None:
+        text = store.canonical_json({"desks": [asdict(d) for d in sorted(desks, key=lambda d: d.email)]})
+        store.atomic_write_text(self.root.desks_registry(), text)  # 0600: the folder is private
+
+    def register(self, email: str, role: str) -> Desk:
+        """The person's desk entry, made (with its service account) when missing. A person has
+        one role; asking for the other is refused (a person who annotated must not adjudicate)."""
+        email = email.strip()
+        if role not in ROLES:
+            raise DeskError(f"role {role!r} is not one of {', '.join(ROLES)}")
+        if "@" not in email or any(c.isspace() or ord(c) < 32 for c in email):
+            raise DeskError(f"{email!r} is not an e-mail address")
+        if email.lower() == SERVICE_EMAIL:
+            raise DeskError(f"{email} is the desks' service account")
+        with self._registry_lock():
+            desks = self.all()
+            for d in desks:
+                if d.email.lower() == email.lower():
+                    if d.role != role:
+                        raise DeskError(f"{d.email} already has a desk as {d.role}; a person has one role")
+                    return d
+            taken_slugs = {d.slug for d in desks}
+            name = slug(email.lower())
+            if name in taken_slugs:  # two e-mails with the same file-safe form
+                name = f"{name[:50]}-{hashlib.sha256(email.lower().encode()).hexdigest()[:8]}"
+            taken_ports = {d.port for d in desks}
+            port = self.settings.desk_base_port
+            while port in taken_ports or not _port_free(port, self.host):
+                port += 1
+            desk = Desk(email, role, port, name)
+            store.make_private_dir(self.root.desk_dir(desk.slug))
+            service = {"LABEL_STUDIO_USERNAME": SERVICE_EMAIL, "LABEL_STUDIO_PASSWORD": secrets.token_urlsafe(24),
+                       "LABEL_STUDIO_USER_TOKEN": secrets.token_hex(20)}
+            if not self.root.desk_service(desk.slug).is_file():
+                store.atomic_write_text(self.root.desk_service(desk.slug), json.dumps(service))
+            self._write([*desks, desk])
+        return desk
+
+    # --- one desk --------------------------------------------------------------------------
+    def _desk(self, desk: Desk | str) -> Desk:
+        return desk if isinstance(desk, Desk) else self.get(desk)
+
+    def service(self, desk: Desk | str) -> dict[str, str]:
+        """The desk's service account (``LABEL_STUDIO_USERNAME/PASSWORD/USER_TOKEN``); never printed."""
+        path = self.root.desk_service(self._desk(desk).slug)
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise DeskError(f"{path}: the desk's service account is missing or unreadable ({type(exc).__name__}); "
+                            "the desk cannot be reached without it") from None
+
+    def server(self, desk: Desk | str) -> LabelStudioServer:
+        desk = self._desk(desk)
+        files = store.make_private_dir(self.root.desk_files(desk.slug))  # its media are private interviews
+        return LabelStudioServer(self.root.desk_label_studio_dir(desk.slug), port=desk.port, media_root=files,
+                                 venv=self.venv, host=self.host, credentials=self.service(desk))
+
+    def url(self, desk: Desk | str) -> str:
+        """How the pipeline reaches the desk (``RESCUE_DESK_URL``, default its port on 127.0.0.1)."""
+        desk = self._desk(desk)
+        return self.settings.desk_url.format(port=desk.port, slug=desk.slug).rstrip("/")
+
+    def public_url(self, desk: Desk | str) -> str:
+        """The address the desk's person opens (``RESCUE_DESK_PUBLIC_URL``, default :meth:`url`)."""
+        desk = self._desk(desk)
+        template = self.settings.desk_public_url
+        return template.format(port=desk.port, slug=desk.slug).rstrip("/") if template else self.url(desk)
+
+    def where(self, email: str) -> str:
+        """Words naming a person's desk, for problems and errors."""
+        try:
+            return f"{email}'s desk ({self.url(email)})"
+        except DeskError:
+            return f"{email}'s desk (none registered)"
+
+    def client(self, email: str) -> LabelStudioClient:
+        desk = self.get(email)
+        with self._lock:
+            if desk.email not in self._clients:
+                self._clients[desk.email] = LabelStudioClient(self.url(desk), self.service(desk)["LABEL_STUDIO_USER_TOKEN"])
+            return self._clients[desk.email]
+
+    def owner_id(self, email: str) -> int | None:
+        """The person's user id on their own desk (None while they have no login there)."""
+        desk = self.get(email)
+        if desk.email not in self._owner_ids:
+            user = self.client(desk.email).find_user(desk.email)
+            if user is None:
+                return None
+            self._owner_ids[desk.email] = int(user["id"])
+        return self._owner_ids[desk.email]
+
+    def stage_media(self, email: str, urls: Iterable[str]) -> list[Path]:
+        """Place the media behind ``urls`` (local-files URLs, paths relative to the data root) in
+        the person's file root at the same relative paths (a hard link, else a copy); returns the
+        folders holding them (each becomes a local storage of the person's projects)."""
+        desk = self.get(email)
+        files = store.make_private_dir(self.root.desk_files(desk.slug))
+        folders: set[Path] = set()
+        for rel in sorted({p for u in urls if (p := media_path(u))}):
+            source = self.root.resolve(rel)
+            target = DataRoot(files).resolve(rel)
+            store.make_private_dir(target.parent)
+            folders.add(target.parent)
+            if not source.is_file():
+                continue  # the task shows no audio; push reports nothing more than before
+            if target.exists() and os.path.samefile(source, target):
+                continue
+            tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+            try:
+                os.link(source, tmp)
+            except OSError:  # another file system, or links not allowed: a private copy
+                shutil.copyfile(source, tmp)
+                os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+        return sorted(folders)
+
+    # --- people ------------------------------------------------------------------------------
+    def add(self, email: str, role: str, password: str, *, timeout: float = 300.0) -> Desk:
+        """``rescue annotators add``: the person's desk (registered, started) and their login on
+        it with ``password``. Idempotent: an existing person gets their password set again."""
+        if not password:
+            raise DeskError(f"no password for {email} (set RESCUE_ANNOTATOR_PASSWORD)")
+        desk = self.register(email, role)
+        server = self.server(desk)
+        try:
+            server.start(timeout=timeout)
+            if self.client(desk.email).find_user(desk.email) is None:
+                self._sign_up(desk, password)
+            else:  # Label Studio's API cannot set a password: its management command can
+                server.set_password(desk.email, password)
+        except LabelStudioServerError as exc:
+            raise DeskError(f"desk of {desk.email}: {exc}") from None
+        return desk
+
+    def _sign_up(self, desk: Desk, password: str) -> None:
+        """The person's login through the desk's own signup form and invite link (a second, where
+        the management command that sets a password takes 15 s)."""
+        import httpx
+
+        invite = self.client(desk.email)._json("GET", "/api/invite", "read the desk's invite link")["invite_url"]
+        with httpx.Client(base_url=self.url(desk), timeout=60) as http:
+            http.get(invite)
+            r = http.post(invite, headers={"Referer": f"{self.url(desk)}{invite}"},
+                          data={"csrfmiddlewaretoken": http.cookies.get("csrftoken", ""), "email": desk.email,
+                                "password": password})
+        if r.status_code != 302:  # the form is shown again with its complaint (e.g. a short password)
+            import re
+
+            said = re.findall(r'field_errors">\s*<li>([^<]+)<', r.text)
+            raise DeskError(f"desk of {desk.email}: Label Studio refused the login (HTTP {r.status_code}"
+                            f"{': ' + '; '.join(x.strip() for x in said) if said else ''})")
+
+    # --- servers ------------------------------------------------------------------------------
+    def select(self, emails: Iterable[str] | None = None) -> list[Desk]:
+        return [self.get(e) for e in emails] if emails else self.all()
+
+    def up(self, emails: Iterable[str] | None = None, *, timeout: float = 300.0, log=print) -> list[ServerStatus]:
+        """Start the desks (all, or those of ``emails``) side by side; each waits for /health."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        desks = self.select(emails)
+        errors: list[str] = []
+
+        def start(desk: Desk) -> ServerStatus | None:
+            try:
+                status = self.server(desk).start(timeout=timeout)
+            except (LabelStudioServerError, DeskError) as exc:
+                errors.append(f"desk of {desk.email}: {exc}")
+                return None
+            log(f"desk of {desk.email} ({desk.role}): {status.describe()}")
+            return status
+
+        with ThreadPoolExecutor(max(1, min(4, len(desks)))) as pool:
+            started = [s for s in pool.map(start, desks) if s is not None]
+        if errors:
+            raise DeskError("; ".join(errors))
+        return started
+
+    def down(self, emails: Iterable[str] | None = None) -> list[str]:
+        """Stop the desks (all, or those of ``emails``); the e-mails of those that were running."""
+        return [d.email for d in self.select(emails) if self.server(d).stop()]
+
+    def status(self) -> list[tuple[Desk, ServerStatus]]:
+        return [(d, self.server(d).status()) for d in self.all()]
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
