@@ -1,10 +1,41 @@
 """The ``rescue`` console script: the library's commands (:mod:`pipeline.cli`) plus the
-operational ones that start servers and flows (``rescue stack``, ``rescue demo``)."""
+operational ones that start servers and flows (``rescue stack``, ``rescue demo``,
+``rescue annotate front``)."""
+from pathlib import Path
+from typing import Optional
+
+import typer
+
 from ops import demo, stack
 from pipeline.cli import app
+from pipeline.cli.annotate import annotate_app
 
 app.add_typer(stack.cli, name="stack")
 app.command("demo")(demo.demo_command)
+
+
+@annotate_app.command("front")
+def annotate_front(
+    annotator: str = typer.Option(..., "--annotator", "-a", help="Whose desk this front serves (their e-mail)."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+    host: str = typer.Option("127.0.0.1", help="Address the front listens on."),
+    port: int = typer.Option(8090, help="Port of the front."),
+) -> None:
+    """Serve the comfort front of ONE person's desk (cached build, service worker, keys script).
+    It is no security boundary and holds no secret: the desk is the person's own Label Studio;
+    give them the front's address instead of the desk's (docs/OPERATIONS.md)."""
+    import desk_front
+    from pipeline.annotation.desks import DeskError, Desks
+    from pipeline.config import Settings
+
+    try:
+        upstream = Desks(Settings.from_env(data_root).data_root).url(annotator)
+    except DeskError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"front of {annotator}'s desk on http://{host}:{port} -> {upstream}")
+    desk_front.serve(upstream, host=host, port=port)
+
 
 if __name__ == "__main__":  # pragma: no cover
     app()

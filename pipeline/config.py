@@ -100,14 +100,13 @@ class Secret:
 class Settings:
     data_root: Path
     models_dir: Path
-    label_studio_url: str
-    label_studio_token: Secret
-    label_studio_port: int
+    label_studio_port: int  # the single shared Label Studio of data roots made before desks (migration only)
     # Desks (pipeline.annotation.desks): ports from desk_base_port up; how the pipeline reaches a
     # desk and what its person opens, as templates with {port} and {slug}.
     desk_base_port: int = 8081
     desk_url: str = "http://127.0.0.1:{port}"
     desk_public_url: str = ""
+    desk_host: str = "127.0.0.1"  # where desks listen (0.0.0.0 only in a container published on 127.0.0.1)
     # Context sizes of the six task builders (README defaults of the paper's scripts).
     itp_context: int = 3
     rpp_context: int = -1
@@ -134,12 +133,11 @@ class Settings:
         return cls(
             data_root=root,
             models_dir=_env_path("RESCUE_MODELS_DIR", REPO_ROOT / "models"),
-            label_studio_url=os.environ.get("RESCUE_LABEL_STUDIO_URL", f"http://127.0.0.1:{port}"),
-            label_studio_token=Secret(os.environ.get("LABEL_STUDIO_USER_TOKEN", "")),
             label_studio_port=port,
             desk_base_port=int(os.environ.get("RESCUE_DESK_BASE_PORT", "8081")),
             desk_url=os.environ.get("RESCUE_DESK_URL") or "http://127.0.0.1:{port}",
             desk_public_url=os.environ.get("RESCUE_DESK_PUBLIC_URL", ""),
+            desk_host=os.environ.get("RESCUE_DESK_HOST") or "127.0.0.1",
             ffprobe_timeout_s=_env_seconds("RESCUE_FFPROBE_TIMEOUT_S", 60.0),
             ffmpeg_timeout_s=_env_seconds("RESCUE_FFMPEG_TIMEOUT_S", 3600.0),
             diarization_step=_env_step("RESCUE_DIARIZATION_STEP"),

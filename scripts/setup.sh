@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(ffmpeg espeak-ng sox chromium)
+APT_PACKAGES=(ffmpeg espeak-ng sox chromium openssh-server openssh-client)  # openssh: tests/ops (restricted desk tunnels)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

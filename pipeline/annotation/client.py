@@ -1,7 +1,9 @@
 """A small Label Studio REST client: the calls the annotation rounds need, with clear errors.
 
-Plain HTTP (httpx) against the Label Studio 1.23 API, authenticated with the admin's legacy
-API token from the environment. Errors name what was attempted and never include the token.
+Plain HTTP (httpx) against the Label Studio 1.23 API, authenticated with a legacy API token (a
+desk's service account, :mod:`.desks`). Errors name what was attempted and never include the
+token. (label-studio-sdk is not used: these few calls need only httpx, and the SDK would bring
+opencv, pandas and nltk into the pipeline's environment.)
 Other stages (adjudication) create their own projects with :meth:`ensure_project` and
 :meth:`import_tasks` (inline predictions).
 """
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from pipeline.config import Secret, Settings
+from pipeline.config import Secret
 
 
 class LabelStudioError(RuntimeError):
@@ -63,15 +65,10 @@ class LabelStudioClient:
     def __init__(self, url: str, token: Secret | str, timeout: float = 120.0):
         token = token if isinstance(token, Secret) else Secret(token)
         if not token:
-            raise LabelStudioAuthError("no Label Studio API token: set LABEL_STUDIO_USER_TOKEN")
+            raise LabelStudioAuthError("no Label Studio API token (a desk's service account in <data root>/desks/)")
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout, limits=connection_limits(self.url),
                                   headers={"Authorization": f"Token {token.value}"})
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> "LabelStudioClient":
-        settings = settings or Settings.from_env()
-        return cls(settings.label_studio_url, settings.label_studio_token)
 
     def __repr__(self) -> str:
         return f"LabelStudioClient({self.url!r}, token=****)"
@@ -90,7 +87,7 @@ class LabelStudioClient:
         if r.status_code in (401, 403):
             raise LabelStudioAuthError(
                 f"Label Studio at {self.url} rejected the API token while trying to {what} "
-                f"(HTTP {r.status_code}); check LABEL_STUDIO_USER_TOKEN")
+                f"(HTTP {r.status_code}); check the desk's service account (<data root>/desks/<desk>/service.json)")
         if r.status_code >= 400:
             body = r.text[:300].replace("\n", " ")
             raise LabelStudioError(f"Label Studio refused to {what} (HTTP {r.status_code}): {body}")

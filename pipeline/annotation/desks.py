@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -37,11 +38,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+import httpx
+
 from pipeline import store
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
 from pipeline.config import Settings
-from pipeline.paths import DataRoot, slug
+from pipeline.paths import DataRoot
 
 ROLES = ("annotator", "adjudicator")
 SERVICE_EMAIL = "pipeline@rescue.invalid"  # the service account's login on every desk
@@ -76,6 +79,11 @@ class DeskAccess(Protocol):
     def public_url(self, email: str) -> str: ...
 
 
+def desk_slug(email: str) -> str:
+    """A desk's folder name and ``{slug}`` in URL templates: one DNS label (``alice-example-org``)."""
+    return re.sub(r"[^a-z0-9]+", "-", email.lower()).strip("-")[:50] or "desk"
+
+
 def media_path(url: str) -> str | None:
     """The data-root-relative path of a local-files media URL (``/data/local-files/?d=...``)."""
     return url[len(MEDIA_URL_PREFIX):] if url and url.startswith(MEDIA_URL_PREFIX) else None
@@ -95,11 +103,13 @@ class Desks:
     """The desks of one data root (the registry is the one source of who has which role)."""
 
     def __init__(self, data_root: str | os.PathLike, settings: Settings | None = None, venv: Path = DEFAULT_VENV,
-                 host: str = "127.0.0.1"):
+                 host: str | None = None):
+        """``host``: the address desks listen on (default ``RESCUE_DESK_HOST``, else 127.0.0.1;
+        0.0.0.0 only inside a container whose ports are published on 127.0.0.1)."""
         self.root = DataRoot(data_root)
         self.settings = settings or Settings.from_env(self.root.root)
         self.venv = venv
-        self.host = host
+        self.host = host or self.settings.desk_host
         self._clients: dict[str, LabelStudioClient] = {}
         self._owner_ids: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -163,9 +173,9 @@ class Desks:
                         raise DeskError(f"{d.email} already has a desk as {d.role}; a person has one role")
                     return d
             taken_slugs = {d.slug for d in desks}
-            name = slug(email.lower())
-            if name in taken_slugs:  # two e-mails with the same file-safe form
-                name = f"{name[:50]}-{hashlib.sha256(email.lower().encode()).hexdigest()[:8]}"
+            name = desk_slug(email)
+            if name in taken_slugs:  # two e-mails with the same slug
+                name = f"{name[:40]}-{hashlib.sha256(email.lower().encode()).hexdigest()[:8]}"
             taken_ports = {d.port for d in desks}
             port = self.settings.desk_base_port
             while port in taken_ports or not _port_free(port, self.host):
@@ -195,8 +205,12 @@ class Desks:
     def server(self, desk: Desk | str) -> LabelStudioServer:
         desk = self._desk(desk)
         files = store.make_private_dir(self.root.desk_files(desk.slug))  # its media are private interviews
+        extra = {}
+        if self.settings.desk_public_url:  # a login posted through a TLS proxy comes from that origin
+            origin = httpx.URL(self.public_url(desk))
+            extra["LABEL_STUDIO_CSRF_TRUSTED_ORIGINS"] = f"{origin.scheme}://{origin.netloc.decode()}"
         return LabelStudioServer(self.root.desk_label_studio_dir(desk.slug), port=desk.port, media_root=files,
-                                 venv=self.venv, host=self.host, credentials=self.service(desk))
+                                 venv=self.venv, host=self.host, credentials=self.service(desk), extra_env=extra)
 
     def url(self, desk: Desk | str) -> str:
         """How the pipeline reaches the desk (``RESCUE_DESK_URL``, default its port on 127.0.0.1)."""

@@ -37,7 +37,7 @@ GUIDANCE_KIND = {  # taxonomy list -> the guidance section shown as hints
 }
 # Task-data keys that hold the per-sample choice lists of dynamic fields.
 DYNAMIC_KEY = {"entities": "entities", "clients": "clients"}
-# The annotators' keys (added to the page by the gate, pipeline.annotation.proxy.KEYS_JS).
+# The annotators' keys (added to the page by the desk's front, desk_front.comfort.KEYS_JS).
 KEYS_HELP = ("Keys: 1-9, 0 pick the 1st-10th choice of the list in focus, else of the first list of the "
              "outlined form (the one you clicked last), - its last choice (none); Enter keeps the outlined "
              "form as it is and goes to the next; Ctrl+Enter submits.")
@@ -47,7 +47,7 @@ KEYS_HELP = ("Keys: 1-9, 0 pick the 1st-10th choice of the list in focus, else o
 # setting turns that off (the user setting "Labeling hotkeys" turns off every key, Ctrl+Enter too;
 # ``readonly`` is no attribute of Choices), so every config takes each of these keys first with a
 # hidden Filter, whose key only focuses its own input, which is hidden and so cannot take focus: no
-# control is left a key, with or without the gate (the gate's own keys act instead).
+# control is left a key, with or without the desk's front (the front's own keys act instead).
 AUTO_HOTKEYS = "1234567890qwetasdfgzxcvbyiopjklnm"
 HOTKEY_SINK = "no_auto_hotkeys"
 UNIT_ROW_OPTIONS = "row_options"  # per unit: the rows offered for a ``rows`` field (evidence)

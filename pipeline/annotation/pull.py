@@ -394,10 +394,11 @@ def pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
                          "field": None, "problem": message, "value": None})
 
     people = desks.people("annotator")
+    given = {k.partition("/")[2] for k in read_pushed(root, rnd.name)}  # whom the round was pushed to
     wanted = []  # (client, project, (round, scenario, annotator), users, owner id)
     for who in people:
-        if annotators and who not in annotators:
-            continue
+        if (annotators and who not in annotators) or (not annotators and given and who not in given):
+            continue  # a desk the round never reached is not asked (it may be down)
         client = desks.client(who)
         users = {u["id"]: u["email"] for u in client.users()}
         owner = desks.owner_id(who)

@@ -22,7 +22,6 @@ from pathlib import Path
 import httpx
 
 from pipeline.config import REPO_ROOT
-from pipeline.paths import DataRoot
 from pipeline.store import make_private_dir
 
 LS_VERSION = "1.23.2"  # the one pin: scripts/setup.d/30-label-studio.sh installs this version
@@ -64,10 +63,11 @@ class LabelStudioServer:
 
     def __init__(self, data_dir: Path, port: int = 8080, media_root: Path | None = None,
                  venv: Path = DEFAULT_VENV, host: str = "127.0.0.1",
-                 credentials: dict[str, str] | None = None):
+                 credentials: dict[str, str] | None = None, extra_env: dict[str, str] | None = None):
         """``credentials``: the first user's ``CREDENTIAL_VARS`` (a desk's service account);
-        default: those variables of the environment."""
+        default: those variables of the environment. ``extra_env``: more settings for the server."""
         self.credentials = dict(credentials) if credentials is not None else None
+        self.extra_env = dict(extra_env or {})
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.host = host
@@ -152,6 +152,9 @@ class LabelStudioServer:
             "FRONTEND_SENTRY_DSN": "",
             "DO_NOT_TRACK": "1",
             "PYTHONUNBUFFERED": "1",
+            # Label Studio runs `git describe` from its package folder, which lies inside this
+            # checkout, and would show our latest commit in /api/version: no repository for it.
+            "GIT_DIR": str(self.data_dir / "no-git"),
             # Label Studio's request log (ContextLogMiddleware, always on) writes a server id to
             # appdirs' user_config_dir (~/.config/label-studio/user_id) whatever COLLECT_ANALYTICS
             # says; the XDG folders keep that and its cache/data dirs inside the private data dir.
@@ -159,6 +162,7 @@ class LabelStudioServer:
             "XDG_DATA_HOME": str(self.data_dir / "xdg" / "data"),
             "XDG_CACHE_HOME": str(self.data_dir / "xdg" / "cache"),
         })
+        env.update(self.extra_env)
         return env
 
     def _executable(self) -> Path:
@@ -293,9 +297,3 @@ class LabelStudioServer:
         """Set a user's login password (Label Studio's API ignores passwords on user creation)."""
         # "--password=..." in one word: a password starting with "-" is not read as an option
         self.manage("reset_password", "--username", email, f"--password={password}")
-
-
-def default_server(settings) -> LabelStudioServer:
-    """The server of a :class:`pipeline.config.Settings`: data in ``DataRoot.label_studio_dir()``."""
-    root = DataRoot(settings.data_root)
-    return LabelStudioServer(root.label_studio_dir(), port=settings.label_studio_port, media_root=root.root)

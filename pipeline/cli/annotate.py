@@ -93,8 +93,9 @@ def ls_status(data_root: Optional[Path] = DataRoot) -> None:
 
 @label_studio_app.command("serve")
 def ls_serve(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]] = AnnotatorOpt,
-             host: str = typer.Option("127.0.0.1", help="Address the desks listen on (0.0.0.0 only inside a "
-                                                        "container whose ports are published on 127.0.0.1).")) -> None:
+             host: Optional[str] = typer.Option(None, help="Address the desks listen on (default $RESCUE_DESK_HOST or "
+                                                          "127.0.0.1; 0.0.0.0 only inside a container whose ports "
+                                                          "are published on 127.0.0.1).")) -> None:
     """Run the desks in the foreground until interrupted (SIGTERM/SIGINT stops them): for containers."""
     import signal
     import threading

@@ -36,10 +36,15 @@ if [ ! -f "$TEMPLATE" ]; then
   echo "setup: migrating a template Label Studio database (about a minute)"
   work="$(mktemp -d)"
   pkg="$("$VENV/bin/python" -c 'import label_studio, os; print(os.path.dirname(label_studio.__file__))')"
-  (cd "$pkg" && env -u DEBUG -u HOST -u PORT -u USERNAME -u PASSWORD DJANGO_DB=sqlite \
+  (cd "$pkg" && env -u DEBUG -u HOST -u PORT -u USERNAME -u PASSWORD GIT_DIR=/nonexistent DJANGO_DB=sqlite \
      LABEL_STUDIO_BASE_DATA_DIR="$work" LATEST_VERSION_CHECK=false COLLECT_ANALYTICS=false SENTRY_DSN= \
      "$root/$VENV/bin/python" manage.py migrate --no-color -v 0 >/dev/null 2>&1)
   mkdir -p "$(dirname "$TEMPLATE")"
   cp "$work/label_studio.sqlite3" "$TEMPLATE.tmp" && mv "$TEMPLATE.tmp" "$TEMPLATE"
   rm -rf "$work"
 fi
+
+# Label Studio writes the enclosing git repository's latest commit (this checkout's) into
+# version_.py when it can run `git describe`, and /api/version shows it to every login. Servers
+# run with GIT_DIR pointing nowhere; a file written before that is removed.
+rm -f "$VENV"/lib/python3.11/site-packages/label_studio/core/version_.py

@@ -39,7 +39,18 @@ def config() -> dict:
 
 
 def test_all_services_present(config):
-    assert {"prefect-db", "prefect-server", "cpu-worker", "gpu-worker", "label-studio", "label-studio-db"} <= set(config["services"])
+    assert {"prefect-db", "prefect-server", "prefect-init", "cpu-worker", "gpu-worker", "desks"} <= set(config["services"])
+
+
+def test_no_shared_label_studio_and_no_gate(config):
+    """The desks replace the one shared Label Studio (and its own Postgres) and the annotators'
+    gate: no service runs Label Studio's image, a second database or `rescue annotate gate`."""
+    assert not {"label-studio", "label-studio-db"} & set(config["services"])
+    for name, svc in config["services"].items():
+        assert "label-studio" not in svc.get("image", "").split("/")[-1], f"{name} runs a shared Label Studio"
+        assert "gate" not in (svc.get("command") or []), f"{name} runs the annotators' gate"
+        assert "proxy" not in name and "gate" not in name
+    assert set(config["volumes"]) == {"prefect-db", "prefect-home", "media", "data", "models"}
 
 
 def test_every_published_port_is_loopback_only(config):
@@ -56,11 +67,61 @@ def test_gpu_worker_reserves_a_gpu_and_uses_its_own_pool(config):
     assert "rescue-gpu" in gpu["command"] and "rescue-cpu" in config["services"]["cpu-worker"]["command"]
 
 
-def test_label_studio_pinned_with_its_own_database(config):
-    ls = config["services"]["label-studio"]
-    assert ls["image"] == "heartexlabs/label-studio:1.23.2"
-    assert ls["environment"]["POSTGRE_HOST"] == "label-studio-db"
-    assert ls["environment"]["POSTGRE_HOST"] != config["services"]["prefect-server"]["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"].split("@")[1].split(":")[0]
+def test_desks_service_serves_every_desk_from_the_pipeline_image(config):
+    desks = config["services"]["desks"]
+    assert desks["image"] == "rescue-pipeline:cpu"
+    assert desks["command"] == ["rescue", "label-studio", "serve", "--host", "0.0.0.0"]
+    assert desks["environment"]["RESCUE_DATA_ROOT"] == "/data"
+    targets = {v["target"]: v for v in desks["volumes"]}
+    assert set(targets) == {"/data"}, "a desk serves only the audio links in its file root under /data: no /media"
+    assert targets["/data"]["source"] == "data"
+
+
+def test_desk_ports_are_a_loopback_range_from_the_base_port(config):
+    """Each desk listens on its own port (allocated from RESCUE_DESK_BASE_PORT up); the range
+    is published with the same numbers inside and out, on 127.0.0.1 only."""
+    desks = config["services"]["desks"]
+    ports = desks["ports"]
+    assert len(ports) == 10
+    assert all(p["host_ip"] == "127.0.0.1" for p in ports)
+    assert [int(p["published"]) for p in ports] == [p["target"] for p in ports] == list(range(8081, 8091))
+    assert int(desks["environment"]["RESCUE_DESK_BASE_PORT"]) == ports[0]["target"]
+    assert int(config["services"]["cpu-worker"]["environment"]["RESCUE_DESK_BASE_PORT"]) == ports[0]["target"]
+
+
+def test_desk_ports_follow_the_env_file(tmp_path):
+    env = tmp_path / "more-desks.env"
+    env.write_text((REPO_ROOT / "docker/.env.example").read_text()
+                   .replace("DESK_BASE_PORT=8081", "DESK_BASE_PORT=9001").replace("DESK_PORTS=8081-8090", "DESK_PORTS=9001-9030"))
+    proc = _config("--env-file", str(env), "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    desks = json.loads(proc.stdout)["services"]["desks"]
+    assert [p["target"] for p in desks["ports"]] == list(range(9001, 9031))
+    assert {p["host_ip"] for p in desks["ports"]} == {"127.0.0.1"}
+    assert desks["environment"]["RESCUE_DESK_BASE_PORT"] == "9001"
+
+
+def test_workers_reach_desks_by_service_name_with_no_label_studio_secret(config):
+    """Flow runs read each desk's service account from the data root: no token, password or
+    admin name of Label Studio is in any service's environment."""
+    for name, svc in config["services"].items():
+        env = svc.get("environment") or {}
+        leaked = [k for k in env if k.startswith("LABEL_STUDIO_") or k in ("RESCUE_LABEL_STUDIO_URL", "RESCUE_ADJUDICATORS")]
+        assert not leaked, f"{name} has {leaked} in its environment"
+        assert not [k for k in env if "TOKEN" in k], f"{name} has a token in its environment"
+    for name in ("cpu-worker", "gpu-worker", "prefect-init"):
+        env = config["services"][name]["environment"]
+        assert env["RESCUE_DESK_URL"] == "http://desks:{port}", name
+        assert "{port}" in env["RESCUE_DESK_PUBLIC_URL"] or "{slug}" in env["RESCUE_DESK_PUBLIC_URL"]
+    assert "desks" in config["services"]["cpu-worker"]["depends_on"]
+
+
+def test_prefect_is_never_reachable_from_a_desk_port(config):
+    published = {int(p["published"]) for svc in config["services"].values() for p in svc.get("ports", [])}
+    desk_ports = {int(p["published"]) for p in config["services"]["desks"]["ports"]}
+    assert 4200 not in desk_ports
+    assert [p for p in config["services"]["prefect-server"]["ports"] if p["target"] == 4200]
+    assert published - desk_ports == {4200}, "only Prefect (operators) and the desks are published"
 
 
 def test_media_and_data_are_volumes_for_workers(config):
@@ -86,7 +147,9 @@ def test_no_secret_values_committed():
     text = (REPO_ROOT / "docker-compose.yml").read_text()
     example = dict(line.split("=", 1) for line in (REPO_ROOT / "docker/.env.example").read_text().splitlines()
                    if line and not line.startswith("#"))
-    for key in ("PREFECT_DB_PASSWORD", "LABEL_STUDIO_DB_PASSWORD", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN"):
+    assert not [k for k in example if k.startswith("LABEL_STUDIO_")], \
+        "the desks need no Label Studio admin or database secret: their service accounts live in the data root"
+    for key in ("PREFECT_DB_PASSWORD",):
         assert example[key] not in text, f"{key}'s value is hard-coded in docker-compose.yml"
     ignored = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=REPO_ROOT)
     assert ignored.returncode == 0, "docker/.env must be git-ignored"
@@ -135,3 +198,19 @@ def test_worker_only_host_points_at_a_remote_server(tmp_path):
     proc = _config("--env-file", str(env), "config", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["services"]["cpu-worker"]["environment"]["PREFECT_API_URL"] == "http://prefect.internal:4200/api"
+
+
+def test_worker_only_host_points_at_remote_desks(tmp_path):
+    env = tmp_path / "worker-host.env"
+    env.write_text((REPO_ROOT / "docker/.env.example").read_text() + "WORKER_DESK_URL=http://desks.internal:{port}\n")
+    proc = _config("--env-file", str(env), "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["services"]["cpu-worker"]["environment"]["RESCUE_DESK_URL"] == "http://desks.internal:{port}"
+
+
+def test_dockerfile_installs_the_desks_label_studio_as_setup_does():
+    """The desks service runs Label Studio from the pipeline image: the image makes its venv and
+    template database with the same script as scripts/setup.sh (one pinned version)."""
+    text = (REPO_ROOT / "docker/Dockerfile").read_text()
+    assert "scripts/setup.d/30-label-studio.sh" in text
+    assert "COPY desk_front desk_front" in text

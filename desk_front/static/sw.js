@@ -1,11 +1,11 @@
-// RESCUE annotators' gate (pipeline/annotation/proxy.py): Label Studio's build assets from Cache
+// The desk's front (desk_front/app.py): Label Studio's build assets from Cache
 // Storage. Chrome compiles a script a service worker caches while it installs and keeps the
 // compiled code beside it (V8 code cache), so even the first task page after logging in skips
 // compiling Label Studio's ~7 MB of JavaScript, and every later page skips the download as well.
-// The gate serves this in front of Label Studio's own service worker (/sw.js, which its pages
+// The front serves this in front of Label Studio's own service worker (/sw.js, which its pages
 // register and which caches presigned media links; a scope holds one worker) and fills in BUILD
 // (Label Studio's version: another build gets another cache) and ASSETS (the build's scripts
-// and styles that pages have loaded through the gate so far).
+// and styles that pages have loaded through the front so far).
 const BUILD = "__BUILD__";
 const ASSETS = __ASSETS__;
 const CACHE = "rescue-ls-" + BUILD;

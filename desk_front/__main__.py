@@ -1,0 +1,3 @@
+from desk_front.app import main
+
+main()

@@ -1,0 +1,372 @@
+"""The desk's front: a comfort layer in front of ONE person's own Label Studio (their desk).
+
+Every person has their own Label Studio server, so nothing in front of it decides who may see
+what: the front knows no users, holds no token, reads no cookie and refuses nothing. Every
+request goes to its one upstream as it came (the caller's Host, cookies, Authorization or
+X-Api-Key headers included) and every answer comes back as Label Studio gave it, except for
+these comforts, the same for everyone:
+
+* Label Studio's build assets (``/static/``, ``/react-app/``: about 7 MB of JavaScript and
+  1.5 MB of CSS a page) are fetched from the desk once, kept in memory, gzip-compressed when the
+  browser accepts it and served with cache headers and an ETag (a revalidation is answered by
+  the front itself, 304). Label Studio's development server sends them with neither. Restart the
+  front after upgrading Label Studio.
+* Label Studio's service worker (``/sw.js``) comes with the front's build cache in front of it
+  (``static/sw.js``) and the login page registers it too (:data:`SW_REGISTER_PATH`): while the
+  person types their login it caches the build's scripts and styles pages have loaded through
+  the front so far and serves them cache-first (Chrome keeps the compiled code of what a worker
+  caches). The cache is named by the desk's ``/api/version``. ``RESCUE_NO_SW=1`` leaves Label
+  Studio's worker as it is.
+* Pages get the annotators' keys script (:data:`~desk_front.comfort.KEYS_PATH`) and their
+  feature flags without those equal to the default (:func:`~desk_front.comfort.slim_feature_flags`).
+* The data manager's columns show only the task's heading by default
+  (:func:`~desk_front.comfort.slim_columns`; ``RESCUE_NO_SLIM_COLUMNS=1``: as built).
+* Build files with patches (:mod:`desk_front.patches`): applied only to the exact build they
+  were written for, checked and reported at start (:meth:`Front.check`).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import http.cookiejar
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from desk_front.comfort import KEYS_JS, KEYS_PATH, slim_columns, slim_feature_flags
+from desk_front.patches import BUNDLE_PATCHES, NO_PATCHES_ENV, Outcome, Patcher, PatchGroup
+from pipeline.annotation.client import connection_limits
+from pipeline.annotation.server import LS_VERSION
+
+log = logging.getLogger("desk_front")
+
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+        "transfer-encoding", "upgrade", "content-length"}
+_ASSET_PREFIXES = ("/static/", "/react-app/")  # build assets: no project data, the same for everyone
+_HASHED_NAME = re.compile(r"\.[0-9a-f]{12}\.\w+$")  # Django's manifest names never change content
+ASSET_MAX_AGE_S = 3600  # unhashed names (react-app chunks) may change with a Label Studio upgrade
+_COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml", "application/wasm")
+_CODE_TYPES = ("application/javascript", "text/javascript", "text/css")  # what the service worker caches
+SW_PATH = "/sw.js"  # Label Studio's service worker, served with the front's build cache (static/sw.js) in front
+SW_REGISTER_PATH = "/__rescue__/sw-register.js"  # registers SW_PATH on pages without Label Studio's app (login)
+_COLUMNS_PATH = "/api/dm/columns"
+_STATIC = Path(__file__).resolve().parent / "static"
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
+
+
+def no_cookies() -> http.cookiejar.CookieJar:
+    """A cookie jar that never keeps a cookie (every request carries only its caller's). Given to
+    an httpx client as the jar itself: wrapped in ``httpx.Cookies`` it would be copied, policy lost."""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
+@dataclass
+class StartReport:
+    """What the front found at start: the desk's release and each patch group's outcome."""
+
+    upstream: str
+    release: str | None = None
+    version_ok: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def applied(self) -> list[str]:
+        return [o.group for o in self.outcomes if o.applied]
+
+
+class Front:
+    """The state of one front: its desk, the asset cache, the patches (no users, no token)."""
+
+    def __init__(self, upstream: str, patches: tuple[PatchGroup, ...] | None = None):
+        self.upstream = upstream.rstrip("/")
+        # No cookie jar: every request carries only its caller's cookies.
+        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=300, follow_redirects=False,
+                                        cookies=no_cookies(), limits=connection_limits(upstream))
+        self.patcher = Patcher(BUNDLE_PATCHES if patches is None else tuple(patches),
+                               enabled=os.environ.get(NO_PATCHES_ENV) != "1")
+        self.version: dict | None = None  # the desk's /api/version answer
+        self.report = StartReport(self.upstream)
+        self._checked = asyncio.Lock()
+        self.assets: dict[str, dict] = {}  # path?query -> {"type", "body", "gz", "etag", "cache"}
+        # the build's scripts and styles pages have loaded so far, in order: what the service
+        # worker caches (sw.js); learnt from the pages, as the chunks a page loads are named only in its code
+        self.code_assets: dict[str, None] = {}
+        self.own_worker: str | None = None  # Label Studio's own /sw.js
+
+    async def _read_version(self) -> None:
+        """The desk's release, once; patches off (one warning) when it is not :data:`LS_VERSION`."""
+        async with self._checked:
+            if self.version is not None:
+                return
+            try:
+                r = await self.client.get("/api/version")
+                r.raise_for_status()
+                version = r.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("desk front: %s/api/version did not answer (%s); bundle patches wait for it",
+                            self.upstream, exc)
+                return
+            self.version = version if isinstance(version, dict) else {"release": None}
+            release = self.version.get("release")
+            self.report.release = release
+            self.report.version_ok = release == LS_VERSION
+            log.info("desk front: %s is Label Studio %s", self.upstream, release)
+            if release != LS_VERSION:
+                log.warning("desk front: Label Studio %s at %s is not the pinned %s "
+                            "(pipeline.annotation.server.LS_VERSION): no bundle patch is applied",
+                            release, self.upstream, LS_VERSION)
+                self.patcher.disable(f"Label Studio {release}, not {LS_VERSION}")
+
+    async def check(self) -> StartReport:
+        """At start: the desk's version, then each patched build file fetched once (kept in the
+        asset cache) and one log line per group: applied, or why not."""
+        await self._read_version()
+        for group in self.patcher.groups.values():
+            if self.version is None:  # the desk does not answer (yet): nothing is patched meanwhile
+                outcome = Outcome(group.name, group.path, False, "the desk's version is not known")
+                self.patcher.record(outcome, quiet=True)
+                continue
+            try:
+                await self.asset_entry(group.path, "")
+            except httpx.HTTPError as exc:
+                self.patcher.record(Outcome(group.name, group.path, False, f"not fetched ({exc})"))
+        self.report.outcomes = [self.patcher.outcomes[g.name] for g in self.patcher.groups.values()
+                                if g.name in self.patcher.outcomes]
+        return self.report
+
+    async def asset_entry(self, path: str, query: str) -> dict | httpx.Response:
+        """A build asset from memory, fetched from the desk once (patched where a group applies);
+        the desk's answer itself when it is not a 200."""
+        import anyio
+
+        key = path + (f"?{query}" if query else "")
+        entry = self.assets.get(key)
+        if entry is not None:
+            return entry
+        r = await self.client.get(path, params=query or None)
+        if r.status_code != 200:
+            if self.patcher.wants(path):
+                group = self.patcher.groups[path]
+                self.patcher.record(Outcome(group.name, path, False, f"the desk answers {r.status_code}"))
+            return r
+        kind = r.headers.get("content-type", "application/octet-stream")
+        body = r.content
+        if self.patcher.wants(path):
+            if self.version is None:
+                await self._read_version()
+            if self.version is None:
+                group = self.patcher.groups[path]
+                self.patcher.record(Outcome(group.name, path, False, "the desk's version is not known"), quiet=True)
+            else:
+                body = self.patcher.patch(path, body)
+        gz = None
+        if kind.startswith(_COMPRESSIBLE) and len(body) > 1024:
+            gz = await anyio.to_thread.run_sync(lambda: gzip.compress(body, 6, mtime=0))
+        hashed = _HASHED_NAME.search(path) is not None
+        entry = {"type": kind, "body": body, "gz": gz, "etag": '"' + hashlib.sha256(body).hexdigest()[:20] + '"',
+                 "cache": "public, max-age=31536000, immutable" if hashed else f"public, max-age={ASSET_MAX_AGE_S}"}
+        if self.version is not None or not self.patcher.wants(path):  # unpatched for want of a version: ask again
+            self.assets[key] = entry
+        return entry
+
+
+def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
+    """The front as an ASGI app (Starlette) in front of the one desk at ``upstream``.
+    ``patches``: the bundle patch groups (default :data:`desk_front.patches.BUNDLE_PATCHES`).
+    Its start (the app's lifespan) runs :meth:`Front.check`; ``app.state.front.report`` holds
+    what it found."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    front = Front(upstream, patches)
+    client = front.client
+    slim_cols = os.environ.get("RESCUE_NO_SLIM_COLUMNS") != "1"
+    with_worker = os.environ.get("RESCUE_NO_SW") != "1"
+    keys_entry = {"type": "application/javascript", "body": KEYS_JS.encode(), "gz": None,
+                  "etag": '"' + hashlib.sha256(KEYS_JS.encode()).hexdigest()[:20] + '"',
+                  "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
+    register_js = (_STATIC / "sw-register.js").read_bytes().replace(b"__SW_PATH__", SW_PATH.encode())
+    register_entry = {"type": "application/javascript", "body": register_js, "gz": None,
+                      "etag": '"' + hashlib.sha256(register_js).hexdigest()[:20] + '"',
+                      "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
+    sw_template = (_STATIC / "sw.js").read_text()  # read once: browsers ask for the worker on every page
+    page_tags = ((f'<script src="{SW_REGISTER_PATH}"></script>' if with_worker else "")
+                 + f'<script src="{KEYS_PATH}"></script>').encode()
+
+    def asset_response(request: Request, entry: dict) -> Response:
+        headers = {"cache-control": entry["cache"], "etag": entry["etag"], "vary": "Accept-Encoding"}
+        if request.headers.get("if-none-match") == entry["etag"]:
+            return Response(status_code=304, headers=headers)
+        body = entry["body"]
+        if entry["gz"] is not None and "gzip" in request.headers.get("accept-encoding", ""):
+            body, headers["content-encoding"] = entry["gz"], "gzip"
+        return Response(body if request.method == "GET" else b"", headers=headers, media_type=entry["type"])
+
+    async def asset(request: Request) -> Response:
+        path, query = request.url.path, request.url.query
+        entry = await front.asset_entry(path, query)
+        if isinstance(entry, httpx.Response):
+            return Response(entry.content, status_code=entry.status_code, media_type=entry.headers.get("content-type"))
+        if entry["type"].startswith(_CODE_TYPES):
+            front.code_assets[path + (f"?{query}" if query else "")] = None
+        return asset_response(request, entry)
+
+    async def service_worker(request: Request) -> Response:
+        """Label Studio's service worker with the front's build cache (static/sw.js) in front of
+        it, filled in with the desk's version and the build's scripts and styles seen so far."""
+        if front.version is None:
+            await front._read_version()
+        if front.own_worker is None:
+            try:
+                own = await client.get(SW_PATH)
+                own.raise_for_status()
+            except httpx.HTTPError:
+                return Response("Label Studio's service worker is not there", status_code=503)
+            front.own_worker = own.text
+        if front.version is None:
+            return Response("Label Studio's version is not known", status_code=503)
+        build = hashlib.sha256(json.dumps(front.version, sort_keys=True).encode()).hexdigest()[:16]
+        code = sw_template.replace("__BUILD__", build).replace(
+            "__ASSETS__", json.dumps(list(front.code_assets))) + front.own_worker
+        return Response(code, media_type="text/javascript", headers={"cache-control": "no-cache"})
+
+    async def forward(request: Request):
+        path = request.url.path
+        if request.method in ("GET", "HEAD"):
+            if path.startswith(_ASSET_PREFIXES):
+                return await asset(request)
+            if path == KEYS_PATH:
+                return asset_response(request, keys_entry)
+            if with_worker and path == SW_PATH:
+                return await service_worker(request)
+            if with_worker and path == SW_REGISTER_PATH:
+                return asset_response(request, register_entry)
+        # everything else as it came; the caller's Host stays (Django checks it against Origin: CSRF)
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
+        upstream_request = client.build_request(request.method, path, params=request.url.query or None,
+                                                headers=headers, content=await request.body())
+        try:
+            r = await client.send(upstream_request, stream=True)
+        except httpx.HTTPError as exc:
+            return Response(f"the desk at {front.upstream} does not answer ({type(exc).__name__})",
+                            status_code=502, media_type="text/plain")
+        # every header line as it came (several Set-Cookie lines stay several lines)
+        raw = [(k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
+        ok_get = request.method == "GET" and r.status_code == 200
+        page = ok_get and r.headers.get("content-type", "").startswith("text/html")
+        columns = ok_get and slim_cols and path.rstrip("/") == _COLUMNS_PATH
+        if page or columns:
+            payload = await r.aread()  # decoded
+            await r.aclose()
+            if page:  # every page: the worker registered, the keys, the flags slimmed
+                payload = slim_feature_flags(payload)
+                at = payload.rfind(b"</body>")
+                payload = payload[:at] + page_tags + payload[at:] if at >= 0 else payload + page_tags
+            else:
+                payload = slim_columns(payload)
+            response = Response(payload, status_code=r.status_code)
+            raw = [(k, v) for k, v in raw if k != "content-encoding"]
+        else:
+            async def stream():
+                try:
+                    async for chunk in r.aiter_raw():
+                        yield chunk
+                finally:
+                    await r.aclose()
+            response = StreamingResponse(stream(), status_code=r.status_code)
+        kept = [(k, v) for k, v in response.raw_headers if k.decode() == "content-length"]
+        response.raw_headers = kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in raw]
+        return response
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        await front.check()
+        yield
+        await client.aclose()
+
+    app = Starlette(routes=[Route("/{path:path}", forward, methods=_METHODS)], lifespan=lifespan)
+    app.state.front = front
+    return app
+
+
+def _log_to_stderr() -> None:
+    """The start report on the console (uvicorn configures only its own loggers)."""
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        log.addHandler(handler)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+
+
+class FrontServer:
+    """The front served by uvicorn in a background thread (tests, benchmarks)."""
+
+    def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0, *,
+                 patches: tuple[PatchGroup, ...] | None = None):
+        import socket
+
+        import uvicorn
+
+        if port == 0:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        self.host, self.port = host, port
+        self.app = make_app(upstream, patches=patches)
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
+                                                     lifespan="on"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def report(self) -> StartReport:
+        return self.app.state.front.report
+
+    def start(self, timeout: float = 60) -> "FrontServer":
+        """Serve, once the start check (:meth:`Front.check`) is done."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the desk's front did not start on {self.url}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def serve(upstream: str, host: str = "127.0.0.1", port: int = 8090) -> None:
+    """Serve the front of the desk at ``upstream`` on ``host:port`` until interrupted (the CLI's
+    ``rescue annotate front``); the start report is logged on stderr."""
+    import uvicorn
+
+    _log_to_stderr()
+    uvicorn.run(make_app(upstream), host=host, port=port, log_level="warning", lifespan="on")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m desk_front UPSTREAM [--host H] [--port P]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m desk_front", description=main.__doc__)
+    parser.add_argument("upstream", help="the desk's address, e.g. http://127.0.0.1:8081")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    args = parser.parse_args(argv)
+    serve(args.upstream, args.host, args.port)

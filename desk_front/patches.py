@@ -1,0 +1,139 @@
+"""Exact-text patches of Label Studio's minified editor build, tied to the build they were
+written for.
+
+A patch of minified code is only right for the exact file it was read from. So each group
+names the asset it patches and the sha256 of that file as Label Studio builds it; the front
+applies a group only when the file it gets from its desk has that sha256 AND every ``old`` text
+of the group occurs in it exactly once, and then all of the group's replacements; otherwise
+none of them (never 3 of 4) and the file is served as built. At start the front fetches each
+patched asset once and logs one line per group (:func:`check`); a file that differs there or
+later gets one warning, not one per request. Another Label Studio release than
+``pipeline.annotation.server.LS_VERSION`` gets no patch at all, and ``RESCUE_NO_BUNDLE_PATCHES=1``
+serves every file as built (before/after figures).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger("desk_front")
+
+NO_PATCHES_ENV = "RESCUE_NO_BUNDLE_PATCHES"
+
+
+@dataclass(frozen=True)
+class PatchGroup:
+    """Replacements that go together into one build file: ``path`` (as the browser asks for it,
+    without the query), ``sha256`` of the file as built (hex) and ``(old, new)`` pairs."""
+
+    name: str
+    path: str
+    sha256: str
+    replacements: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    group: str
+    path: str
+    applied: bool
+    reason: str = ""  # why not applied
+
+    def line(self) -> str:
+        state = "applied" if self.applied else f"not applied: {self.reason}"
+        return f"bundle patch group {self.group} ({self.path}): {state}"
+
+
+def sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def apply_group(body: bytes, group: PatchGroup) -> tuple[bytes, Outcome]:
+    """``body`` with all of ``group``'s replacements, or ``body`` unchanged (with the reason)
+    when its sha256 is not the group's or any ``old`` text does not occur exactly once."""
+    got = sha256(body)
+    if got != group.sha256:
+        return body, Outcome(group.name, group.path, False,
+                             f"sha256 differs from the build it was written for ({got[:12]})")
+    for i, (old, _new) in enumerate(group.replacements):
+        n = body.count(old)
+        if n != 1:
+            return body, Outcome(group.name, group.path, False,
+                                 f"replacement {i + 1} of {len(group.replacements)} occurs {n} times, not once")
+    for old, new in group.replacements:
+        body = body.replace(old, new)
+    return body, Outcome(group.name, group.path, True)
+
+
+# --- the groups -----------------------------------------------------------------------------
+# Spots of Label Studio 1.23.2's editor build that cost a long task page most for nothing (CPU
+# profiles of a viewpoints window of a 250-row interview).
+
+# one setupHotKeys per annotation and microtask, for the selected annotation only
+_HOTKEYS_ONCE = (
+    b"(a=>{const q=window.__rescueHotKeys||(window.__rescueHotKeys=new Set);q.has(a)||(q.add(a),"
+    b"queueMicrotask(()=>{q.delete(a);try{a.store.annotationStore.selected===a&&a.setupHotKeys()}catch(x){}}))})")
+
+# isFF copies the whole feature-flag object (101 flags) on each of its thousands of calls; its
+# only reader (isFF itself) only reads, so the object can be handed out as it is
+FLAGS_UNCOPIED = (
+    b"function L(){var e,t;return Object.assign({},null!=(e=null==(t=window.APP_SETTINGS)?void 0:"
+    b"t.feature_flags)?e:{})}",
+    b"function L(){var e,t;return null!=(e=null==(t=window.APP_SETTINGS)?void 0:t.feature_flags)?e:{}}")
+# every Choices with dynamic values (value="$entities"; viewpoints has 30 on a page) re-binds
+# every hotkey of the annotation after loading its choices, walking the whole tree three times:
+# quadratic in the forms of a page. Selecting an annotation binds its hotkeys anyway (after these
+# loads), so these calls are coalesced to one per annotation, for the selected one.
+HOTKEYS_COALESCED = (
+    b"e.annotation&&(e.annotation.setupHotKeys(),null==e.needsUpdate||e.needsUpdate())",
+    b"e.annotation&&(" + _HOTKEYS_ONCE + b"(e.annotation),null==e.needsUpdate||e.needsUpdate())")
+
+# Label Studio 1.23.2's editor chunk (web/dist/apps/labelstudio/358.js of the label-studio
+# 1.23.2 wheel, served at /react-app/358.js). (The data manager's "hand-over" patches of 167.js,
+# which spared a task page its second build of the annotation, are gone: four linked patches of
+# two files, too much to keep right by hand.)
+EDITOR = PatchGroup(
+    name="editor-1.23.2",
+    path="/react-app/358.js",
+    sha256="4ab02f0ee667be3c3bfc9df3c9fb847c530e6de9cbcae134c813ef83ae6b45ec",
+    replacements=(FLAGS_UNCOPIED, HOTKEYS_COALESCED),
+)
+BUNDLE_PATCHES: tuple[PatchGroup, ...] = (EDITOR,)
+
+
+class Patcher:
+    """Which groups apply to the files of one desk; logs each group's outcome once."""
+
+    def __init__(self, groups: tuple[PatchGroup, ...], enabled: bool = True):
+        self.groups = {g.path: g for g in groups}
+        self.enabled = enabled
+        self.outcomes: dict[str, Outcome] = {}  # group name -> what happened (first time seen)
+        self.disabled_reason = "" if enabled else f"{NO_PATCHES_ENV}=1"
+
+    def disable(self, reason: str) -> None:
+        self.enabled, self.disabled_reason = False, reason
+
+    def wants(self, path: str) -> bool:
+        return path in self.groups
+
+    def record(self, outcome: Outcome, quiet: bool = False) -> None:
+        """Keep ``outcome`` and log it unless the group's last outcome was the same (one line
+        per group at start, one warning for a file served as built). ``quiet``: not applied for
+        a reason said once already (the version, the switch): an info line."""
+        if self.outcomes.get(outcome.group) == outcome:
+            return
+        self.outcomes[outcome.group] = outcome
+        (log.info if outcome.applied or quiet else log.warning)(outcome.line())
+
+    def patch(self, path: str, body: bytes) -> bytes:
+        """The body to serve for the build file at ``path`` (as built unless its group applies)."""
+        group = self.groups.get(path)
+        if group is None:
+            return body
+        if not self.enabled:
+            self.record(Outcome(group.name, group.path, False, self.disabled_reason), quiet=True)
+            return body
+        patched, outcome = apply_group(body, group)
+        self.record(outcome)
+        return patched
