@@ -70,8 +70,10 @@ def test_gpu_worker_reserves_a_gpu_and_uses_its_own_pool(config):
 def test_desks_service_serves_every_desk_from_the_pipeline_image(config):
     desks = config["services"]["desks"]
     assert desks["image"] == "rescue-pipeline:cpu"
-    assert desks["command"] == ["rescue", "label-studio", "serve", "--host", "0.0.0.0"]
+    assert desks["command"] == ["rescue", "label-studio", "serve"]
     assert desks["environment"]["RESCUE_DATA_ROOT"] == "/data"
+    # inside the container only (its ports are published on 127.0.0.1), also for `exec ... annotators add`
+    assert desks["environment"]["RESCUE_DESK_HOST"] == "0.0.0.0"
     targets = {v["target"]: v for v in desks["volumes"]}
     assert set(targets) == {"/data"}, "a desk serves only the audio links in its file root under /data: no /media"
     assert targets["/data"]["source"] == "data"
