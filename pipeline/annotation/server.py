@@ -31,8 +31,11 @@ DEFAULT_VENV = REPO_ROOT / ".label-studio" / "venv"
 TEMPLATE_DB = REPO_ROOT / ".label-studio" / "template" / "label_studio.sqlite3"
 DB_NAME = "label_studio.sqlite3"
 CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN")
-# Unprefixed names Label Studio also reads (and would misread from an unrelated environment).
-_STRAY_VARS = ("DEBUG", "HOST", "PORT", "USERNAME", "PASSWORD")
+# The only variables a server inherits: Label Studio reads ~160 settings from the environment,
+# each as LABEL_STUDIO_X, HEARTEX_X or plain X (DATABASE_NAME, SECRET_KEY, HOST, ...), so any
+# other inherited one could make two desks share a database or a key. Its settings are ours alone.
+_INHERITED_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
+                   "PYTHONDONTWRITEBYTECODE")
 _LISTEN_RE = re.compile(r"Starting development server at http://[^:/]+:(\d+)")
 
 
@@ -135,9 +138,9 @@ class LabelStudioServer:
                                          "(e.g. `python -c 'import secrets; print(secrets.token_hex(20))'`)")
         if "@" not in creds["LABEL_STUDIO_USERNAME"]:
             raise LabelStudioServerError("LABEL_STUDIO_USERNAME must be an e-mail address")
-        # Never inherited: another server's credentials or SECRET_KEY (each server keeps its own
-        # key in its data dir's .env, so a session of one means nothing on another).
-        env = {k: v for k, v in os.environ.items() if k not in (*_STRAY_VARS, *CREDENTIAL_VARS, "SECRET_KEY")}
+        # Nothing else inherited: not another server's credentials, SECRET_KEY (each server keeps
+        # its own in its data dir's .env, so a session of one means nothing on another) or database.
+        env = {k: v for k, v in os.environ.items() if k in _INHERITED_VARS}
         env.update({v: creds[v] for v in CREDENTIAL_VARS})
         env.update({
             "LABEL_STUDIO_BASE_DATA_DIR": str(self.data_dir),

@@ -122,7 +122,7 @@ def ls_serve(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]
 @label_studio_app.command("migrate-to-desks")
 def ls_migrate(data_root: Optional[Path] = DataRoot,
                adjudicator: Optional[list[str]] = typer.Option(
-                   None, "--adjudicator", help="A person who adjudicates (repeat): each gets the adjudication "
+                   None, "--adjudicator", metavar="EMAIL", help="A person who adjudicates (repeat): each gets the adjudication "
                                                "projects on their own desk. Needed when there are any.")) -> None:
     """Move a data root's single shared Label Studio (rounds in progress) to one desk per person:
     projects, tasks, annotations and drafts, nothing lost (see pipeline.annotation.migrate)."""
