@@ -102,6 +102,14 @@ def slug(text: str) -> str:
     return out or "_"
 
 
+def _relative_parts(relative: str) -> list[str]:
+    """The segments of a plain relative POSIX path (no absolute path, '.', '..' or NUL)."""
+    if not isinstance(relative, str) or not relative or relative.startswith("/") or "\\" in relative \
+            or "\x00" in relative or any(p in ("", ".", "..") for p in relative.split("/")):
+        raise InvalidId(f"stored path {relative!r} is not a plain relative path inside the data root")
+    return relative.split("/")
+
+
 @dataclass(frozen=True)
 class DataRoot:
     """The data root (``--data-root``, else ``$RESCUE_DATA_ROOT``, else ``./data``)."""
@@ -146,10 +154,7 @@ class DataRoot:
 
     def resolve(self, relative: str) -> Path:
         """A path stored relative to the root (e.g. the catalog's ``audio_path``) -> a full path."""
-        if not isinstance(relative, str) or not relative or relative.startswith("/") or "\\" in relative \
-                or "\x00" in relative or any(p in ("", ".", "..") for p in relative.split("/")):
-            raise InvalidId(f"stored path {relative!r} is not a plain relative path inside the data root")
-        return self._inside(*relative.split("/"))
+        return self._inside(*_relative_parts(relative))
 
     # --- ingest -----------------------------------------------------------------------
     def catalog(self) -> Path:
@@ -290,6 +295,10 @@ class DataRoot:
         """The single shared Label Studio of data roots made before desks (read by the migration only)."""
         return self._inside("label-studio")
 
+    def label_studio_upload(self, name: str) -> Path:
+        """A file uploaded to the shared Label Studio (its ``media/`` folder; the migration copies them)."""
+        return self._inside("label-studio", "media", *_relative_parts(name))
+
     # --- desks: one Label Studio per person (pipeline.annotation.desks) ------------------
     def desks_dir(self) -> Path:
         return self._inside("desks")
@@ -307,6 +316,10 @@ class DataRoot:
     def desk_label_studio_dir(self, desk_slug: str) -> Path:
         """The desk's own Label Studio data dir: its database, SECRET_KEY (.env), log."""
         return self._inside("desks", check_name(desk_slug, "desk"), "label-studio")
+
+    def desk_label_studio_upload(self, desk_slug: str, name: str) -> Path:
+        """A file uploaded to a desk's Label Studio (its data dir's ``media/`` folder)."""
+        return self._inside("desks", check_name(desk_slug, "desk"), "label-studio", "media", *_relative_parts(name))
 
     def desk_files(self, desk_slug: str) -> Path:
         """The desk's file root (Label Studio's local-files document root): links to its own tasks' media only."""

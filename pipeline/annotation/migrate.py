@@ -613,7 +613,7 @@ def _bring_up(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: _Plan, o
               ls_dir: Path, timeout: float) -> None:
     """Uploads and media into the desk, its local storages set, its API checked; the desk stopped again."""
     for name in result.get("uploads") or []:  # uploaded task files of the kept projects (rare)
-        src, dst = old_upload(root, name), ls_dir / "media" / name
+        src, dst = root.label_studio_upload(name), root.desk_label_studio_upload(desk.slug, name)
         if src.is_file():
             store.make_private_dir(dst.parent)
             shutil.copyfile(src, dst)
@@ -640,8 +640,3 @@ def _bring_up(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: _Plan, o
         raise MigrationError(f"desk of {plan.email}: {exc}") from None
     finally:
         server.stop()
-
-
-def old_upload(root: DataRoot, name: str) -> Path:
-    """An uploaded file of the old Label Studio (``FileUpload.file`` names are relative to its media dir)."""
-    return root.label_studio_dir() / "media" / name
