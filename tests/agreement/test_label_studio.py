@@ -22,7 +22,7 @@ TOLERANCE = 0.08
 
 
 @pytest.mark.slow
-def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
+def test_round_through_label_studio(ls_client, ls_desks, truth_samples, tmp_path):
     rnd = load_round("relation")
     f = rnd.field("relation_cycle_state")
     labels = list(f.labels("couple")) + [""]
@@ -45,9 +45,9 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
             for i in range(3)]
     emails = [f"{a.name}@agreement.test" for a in sims]
     for e in emails:
-        ls_client.create_user(e)
-    users = {u["email"]: u["id"] for u in ls_client.users()}
-    report = push.push_round(ls_client, "relation", truth, emails, k=3, prelabel=None)
+        ls_desks.add(e)
+    users = {e: ls_desks.owner_id(e) for e in emails}  # each annotator's id on their desk
+    report = push.push_round(ls_desks, "relation", truth, emails, k=3, prelabel=None)
     for a, e in zip(sims, emails):
         pid = report.projects[push.project_key("relation", "couple", e)]
         done = a.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=users[e])
@@ -58,7 +58,7 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     for t in skipped:  # what the Skip button sends
         ls_client.create_annotation(t["id"], [], completed_by=users[emails[2]], was_cancelled=True)
     root = tmp_path / "data"
-    labels_table = pull.pull_round(ls_client, "relation", root, annotators=emails).labels
+    labels_table = pull.pull_round(ls_desks, "relation", root, annotators=emails).labels
     assert labels_table.num_rows > 0
     assert set(labels_table.column("scenario").to_pylist()) == {"couple"}  # the project's scenario, kept
 
@@ -88,22 +88,25 @@ def test_round_through_label_studio(ls_client, truth_samples, tmp_path):
     # adjudication in Label Studio: every disagreement becomes a task with one prediction per annotator
     todo = disagreements(labels_table, rnd)
     assert todo
-    pushed = adjudication.push(ls_client, rnd, labels_table, truth)
+    with pytest.raises(adjudication.NoAdjudicator, match="nobody is an adjudicator"):  # roles are explicit
+        adjudication.push(ls_desks, rnd, labels_table, truth)
+    judge_email = ls_desks.add("sim-adjudicator@agreement.test", "adjudicator")
+    pushed = adjudication.push(ls_desks, rnd, labels_table, truth)
     assert pushed.disagreements == len(todo) and pushed.tasks_created == len({d["sample_id"] for d in todo})
-    pid = pushed.projects["couple"]
+    assert list(pushed.projects) == [f"couple/{judge_email}"]  # on the adjudicator's desk only
+    pid = pushed.projects[f"couple/{judge_email}"]
     # the adjudication project is per round and scenario, shared on the server: take this test's task
     mine = {d["sample_id"] for d in todo}
     task = next(t for t in ls_client.tasks(pid) if t["data"]["sample_id"] in mine)
     preds = ls_client._json("GET", "/api/predictions/", "list predictions", params={"task": task["id"]})
     assert sorted(p["model_version"] for p in preds) == sorted(emails)
-    again = adjudication.push(ls_client, rnd, labels_table, truth)
+    again = adjudication.push(ls_desks, rnd, labels_table, truth)
     assert again.tasks_created == 0 and again.tasks_unchanged == pushed.tasks_created
 
-    ls_client.create_user("sim-adjudicator@agreement.test")
-    adj_user = {u["email"]: u["id"] for u in ls_client.users()}["sim-adjudicator@agreement.test"]
+    adj_user = ls_desks.owner_id(judge_email)
     judge = SimulatedAnnotator("adjudicator")  # answers the truth
     assert judge.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=adj_user) == pushed.tasks_created
-    adjudicated = adjudication.pull_round(ls_client, root, "relation").table
+    adjudicated = adjudication.pull_round(ls_desks, root, "relation").table
     adj_rows = set(zip(adjudicated.column("sample_id").to_pylist(), adjudicated.column("row_index").to_pylist()))
     assert adj_rows == {(d["sample_id"], d["row_index"]) for d in todo}  # every disagreement resolved
     assert set(adjudicated.column("annotator").to_pylist()) == {"sim-adjudicator@agreement.test"}

@@ -36,12 +36,12 @@ def _post(client, task, rnd, values, user_id):
     client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values), completed_by=user_id)
 
 
-def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_them(ls_client, new_annotators,
-                                                                                      tmp_path):
+def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_them(ls_client, ls_desks,
+                                                                                      new_annotators, tmp_path):
     rnd = load_round("emotion")
     couple, family = make_sample(COUPLE, "couple", 6), make_sample(FAMILY, "family", 36)
     a, b = new_annotators(2)
-    report = push.push_round(ls_client, "emotion", [couple, family], [a, b], prelabel=_prelabel,
+    report = push.push_round(ls_desks, "emotion", [couple, family], [a, b], prelabel=_prelabel,
                              prelabel_source="draftmodel")
     source = push.model_version(rnd, "draftmodel")
     assert source == "emotion-v1-draftmodel"
@@ -80,7 +80,7 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
         _post(ls_client, t, rnd, vals, users[b])
 
     root = tmp_path / "data"
-    pull.pull_round(ls_client, "emotion", root, annotators=[a, b])
+    pull.pull_round(ls_desks, "emotion", root, annotators=[a, b])
     lines = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
     assert {r["model_version"] for r in lines} == {source}
     got = Counter((r["annotator"], r["field"], r["outcome"]) for r in lines)
@@ -127,7 +127,7 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
         acceptance.summarize(lines, by_annotator=True)
 
     # A pull of one annotator keeps the other's lines, as the label table does.
-    pull.pull_round(ls_client, "emotion", root, annotators=[a])
+    pull.pull_round(ls_desks, "emotion", root, annotators=[a])
     again = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, lines))
 

@@ -3,7 +3,6 @@ single shared server and a round in progress (answers, a draft, an adjudication)
 per person, and the pulled labels and adjudications stay byte-identical."""
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import sqlite3

@@ -37,11 +37,11 @@ def _annotate(client, project_id, rnd, samples, user_id, lead_time=12.0, edit=No
     return posted
 
 
-def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, new_annotators, ls_data_root, tmp_path):
+def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, ls_desks, new_annotators, tmp_path):
     samples = _samples()
     annotators = new_annotators(2)
     rnd = load_round("emotion")
-    report = push.push_round(ls_client, "emotion", samples, annotators)
+    report = push.push_round(ls_desks, "emotion", samples, annotators)
     n_couple = sum(s["scenario"] == "couple" for s in samples)
     assert report.created == 2 * len(samples) and report.updated == report.unchanged == 0
     assert sorted(report.projects) == sorted(push.project_key("emotion", sc, a)
@@ -52,7 +52,7 @@ def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, new_an
         assert len(tasks) == (n_couple if "/couple/" in title else len(samples) - n_couple)
         assert all(t["total_predictions"] == 1 for t in tasks)
 
-    again = push.push_round(ls_client, "emotion", samples, annotators)
+    again = push.push_round(ls_desks, "emotion", samples, annotators)
     assert (again.created, again.updated, again.unchanged) == (0, 0, 2 * len(samples))
 
     users = {u["email"]: u["id"] for u in ls_client.users()}
@@ -74,7 +74,7 @@ def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, new_an
     ls_client.create_annotation(fam_a["id"], bad, completed_by=users[a])
 
     root = tmp_path / "data"
-    result = pull.pull_round(ls_client, "emotion", root, annotators=annotators)
+    result = pull.pull_round(ls_desks, "emotion", root, annotators=annotators)
     # raw exports archived under their sha256, byte-identical to what Label Studio returned
     assert len(result.snapshots) == 4 and result.new_snapshots == 4
     for path in result.snapshots:
@@ -102,18 +102,18 @@ def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, new_an
     stored = pq.read_table(DataRoot(root).labels("emotion"))
     assert stored.equals(result.labels)
     before = DataRoot(root).labels("emotion").read_bytes()
-    again = pull.pull_round(ls_client, "emotion", root, annotators=annotators)
+    again = pull.pull_round(ls_desks, "emotion", root, annotators=annotators)
     archived = list((root / "annotation" / "exports").rglob("*.json"))
     records = [p for p in archived if p.name.endswith(".predictions.json")]  # one beside each export
     assert again.new_snapshots == 0 and len(archived) - len(records) == 4 and len(records) == 4
     assert DataRoot(root).labels("emotion").read_bytes() == before
 
 
-def test_changed_drafts_update_unannotated_tasks_and_report_annotated_ones(ls_client, new_annotators):
+def test_changed_drafts_update_unannotated_tasks_and_report_annotated_ones(ls_client, ls_desks, new_annotators):
     samples = [make_sample(f"synthetic/couple_{i:03d}", "couple", 8) for i in range(3)]
     annotators = new_annotators(2)
     rnd = load_round("transcript")
-    report = push.push_round(ls_client, "transcript", samples, annotators)
+    report = push.push_round(ls_desks, "transcript", samples, annotators)
     pid = report.projects[push.project_key("transcript", "couple", annotators[0])]
     users = {u["email"]: u["id"] for u in ls_client.users()}
     annotated = ls_client.find_tasks(pid, "sample_id", samples[0]["sample_id"])
@@ -125,7 +125,7 @@ def test_changed_drafts_update_unannotated_tasks_and_report_annotated_ones(ls_cl
     changed = copy.deepcopy(samples)
     for s in changed[:2]:
         s["rows"][1]["dialogue_cleaned"] = "a corrected draft line"
-    again = push.push_round(ls_client, "transcript", changed, annotators)
+    again = push.push_round(ls_desks, "transcript", changed, annotators)
     assert again.created == 0
     assert again.changed_after_annotation == [(annotators[0], samples[0]["sample_id"])]
     assert again.updated == 3 and again.unchanged == 2  # sample 0 for annotator b, sample 1 for both
@@ -139,22 +139,34 @@ def test_changed_drafts_update_unannotated_tasks_and_report_annotated_ones(ls_cl
     assert kept["total_annotations"] == 1
 
 
-def test_too_few_annotators_is_a_clear_error(ls_client, new_annotators):
+def test_too_few_annotators_is_a_clear_error(ls_client, ls_desks, new_annotators):
     one = new_annotators(1)
     with pytest.raises(push.PushError, match="needs 2 annotators, 1 available"):
-        push.push_round(ls_client, "relation", [make_sample("synthetic/x", "couple", 4)], one)
-    with pytest.raises(push.PushError, match="not Label Studio users: nobody@rescue.test"):
-        push.push_round(ls_client, "relation", [make_sample("synthetic/x", "couple", 4)],
+        push.push_round(ls_desks, "relation", [make_sample("synthetic/x", "couple", 4)], one)
+    with pytest.raises(push.PushError, match="not annotators with a desk: nobody@rescue.test"):
+        push.push_round(ls_desks, "relation", [make_sample("synthetic/x", "couple", 4)],
                         one + ["nobody@rescue.test"])
+    # roles are explicit: a login that is not an annotator (here an adjudicator, and a bare
+    # login of the server with no role at all) is never given a round, named or not
+    judge = ls_desks.add("judge-" + one[0], "adjudicator")
+    ls_client.create_user("bare-" + one[0])
+    with pytest.raises(push.PushError, match=f"not annotators with a desk: {judge}"):
+        push.push_round(ls_desks, "relation", [make_sample("synthetic/x", "couple", 4)], one + [judge])
+    with pytest.raises(push.PushError, match="needs 2 annotators, 1 available"):
+        push.push_round(ls_desks, "relation", [make_sample("synthetic/x", "couple", 4)])
+    assert push.choose_annotators(ls_desks, load_round("relation"), None, 1) == one
 
 
-def test_wrong_token_gives_an_authentication_error_without_the_token(ls_server):
+def test_wrong_token_gives_an_authentication_error_without_the_token(ls_server, ls_desks, new_annotators,
+                                                                     monkeypatch):
     wrong = "0123456789abcdef0123456789abcdef01234567"
     client = LabelStudioClient(ls_server.url, wrong)
+    new_annotators(2)
+    monkeypatch.setattr(ls_desks, "client", lambda email: client)  # every desk answers with the wrong token
     with pytest.raises(LabelStudioAuthError) as err:
-        push.push_round(client, "emotion", [make_sample("synthetic/y", "couple", 4)])
+        push.push_round(ls_desks, "emotion", [make_sample("synthetic/y", "couple", 4)])
     message = str(err.value)
-    assert "rejected the API token" in message and "LABEL_STUDIO_USER_TOKEN" in message
+    assert "rejected the API token" in message and "service.json" in message  # where a desk's token lives
     assert wrong not in message and wrong not in repr(client)
 
 
@@ -191,7 +203,7 @@ class _StandInModel:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def test_model_pre_annotation_from_an_openai_compatible_endpoint(ls_client, new_annotators):
+def test_model_pre_annotation_from_an_openai_compatible_endpoint(ls_client, ls_desks, new_annotators):
     from pipeline.annotation.prelabel import ModelPrelabeler
 
     model = _StandInModel()
@@ -199,7 +211,7 @@ def test_model_pre_annotation_from_an_openai_compatible_endpoint(ls_client, new_
         labeler = ModelPrelabeler(model.url, "stand-in")
         samples = [make_sample("synthetic/model_001", "couple", 6)]
         annotators = new_annotators(2)
-        report = push.push_round(ls_client, "emotion", samples, annotators, prelabel=labeler,
+        report = push.push_round(ls_desks, "emotion", samples, annotators, prelabel=labeler,
                                  prelabel_source=labeler.source)
         broken = ModelPrelabeler("http://127.0.0.1:9/v1", "unreachable", timeout=2)
         assert broken(load_round("emotion"), samples[0]) == {} and broken.failures  # the push would go on
@@ -219,7 +231,7 @@ def test_model_pre_annotation_from_an_openai_compatible_endpoint(ls_client, new_
     assert ("tone_of_voice_%d" % units[2], ("even",)) in values
 
 
-def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, new_annotators, tmp_path):
+def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, ls_desks, new_annotators, tmp_path):
     """45 transcript units at 20 per task -> 3 windows per annotator; a re-push changes nothing;
     annotating every window through the API pulls exactly the labels of the whole sample."""
     from pipeline.annotation.pull import parse_annotation
@@ -227,9 +239,9 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, n
     sample = make_sample("synthetic/family_045", "family", 45)
     annotators = new_annotators(2)
     rnd = load_round("transcript")
-    report = push.push_round(ls_client, "transcript", [sample], annotators, window=20)
+    report = push.push_round(ls_desks, "transcript", [sample], annotators, window=20)
     assert report.created == 2 * 3
-    again = push.push_round(ls_client, "transcript", [sample], annotators, window=20)
+    again = push.push_round(ls_desks, "transcript", [sample], annotators, window=20)
     assert (again.created, again.updated, again.unchanged) == (0, 0, 6)
     users = {u["email"]: u["id"] for u in ls_client.users()}
     a = annotators[0]
@@ -243,12 +255,12 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, n
     for task in tasks[:2]:
         ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
                                     completed_by=users[a])
-    partial = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[a], write=False)
+    partial = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[a], write=False)
     assert partial.labels.num_rows == 0 and partial.progress[(a, "family")] == (0, 1)
     assert "2 of 3 parts submitted" in partial.problems.to_pylist()[0]["problem"]
     ls_client.create_annotation(tasks[2]["id"], ls_config.values_to_results(rnd, tasks[2]["data"], values),
                                 completed_by=users[a])
-    result = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[a], write=False)
+    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[a], write=False)
     assert result.problems.num_rows == 0 and result.progress[(a, "family")] == (1, 1)
     whole = ls_config.build_task_data(rnd, sample)
     want, problems = parse_annotation(rnd, whole, {"result": ls_config.values_to_results(rnd, whole, values)}, a)
@@ -261,14 +273,14 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, n
     assert project["show_instruction"] and "Spoken to *" in project["expert_instruction"]  # the panel
 
     # cut differently (windows of 10): a's annotated sample is left as it is; b's tasks are replaced
-    recut = push.push_round(ls_client, "transcript", [sample], annotators, window=10)
+    recut = push.push_round(ls_desks, "transcript", [sample], annotators, window=10)
     assert recut.changed_after_annotation == [(a, sample["sample_id"])]
     assert recut.created == 5 and recut.updated == 3
     b_tasks = ls_client.tasks(report.projects[push.project_key("transcript", "family", annotators[1])])
     assert sorted(t["data"]["window"]["index"] for t in b_tasks) == [0, 1, 2, 3, 4]
     assert {t["data"]["window"]["count"] for t in b_tasks} == {5}
     assert len(ls_client.tasks(pid)) == 3
-    assert pull.pull_round(ls_client, "transcript", tmp_path, annotators=[a], write=False).labels.equals(result.labels)
+    assert pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[a], write=False).labels.equals(result.labels)
 
 
 def test_a_client_of_label_studio_on_the_loopback_keeps_no_connection_open(ls_server, ls_credentials):
@@ -285,3 +297,23 @@ def test_a_client_of_label_studio_on_the_loopback_keeps_no_connection_open(ls_se
     remote = LabelStudioClient("https://labelstudio.example.org", "x" * 40)
     assert remote._http._transport._pool._max_keepalive_connections > 0
     remote.close()
+
+
+def test_only_the_desk_owners_annotations_count_in_an_export():
+    """(no server) An export of A's project holding an answer by another login of A's desk: that
+    answer is reported naming the desk, and counts for nobody; A's own answer counts."""
+    rnd = load_round("emotion")
+    s1, s2 = make_sample("synthetic/owner_1", "couple", 3), make_sample("synthetic/owner_2", "couple", 3)
+    tasks = []
+    for tid, (sample, author) in enumerate(((s1, 7), (s2, 9)), start=1):
+        data = ls_config.build_tasks_data(rnd, sample)[0]
+        result = ls_config.values_to_results(rnd, data, push.input_values(rnd, sample))
+        tasks.append({"id": tid, "data": data, "annotations": [{"id": 40 + tid, "completed_by": author,
+                                                                 "result": result, "updated_at": "2026-01-01"}]})
+    where = "a@x.test's desk (http://127.0.0.1:9001)"
+    labels, problems, done = pull.parse_export(rnd, tasks, "a@x.test", {7: "a@x.test", 9: "x@x.test"},
+                                               owner_id=7, where=where)
+    assert {r["sample_id"] for r in labels} == {s1["sample_id"]} and done == 1
+    assert {r["annotator"] for r in labels} == {"a@x.test"}
+    assert [p["problem"] for p in problems] == [f"annotation 42 by x@x.test on {where}: not the desk's owner; "
+                                                "not counted"]

@@ -12,11 +12,11 @@ from pipeline.annotation.status import STATUS_COLUMNS, round_status, status_rows
 pytestmark = pytest.mark.slow
 
 
-def test_status_counts_rows_drafts_and_windows(ls_client, new_annotators):
+def test_status_counts_rows_drafts_and_windows(ls_client, ls_desks, new_annotators):
     sample = make_sample("synthetic/status_045", "family", 45)  # 45 transcript units: 3 windows
     short = make_sample("synthetic/status_006", "family", 6)
     a, b = new_annotators(2)
-    report = push.push_round(ls_client, "transcript", [sample, short], [a, b], window=20)
+    report = push.push_round(ls_desks, "transcript", [sample, short], [a, b], window=20)
     rnd = load_round("transcript")
     users = {u["email"]: u["id"] for u in ls_client.users()}
     pid = report.projects[push.project_key("transcript", "family", a)]
@@ -30,7 +30,7 @@ def test_status_counts_rows_drafts_and_windows(ls_client, new_annotators):
     other = next(t for t in tasks if t["data"]["sample_id"] == short["sample_id"])
     ls_client._json("POST", f"/api/tasks/{other['id']}/drafts", "save a draft", json={"result": [], "lead_time": 2})
 
-    lines = {s.annotator: s for s in round_status(ls_client, ["transcript"], [a, b])}
+    lines = {s.annotator: s for s in round_status(ls_desks, ["transcript"], [a, b])}
     sa, sb = lines[a], lines[b]
     done = sum(len(t["data"]["units"]) for t in windows[:2])
     assert (sa.rows_done, sa.rows_total, sa.samples_done, sa.samples_total, sa.drafts) == (done, 51, 0, 2, 1)
@@ -45,5 +45,5 @@ def test_status_counts_rows_drafts_and_windows(ls_client, new_annotators):
     assert (rows[b]["rows done"], rows[b]["drafts"], rows[b]["last activity"]) == ("0 / 51", "0", "-")
     ls_client.create_annotation(windows[2]["id"], ls_config.values_to_results(rnd, windows[2]["data"], values),
                                 completed_by=users[a])
-    again = {s.annotator: s for s in round_status(ls_client, ["transcript"], [a])}[a]
+    again = {s.annotator: s for s in round_status(ls_desks, ["transcript"], [a])}[a]
     assert (again.rows_done, again.samples_done) == (45, 1)

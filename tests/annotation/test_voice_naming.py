@@ -187,13 +187,13 @@ def test_an_unreadable_voice_table_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, new_annotators, tmp_path):
+def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, ls_desks, new_annotators, tmp_path):
     rnd = load_round("transcript")
     script, draft, table = neutral("synthetic/voices_ls_025", "family", 25)
     root = DataRoot(tmp_path)
     write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES), root.draft_voices(draft["sample_id"]))
     (annotator,) = new_annotators(1)
-    report = push.push_round(ls_client, "transcript", [draft], [annotator], k=1, data_root=tmp_path)
+    report = push.push_round(ls_desks, "transcript", [draft], [annotator], k=1, data_root=tmp_path)
     pid = report.projects[push.project_key("transcript", "family", annotator)]
     tasks = sorted(ls_client.tasks(pid), key=lambda t: t["data"]["window"]["index"])
     assert len(tasks) == -(-25 // WINDOW_UNITS) > 1
@@ -205,7 +205,7 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, new_
     for k, task in enumerate(tasks):  # submitted through the API, part by part
         ls_client.create_annotation(task["id"], answer(rnd, task["data"], draft, names if k == 0 else None,
                                                        {row: "Cara"}), completed_by=uid, lead_time=5.0)
-    result = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[annotator], write=False)
+    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[annotator], write=False)
     assert result.problems.to_pylist() == []
     got = pulled(result.labels.to_pylist())
     for r in script["rows"]:  # the voice's name on every row of it, the override on its row
@@ -247,13 +247,13 @@ def _row1_checks(page, playwright) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_server, ls_client, ls_data_root,
-                                                                           tmp_path):
+def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_server, ls_client, ls_desks,
+                                                                           ls_data_root, tmp_path):
     playwright = pytest.importorskip("playwright.sync_api")
     if not shutil.which(CHROMIUM):
         pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
     email, password = f"voices-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
-    ls_client.create_user(email)
+    ls_desks.add(email)
     ls_server.set_password(email, password)
     media = ls_data_root / "media"
     media.mkdir(exist_ok=True)
@@ -262,8 +262,8 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
     script, draft, table = neutral("synthetic/voices_browser", "couple", 7)
     write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
                   DataRoot(tmp_path).draft_voices(draft["sample_id"]))
-    report = push.push_round(ls_client, "transcript", [draft], [email], k=1, data_root=tmp_path,
-                             media_url=lambda s: "/data/local-files/?d=media/voices.wav", media_dir=media)
+    report = push.push_round(ls_desks, "transcript", [draft], [email], k=1, data_root=tmp_path,
+                             media_url=lambda s: "/data/local-files/?d=media/voices.wav")
     pid = report.projects[push.project_key("transcript", "couple", email)]
     task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
     names = names_for(script, draft)
@@ -324,7 +324,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
                 time.sleep(0.5)
         finally:
             browser.close()
-    result = pull.pull_round(ls_client, "transcript", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     got = pulled(result.labels.to_pylist())
     for r in script["rows"]:

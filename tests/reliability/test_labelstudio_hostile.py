@@ -26,12 +26,13 @@ ROUND = "emotion"
 
 
 @pytest.fixture
-def two(ls_client, request):
-    """Two fresh annotators of this test (unique e-mails; projects are per annotator)."""
+def two(ls_desks, request):
+    """Two fresh annotators of this test (unique e-mails; projects are per annotator), each with a
+    "desk" in ``ls_desks`` (the session server)."""
     stem = request.node.name.lower().replace("_", "-")[:40]
     out = [f"{stem}-{i}@reliability.test" for i in (0, 1)]
     for email in out:
-        ls_client.create_user(email)
+        ls_desks.add(email)
     return out
 
 
@@ -52,9 +53,9 @@ def _annotate(client, project_id, samples, user_id, intensity=None):
                                  completed_by=user_id)
 
 
-def _pushed_and_annotated(ls_client, two, root, tag):
+def _pushed_and_annotated(ls_client, ls_desks, two, root, tag):
     samples = _samples(tag)
-    report = push.push_round(ls_client, ROUND, samples, two, data_root=root)
+    report = push.push_round(ls_desks, ROUND, samples, two, data_root=root)
     users = {u["email"]: u["id"] for u in ls_client.users()}
     for n, who in enumerate(two):
         _annotate(ls_client, report.projects[push.project_key(ROUND, "couple", who)], samples, users[who],
@@ -68,71 +69,65 @@ def _lines(root, who=None):
                   for r in rows if who is None or r["annotator"] == who)
 
 
-def test_the_push_records_who_was_given_which_samples(ls_client, two, tmp_path):
+def test_the_push_records_who_was_given_which_samples(ls_desks, two, tmp_path):
     samples = _samples("rec")
-    push.push_round(ls_client, ROUND, samples, two, data_root=tmp_path)
+    push.push_round(ls_desks, ROUND, samples, two, data_root=tmp_path)
     assert read_pushed(tmp_path, ROUND) == {f"couple/{a}": sorted(s["sample_id"] for s in samples) for a in two}
 
 
-def test_pulling_one_annotator_keeps_the_other_annotators_labels(ls_client, two, tmp_path):
+def test_pulling_one_annotator_keeps_the_other_annotators_labels(ls_client, ls_desks, two, tmp_path):
     a, b = two
-    _pushed_and_annotated(ls_client, two, tmp_path, "merge")
-    full = pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "merge")
+    full = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
     assert {r for r in full.labels.column("annotator").to_pylist()} == {a, b}
     before_b = _lines(tmp_path, b)
     assert before_b
-    again = pull.pull_round(ls_client, ROUND, tmp_path, annotators=[a])
+    again = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=[a])
     assert _lines(tmp_path, b) == before_b  # b's answers are still there, unchanged
     assert set(again.labels.column("annotator").to_pylist()) == {a, b}
     assert b in again.kept and b in again.summary()
 
 
-def test_pulling_an_annotator_without_a_project_keeps_everything_and_says_so(ls_client, two, tmp_path):
-    _pushed_and_annotated(ls_client, two, tmp_path, "nobody")
-    pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+def test_pulling_an_annotator_without_a_project_keeps_everything_and_says_so(ls_client, ls_desks, two, tmp_path):
+    _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "nobody")
+    pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
     before = _lines(tmp_path)
-    res = pull.pull_round(ls_client, ROUND, tmp_path, annotators=["nobody@reliability.test"])
+    res = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=["nobody@reliability.test"])
     assert _lines(tmp_path) == before
-    assert any("has no project" in p["problem"] for p in res.problems.to_pylist())
+    assert any("nobody@reliability.test has no annotator's desk" in p["problem"] for p in res.problems.to_pylist())
+    # an annotator with a desk but no project in the round
+    idle = ls_desks.add("idle-" + two[0])
+    res = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=[idle])
+    assert _lines(tmp_path) == before
+    assert any(f"{idle} has no project in round {ROUND}" in p["problem"] for p in res.problems.to_pylist())
 
 
-def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_server, ls_client, two, tmp_path,
-                                                                       monkeypatch):
+def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_client, ls_desks, two, tmp_path):
+    """(`rescue annotate status` naming such a task, on real desks: tests/annotation/test_crash_and_cli.py)"""
     a, b = two
-    samples, report = _pushed_and_annotated(ls_client, two, tmp_path, "deltask")
-    pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    samples, report = _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "deltask")
+    pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
     before = _lines(tmp_path)
     pid = report.projects[push.project_key(ROUND, "couple", a)]
     victim = next(t for t in ls_client.tasks(pid) if t["data"]["sample_id"] == samples[0]["sample_id"])
     ls_client.request("DELETE", f"/api/tasks/{victim['id']}/", "delete a task (test)")
-    res = pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    res = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
     assert res.missing == [(samples[0]["sample_id"], a)]
     probs = [p for p in res.problems.to_pylist() if "gone from Label Studio" in p["problem"]]
     assert [(p["sample_id"], p["annotator"]) for p in probs] == [(samples[0]["sample_id"], a)]
     assert "deleted after the push" in probs[0]["problem"] and samples[0]["sample_id"] in res.summary()
     assert _lines(tmp_path) == before  # what was pulled for it before is kept
     # the live check (for `rescue annotate status`) names it too
-    assert pull.missing_tasks(ls_client, tmp_path, [ROUND]) == [(ROUND, "couple", a, samples[0]["sample_id"])]
-    # ... and so does `rescue annotate status`
-    from typer.testing import CliRunner
-
-    from ops.cli import app
-
-    monkeypatch.setenv("RESCUE_LABEL_STUDIO_URL", ls_server.url)
-    out = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["annotate", "status", "--data-root", str(tmp_path),
-                                                         "-r", ROUND, "-a", a])
-    assert out.exit_code == 0, out.output
-    assert f"missing task: {ROUND} couple {a}: {samples[0]['sample_id']} was pushed but is gone" in \
-        " ".join(out.output.split()), out.output
+    assert pull.missing_tasks(ls_desks, tmp_path, [ROUND]) == [(ROUND, "couple", a, samples[0]["sample_id"])]
 
 
-def test_a_project_deleted_after_the_push_is_reported_per_sample(ls_client, two, tmp_path):
+def test_a_project_deleted_after_the_push_is_reported_per_sample(ls_client, ls_desks, two, tmp_path):
     a, b = two
-    samples, report = _pushed_and_annotated(ls_client, two, tmp_path, "delproj")
-    pull.pull_round(ls_client, ROUND, tmp_path, annotators=two)
+    samples, report = _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "delproj")
+    pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
     ls_client.request("DELETE", f"/api/projects/{report.projects[push.project_key(ROUND, 'couple', b)]}/",
                       "delete a project (test)")
-    res = pull.pull_round(ls_client, ROUND, tmp_path)
+    res = pull.pull_round(ls_desks, ROUND, tmp_path)
     mine = [m for m in res.missing if m[1] in two]
     assert sorted(mine) == sorted((s["sample_id"], b) for s in samples)
     assert _lines(tmp_path, b)  # b's earlier answers are kept
@@ -147,10 +142,21 @@ _PUSHER = textwrap.dedent("""
     from pipeline.annotation import push
     url, token, root, go, *annotators = sys.argv[1:]
     client = LabelStudioClient(url, token)
+
+    class SharedDesks:  # every annotator's "desk" is the session server (as tests/conftest.py's OneServerDesks)
+        def people(self, role=None):
+            return sorted(annotators) if role in (None, "annotator") else []
+
+        def client(self, email):
+            return client
+
+        def stage_media(self, email, urls):
+            return []
+
     samples = [make_sample(f"rel_race/s{{i}}", "couple", 3) for i in range(30)]
     while not Path(go).exists():
         time.sleep(0.01)
-    rep = push.push_round(client, "emotion", samples, annotators, data_root=root)
+    rep = push.push_round(SharedDesks(), "emotion", samples, annotators, data_root=root)
     print(json.dumps({{"created": rep.created}}))
 """)
 
@@ -181,13 +187,16 @@ def test_two_pushes_at_once_make_no_duplicate_project_or_task(ls_server, ls_clie
 
 # --- adjudicators never adjudicate what they annotated ---------------------------------------
 
-def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, two, tmp_path):
+def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, ls_desks, two, tmp_path):
+    """Real desks refuse a second role to anyone (tests/annotation/test_desks.py); should an
+    annotator of the round still become an adjudicator (here: the test arrangement, which keeps
+    no such rule), the adjudication pull refuses their answers and writes nothing."""
     from pipeline.quality import adjudication
 
     a, b = two
     rnd = load_round("relation")
     samples = _samples("judge")
-    report = push.push_round(ls_client, "relation", samples, two, prelabel=None, data_root=tmp_path)
+    report = push.push_round(ls_desks, "relation", samples, two, prelabel=None, data_root=tmp_path)
     users = {u["email"]: u["id"] for u in ls_client.users()}
     flip = {"": "pursue_withdraw", "pursue_withdraw": "mixed_transition", "mixed_transition": ""}
     by_id = {s["sample_id"]: s for s in samples}
@@ -200,10 +209,11 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, two,
                     v["relation_cycle_state"] = flip[v.get("relation_cycle_state") or ""]
             ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
                                         completed_by=users[who])
-    pull.pull_round(ls_client, "relation", tmp_path, annotators=two)
-    summary = adjudication.push_round(ls_client, tmp_path, "relation", samples=samples)
+    pull.pull_round(ls_desks, "relation", tmp_path, annotators=two)
+    ls_desks.add(a, "adjudicator")  # annotator a is made an adjudicator of the round they annotated
+    summary = adjudication.push_round(ls_desks, tmp_path, "relation", samples=samples)
     assert summary.disagreements > 0
-    pid = summary.projects["couple"]
+    pid = summary.projects[f"couple/{a}"]
     mine = [t for t in ls_client.tasks(pid) if t["data"]["sample_id"] in by_id]
     try:
         for task in mine:  # annotator a "adjudicates" their own round
@@ -211,7 +221,7 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, two,
             ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
                                         completed_by=users[a])
         with pytest.raises(adjudication.AdjudicatorIsAnnotator) as err:
-            adjudication.pull_round(ls_client, tmp_path, "relation")
+            adjudication.pull_round(ls_desks, tmp_path, "relation")
         assert a in str(err.value) and "cannot adjudicate" in str(err.value) and "relation" in str(err.value)
         assert not DataRoot(tmp_path).adjudications("relation").exists()  # nothing written
         # another data root sharing the server takes none of these answers (and is not refused)
@@ -224,29 +234,27 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, two,
                                                    "row_index": 1, "annotator": "x@else.test", "field": "f",
                                                    "value": "1"}], schema=schemas.LABELS),
                             DataRoot(other).labels("relation"))
-        theirs = adjudication.pull_round(ls_client, other, "relation").table
+        theirs = adjudication.pull_round(ls_desks, other, "relation").table
         assert not set(theirs.column("sample_id").to_pylist()) & set(by_id)
     finally:  # the adjudication project is shared by the session's tests
         for task in mine:
             ls_client.request("DELETE", f"/api/tasks/{task['id']}/", "delete a test task")
 
 
-def test_every_annotator_means_nobody_who_adjudicates(tmp_path, monkeypatch):
-    """With ``annotators`` omitted a round goes to every Label Studio user except adjudicators."""
-    import pyarrow as pa
-
-    from pipeline import corpus, schemas, store
+def test_every_annotator_means_every_registered_annotator_and_never_an_adjudicator(ls_client, ls_desks, two,
+                                                                                     tmp_path):
+    """With ``annotators`` omitted a round goes to every person registered as an annotator:
+    never to an adjudicator, never to a login that has no annotator's role."""
+    from pipeline import corpus
     from pipeline.annotation import intake
 
-    judge = "judge@reliability.test"
-    store.write_parquet(pa.Table.from_pylist([{"round": "transcript", "sample_id": "x/1", "scenario": "couple",
-                                               "row_index": 1, "annotator": judge, "field": "target",
-                                               "value": "[]"}], schema=schemas.LABELS),
-                        DataRoot(tmp_path).adjudications("transcript"))
+    judge = ls_desks.add("judge-" + two[0], "adjudicator")
+    stranger = "stranger-" + two[0]
+    ls_client.create_user(stranger)  # a login of the server, registered as nobody
     corpus.merge_into_work(tmp_path, [make_sample("rel_default/s1", "couple", 3)])
-    seen = {}
-    monkeypatch.setattr(push, "list_annotators", lambda client: ["a@x.test", "b@x.test", judge])
-    monkeypatch.setattr(push, "push_round", lambda client, rn, samples, annotators, **kw:
-                        seen.setdefault("annotators", annotators) and push.PushReport(rn, list(annotators)))
-    intake.open_round(object(), tmp_path, "emotion", None)
-    assert seen["annotators"] == ["a@x.test", "b@x.test"]
+    opened = intake.open_round(ls_desks, tmp_path, ROUND, None)
+    assert opened.report.annotators == sorted(two)
+    assert sorted(opened.report.projects) == sorted(push.project_key(ROUND, "couple", a) for a in two)
+    owners = {parsed[2] for p in ls_client.projects() if (parsed := push.parse_project_key(p.key))}
+    assert judge not in owners and stranger not in owners
+    assert read_pushed(tmp_path, ROUND) == {f"couple/{a}": ["rel_default/s1"] for a in two}

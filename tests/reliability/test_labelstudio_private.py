@@ -1,6 +1,7 @@
-"""Private state: Label Studio's database and folder and the local stack's state (pids, logs,
-Prefect home, result cache) are owner-only; a Label Studio start plus a push writes nothing
-into the user's home (its request log would write ~/.config/label-studio/user_id)."""
+"""Private state: each desk's Label Studio database and folder, its service account and file
+root, the desk registry, and the local stack's state (pids, logs, Prefect home, result cache)
+are owner-only; a desk's start plus a push writes nothing into the user's home (Label Studio's
+request log would write ~/.config/label-studio/user_id)."""
 from __future__ import annotations
 
 import os
@@ -32,14 +33,11 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_label_studio_start_and_push_leave_home_empty_and_its_files_owner_only(
-        ls_credentials, tmp_path, monkeypatch):
+def test_a_desk_start_and_push_leave_home_empty_and_its_files_owner_only(desk_factory, tmp_path, monkeypatch):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "annotation"))
     from ls_samples import make_sample
 
     from pipeline.annotation import push
-    from pipeline.annotation.client import LabelStudioClient
-    from pipeline.annotation.server import LabelStudioServer
 
     home = tmp_path / "home"
     home.mkdir()
@@ -48,25 +46,27 @@ def test_label_studio_start_and_push_leave_home_empty_and_its_files_owner_only(
         monkeypatch.delenv(var, raising=False)
     old = os.umask(0o022)  # an ordinary login's umask: privacy must not depend on it
     try:
-        root = DataRoot(tmp_path / "data")
-        server = LabelStudioServer(root.label_studio_dir(), port=_free_port(), media_root=root.root)
-        server.start(timeout=400)
-        try:
-            client = LabelStudioClient(server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"])
-            client.create_user("private-a@reliability.test")
-            rep = push.push_round(client, "emotion", [make_sample("rel_private/s1", "couple", 3)],
-                                  ["private-a@reliability.test"], k=1, data_root=root)
-            assert rep.created == 1
-            client.export_tasks(next(iter(rep.projects.values())))
-            client.close()
-        finally:
-            server.stop()
+        email = "private-a@reliability.test"
+        desks, desk = desk_factory(email)  # the person's own Label Studio, started, with their login
+        root = desks.root
+        media = root.media_dir() / "private.wav"
+        media.parent.mkdir(parents=True, exist_ok=True)
+        media.write_bytes(b"RIFF0000WAVE")
+        os.chmod(media, 0o600)  # as ingest writes extracted audio
+        rep = push.push_round(desks, "emotion", [make_sample("rel_private/s1", "couple", 3)], [email], k=1,
+                              data_root=root, media_url=lambda s: "/data/local-files/?d=media/private.wav")
+        assert rep.created == 1
+        desks.client(email).export_tasks(next(iter(rep.projects.values())))
+        desks.down()
     finally:
         os.umask(old)
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
-    ls_dir = root.label_studio_dir()
+    ls_dir = root.desk_label_studio_dir(desk.slug)
     assert mode(ls_dir) == 0o700 and mode(ls_dir / "label_studio.sqlite3") == 0o600
-    assert _open_to_others(ls_dir) == []
+    assert _open_to_others(root.desks_dir()) == []  # registry, service account, database, file root
+    assert mode(root.desks_registry()) == 0o600 and mode(root.desk_service(desk.slug)) == 0o600
+    staged = root.desk_files(desk.slug) / "media" / "private.wav"
+    assert staged.read_bytes() == media.read_bytes()
     assert _open_to_others(root.push_lock("emotion").parent) == []
 
 
