@@ -1,19 +1,24 @@
 """What an annotator meets in the browser: page readiness, key echo and the work per turn.
 
-Starts its own Label Studio (template database, 127.0.0.1, a temporary data root) and the
-annotators' gate in front of it (``pipeline.annotation.proxy``: what annotators are given),
-registers one annotator, pushes a generated family interview of 111 and of 250 rows for every
-round (with a noise WAV as long as the interview as its audio; transcript with the segmenter's
-draft as pre-annotation, the later rounds as for a new interview: without gold from earlier
-rounds, with the rounds' defaults; both interviews go to the annotator's one project per round,
-as a batch's samples do, so the 250-row interview's middle window follows the 111-row one's
-windows: for transcript, emotion and viewpoints past the data manager's first page of 30 tasks,
-as a page reloaded or a task link opened late in a batch is), and in headless Debian Chromium
-(Playwright) logs in through the real login form and opens the annotator's task, ``--repeat``
-times (default 3: single page loads on a shared 2-core machine vary by +-0.3 s). Prints one line
-per round and size, each page figure the median of the repeats (``first_form_runs``: each run's
-first form, the first on the project's first visit, when the data manager saves the annotator's
-tab; the others later visits, as most of an annotator's pages are):
+Works as annotators do, through the desks (``pipeline.annotation.desks``): under a throw-away
+data root it makes one real desk (a Label Studio of its own, from the template database, on
+127.0.0.1) per simulated annotator with ``Desks.add`` (the person's login set by the desk's own
+signup form, as ``rescue annotators add`` does), and puts the desk's front
+(``desk_front.FrontServer``: what annotators are given, ``rescue annotate front``) in front of
+that annotator's desk, in a process of its own. It pushes a generated family interview of 111
+and of 250 rows for every round to the annotator's desk (with a noise WAV as long as the
+interview as its audio, placed in the desk's file root by the push; transcript with the
+segmenter's draft as pre-annotation, the later rounds as for a new interview: without gold from
+earlier rounds, with the rounds' defaults; both interviews go to the annotator's one project per
+round, as a batch's samples do, so the 250-row interview's middle window follows the 111-row
+one's windows: for transcript, emotion and viewpoints past the data manager's first page of 30
+tasks, as a page reloaded or a task link opened late in a batch is), and in headless Debian
+Chromium (Playwright) logs in through the front's login form with the person's password and
+opens the annotator's task, ``--repeat`` times (default 3: single page loads on a shared 2-core
+machine vary by +-0.3 s). Prints one line per round and size, each page figure the median of
+the repeats (``first_form_runs``: each run's first form, the first on the project's first
+visit, when the data manager saves the annotator's tab; the others later visits, as most of an
+annotator's pages are):
 
     ROUND ROWS first_form_s=X key_echo_ms=Y clicks_per_turn=Z keys_per_turn=W cold_s=X warm_s=V cold_typed_s=T ...
 
@@ -21,11 +26,11 @@ tab; the others later visits, as most of an annotator's pages are):
   from navigation to a task (a window from the middle of the sample) to its first form being
   on the page, scrolled into view, with its first control visible.
 * ``cold_typed_s``: the same as ``first_form_s`` in another fresh browser whose login page was
-  left open until the gate's service worker had cached Label Studio's build (``typed_wait_s``,
+  left open until the front's service worker had cached Label Studio's build (``typed_wait_s``,
   from the login page's load to the worker being active), as it is while a person types their
   e-mail and password; ``first_form_s`` logs in at once (the worker still installing, or not
-  there yet when the page opens). Before the first figure the gate has served one task page
-  (it learns the build's scripts from the pages it serves, as it has after any annotator's first
+  there yet when the page opens). Before the first figure the front has served one task page
+  (it learns the build's scripts from the pages it serves, as it has after its person's first
   page since it started).
 * ``warm_s``: the same for the next task in the same browser (Label Studio's code cached):
   what an annotator waits from one task or part to the next.
@@ -44,22 +49,36 @@ tab; the others later visits, as most of an annotator's pages are):
   number key, and one Enter to come to the form; other buttons and boxes: 1 click each; a
   dropdown: 2 clicks; a text: 1 click + Shift+Enter; a number: 1 click + digits + Tab).
   ``--work-only``: these figures alone, no server, no browser.
-* Before figures: ``RESCUE_NO_SW=1`` (no service worker from the gate), ``RESCUE_NO_SLIM_COLUMNS=1``
-  (Label Studio's default task-list columns), ``RESCUE_NO_BUNDLE_PATCHES=1`` (Label Studio's
-  editor and data manager as built) or ``RESCUE_NO_PREFETCH=1`` in the environment reaches the gate the benchmark
-  starts (a separate run, not interleaved: on the shared machine compare only runs under similar
-  load).
-* Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, and the load average
-  (the machine is shared: compare figures taken under similar load).
+* ``desk_rss_mb``: the resident memory of the annotator's desk (the RSS of its Label Studio's
+  process group, :func:`desk_rss_mb`) once that round's pages were opened (at 250 rows: after a
+  250-row window was opened).
+* The desks themselves (``--desks N``, default 4; 0: only the annotator's desk): ``DESKS`` lines
+  with the seconds ``Desks.add`` takes for N new people one after the other (each a desk started
+  from the template database and a login made: ``rescue annotators add`` run N times), the
+  seconds ``Desks.up`` takes to start those N registered desks from cold (stopped, side by side
+  as ``rescue annotate desks up`` does), and each desk's resident memory idle (after ``up``).
+  The other desks are stopped again before the pages are measured.
+* Before figures: ``RESCUE_NO_SW=1`` (no service worker from the front), ``RESCUE_NO_SLIM_COLUMNS=1``
+  (Label Studio's default task-list columns) or ``RESCUE_NO_BUNDLE_PATCHES=1`` (Label Studio's
+  editor as built) in the environment reaches the front the benchmark starts (a separate run,
+  not interleaved: on the shared machine compare only runs under similar load). ``--direct``:
+  the desk itself, no front.
+* Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, the front's start report
+  (the desk's release and the bundle patches applied) and the load average (the machine is
+  shared: compare figures taken under similar load).
 
     .venv/bin/python benchmarks/bench_annotator_ui.py [--rows 111 250] [--rounds emotion ...]
-        [--repeat N] [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR] [--json FILE]
+        [--repeat N] [--desks N] [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR]
+        [--json FILE]
 
-About 6-15 minutes for every round at both sizes on a 2-core machine, by its speed (``--repeat 1``: about half).
+About 6-15 minutes for every round at both sizes on a 2-core machine, by its speed (``--repeat 1``:
+about half), plus a few minutes for the desks' figures.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -77,11 +96,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from desk_front.app import SW_REGISTER_PATH  # noqa: E402
 from pipeline.annotation import ls_config, naming, push  # noqa: E402
-from pipeline.annotation.client import LabelStudioClient  # noqa: E402
-from pipeline.annotation.proxy import SW_REGISTER_PATH  # noqa: E402
+from pipeline.annotation.desks import Desks  # noqa: E402
 from pipeline.annotation.rounds import load_round, round_names  # noqa: E402
-from pipeline.annotation.server import LabelStudioServer  # noqa: E402
+from pipeline.config import Settings  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -152,8 +171,8 @@ def _controls(label_config: str) -> dict[str, ET.Element]:
 
 
 def _first_list(label_config: str) -> str | None:
-    """The template name of a form's first choice list: the one the gate's number keys act on
-    when no list has the focus (``proxy.KEYS_JS``)."""
+    """The template name of a form's first choice list: the one the front's number keys act on
+    when no list has the focus (``desk_front.comfort.KEYS_JS``)."""
     repeater = ET.fromstring(label_config).find(".//Repeater")
     first = next((el for el in repeater.iter("Choices")), None) if repeater is not None else None
     return first.get("name") if first is not None else None
@@ -164,7 +183,7 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
     """Clicks, key presses and typed text fields needed to turn the pre-filled form into the
     answers, per unit (row with controls). Reads the pushed config (which controls exist and how
     they are shown) and the pre-filled results; a control already holding the answer costs
-    nothing. With ``keys`` (the annotators' gate's keys, ``proxy.KEYS_JS``): a choice of a form's
+    nothing. With ``keys`` (the desk front's keys, ``desk_front.comfort.KEYS_JS``): a choice of a form's
     first list costs its number key (no click), and a form where that is used, or where nothing
     needs changing, costs one Enter to come to it."""
     controls = _controls(label_config)
@@ -192,7 +211,7 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
             if not options and el is not None and el.get("value", "").startswith("$"):  # a list from the task data
                 options = [o["value"] for o in data.get(el.get("value")[1:], [])]
             keyed = [v for v in items if v in options[:10] or (options and v == options[-1])]
-            if template == first and len(keyed) == len(items):  # the gate's keys: 1-9, 0, - (last)
+            if template == first and len(keyed) == len(items):  # the front's keys: 1-9, 0, - (last)
                 key_presses += len(items)
                 by_key = True
             elif el is not None and el.get("layout") != "select":
@@ -317,12 +336,12 @@ def page_stats(page) -> dict:
 
 def login(context, base: str, email: str, password: str, typing: bool = False) -> float:
     """Log in through the login form; ``typing``: first wait, as a person typing would, until the
-    gate's service worker (registered by the login page) is active, its cache filled. Returns the
+    front's service worker (registered by the login page) is active, its cache filled. Returns the
     seconds waited."""
     page = context.new_page()
     page.goto(f"{base}/user/login/")
     t0 = time.perf_counter()
-    if typing:  # (a gate with RESCUE_NO_SW=1 registers no worker there)
+    if typing:  # (a front with RESCUE_NO_SW=1 registers no worker there)
         page.evaluate("async (src) => { if (document.querySelector(`script[src='${src}']`)) await navigator.serviceWorker.ready; }",
                       SW_REGISTER_PATH)
     waited = time.perf_counter() - t0
@@ -391,31 +410,95 @@ def make_media(sample: dict, folder: Path) -> str:
     return f"{folder.name}/{path.name}"
 
 
-class GateProcess:
-    """The annotators' gate in its own process, as `rescue annotate gate` runs it (in this
-    process it would share the interpreter with Playwright's client and slow both)."""
+class FrontProcess:
+    """The desk's front (``desk_front.FrontServer``) in front of one desk, in its own process as
+    ``rescue annotate front`` runs it (in this process it would share the interpreter with
+    Playwright's client and slow both). The ``RESCUE_NO_*`` switches of the environment reach it."""
 
-    def __init__(self, upstream: str, token: str):
+    def __init__(self, upstream: str):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        code = ("import os, uvicorn; from pipeline.annotation.proxy import make_app; "
-                f"uvicorn.run(make_app({upstream!r}, os.environ['LABEL_STUDIO_USER_TOKEN']), host='127.0.0.1', "
-                f"port={self.port}, log_level='warning')")
+        code = ("import json, sys, threading; from desk_front import FrontServer; "
+                f"f = FrontServer({upstream!r}, port={self.port}).start(); r = f.report; "
+                "print(json.dumps({'release': r.release, 'version_ok': r.version_ok, 'applied': r.applied(), "
+                "'not_applied': [o.group + ': ' + o.reason for o in r.outcomes if not o.applied]}), flush=True); "
+                "sys.stdin.read(); f.stop()")  # until the benchmark closes its stdin (or ends)
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
-                                     env={**os.environ, "LABEL_STUDIO_USER_TOKEN": token})
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the annotators' gate did not start") from None
-                time.sleep(0.1)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()  # the start report, once the front serves
+        if not line:
+            self.proc.wait(timeout=10)
+            raise RuntimeError(f"the desk's front did not start (exit {self.proc.returncode})")
+        self.report = json.loads(line)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def desk_rss_mb(desks: Desks, email: str) -> float:
+    """The resident memory (MiB) of a desk's Label Studio: the RSS of every process of its process
+    group (the server runs in its own session; its pid is the group's), with psutil when it is
+    installed, else from /proc/<pid>/status (VmRSS). Pages shared between the processes count
+    once per process. NaN when the desk is not running."""
+    pgid = desks.server(email)._pid()
+    if pgid is None:
+        return float("nan")
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    total = 0
+    if psutil is not None:
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(proc.pid) == pgid:
+                    total += proc.memory_info().rss
+        return total / 2**20
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != pgid:
+                continue
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        found = next((line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")), None)
+        total += int(found) * 1024 if found else 0  # kB
+    return total / 2**20
+
+
+def _rss_list(values: list[float]) -> str:
+    return "/".join(f"{v:.0f}" for v in values)
+
+
+def desk_figures(desks: Desks, people: list[str], passwords: dict[str, str]) -> dict:
+    """``Desks.add`` of ``people`` (new, one after the other), then ``Desks.up`` of them from cold
+    (all stopped first), then each desk's idle resident memory. Prints the ``DESKS`` lines."""
+    add_s = []
+    t_all = time.perf_counter()
+    for email in people:
+        t = time.perf_counter()
+        desks.add(email, "annotator", passwords[email], timeout=600)
+        add_s.append(time.perf_counter() - t)
+    add_total = time.perf_counter() - t_all
+    print(f"DESKS add n={len(people)} add_s={add_total:.1f} per_desk_s={'/'.join(f'{x:.1f}' for x in add_s)} "
+          f"{_load()}", flush=True)
+    desks.down(people)
+    t = time.perf_counter()
+    desks.up(people, timeout=600, log=lambda _m: None)
+    up_total = time.perf_counter() - t
+    time.sleep(5)  # idle: the start's work done
+    idle = [desk_rss_mb(desks, e) for e in people]
+    print(f"DESKS up n={len(people)} up_s={up_total:.1f} rss_idle_mb={_rss_list(idle)} "
+          f"rss_idle_total_mb={sum(idle):.0f} {_load()}", flush=True)
+    return {"n": len(people), "add_s": add_total, "add_per_desk_s": add_s, "up_s": up_total, "rss_idle_mb": idle}
 
 
 def main() -> None:
@@ -428,12 +511,15 @@ def main() -> None:
     ap.add_argument("--work-only", action="store_true", help="only the clicks and keys per turn (no browser)")
     ap.add_argument("--window", type=int, help="units per task (default: the pipeline's)")
     ap.add_argument("--direct", action="store_true",
-                    help="open Label Studio directly instead of through the annotators' gate (no asset cache, "
-                         "no compression, no keys: the work figures are then counted without the gate's keys)")
+                    help="open the annotator's desk directly instead of through the desk's front (no asset cache, "
+                         "no compression, no keys: the work figures are then counted without the front's keys)")
     ap.add_argument("--no-media", action="store_true", help="push without audio (no players load anything)")
     ap.add_argument("--page-timeout", type=float, default=240, help="seconds a page may take (default 240)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="measure each page this many times and print the medians (default 3)")
+    ap.add_argument("--desks", type=int, default=4,
+                    help="desks made (Desks.add) and started from cold (Desks.up) for the DESKS figures, the "
+                         "annotator's among them (default 4; 0: only the annotator's desk, no DESKS figures)")
     ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
     args = ap.parse_args()
     keys = not args.direct
@@ -451,26 +537,37 @@ def main() -> None:
 
     if not shutil.which(CHROMIUM):
         sys.exit("Debian chromium is not installed (scripts/setup.sh installs it)")
-    # stopped (e.g. by `timeout`): still stop the Label Studio and the gate it started
+    # stopped (e.g. by `timeout`): still stop the desks and the front it started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    os.environ.update({"LABEL_STUDIO_USERNAME": "bench-admin@rescue.test",
-                       "LABEL_STUDIO_PASSWORD": secrets.token_urlsafe(16),
-                       "LABEL_STUDIO_USER_TOKEN": secrets.token_hex(20)})
-    email, password = "bench-annotator@rescue.test", secrets.token_urlsafe(12)
+    email = "bench-annotator@rescue.test"
+    others = [f"bench-annotator-{i}@rescue.test" for i in range(2, max(args.desks, 1) + 1)]
+    passwords = {e: secrets.token_urlsafe(12) for e in [email, *others]}
+    password = passwords[email]
     out = []
-    print(f"start {_load()} via={'label-studio' if args.direct else 'gate'}", flush=True)
+    summary: dict = {}
+    print(f"start {_load()} via={'desk' if args.direct else 'front'}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
-        root = Path(tmp)
-        media = root / "media"
-        media.mkdir()
-        server = LabelStudioServer(root / "label-studio", port=_free_port(), media_root=root)
-        server.start(timeout=600)
-        client = LabelStudioClient(server.url, os.environ["LABEL_STUDIO_USER_TOKEN"])
-        gate = None if args.direct else GateProcess(server.url, os.environ["LABEL_STUDIO_USER_TOKEN"])
-        base = server.url if args.direct else gate.url
+        root = Path(tmp) / "data"
+        settings = dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port(),
+                                       desk_url="http://127.0.0.1:{port}", desk_public_url="")
+        desks = Desks(root, settings)
+        media = root / "media"  # the data root's media: each push places its files in the desk's file root
+        media.mkdir(parents=True)
+        front = None
         try:
-            client.create_user(email)
-            server.set_password(email, password)
+            if args.desks > 0:
+                summary["desks"] = desk_figures(desks, [email, *others], passwords)
+                desks.down(others)  # the pages are measured with the annotator's desk alone
+            else:
+                desks.add(email, "annotator", password, timeout=600)
+            client = desks.client(email)
+            if not args.direct:
+                front = FrontProcess(desks.url(email))
+                print(f"front release={front.report['release']} version_ok={front.report['version_ok']} "
+                      f"patches={','.join(front.report['applied']) or '-'}"
+                      + "".join(f" not_applied=[{x}]" for x in front.report["not_applied"]), flush=True)
+            base = desks.url(email) if args.direct else front.url
+            summary["rss_start_mb"] = desk_rss_mb(desks, email)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
@@ -485,11 +582,10 @@ def main() -> None:
                     audio = None if args.no_media else make_media(sample, media)
                     for name in args.rounds:
                         rnd = load_round(name)
-                        report = push.push_round(client, name, [sample], [email], k=1,
+                        report = push.push_round(desks, name, [sample], [email], k=1, data_root=root,
                                                  prelabel=push.input_values if name == "transcript" else None,
                                                  prelabel_source="input" if name == "transcript" else "none",
                                                  media_url=(lambda s, a=audio: push.local_media_url(a)) if audio else None,
-                                                 media_dir=media if audio else None,
                                                  **({"window": args.window} if args.window else {}))
                         pid = report.projects[push.project_key(name, "family", email)]
                         tasks = sorted(client.find_tasks(pid, "sample_id", sample["sample_id"]),
@@ -497,7 +593,7 @@ def main() -> None:
                         task = tasks[len(tasks) // 2]  # a window from the middle when windowed
                         following = tasks[len(tasks) // 2 + 1] if len(tasks) > 1 else task
                         work = work_for_sample(rnd, sample, answers(rnd, sample), keys, args.window)
-                        if not primed:  # the gate has served a task page (see the module doc)
+                        if not primed:  # the front has served a task page (see the module doc)
                             context = fresh_context()
                             login(context, base, email, password)
                             first_form(context.new_page(), f"{base}/projects/{pid}/data?task={tasks[0]['id']}")
@@ -508,8 +604,10 @@ def main() -> None:
                                 for i in range(args.repeat)]
                         figures = {k: _median([r[k] for r in runs]) for k in runs[0]}
                         figures["first_form_runs"] = "/".join(f"{r['first_form_s']:.1f}" for r in runs)
+                        rss = desk_rss_mb(desks, email)  # the desk once this round's pages were opened
                         line = {"round": name, "rows": n_rows, **figures, **work, "tasks": len(tasks),
-                                "via": "label-studio" if args.direct else "gate", "load": os.getloadavg()}
+                                "via": "desk" if args.direct else "front", "desk_rss_mb": rss,
+                                "load": os.getloadavg()}
                         out.append(line)
                         print(f"{name.upper()} {n_rows} first_form_s={line['first_form_s']:.1f} "
                               f"key_echo_ms={line['key_echo_ms']:.0f} clicks_per_turn={work['clicks']:.2f} "
@@ -519,15 +617,20 @@ def main() -> None:
                               f"warm_cpu_s={line['warm_cpu_s']:.1f} text_fields_per_turn={work['texts']:.2f} "
                               f"tasks={len(tasks)} page_px={line['height']:.0f} dom_nodes={line['nodes']:.0f} "
                               f"first_form_runs={line['first_form_runs']} "
-                              f"heap_mb={line['heap'] / 2**20:.0f} {_load()}", flush=True)
+                              f"heap_mb={line['heap'] / 2**20:.0f} desk_rss_mb={rss:.0f} {_load()}", flush=True)
                 browser.close()
+            after = {n: max(x["desk_rss_mb"] for x in out if x["rows"] == n) for n in args.rows}
+            summary["rss_after_mb"] = after
+            print(f"DESKS rss annotator_desk_start_mb={summary['rss_start_mb']:.0f} "
+                  + " ".join(f"after_{n}_rows_mb={v:.0f}" for n, v in after.items()) + f" {_load()}", flush=True)
         finally:
-            client.close()
-            if gate:
-                gate.stop()
-            server.stop()
+            if front:
+                front.stop()
+            desks.down()
+            desks.close()
     if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
+        # one entry per round line, as before; the desks' figures (DESKS lines) with each
+        args.json.write_text(json.dumps([{**line, "desk_summary": summary} for line in out], indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""An annotator logs in with a real browser (headless Debian Chromium driven by Playwright),
-fills in a task of every round, submits, and the saved annotation is read back through the API
-and validated. Screenshots of each round go to test-output/screenshots/."""
+"""An annotator logs in with a real browser (headless Debian Chromium driven by Playwright)
+through the front of their own desk (``desk_front.FrontServer`` in front of a real desk, as
+annotators work), fills in a task of every round, submits, and the saved annotation is read back
+through the API and validated. Screenshots of each round go to test-output/screenshots/."""
 from __future__ import annotations
 
 import json
@@ -8,13 +9,15 @@ import secrets
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
 from typer.testing import CliRunner
 
+from desk_front import FrontServer
+from desk_front.comfort import KEYS_PATH
 from pipeline.annotation import naming, pull, push
-from pipeline.annotation.proxy import KEYS_PATH, ProxyServer
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 
@@ -96,7 +99,7 @@ _CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices`)].map(g => [
 
 
 def _fill_by_keyboard(page, rnd, data, values) -> int:
-    """Fill every unit with the keyboard alone, through the gate's keys (proxy.KEYS_JS): Enter
+    """Fill every unit with the keyboard alone, through the front's keys (desk_front.comfort.KEYS_JS): Enter
     comes to the first form; in each form the first list's choice is its number key, pressed
     with the focus anywhere in that form (and it must land there, not on form 0 as Label
     Studio's own automatic hotkeys do); the other lists: Tab to the choice, Space; text is typed
@@ -164,41 +167,58 @@ def _truth(rnd, sample) -> dict[int, dict]:
     return values
 
 
-def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_client, ls_data_root, ls_credentials,
-                                                                 monkeypatch):
-    """Through the annotators' gate, as annotators work: its keys, its cached assets."""
+# what the page itself reads of its desk's projects (with the person's session, through the front)
+_PROJECTS = """() => fetch('/api/projects?page_size=1000').then(r => r.json())
+  .then(j => (j.results || j).map(p => ({id: p.id, description: p.description || ''})))"""
+
+
+def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, monkeypatch):
+    """Through the front of the annotator's own (real) desk, as annotators work: its keys, its
+    cached assets; their page shows their own projects only (another annotator's, pushed to
+    their own desk, is not there)."""
     playwright = pytest.importorskip("playwright.sync_api")
     if not shutil.which(CHROMIUM):
         pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+    desks = desk_factory.desks
+    root = desks.root.root
     email, password = f"browser-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
+    other = f"browser-other-{secrets.token_hex(3)}@rescue.test"
     monkeypatch.setenv("RESCUE_ANNOTATOR_PASSWORD", password)
-    monkeypatch.setenv("RESCUE_LABEL_STUDIO_PORT", str(ls_server.port))
-    monkeypatch.setenv("RESCUE_LABEL_STUDIO_URL", ls_server.url)
-    added = CliRunner().invoke(app, ["annotators", "add", email, "--data-root", str(ls_data_root)])
+    with ThreadPoolExecutor(1) as pool:  # another annotator with a desk of their own, made meanwhile
+        made = pool.submit(desk_factory, other)
+        added = CliRunner().invoke(app, ["annotators", "add", email, "--data-root", str(root)])
+        made.result()
     assert added.exit_code == 0, added.output
     assert password not in added.output
 
-    media = ls_data_root / "media"
-    media.mkdir(exist_ok=True)
+    media = desks.root.media_dir()
+    media.mkdir(parents=True, exist_ok=True)
     subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=20",
                     "-ar", "16000", "-ac", "1", str(media / "browser.wav")], check=True)
+    media_url = lambda s: "/data/local-files/?d=media/browser.wav"  # noqa: E731
     sample = make_sample("synthetic/browser_001", "couple", 6)  # therapist rows 3 (no strategy), 6 (a strategy)
+    # the other annotator's work: on their desk, never on this annotator's page
+    push.push_round(desks, "emotion", [make_sample("synthetic/browser_other_001", "couple", 3)], [other], k=1,
+                    prelabel=None, data_root=root, media_url=media_url)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    client = desks.client(email)
 
-    gate = ProxyServer(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"]).start()
+    front = FrontServer(desks.url(email)).start()
+    assert front.report.version_ok, front.report
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 2000})
-        browser_login(page, gate.url, email, password, timeout_ms=60_000)
         try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
+            browser_login(page, front.url, email, password, timeout_ms=60_000)  # the person's own password
+            pushed = {}  # project key -> id: this annotator's projects so far
             for name in round_names():
                 rnd = load_round(name)
-                report = push.push_round(ls_client, name, [sample], [email], k=1, prelabel=None,
-                                         media_url=lambda s: "/data/local-files/?d=media/browser.wav",
-                                         media_dir=media)
-                pid = report.projects[push.project_key(name, "couple", email)]
-                task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
-                page.goto(f"{gate.url}/projects/{pid}/data?task={task['id']}")
+                report = push.push_round(desks, name, [sample], [email], k=1, prelabel=None, data_root=root,
+                                         media_url=media_url)
+                key = push.project_key(name, "couple", email)
+                pid = pushed[key] = report.projects[key]
+                task = client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
+                page.goto(f"{front.url}/projects/{pid}/data?task={task['id']}")
                 try:
                     page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
                 except playwright.Error:  # say which round and keep what the annotator saw
@@ -206,10 +226,14 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                     raise AssertionError(f"round {name}: no form within 120 s at {page.url}; "
                                          f"page text: {page.inner_text('body')[:500]!r}") from None
                 page.wait_for_load_state("networkidle")  # Label Studio re-renders once its requests settle
-                assert page.locator(f"script[src='{KEYS_PATH}']").count() == 1  # the gate's keys came with it
+                assert page.locator(f"script[src='{KEYS_PATH}']").count() == 1  # the front's keys came with it
                 # Label Studio's automatic hotkey marks (keys acting on the first forms only) are hidden
                 marks = page.locator("#unit_0 sup.lsf-hint")
                 assert marks.count() == 0 or not marks.first.is_visible()
+                # the page's projects: this annotator's own, as pushed so far (the other's are on their desk)
+                listed = page.evaluate(_PROJECTS)
+                assert sorted(p["id"] for p in listed) == sorted(pushed.values()), (name, listed)
+                assert {push.parse_project_key(p["description"].splitlines()[-1])[2] for p in listed} == {email}
                 truth = _truth(rnd, sample)
                 if name == KEYBOARD_ROUND:
                     page.locator("#unit_0 .lsf-choices").first.wait_for()
@@ -231,12 +255,12 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
                     page.get_by_role("button", name="Submit").click()
                 deadline = time.monotonic() + 60
-                while not ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]["total_annotations"]:
+                while not client.find_tasks(pid, "sample_id", sample["sample_id"])[0]["total_annotations"]:
                     assert time.monotonic() < deadline, f"round {name}: the annotation was not saved"
                     time.sleep(0.5)
 
                 # read back through the API: validated, by this annotator, equal to what was typed
-                result = pull.pull_round(ls_client, name, ls_data_root, annotators=[email], write=False)
+                result = pull.pull_round(desks, name, root, annotators=[email], write=False)
                 assert result.problems.to_pylist() == [], name
                 got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
                 assert {r["annotator"] for r in result.labels.to_pylist()} == {email}
@@ -252,4 +276,4 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(ls_server, ls_cl
                             assert got[(u["row_index"], f.name)] == want, (name, u, f.name)
         finally:
             browser.close()
-            gate.stop()
+            front.stop()

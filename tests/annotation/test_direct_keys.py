@@ -1,4 +1,4 @@
-"""Straight to Label Studio (no gate), headless Chromium: Label Studio's automatic choice keys
+"""Straight to Label Studio (no desk front), headless Chromium: Label Studio's automatic choice keys
 (1-9, 0, q, w, ...) are off in the generated configs, so a number key never ticks a choice of
 form 0; and emotion's pre-filled "who feels it" left alone on rows with no feeling costs
 nothing: Submit takes the form and the pull finds no entry and no problem."""
@@ -33,7 +33,8 @@ def _press_outside_fields(page, key: str) -> None:
     time.sleep(0.5)
 
 
-def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_client, new_annotators, tmp_path):
+def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_client, ls_desks, new_annotators,
+                                                                   tmp_path):
     playwright = pytest.importorskip("playwright.sync_api")
     if not shutil.which(CHROMIUM):
         pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
@@ -43,7 +44,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
     ls_server.set_password(email, password)
     sample = make_sample("synthetic/direct_keys_001", "couple", 6)  # client rows 1, 2, 4, 5
     # no pre-annotation: the round's defaults alone are pre-filled ("who feels it" = the speaker)
-    report = push.push_round(ls_client, "emotion", [sample], [email], k=1, prelabel=None)
+    report = push.push_round(ls_desks, "emotion", [sample], [email], k=1, prelabel=None)
     pid = report.projects[push.project_key("emotion", "couple", email)]
     task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
     units = task["data"]["units"]
@@ -98,7 +99,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
             # the control project is no round's: off the shared server again
             ls_client.request("DELETE", f"/api/projects/{control.id}/", "delete the control project")
 
-    result = pull.pull_round(ls_client, "emotion", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "emotion", tmp_path, annotators=[email], write=False)
     assert [(p["field"], p["problem"], p["value"]) for p in result.problems.to_pylist()] == []
     got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
     first = json.loads(ls_client.export_tasks(pid))[0]["annotations"][0]["result"]

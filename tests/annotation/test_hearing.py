@@ -15,20 +15,20 @@ from pipeline.annotation import push
 pytestmark = pytest.mark.slow
 
 
-def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_client, ls_data_root):
+def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_client, ls_desks, ls_data_root):
     playwright = pytest.importorskip("playwright.sync_api")
     if not shutil.which(CHROMIUM):
         pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
     email, password = f"hear-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
-    ls_client.create_user(email)
+    ls_desks.add(email)
     ls_server.set_password(email, password)
     media = ls_data_root / "media"
     media.mkdir(exist_ok=True)
     subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=30",
                     "-ar", "16000", "-ac", "1", str(media / "hear.wav")], check=True)
     sample = make_sample("synthetic/hear_001", "couple", 6)
-    report = push.push_round(ls_client, "relation", [sample], [email], k=1, prelabel=None,
-                             media_url=lambda s: "/data/local-files/?d=media/hear.wav", media_dir=media)
+    report = push.push_round(ls_desks, "relation", [sample], [email], k=1, prelabel=None,
+                             media_url=lambda s: "/data/local-files/?d=media/hear.wav")
     pid = report.projects[push.project_key("relation", "couple", email)]
     task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
     turn = next(t for t in task["data"]["turns"] if t["row_index"] == task["data"]["units"][1]["row_index"])
