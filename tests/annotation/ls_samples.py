@@ -61,7 +61,7 @@ def make_sample(sample_id: str, scenario: str = "couple", n_rows: int = 12, seed
 
 def browser_login(page, base: str, email: str, password: str, timeout_ms: float | None = None) -> None:
     """Log ``page`` (a Playwright page) in through Label Studio's login form at ``base`` (the
-    server or the annotators' gate), as an annotator does; ``timeout_ms`` None: the page's default."""
+    desk or its front), as an annotator does; ``timeout_ms`` None: the page's default."""
     page.goto(f"{base}/user/login/")
     page.fill("input[name=email]", email)
     page.fill("input[name=password]", password)
