@@ -4,16 +4,19 @@ on a fresh machine (set-up included) and on a machine that is already set up.
     python3 benchmarks/bench_demo.py [--fresh-venv] [--interviews N]
 
 Targets: <= 10 min fresh, <= 3 min already set up. Both runs start from nothing but the
-checkout: a NEW data root (new Prefect database, new Label Studio database, empty caches, no
-stack running), so the demo does all of its work each time: start the stack, synthesize,
-ingest, every annotation round, the release.
+checkout: a NEW data root (new Prefect database, new desks - one Label Studio per simulated
+person -, empty caches, no stack running), so the demo does all of its work each time: start
+the stack and the desks, synthesize, ingest, every annotation round, the release.
 
 - fresh: `scripts/setup.sh` then the demo. With --fresh-venv the set-up first deletes .venv
   and .label-studio and rebuilds them (package downloads come from uv's cache when warm).
   Only use --fresh-venv in a checkout nobody else uses, e.g. a clone:
       git clone . /tmp/fresh-demo && cd /tmp/fresh-demo && python3 benchmarks/bench_demo.py --fresh-venv
 - already set up: `scripts/setup.sh` again (an idempotent no-op: seconds) then the demo in
-  another new data root, after the first run's stack was stopped.
+  another new data root, after the first run's stack (and its desks) was stopped.
+
+Ports: the Prefect server on $RESCUE_PREFECT_PORT (default 4299), the desks from
+$RESCUE_DESK_BASE_PORT (default 8181) up, so a developer's own stack on 4200/8081 is left alone.
 
 The script needs only the standard library (it runs before .venv exists). It prints the demo's
 own per-step table, one JSON line per run and a summary with the 1-minute load average at the
@@ -61,7 +64,7 @@ def main() -> int:
     args = ap.parse_args()
 
     env = {**os.environ, "RESCUE_PREFECT_PORT": os.environ.get("RESCUE_PREFECT_PORT", "4299"),
-           "RESCUE_LABEL_STUDIO_PORT": os.environ.get("RESCUE_LABEL_STUDIO_PORT", "8099")}
+           "RESCUE_DESK_BASE_PORT": os.environ.get("RESCUE_DESK_BASE_PORT", "8181")}
     if args.fresh_venv:
         shutil.rmtree(REPO / ".venv", ignore_errors=True)
         shutil.rmtree(REPO / ".label-studio", ignore_errors=True)
@@ -78,7 +81,8 @@ def main() -> int:
             load0 = load()
             setup_s, _ = timed_ok(["bash", "scripts/setup.sh"], env)
             demo_s, out = timed_ok(demo, env)
-            # Stop this run's stack: the next run starts from a stopped stack, as after `rescue stack down`.
+            # Stop this run's stack and desks: the next run starts from a stopped stack, as after
+            # `rescue stack down`.
             subprocess.run([rescue, "stack", "down", "--data-root", str(root)], cwd=REPO, env=env, capture_output=True)
             results[run] = {"setup_s": round(setup_s, 1), "demo_s": round(demo_s, 1),
                             "total_s": round(setup_s + demo_s, 1), "target_s": target,

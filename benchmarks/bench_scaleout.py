@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_scaleout.py [--interviews 6] [--rows 6] [--local] [--chunk 3]
 
 A local stack of its own under a temporary data root (Prefect server on SQLite - or on
-PostgreSQL with ``--database-url`` -, the sweeper; no Label Studio: nothing is pushed),
+PostgreSQL with ``--database-url`` -, the sweeper; no desks: nothing is pushed),
 generated interviews (subtitles; espeak-ng, ffmpeg, the offline pyannote pipeline, one torch
 thread per flow run). Worker 1 has two slots: the batch run (it only submits and waits) and
 one interview; worker 2, started for the second run, has one. So "1 worker" runs one interview

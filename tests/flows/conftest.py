@@ -1,15 +1,21 @@
-"""Fixtures of the orchestration tests: a REAL local stack (Prefect server + process worker +
-Label Studio on 127.0.0.1, free ports) under a temporary data root with its own
-PREFECT_HOME and result storage, started once per session through `ops.stack`."""
+"""Fixtures of the orchestration tests: a REAL local stack (Prefect server + process worker on
+127.0.0.1, free ports) under a temporary data root with its own PREFECT_HOME and result
+storage, started once per session through `ops.stack`; and REAL desks (one Label Studio per
+person, :mod:`pipeline.annotation.desks`) for the data roots the flows annotate.
+
+A flow run reads ``Desks(<its data_root>)``: each data root a test annotates has its people
+registered there (:func:`desks_of`), on a port range of its own, and their desks are stopped
+when the test module is done with them (each desk is a Label Studio of ~300 MB)."""
 from __future__ import annotations
 
+import dataclasses
 import os
-import secrets
 import socket
 import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterable, Iterator
 from unittest import mock
 
 import pytest
@@ -21,11 +27,49 @@ from pipeline.config import REPO_ROOT, Settings
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+DESK_START_TIMEOUT_S = 400  # a busy 2-core host
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def desks_of(root: Path, people: Iterable[tuple[str, str]]) -> Iterator:
+    """Real desks of ``people`` (``(email, role)``) under data root ``root``, started side by side,
+    each with its owner's login; every desk of ``root`` is stopped at exit.
+
+    What ``rescue annotators add`` does (``Desks.add``) but the password: the tests never log in
+    as the person (the simulated people answer through the desk's service account, in the
+    owner's name), and setting one costs a Label Studio management command (~20 s) per person.
+    Ports: from a free port of their own (``RESCUE_DESK_BASE_PORT`` of this data root), so data
+    roots registered one after the other never share one."""
+    from pipeline.annotation.desks import Desks
+    from pipeline.annotation.server import DEFAULT_VENV
+
+    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
+        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    people = list(people)
+    settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port())
+    desks = Desks(root, settings)
+    try:
+        for email, role in people:
+            desks.register(email, role)
+        desks.up([e for e, _ in people], timeout=DESK_START_TIMEOUT_S, log=lambda *_: None)
+        for email, _ in people:
+            desks.client(email).create_user(email)
+        yield desks
+    finally:
+        desks.down()
+        desks.close()
+
+
+@pytest.fixture(scope="session")
+def open_desks():
+    """:func:`desks_of`, for the test modules: ``with open_desks(root, [(email, role), ...]) as desks``."""
+    return desks_of
 
 
 class Stack:
@@ -50,26 +94,19 @@ class Stack:
                                  PREFECT_RESULTS_LOCAL_STORAGE_PATH: self.env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]}):
             yield
 
-    def client(self):
-        from pipeline.annotation.client import LabelStudioClient
-        from pipeline.config import Settings
-
-        with mock.patch.dict(os.environ, self.env):
-            return LabelStudioClient.from_settings(Settings.from_env(self.root))
-
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory) -> Stack:
+    """The stack on a data root with no desks of its own yet (``ops.stack.up`` starts those
+    registered there: tests/flows/test_stack.py registers one). No Label Studio variable: flow
+    runs reach the desks of their data root through its registry."""
     from ops import stack as st
 
     root = tmp_path_factory.mktemp("stack-data")
     env = {
         "RESCUE_DATA_ROOT": str(root),
         "RESCUE_PREFECT_PORT": str(free_port()),
-        "RESCUE_LABEL_STUDIO_PORT": str(free_port()),
-        "LABEL_STUDIO_USERNAME": "admin@example.com",
-        "LABEL_STUDIO_PASSWORD": secrets.token_urlsafe(16),
-        "LABEL_STUDIO_USER_TOKEN": secrets.token_hex(20),
+        "RESCUE_DESK_BASE_PORT": str(free_port()),
     }
     try:
         with mock.patch.dict(os.environ, env):

@@ -1,4 +1,4 @@
-"""`annotation-round` through the real stack (server + process worker + Label Studio): simulated
+"""`annotation-round` through the real stack (server + process worker + each person's desk): simulated
 annotators answer the transcript round of one synthetic interview, the round's run pauses while
 disagreements wait for adjudication, and once resumed it builds gold and opens the next round.
 A second run of the same round reuses the agreement figures (same labels) and opens nothing twice.
@@ -11,22 +11,26 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# Own annotator accounts: their projects hold only this module's sample (the Label Studio
-# server is shared with the other orchestration tests).
+# This module's data root and its people, each with a desk of their own (three Label Studios,
+# stopped when the module is done).
 ANNOTATORS = ["round-a@example.org", "round-b@example.org"]
 ADJUDICATOR = "round-adjudicator@example.org"
 SAMPLE = "roundtest/r0"
 
 
 @pytest.fixture(scope="module")
-def drafted(stack, tmp_path_factory):
-    """One family interview ingested by the `ingest-batch` deployment: its transcript round is in
-    Label Studio for ANNOTATORS."""
+def desks(stack, open_desks):
+    people = [*((a, "annotator") for a in ANNOTATORS), (ADJUDICATOR, "adjudicator")]
+    with open_desks(stack.root / "rounds", people) as desks:
+        yield desks
+
+
+@pytest.fixture(scope="module")
+def drafted(stack, desks, tmp_path_factory):
+    """One family interview ingested by the `ingest-batch` deployment: its transcript round is on
+    the desks of ANNOTATORS."""
     from pipeline.synthetic import interviews as synth
 
-    client = stack.client()
-    for email in [*ANNOTATORS, ADJUDICATOR]:
-        client.create_user(email)
     batch = tmp_path_factory.mktemp("round-batch")
     synth.make_batch(batch, [{"name": "r0", "scenario": "family", "seed": 5, "n_rows": 6, "group": "roundtest"}])
     root = stack.root / "rounds"
@@ -36,15 +40,17 @@ def drafted(stack, tmp_path_factory):
     return root
 
 
-def round_tasks(stack, round_name: str) -> dict[str, list[str]]:
+def round_tasks(desks, round_name: str) -> dict[str, list[str]]:
+    """Each annotator's tasks of the round, read from their own desk."""
     from pipeline.annotation.push import parse_project_key
 
-    client = stack.client()
     out = {}
-    for project in client.projects():
-        parsed = parse_project_key(project.key or "")
-        if parsed and parsed[0] == round_name and parsed[2] in ANNOTATORS:
-            out[parsed[2]] = [t["data"]["sample_id"] for t in client.tasks(project.id)]
+    for who in ANNOTATORS:
+        client = desks.client(who)
+        for project in client.projects():
+            parsed = parse_project_key(project.key or "")
+            if parsed and parsed[0] == round_name and parsed[2] == who:
+                out.setdefault(who, []).extend(t["data"]["sample_id"] for t in client.tasks(project.id))
     return out
 
 
@@ -72,28 +78,27 @@ def run_table(stack, run_id, key: str) -> list[dict]:
     return arts[0].data if isinstance(arts[0].data, list) else json.loads(arts[0].data)
 
 
-def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_round(stack, drafted):
+def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_round(stack, desks, drafted):
     from prefect.flow_runs import resume_flow_run
 
     from pipeline import corpus
     from ops import demo
 
-    client = stack.client()
     truth = demo.demo_truth(corpus.load_work(drafted), seed=0)
-    assert demo.annotate_round(client, "transcript", truth, seed=0, annotators=ANNOTATORS) == len(ANNOTATORS)
+    assert demo.annotate_round(desks, "transcript", truth, seed=0, annotators=ANNOTATORS) == len(ANNOTATORS)
     params = {"round_name": "transcript", "data_root": str(drafted), "annotators": ANNOTATORS}
     with stack.prefect_settings():
         run_id = demo.start_deployment("annotation-round/default", {**params, "wait_for_adjudication_s": 300})
         paused = demo.wait_flow_run(run_id, until_paused=True, timeout_s=600)
         assert paused.state.is_paused(), paused.state
-        assert round_tasks(stack, "emotion") == {}, "the next round opens only after adjudication"
-        assert demo.adjudicate_round(client, "transcript", truth, ADJUDICATOR) >= 1
+        assert round_tasks(desks, "emotion") == {}, "the next round opens only after adjudication"
+        assert demo.adjudicate_round(desks, "transcript", truth, ADJUDICATOR) >= 1
         resume_flow_run(run_id)
         out = demo.wait_flow_run(run_id, timeout_s=600).state.result()
         assert out["status"] == "done" and out["disagreements"] >= 1, out
         assert out["gold"]["rows"] >= 1
         assert out["next"]["round"] == "emotion" and out["next"]["created"] == len(ANNOTATORS), out["next"]
-        assert round_tasks(stack, "emotion") == {a: [SAMPLE] for a in ANNOTATORS}
+        assert round_tasks(desks, "emotion") == {a: [SAMPLE] for a in ANNOTATORS}
         states = task_states(run_id)
         assert states["pull-adjudication"] == ["Completed", "Completed"], states  # pulled again after resuming
         assert states["gold"] == ["Completed", "Completed"], states
@@ -105,7 +110,7 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
     from pipeline.annotation.status import round_status, status_rows
 
     published = run_table(stack, run_id, "round-transcript-status")
-    assert published == status_rows(round_status(client, ["transcript", "emotion"], ANNOTATORS))
+    assert published == status_rows(round_status(desks, ["transcript", "emotion"], ANNOTATORS))
     assert sorted((r["round"], r["annotator"]) for r in published) == sorted(
         (rnd, a) for rnd in ("transcript", "emotion") for a in ANNOTATORS)
     for r in published:
@@ -125,4 +130,4 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
     with stack.prefect_settings():
         states = task_states(again_id)
     assert states["agreement"] == ["Cached"], states
-    assert round_tasks(stack, "emotion") == {a: [SAMPLE] for a in ANNOTATORS}
+    assert round_tasks(desks, "emotion") == {a: [SAMPLE] for a in ANNOTATORS}

@@ -1,7 +1,7 @@
 """Cancelling a fanned-out batch cancels the child runs it started; finished work is kept.
 
 A stack of its own (``ops.stack.up``: Prefect server on SQLite, one worker with two slots:
-the batch run and one interview at a time, the sweeper; no Label Studio), three generated
+the batch run and one interview at a time, the sweeper; no desks: nothing is pushed), three generated
 interviews. The ``ingest-batch`` deployment fans them out; once the first child run has
 completed and the second is running (the third still queued), the batch run is cancelled the
 way an operator does (``prefect flow-run cancel``).
@@ -47,7 +47,7 @@ def small_stack(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("cancel-data")
     env = {"RESCUE_DATA_ROOT": str(root), "RESCUE_PREFECT_PORT": str(free_port()),
-           "RESCUE_LABEL_STUDIO_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}  # one torch thread per run
+           "RESCUE_DESK_BASE_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}  # one torch thread per run
     batch = tmp_path_factory.mktemp("cancel-batch")
     specs = [{"name": f"c{i}", "scenario": "couple", "seed": 40 + i, "n_rows": 6, "group": "cancel"} for i in range(N)]
     with mock.patch.dict(os.environ, env), ThreadPoolExecutor(1) as pool:

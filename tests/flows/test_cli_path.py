@@ -3,10 +3,12 @@
 One synthetic couple interview goes two ways, answered by the same simulated annotators:
 - the CLI alone (``rescue ingest | transcribe | diarize | segment``, ``rescue annotate push``
   after ``rescue segment`` with no table given, ``annotate pull``, ``agreement``,
-  ``adjudicate push|pull``, ``gold build``, ``release build``) against the session's Label Studio;
+  ``adjudicate push|pull``, ``gold build``, ``release build``) against the desks of its data root;
 - the deployments through the real stack (``ops.demo.run_flows``: ingest-batch,
-  annotation-round per round, build-release) against the stack's own Label Studio.
-Both releases must hold the same bytes. The one difference allowed is the time an agreement
+  annotation-round per round, build-release) against the desks of another data root.
+Each data root has the same three people (two annotators, one adjudicator), each with a desk of
+their own: three Label Studios per side, one side after the other (the CLI side's desks are
+stopped before the flows side's start). Both releases must hold the same bytes. The one difference allowed is the time an agreement
 override was recorded (``recorded_at``), which the manifest and card carry.
 """
 from __future__ import annotations
@@ -51,25 +53,29 @@ def _release_files(path: Path) -> dict[str, bytes]:
     return out
 
 
+PEOPLE = [*((a, "annotator") for a in ANNOTATORS), (ADJUDICATOR, "adjudicator")]
+
+
 @pytest.fixture(scope="module")
-def cli_release(batch, ls_server, ls_client, ls_data_root, tmp_path_factory):
-    """The CLI path; its data root lies under the Label Studio's media root (local files)."""
+def cli_release(batch, open_desks, tmp_path_factory):
+    """The CLI path, on the desks of its own data root (stopped once the release is built)."""
+    root = tmp_path_factory.mktemp("e2e-cli") / "data"
+    with open_desks(root, PEOPLE) as desks:
+        return _cli_path(root, batch, desks)
+
+
+def _cli_path(root: Path, batch: Path, desks) -> Path:
     from ops import demo
     from ops.cli import app
     from pipeline import corpus
     from pipeline.annotation.rounds import round_names
     from pipeline.paths import DataRoot
 
-    root = ls_data_root / "e2e-cli"
-    env = {"RESCUE_LABEL_STUDIO_URL": ls_server.url, "RESCUE_LABEL_STUDIO_PORT": str(ls_server.port),
-           "COLUMNS": "200"}
-    runner = CliRunner(env=env)
+    runner = CliRunner(env={"COLUMNS": "200"})
 
     def rescue(*args: str):
         return runner.invoke(app, [*args, "--data-root", str(root)])
 
-    for email in [*ANNOTATORS, ADJUDICATOR]:
-        ls_client.create_user(email)
     _ok(rescue("ingest", str(batch)))
     _ok(rescue("transcribe", "--all"))
     _ok(rescue("diarize", "--all"))
@@ -84,12 +90,12 @@ def cli_release(batch, ls_server, ls_client, ls_data_root, tmp_path_factory):
     truth = demo.demo_truth(corpus.load_work(root), SEED)
     names = list(round_names())
     for i, name in enumerate(names):
-        assert demo.annotate_round(ls_client, name, truth, SEED, ANNOTATORS) == len(ANNOTATORS), name
+        assert demo.annotate_round(desks, name, truth, SEED, ANNOTATORS) == len(ANNOTATORS), name
         _ok(rescue("annotate", "pull", name, *who))
         gate = rescue("agreement", name)
         assert gate.exit_code in (0, 3), gate.output[-3000:]
         _ok(rescue("adjudicate", "push", name))
-        demo.adjudicate_round(ls_client, name, truth, ADJUDICATOR)
+        demo.adjudicate_round(desks, name, truth, ADJUDICATOR)
         _ok(rescue("adjudicate", "pull", name))
         _ok(rescue("gold", "build"))
         if gate.exit_code == 3:  # below threshold: the same override the demo records
@@ -103,14 +109,13 @@ def cli_release(batch, ls_server, ls_client, ls_data_root, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def flow_release(batch, stack):
+def flow_release(batch, stack, open_desks, cli_release):  # after the CLI side: its desks are stopped by then
+    """The deployments, on the desks of their own data root (stopped once the release is built)."""
     from ops import demo
 
-    client = stack.client()
-    for email in [*ANNOTATORS, ADJUDICATOR]:
-        client.create_user(email)
-    with stack.prefect_settings():
-        _, path = demo.run_flows(client, stack.root / "e2e-flows", batch, ANNOTATORS, ADJUDICATOR, SEED)
+    root = stack.root / "e2e-flows"
+    with open_desks(root, PEOPLE) as desks, stack.prefect_settings():
+        _, path = demo.run_flows(desks, root, batch, ANNOTATORS, ADJUDICATOR, SEED)
     return path
 
 

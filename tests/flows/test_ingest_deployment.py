@@ -1,15 +1,17 @@
 """`ingest-batch` as an operator runs it: `prefect deployment run ... --watch` against the real
-stack (server + process worker + Label Studio), on synthetic interviews (real espeak-ng speech,
-real ffmpeg, the real offline pyannote pipeline), then checks the drafts in Label Studio.
+stack (server + process worker), on synthetic interviews (real espeak-ng speech, real ffmpeg,
+the real offline pyannote pipeline), then checks the drafts on the annotators' desks (each data
+root has its own: one Label Studio per annotator).
 
 One synthetic batch (three interviews and a broken video) is ingested twice:
 - into data root "crashed": the flow-run process is killed with SIGKILL mid-batch, then the
   run is repeated; only the interviews that had not finished are computed again (per-interview
   executed/cached lists from the runs' summary artifacts; the finished drafts' files are not
-  rewritten), a third run is all cache, and no Label Studio task exists twice;
-- into data root "clean", uninterrupted: its drafts are in Label Studio (the same tasks, none
-  added), the broken video is quarantined with its reason, and every byte (drafts, transcripts,
-  RTTMs, audio, corpus and a release built from it) equals the crashed-and-resumed root's.
+  rewritten), a third run is all cache, and no task exists twice on a desk;
+- into data root "clean", uninterrupted: its drafts are on its desks (the same tasks as on the
+  crashed root's desks), the broken video is quarantined with its reason, and every byte
+  (drafts, transcripts, RTTMs, audio, corpus and a release built from it) equals the
+  crashed-and-resumed root's.
 """
 from __future__ import annotations
 
@@ -38,12 +40,15 @@ def make_batch(path: Path, group: str, n: int) -> list[str]:
     return [f"{group}/s{i}" for i in range(n)]
 
 
+PEOPLE = [(a, "annotator") for a in ANNOTATORS]
+
+
 @pytest.fixture(scope="module")
-def annotators(stack):
-    client = stack.client()
-    for email in ANNOTATORS:
-        client.create_user(email)
-    return ANNOTATORS
+def crashed_desks(stack, open_desks):
+    """The desks of data root "crashed" (the "clean" root's start in its own test, once these
+    are stopped: at most two desks run at once)."""
+    with open_desks(stack.root / "crashed", PEOPLE) as desks:
+        yield desks
 
 
 def run_ingest(stack, batch: Path, root: Path, *extra: str, watch: bool = True):
@@ -91,19 +96,25 @@ def items_artifact(stack, run_id: str) -> dict[str, dict]:
     return {row["item"]: row for row in data}
 
 
-def transcript_tasks(stack, prefix: str) -> dict[tuple[str, str], list[dict]]:
-    """Label Studio tasks of the transcript round per (annotator, scenario) project, only
-    this test's samples."""
+def transcript_tasks(desks, prefix: str) -> dict[tuple[str, str], list[dict]]:
+    """Tasks of the transcript round per (annotator, scenario) project, each read from the
+    annotator's own desk, only this test's samples."""
     from pipeline.annotation.push import parse_project_key
 
-    client = stack.client()
     out = {}
-    for project in client.projects():
-        parsed = parse_project_key(project.key or "")
-        if parsed and parsed[0] == "transcript":
-            out[(parsed[2], parsed[1])] = [t for t in client.tasks(project.id)
-                                           if t["data"]["sample_id"].startswith(prefix)]
+    for who in ANNOTATORS:
+        client = desks.client(who)
+        for project in client.projects():
+            parsed = parse_project_key(project.key or "")
+            if parsed and parsed[0] == "transcript" and parsed[2] == who:
+                out[(parsed[2], parsed[1])] = [t for t in client.tasks(project.id)
+                                               if t["data"]["sample_id"].startswith(prefix)]
     return out
+
+
+def task_data(tasks: dict[tuple[str, str], list[dict]]) -> dict[tuple[str, str], list[dict]]:
+    """What a task shows its annotator (no Label Studio ids or times): comparable across desks."""
+    return {k: sorted((t["data"] for t in ts), key=lambda d: d["sample_id"]) for k, ts in tasks.items()}
 
 
 def tree_digest(root: Path, *subdirs: str) -> dict[str, str]:
@@ -143,10 +154,10 @@ def batch(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def crashed(stack, annotators, batch) -> dict:
+def crashed(stack, crashed_desks, batch) -> dict:
     """Start a run, SIGKILL its process once some (not all) interviews are drafted, rerun."""
     path, ids = batch
-    root = stack.root / "crashed"  # under the stack's data root: Label Studio serves media from there
+    root = stack.root / "crashed"
     proc = run_ingest(stack, path, root, "--param", "max_workers=1", watch=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = flow_run_id(proc.stdout)
@@ -162,7 +173,7 @@ def crashed(stack, annotators, batch) -> dict:
     finished = _drafted(root, ids)
     assert 1 <= len(finished) < len(ids)
     mtimes = {i: (root / "drafts" / f"{i}.parquet").stat().st_mtime_ns for i in finished}
-    pushed_early = transcript_tasks(stack, "flowtest/")
+    pushed_early = transcript_tasks(crashed_desks, "flowtest/")
 
     rerun = run_ingest(stack, path, root, "--param", "max_workers=1")
     assert rerun.returncode == 0, rerun.stdout[-4000:]
@@ -182,33 +193,42 @@ def test_rerun_after_sigkill_recomputes_only_unfinished_interviews(crashed):
     assert items["flowtest/broken"]["status"] == "quarantined"
 
 
-def test_third_run_is_all_cache_and_label_studio_has_no_duplicates(stack, batch, crashed):
+def test_third_run_is_all_cache_and_the_desks_have_no_duplicates(stack, batch, crashed, crashed_desks):
     path, ids = batch
     third = run_ingest(stack, path, crashed["root"])
     assert third.returncode == 0, third.stdout[-4000:]
     items = items_artifact(stack, flow_run_id(third.stdout))
     assert {i: items[i]["status"] for i in ids} == {i: "cached" for i in ids}
-    tasks = transcript_tasks(stack, "flowtest/")
+    tasks = transcript_tasks(crashed_desks, "flowtest/")
     for who in ANNOTATORS:
         sids = [t["data"]["sample_id"] for (a, _), ts in tasks.items() if a == who for t in ts]
         assert sorted(sids) == sorted(ids), f"{who}: duplicate or missing tasks: {Counter(sids)}"
 
 
-def test_uninterrupted_deployment_run_drafts_in_label_studio_and_same_bytes(stack, batch, crashed):
+def test_uninterrupted_deployment_run_drafts_on_the_desks_and_same_bytes(stack, batch, crashed, crashed_desks,
+                                                                         open_desks):
+    from pipeline.annotation.desks import media_path
+
     path, ids = batch
-    before = transcript_tasks(stack, "flowtest/")
+    before = task_data(transcript_tasks(crashed_desks, "flowtest/"))
+    crashed_desks.down()  # read; the clean root's desks take their place (two desks at a time)
     clean = stack.root / "clean"
-    proc = run_ingest(stack, path, clean)               # the operator's command, --watch
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    with open_desks(clean, PEOPLE) as clean_desks:
+        proc = run_ingest(stack, path, clean)               # the operator's command, --watch
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        tasks = transcript_tasks(clean_desks, "flowtest/")
+        for (who, _), ts in tasks.items():  # each desk's file root holds the media of its own tasks
+            files = clean_desks.root.desk_files(clean_desks.get(who).slug)
+            assert ts and all((files / media_path(t["data"]["media_url"])).is_file() for t in ts), who
 
     items = items_artifact(stack, flow_run_id(proc.stdout))
     assert {i: items[i]["status"] for i in ids} == {i: "done" for i in ids}
     assert items["flowtest/broken"]["status"] == "quarantined"
     assert "broken.mp4" in items["flowtest/broken"]["reason"]
 
-    # the draft turns are in Label Studio: every good interview once per annotator, none added
-    tasks = transcript_tasks(stack, "flowtest/")
-    assert tasks == before
+    # the draft turns are on the clean root's desks: every good interview once per annotator,
+    # the very tasks the crashed-and-resumed root pushed to its own
+    assert task_data(tasks) == before
     per_annotator = Counter()
     for (annotator, scenario), ts in tasks.items():
         for t in ts:

@@ -1,12 +1,12 @@
 """One batch spread over two workers of one pool, on a Prefect server backed by PostgreSQL.
 
 A stack of its own (``ops.stack.up``: server on a fresh PostgreSQL database, worker A, the
-sweeper; the Label Studio of the session's ``stack`` fixture), six generated interviews
-(subtitles, real espeak-ng speech, real ffmpeg, the offline pyannote pipeline) and a broken
-video (quarantined with its reason, by its own child run and inside a chunk):
+sweeper), six generated interviews (subtitles, real espeak-ng speech, real ffmpeg, the offline
+pyannote pipeline) and a broken video (quarantined with its reason, by its own child run and
+inside a chunk):
 
 1. reference: the ``ingest-batch`` deployment with ``fan_out=False`` (the whole batch in one
-   flow-run process on worker A, as before the fan-out);
+   flow-run process on worker A, as before the fan-out; nothing pushed);
 2. fan-out into another data root: ``ingest-batch`` submits one ``ingest-interview`` run per
    interview; worker B (limit 1) joins once the batch run is running on A; when B has finished
    an interview and runs another, B and its flow-run process are SIGKILLed. The sweeper marks
@@ -15,7 +15,8 @@ video (quarantined with its reason, by its own child run and inside a chunk):
 
 Asserted from the child runs' own records (the worker name, the worker's pid as the flow-run
 process's parent) that both workers executed interviews; the drafts are byte-identical to the
-reference; Label Studio holds each interview once per annotator.
+reference; each annotator's desk (one Label Studio per annotator, for the fanned-out data root)
+holds each interview once after its two pushes.
 """
 from __future__ import annotations
 
@@ -111,21 +112,21 @@ def make_batch(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def scale(pg_database, stack, tmp_path_factory):  # PostgreSQL first: no stack started just to skip
+def scale(pg_database, tmp_path_factory):  # PostgreSQL first: no stack started just to skip
     """Server on PostgreSQL + worker A (limit 2: the batch run and one interview) + sweeper,
     and the generated batch (made while the server starts)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ops import stack as st
 
-    root = stack.root / f"scaleout-{os.getpid()}"  # under the stack's root: its Label Studio serves media from there
-    env = {**stack.env, "RESCUE_DATA_ROOT": str(root), "RESCUE_PREFECT_PORT": str(free_port()),
-           "PREFECT_API_DATABASE_CONNECTION_URL": pg_database,
+    root = tmp_path_factory.mktemp("scaleout-data")
+    env = {"RESCUE_DATA_ROOT": str(root), "RESCUE_PREFECT_PORT": str(free_port()),
+           "RESCUE_DESK_BASE_PORT": str(free_port()), "PREFECT_API_DATABASE_CONNECTION_URL": pg_database,
            "RESCUE_SWEEP_EVERY_S": "1", "OMP_NUM_THREADS": "1"}  # one torch thread per flow run: 2 cores
-    for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):
-        env.pop(k, None)
     path = tmp_path_factory.mktemp("scale-batch")
     with mock.patch.dict(os.environ, env), ThreadPoolExecutor(1) as pool:
+        for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):
+            os.environ.pop(k, None)  # this stack's own, not the caller's
         made = pool.submit(make_batch, path)
         try:
             env.update(st.up(root, label_studio=False, worker_limit=2, log=lambda *_: None))
@@ -135,10 +136,15 @@ def scale(pg_database, stack, tmp_path_factory):  # PostgreSQL first: no stack s
 
 
 @pytest.fixture(scope="module")
-def ready(stack, scale):
-    client = stack.client()
-    for email in ANNOTATORS:
-        client.create_user(email)
+def desks(scale, open_desks):
+    """The annotators' desks of the fanned-out data root ("two"; the reference pushes nothing)."""
+    scale, _ = scale
+    with open_desks(scale.root / "two", [(a, "annotator") for a in ANNOTATORS]) as desks:
+        yield desks
+
+
+@pytest.fixture(scope="module")
+def ready(scale, desks):
     return scale
 
 
@@ -197,7 +203,7 @@ def runs(ready):
     scale, (batch, ids) = ready
     one, two = scale.root / "one", scale.root / "two"
     t0 = time.monotonic()
-    reference = _finish(scale, _start(scale, batch, one, fan_out=False))
+    reference = _finish(scale, _start(scale, batch, one, fan_out=False, push=False))
     t_ref = time.monotonic() - t0
 
     # fan-out: worker B (limit 1) joins once the batch run itself holds a slot of worker A
@@ -262,7 +268,7 @@ def test_both_workers_executed_interviews_and_the_killed_one_is_quarantined(runs
     assert fanned["pushed"]["round"] == "transcript"
 
 
-def test_rerun_redoes_only_the_killed_interview_and_drafts_match_one_worker(runs, stack):
+def test_rerun_redoes_only_the_killed_interview_and_drafts_match_one_worker(runs, desks):
     from pipeline.annotation.push import parse_project_key
 
     items, killed, ids = runs["rerun"]["items"], runs["killed"], runs["ids"]
@@ -278,12 +284,14 @@ def test_rerun_redoes_only_the_killed_interview_and_drafts_match_one_worker(runs
     # the same bytes as the batch in one process on one worker
     assert _digest(runs["two"], ids) == _digest(runs["one"], ids)
 
-    # Label Studio: every interview once per annotator, after three pushes from two data roots
-    client = stack.client()
+    # each annotator's desk: every interview once, after two pushes (the fan-out, the rerun)
     per = Counter()
-    for project in client.projects():
-        parsed = parse_project_key(project.key or "")
-        if parsed and parsed[0] == "transcript" and parsed[2] in ANNOTATORS:
-            per.update((parsed[2], t["data"]["sample_id"]) for t in client.tasks(project.id)
-                       if t["data"]["sample_id"].startswith("scaleout/"))
+    for who in ANNOTATORS:
+        client = desks.client(who)
+        for project in client.projects():
+            parsed = parse_project_key(project.key or "")
+            if parsed and parsed[0] == "transcript" and parsed[2] == who:
+                per.update((parsed[2], t["data"]["sample_id"]) for t in client.tasks(project.id)
+                           if t["data"]["sample_id"].startswith("scaleout/"))
     assert per == Counter({(a, i): 1 for a in ANNOTATORS for i in ids}), per
+    assert runs["reference"]["pushed"] is None and runs["fanned"]["pushed"] and runs["rerun"]["pushed"]

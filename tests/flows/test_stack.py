@@ -1,31 +1,68 @@
-"""The real stack: `rescue stack` management, and deployments run through server + worker."""
+"""The real stack: `rescue stack` management (the Prefect server, worker and the desks registered
+under the stack's data root), and deployments run through server + worker."""
 from __future__ import annotations
 
 import json
 import os
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
 
-def test_stack_status_reports_everything_running(stack):
+DESK = "stack-desk@example.org"
+
+
+def _desk_lines(stdout: str) -> dict[str, str]:
+    return {line.split()[1]: line for line in stdout.splitlines() if line.startswith("desk ")}
+
+
+@pytest.fixture(scope="module")
+def stack_desk(stack):
+    """A person registered (not started) under the stack's own data root; `rescue stack up`
+    starts their desk with the rest. The desk is stopped when the module is done."""
+    from pipeline.annotation.desks import Desks
+    from pipeline.config import Settings
+
+    with mock.patch.dict(os.environ, {"RESCUE_DESK_BASE_PORT": stack.env["RESCUE_DESK_BASE_PORT"]}):
+        desks = Desks(stack.root, Settings.from_env(stack.root))
+    desks.register(DESK, "annotator")
+    try:
+        assert not desks.server(DESK).status().running
+        proc = stack.rescue("stack", "up", "--data-root", str(stack.root))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"desk of {DESK} (annotator)" in proc.stdout, proc.stdout
+        yield desks
+    finally:
+        desks.down([DESK])
+        desks.close()
+
+
+def test_stack_status_reports_everything_running(stack, stack_desk):
     proc = stack.rescue("stack", "status", "--data-root", str(stack.root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
-    for name in ("prefect-server", "prefect-worker", "label-studio"):
+    for name in ("prefect-server", "prefect-worker"):
         assert "state=running" in lines[name], proc.stdout
     assert f"127.0.0.1:{stack.env['RESCUE_PREFECT_PORT']}" in lines["prefect-server"]
+    assert "label-studio" not in lines, proc.stdout  # no shared Label Studio: one desk per person
+    desks = _desk_lines(proc.stdout)
+    assert list(desks) == [DESK], proc.stdout
+    assert "state=running" in desks[DESK] and "role=annotator" in desks[DESK], proc.stdout
+    assert f"url={stack_desk.url(DESK)}" in desks[DESK], proc.stdout
 
 
-def test_stack_up_is_idempotent(stack):
+def test_stack_up_is_idempotent(stack, stack_desk):
     pids = {p.name: p.read_text() for p in (stack.root / "stack" / "pids").glob("*.json")}
+    desk_pid = stack_desk.server(DESK).status().pid
     proc = stack.rescue("stack", "up", "--data-root", str(stack.root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "already running" in proc.stdout
     assert pids == {p.name: p.read_text() for p in (stack.root / "stack" / "pids").glob("*.json")}
+    assert desk_pid and stack_desk.server(DESK).status().pid == desk_pid, "the running desk was not restarted"
 
 
 def test_server_and_state_live_under_the_data_root(stack):
