@@ -3,8 +3,8 @@ scenario, on that annotator's own Label Studio (:mod:`.desks`).
 
 Community Label Studio can neither assign tasks nor keep one login from another's projects, so
 a blind round gives each of its K annotators a project holding identical tasks on a server of
-their own, with the media of those tasks in their own file root. A long sample becomes several tasks, one per window of at
-most ``windows.WINDOW_UNITS`` rows with controls (:mod:`.windows`; pull stitches them back).
+their own, with the media of those tasks in their own file root. A long sample becomes several
+tasks, one per window of at most ``windows.WINDOW_UNITS`` rows with controls (:mod:`.windows`; pull stitches them back).
 Pushing is idempotent: every task carries its ``sample_id``, its window (``data["window"]``,
 absent for a one-task sample) and the ``content_sha`` of what it shows; a re-push imports only
 missing tasks, refreshes changed tasks nobody has annotated yet (and removes unannotated
