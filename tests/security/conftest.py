@@ -5,7 +5,6 @@ a pull, then adjudication pushed to J (whose predictions hold both annotators' a
 logs in to A's own desk through the real login form and keeps A's session and token."""
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import sys
