@@ -108,7 +108,7 @@ def test_the_round_push_task_does_not_retry_no_annotators(storage, monkeypatch):
         raise PushError("round 'emotion' needs 2 annotators, 0 available (none)")
 
     monkeypatch.setattr(intake, "open_round", refuse)
-    monkeypatch.setattr(ar, "_client", lambda data_root: None)
+    monkeypatch.setattr(ar, "_desks", lambda data_root: None)
 
     @flow
     def run():
