@@ -15,6 +15,24 @@ from dataclasses import dataclass, field
 import httpx
 from urllib.parse import unquote
 
+# The attacker's world (tests/security/conftest.py): imported from here, never from "conftest"
+# (another test folder's conftest.py may hold that module name in a whole-suite run).
+ROUND = "emotion"
+A_EMAIL = "alice.attacker@rescue.test"
+B_EMAIL = "bob.victim@rescue.test"
+J_EMAIL = "judy.judge@rescue.test"
+
+
+def answer_values(rnd, sample, utterance: str, tone: str) -> dict:
+    """A round's answers for ``sample`` with a marker in the free text (``tone``: whose marker)."""
+    from pipeline.annotation import push
+    values = push.input_values(rnd, sample)
+    for ri, v in values.items():
+        if "utterance_type" in v or v.get("tone_of_voice") is not None:
+            v["utterance_type"] = utterance
+            v["tone_of_voice"] = f"{tone} {sample['sample_id']} row {ri}"
+    return values
+
 # Keys whose values change with reads (not with writes): left out of a desk's fingerprint.
 VOLATILE = {"last_activity", "last_login", "date_joined", "active_organization_meta", "created_ago"}
 

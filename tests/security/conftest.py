@@ -19,12 +19,8 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "annotation"))  # ls_samples: samples in the pipeline.rows shape
 
-from attack_kit import Login, credential_variants, desk_state, diff, form_login  # noqa: E402
-
-ROUND = "emotion"
-A_EMAIL = "alice.attacker@rescue.test"
-B_EMAIL = "bob.victim@rescue.test"
-J_EMAIL = "judy.judge@rescue.test"
+from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, ROUND, Login, answer_values,  # noqa: E402,F401
+                        credential_variants, desk_state, diff, form_login)
 
 
 def _free_port() -> int:
@@ -79,16 +75,6 @@ class World:
         return credential_variants(self.a)
 
 
-def _values(rnd, sample, utterance: str, tone: str) -> dict:
-    from pipeline.annotation import push
-    values = push.input_values(rnd, sample)
-    for ri, v in values.items():
-        if "utterance_type" in v or v.get("tone_of_voice") is not None:
-            v["utterance_type"] = utterance
-            v["tone_of_voice"] = f"{tone} {sample['sample_id']} row {ri}"
-    return values
-
-
 def _answer(client, rnd, samples_by_id, tone: str, utterance: str) -> list[dict]:
     """Answer every task of every project of the client's desk (as the client's login)."""
     from pipeline.annotation import ls_config
@@ -96,7 +82,7 @@ def _answer(client, rnd, samples_by_id, tone: str, utterance: str) -> list[dict]
     for project in client.projects():
         for task in client.tasks(project.id):
             sample = samples_by_id[task["data"]["sample_id"]]
-            values = _values(rnd, sample, utterance, tone)
+            values = answer_values(rnd, sample, utterance, tone)
             result = ls_config.values_to_results(rnd, task["data"], values)
             out.append(client.create_annotation(task["id"], result, lead_time=3.0))
     return out
@@ -154,7 +140,7 @@ def world(tmp_path_factory):
         b_project = b_client.projects()[0]
         b_tasks = b_client.tasks(b_project.id)
         draft_task = b_tasks[-1]
-        draft_values = _values(rnd, by_id[draft_task["data"]["sample_id"]], "defense", w.marks["B's draft marker"])
+        draft_values = answer_values(rnd, by_id[draft_task["data"]["sample_id"]], "defense", w.marks["B's draft marker"])
         draft = b_client._json("POST", f"/api/tasks/{draft_task['id']}/drafts", "save a draft", json={
             "result": ls_config.values_to_results(rnd, draft_task["data"], draft_values), "lead_time": 2.0})
         b_client.close()

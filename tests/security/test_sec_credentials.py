@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 import pytest
 from attack_kit import count, fire, fire_at, leaks, refused
-from conftest import A_EMAIL, B_EMAIL, J_EMAIL
+from attack_kit import A_EMAIL, B_EMAIL, J_EMAIL
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import json
 import stat
 
 import pytest
-from conftest import A_EMAIL, B_EMAIL, J_EMAIL
+from attack_kit import A_EMAIL, B_EMAIL, J_EMAIL
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import pytest
 from attack_kit import fire, leaks
-from conftest import A_EMAIL
+from attack_kit import A_EMAIL
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 from attack_kit import credential_variants, form_login, raw, refused
-from conftest import A_EMAIL, B_EMAIL, J_EMAIL, ROUND
+from attack_kit import A_EMAIL, B_EMAIL, J_EMAIL, ROUND
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ X2 = "xena.signup@rescue.test"
 def _result(world, task_id, marker):
     from pipeline.annotation import ls_config
     from pipeline.annotation.rounds import load_round
-    from conftest import _values
+    from attack_kit import answer_values as _values
     rnd = load_round(ROUND)
     task = world.desks.client(A_EMAIL).tasks(world.a_project)
     data = next(t["data"] for t in task if t["id"] == task_id)

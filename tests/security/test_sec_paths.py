@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from attack_kit import fire, fire_at, leaks, refused
-from conftest import A_EMAIL, B_EMAIL
+from attack_kit import A_EMAIL, B_EMAIL
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from attack_kit import fire, leaks
-from conftest import A_EMAIL, B_EMAIL, J_EMAIL, ROUND
+from attack_kit import A_EMAIL, B_EMAIL, J_EMAIL, ROUND
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from attack_kit import fire, leaks, raw
-from conftest import A_EMAIL, B_EMAIL, J_EMAIL
+from attack_kit import A_EMAIL, B_EMAIL, J_EMAIL
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from attack_kit import fire, raw
-from conftest import A_EMAIL, B_EMAIL, J_EMAIL
+from attack_kit import A_EMAIL, B_EMAIL, J_EMAIL
 
 pytestmark = pytest.mark.slow
 
