@@ -279,18 +279,16 @@ def _author(completed_by) -> int | None:
 
 
 def parse_export(rnd: Round, tasks: list[dict], annotator: str, users: dict[int, str] | None = None,
-                 owner_id: int | None = None, where: str | None = None,
-                 moved: dict[int, str] | None = None) -> tuple[list[dict], list[dict], int]:
+                 owner_id: int | None = None, where: str | None = None) -> tuple[list[dict], list[dict], int]:
     """Label lines, problems and the number of done tasks of one annotator project's export.
 
     Only the desk owner's annotations count (``owner_id``: their user id on the desk; without it,
     annotations whose author is ``annotator`` by e-mail). Any other author's annotation (a login
-    invited or made through the API on that desk), and every annotation in ``moved`` (id ->
-    why: its task or author changed since it was first pulled), is reported naming the desk
-    (``where``), never counted. ``users`` maps the desk's user ids to e-mails.
+    invited or made through the API on that desk) is reported naming the desk (``where``), never
+    counted (moved annotations are dropped by :func:`pull_round` before windows are stitched).
+    ``users`` maps the desk's user ids to e-mails.
     """
     users = users or {}
-    moved = moved or {}
     where = where or f"{annotator}'s project"
 
     def _own(a: dict) -> bool:
@@ -322,10 +320,7 @@ def parse_export(rnd: Round, tasks: list[dict], annotator: str, users: dict[int,
         for a in foreign:
             report.add(None, None, f"annotation {a.get('id')} by {_who(a)} on {where}: not the desk's owner; "
                                    "not counted")
-        shifted = [a for a in anns if a not in foreign and a.get("id") in moved]
-        for a in shifted:
-            report.add(None, None, f"annotation {a.get('id')} on {where}: {moved[a['id']]}; not counted")
-        own = [a for a in anns if a not in foreign and a not in shifted]
+        own = [a for a in anns if a not in foreign]
         live = [a for a in own if not a.get("was_cancelled")]
         if own and not live:
             report.add(None, None, "skipped (cancelled) by the annotator")
