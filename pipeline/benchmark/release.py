@@ -432,16 +432,19 @@ def _fingerprints(table: pa.Table, key: list[str], columns: list[str] | None = N
 def _compare(a: dict[tuple, dict], b: dict[tuple, dict], examples: int) -> dict:
     added = sorted(set(b) - set(a))
     removed = sorted(set(a) - set(b))
-    changed, fields = [], Counter()
+    changed, fields, detail = [], Counter(), []
     for k in sorted(set(a) & set(b)):
         diff = [c for c in b[k] if a[k].get(c) != b[k][c]]
         if diff:
             changed.append(k)
             fields.update(diff)
+            if len(detail) < examples:  # which sample/row and which fields: the first few, by key
+                detail.append({"key": "/".join(str(p) for p in k), "fields": diff})
     show = lambda keys: ["/".join(str(p) for p in k) for k in keys[:examples]]  # noqa: E731
     return {"added": len(added), "removed": len(removed), "changed": len(changed),
             "changed_fields": dict(sorted(fields.items())),
-            "examples": {"added": show(added), "removed": show(removed), "changed": show(changed)}}
+            "examples": {"added": show(added), "removed": show(removed), "changed": show(changed),
+                         "changed_fields": detail}}
 
 
 def diff_releases(data_root: str | Path, a: str, b: str, examples: int = 10) -> dict:
