@@ -359,12 +359,20 @@ For the RESCUE authors' evaluation scripts and anyone who has code for their fil
 
 - `paper/benchmark.jsonl`: one sample per line in the shape of the published `benchmark_191.jsonl`
   (the relation label copied onto the row before each therapist row as `relation_pattern*`).
+  Two fields that shape lacks are added only where it cannot carry a value: the sample's
+  `duration_s` (when known) and, on a therapist row with no row before it, its own
+  `relation_cycle_reason` / `relation_cycle_evidence_rows`; `rescue import-rescue` reads both back.
 - `paper/er.jsonl`, `paper/vp.jsonl`: ER and VP instances in the published field order; as there,
   `prior_context` holds every prior row (the Parquet configs use the context sizes below) and the
   ids are `<sample_id>__row<k>`. No row clips are released, so `clip_path` / `clip_duration_sec`
   are absent (where a release ships clips they are paths relative to the release).
-- `paper/data/<sample_id>.json`: the per-sample layout the scripts read
-  (`--data-root paper/data`): each file is one sample with its `rows`.
+- `paper/data/<sample_id>.json`: the per-sample layout the scripts read: each file is one sample
+  with its `rows`; therapist rows also carry `relation_cycle_reason` / `relation_cycle_evidence_rows`
+  (what the RPP script reads). The scripts resolve `--data-root` and need it inside their checkout:
+  from their checkout run `cp -r <this release>/paper/data/. data/` (or `cp -al` for hard links; a
+  symbolic link fails), then their README's commands with `--data-root data`. RPP takes one
+  `--group-mode` per run: pass `--sample-ids-file` with that scenario's ids (`scenario` in
+  `paper/benchmark.jsonl`).
 
 {paper.get('samples', 0)} sample files; `rescue release export-paper {v} DIR` writes the same files from the release.
 
