@@ -369,8 +369,8 @@ For the RESCUE authors' evaluation scripts and anyone who has code for their fil
 - `paper/data/<sample_id>.json`: the per-sample layout the scripts read: each file is one sample
   with its `rows`; therapist rows also carry `relation_cycle_reason` / `relation_cycle_evidence_rows`
   (what the RPP script reads). The scripts resolve `--data-root` and need it inside their checkout:
-  from their checkout run `cp -r <this release>/paper/data/. data/` (or `cp -al` for hard links; a
-  symbolic link fails), then their README's commands with `--data-root data`. RPP takes one
+  from their checkout run `cp -r RELEASE/paper/data/. data/` (RELEASE: this release's folder; or
+  `cp -al` for hard links; a symbolic link fails), then their README's commands with `--data-root data`. RPP takes one
   `--group-mode` per run: pass `--sample-ids-file` with that scenario's ids (`scenario` in
   `paper/benchmark.jsonl`).
 
