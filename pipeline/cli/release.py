@@ -115,8 +115,10 @@ def release_diff(
     b: str = typer.Argument(..., help="Newer version."),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
+    examples: int = typer.Option(10, "--examples", min=0, help="List the first N changed/added/removed per table."),
 ) -> None:
-    """What changed between two releases: samples, rows and task labels added/removed/changed."""
+    """What changed between two releases: samples, rows and task labels added/removed/changed,
+    and the first N by sample and row (with the changed fields)."""
     import json
 
     from rich.console import Console
@@ -127,7 +129,7 @@ def release_diff(
 
     console = Console()
     try:
-        report = release.diff_releases(Settings.from_env(data_root).data_root, a, b)
+        report = release.diff_releases(Settings.from_env(data_root).data_root, a, b, examples=examples)
     except release.ReleaseError as exc:
         console.print(f"[red]release diff failed:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -143,6 +145,28 @@ def release_diff(
         table.add_row(name, str(r["added"]), str(r["removed"]), str(r["changed"]),
                       ", ".join(f"{k} {v}" for k, v in r["changed_fields"].items()))
     console.print(table)
+
+    def where(name: str, key: str) -> str:  # keys are "sample_id" or "sample_id/row_index"
+        if name == "samples":
+            return f"sample {key}"
+        sid, _, row = key.rpartition("/")
+        return f"sample {sid} row {row}"
+
+    for name, r in entries:
+        ex = r["examples"]
+        lists = (("changed", [f"{where(name, d['key'])}: {', '.join(d['fields'])}" for d in ex["changed_fields"]]),
+                 ("added", [where(name, k) for k in ex["added"]]), ("removed", [where(name, k) for k in ex["removed"]]))
+        for what, lines in lists:
+            if not r[what]:
+                continue
+            # one line per item, never wrapped: the output is read by people and grep alike
+            console.print(f"{name} {what}: {r[what]}" + (f", the first {len(lines)}:" if lines else ""),
+                          highlight=False, soft_wrap=True)
+            for line in lines:
+                console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+            if r[what] > len(lines):
+                console.print(f"  ... and {r[what] - len(lines)} more (--examples N, or --json)", highlight=False,
+                              soft_wrap=True)
 
 
 @release_app.command("export-paper")
