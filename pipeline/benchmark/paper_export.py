@@ -6,14 +6,20 @@ published and their evaluation scripts read (spec §1.1, §1.2, §7.4, §7.5)::
     paper/benchmark.jsonl            one sample per line, the benchmark_191.jsonl shape
                                      (relation copy shifted onto the row before each therapist
                                      row again; a corpus imported from the published file comes
-                                     back byte for byte)
+                                     back byte for byte). Where that shape cannot carry a value,
+                                     two extra fields that import-rescue reads back: the sample's
+                                     duration_s, and a first-row therapist's own
+                                     relation_cycle_reason / _evidence_rows (paper_format)
     paper/er.jsonl, paper/vp.jsonl   ER / VP instances in the released field order; as in the
                                      published files, ``prior_context`` holds ALL prior rows
                                      (the Parquet configs use the release's context sizes)
-    paper/data/<sample_id>.json      the per-sample layout the scripts read
-                                     (``--data-root paper/data``; they ``rglob("*.json")`` and take
-                                     the sample id from the path and the couple from its folder):
-                                     one sample object with its ``rows``
+    paper/data/<sample_id>.json      the per-sample layout the scripts read: the benchmark line
+                                     with every therapist row's own relation_cycle_reason /
+                                     _evidence_rows too (the RPP script reads those). The scripts
+                                     ``rglob("*.json")`` under ``--data-root``, take the sample id
+                                     from the path and the couple from its folder, and resolve
+                                     paths under their own checkout: copy this folder to their
+                                     checkout's ``data/`` (docs/OPERATIONS.md)
 
 Sample ids follow the grammar of :mod:`pipeline.paths` (checked again here) and every path is
 checked to stay inside the release. ``clip_path`` / ``clip_duration_sec`` are written only where
@@ -183,13 +189,10 @@ def write_paper_files(samples: list[dict], root: str | os.PathLike, options: Map
     files: dict[str, dict] = {}
     bench = _Sink(root, BENCHMARK_FILE, files)
     for s in samples:
-        released = release_sample(s)
-        data = bench.line(dumps_line(released))
+        bench.line(dumps_line(release_sample(s)))
         one = _Sink(root, sample_file(s["sample_id"]), files)
-        one.fh.write(data)
-        one.sha.update(data)
-        one.size = len(data)
-        one.close(rows=len(released["rows"]))
+        one.line(dumps_line(release_sample(s, authors_layout=True)))
+        one.close(rows=len(s["rows"]))
     bench.close()
     step("paper benchmark + per-sample files")
     sinks = {task: _Sink(root, rel, files) for task, rel in TASK_FILES.items()}

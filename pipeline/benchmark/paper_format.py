@@ -10,6 +10,15 @@ imported. The release's own quirks are handled explicitly:
   and evidence moved there too (``relation_cycle_reason`` / ``_evidence_rows``, the names
   the paper's RPP script reads). V12 checks that both copies agree; export derives the
   shifted copy again, so a round trip is byte-exact.
+* **Values that shape cannot carry.** A therapist row with no row before it (an interview's
+  first row) has nowhere to put its shifted reason and evidence, and the published samples
+  have no clip duration. Export then writes the therapist row's own ``relation_cycle_reason`` /
+  ``relation_cycle_evidence_rows`` (only where the shifted copy would read back differently) and
+  the sample's ``duration_s`` (only when known); import reads both back, so a release survives
+  its own ``paper/benchmark.jsonl`` exactly, and a corpus imported from the published file
+  still comes back byte for byte. Where a row carries both copies, its own wins and a
+  disagreement is a V12 violation. ``paper/data/<sample>.json`` (:func:`release_sample` with
+  ``authors_layout``) carries the own copy on every therapist row: the paper's RPP script reads it.
 * **"" versus null.** ``""`` means annotators found no clear pattern and is kept as ``""``;
   ``null`` means "no therapist row follows" and is not stored at all.
 * **Mojibake.** Some reason strings hold UTF-8 bytes decoded as Latin-1 (``Evelynâ\\x80\\x99s``).
@@ -36,6 +45,7 @@ from pipeline.taxonomy import THERAPIST
 from pipeline.validate import Violation, validate_sample
 
 RELEASE_RELATION_KEYS = ("relation_pattern", "relation_pattern_reason", "relation_pattern_evidence_rows")
+OWN_RELATION_KEYS = ("relation_cycle_reason", "relation_cycle_evidence_rows")  # the RPP script's names
 
 # Shapes of the nested records: field -> kind ("str", "strs" = list of str, "int").
 _ITEM_SHAPES: dict[str, dict[str, str]] = {
@@ -153,8 +163,17 @@ class _RowReader:
         row["row_index"] = ri
         state = raw.get("relation_cycle_state")
         row["relation_cycle_state"] = self.scalar(ri, "relation_cycle_state", state, "str") if "relation_cycle_state" in raw else None
-        row["relation_cycle_reason"] = raw.get("relation_cycle_reason")  # RPP-script layout, if given
-        row["relation_cycle_evidence_rows"] = raw.get("relation_cycle_evidence_rows")
+        # the RPP script's own copy, where given (paper/data files; benchmark.jsonl where the shift cannot carry it)
+        reason = raw.get("relation_cycle_reason")
+        if reason is not None and not isinstance(reason, str):
+            self.bad(ri, f"relation_cycle_reason must be a string or null (got {json.dumps(reason)[:60]})")
+            reason = None
+        evidence = raw.get("relation_cycle_evidence_rows")
+        if evidence is not None and not (isinstance(evidence, list) and all(
+                isinstance(e, int) and not isinstance(e, bool) for e in evidence)):
+            self.bad(ri, f"relation_cycle_evidence_rows must be a list of integers or null (got {json.dumps(evidence)[:60]})")
+            evidence = None
+        row["relation_cycle_reason"], row["relation_cycle_evidence_rows"] = reason, evidence
         return row
 
 
@@ -178,14 +197,24 @@ def _move_relation_to_therapist_rows(sid: str, raw_rows: list[dict], rows: list[
             if not (isinstance(evidence, list) and all(isinstance(e, int) and not isinstance(e, bool) for e in evidence)):
                 out.append(Violation(sid, ri, "V12", "relation_pattern_evidence_rows must be a list of integers"))
                 evidence = []
-            nxt["relation_cycle_reason"] = reason if isinstance(reason, str) else None
-            nxt["relation_cycle_evidence_rows"] = list(evidence)
+            reason = reason if isinstance(reason, str) else None
+            own = raw_rows[i + 1]
+            if "relation_cycle_reason" not in own:
+                nxt["relation_cycle_reason"] = reason
+            elif nxt["relation_cycle_reason"] != reason:  # both copies given: the row's own wins
+                out.append(Violation(sid, nxt["row_index"], "V12", f"relation_cycle_reason differs from the "
+                                                                   f"relation_pattern_reason of row {ri}"))
+            if "relation_cycle_evidence_rows" not in own:
+                nxt["relation_cycle_evidence_rows"] = list(evidence)
+            elif list(nxt["relation_cycle_evidence_rows"] or []) != list(evidence):
+                out.append(Violation(sid, nxt["row_index"], "V12", f"relation_cycle_evidence_rows differs from the "
+                                                                   f"relation_pattern_evidence_rows of row {ri}"))
         elif pattern is not None or reason is not None or evidence:
             out.append(Violation(sid, ri, "V12", "relation_pattern fields must be null/[] when the next row is not a therapist row"))
-    for row in rows:
+    for raw, row in zip(raw_rows, rows):
         if row["primary_speaker"] == THERAPIST and row["relation_cycle_state"] is not None:
-            if row["relation_cycle_evidence_rows"] is None:
-                row["relation_cycle_evidence_rows"] = []
+            if row["relation_cycle_evidence_rows"] is None and "relation_cycle_evidence_rows" not in raw:
+                row["relation_cycle_evidence_rows"] = []  # no copy at all: the published form of "none"
         else:
             row["relation_cycle_reason"] = None
             row["relation_cycle_evidence_rows"] = None
@@ -209,6 +238,11 @@ def _read_sample(obj, line_no: int, source: str, result: ImportResult) -> dict |
     for key, kind in (("scenario", str), ("participants", list), ("rows", list)):
         if not isinstance(obj.get(key), kind):
             problems.append(Violation(sid, None, "format", f"{where}: {key} must be a {kind.__name__}"))
+    duration = obj.get("duration_s")  # our extra field (absent from the published file)
+    if duration is not None and not (isinstance(duration, (int, float)) and not isinstance(duration, bool)
+                                     and math.isfinite(duration) and duration > 0):
+        problems.append(Violation(sid, None, "format", f"{where}: duration_s must be a positive number of seconds "
+                                                       f"or absent (got {json.dumps(duration)[:60]})"))
     if problems:
         result.violations.extend(problems)
         return None
@@ -230,7 +264,7 @@ def _read_sample(obj, line_no: int, source: str, result: ImportResult) -> dict |
         "group_id": group_id_of(sid),
         "participants": list(obj["participants"]),
         "source_file": obj.get("source_file"),
-        "duration_s": None,
+        "duration_s": None if duration is None else float(duration),
         "rows": rows,
     }
     problems.extend(validate_sample(sample))
@@ -289,11 +323,26 @@ def load_rescue_jsonl(path: str | Path, fix_mojibake: bool = False) -> ImportRes
 
 # --- export ----------------------------------------------------------------------------
 
-def release_row(row: dict, next_row: dict | None) -> dict:
-    """One row in the release's key order, with the shifted relation copy derived again."""
+def _own_copy_needed(row: dict, has_row_before: bool) -> bool:
+    """Whether import would read back another reason/evidence than the therapist row's own
+    without its own copy: the shifted copy turns evidence None into [], and with no row before
+    import can only assume (None, [])."""
+    reason, evidence = row.get("relation_cycle_reason"), row.get("relation_cycle_evidence_rows")
+    if has_row_before:
+        return evidence is None
+    return reason is not None or evidence != []
+
+
+def release_row(row: dict, next_row: dict | None, own_relation: bool = False) -> dict:
+    """One row in the release's key order, with the shifted relation copy derived again;
+    ``own_relation``: a therapist row with a relation label also keeps its own reason/evidence."""
     out = {key: row[key] for key in schemas.BASE_ROW_KEYS}
     if row["primary_speaker"] == THERAPIST and row.get("relation_cycle_state") is not None:
         out["relation_cycle_state"] = row["relation_cycle_state"]
+        if own_relation:
+            out["relation_cycle_reason"] = row.get("relation_cycle_reason")
+            evidence = row.get("relation_cycle_evidence_rows")
+            out["relation_cycle_evidence_rows"] = None if evidence is None else list(evidence)
     out["row_index"] = row["row_index"]
     if next_row is not None and next_row["primary_speaker"] == THERAPIST and next_row.get("relation_cycle_state") is not None:
         out["relation_pattern"] = next_row["relation_cycle_state"]
@@ -306,15 +355,23 @@ def release_row(row: dict, next_row: dict | None) -> dict:
     return out
 
 
-def release_sample(sample: dict) -> dict:
+def release_sample(sample: dict, authors_layout: bool = False) -> dict:
+    """A sample in the published shape, plus ``duration_s`` when known and each therapist row's
+    own reason/evidence where the shifted copy cannot carry them (every therapist row with
+    ``authors_layout``: the ``paper/data`` files the authors' RPP script reads)."""
     rows = sample["rows"]
-    return {
+    out = {
         "sample_id": sample["sample_id"],
         "scenario": sample["scenario"],
         "participants": list(sample["participants"]),
         "source_file": sample.get("source_file"),
-        "rows": [release_row(r, rows[i + 1] if i + 1 < len(rows) else None) for i, r in enumerate(rows)],
     }
+    if sample.get("duration_s") is not None:
+        out["duration_s"] = sample["duration_s"]
+    out["rows"] = [release_row(r, rows[i + 1] if i + 1 < len(rows) else None,
+                               own_relation=authors_layout or _own_copy_needed(r, i > 0))
+                   for i, r in enumerate(rows)]
+    return out
 
 
 def dumps_line(obj: dict) -> str:

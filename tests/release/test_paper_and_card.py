@@ -1,15 +1,11 @@
 """The paper's shapes in every release (``paper/``), export-paper, reuse with the new files, and the
-dataset card as Hugging Face reads it.
-
-The loader below is written from the spec (RESCUE_SPEC §1.1, §1.2, §4.0, §4.5, §4.6) in our own
-words, independently of ``pipeline.benchmark.tasks``: it reads ``paper/data`` the way the authors'
-scripts do and must rebuild the same ER/VP instances as the release's Parquet tables.
+dataset card as Hugging Face reads it. ``paper/data`` read the way the authors' scripts read it,
+all six tasks rebuilt from it: test_authors_layout.py. Round trips: test_round_trip.py.
 """
 from __future__ import annotations
 
+import copy
 import json
-import math
-import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,129 +16,12 @@ from pipeline import store
 from pipeline.benchmark import paper_export, release
 from pipeline.benchmark.card import SIMULATED_ANNOTATOR_PREFIX, CardOptions
 from pipeline.paths import DataRoot
-from pipeline.synthetic import corpus as synth_corpus
 
 S1 = "alan_and_evelyn/001_s01e01_ct25_segment04"
 
 
 def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-# --- a loader from the spec ----------------------------------------------------------------
-
-_WORD = re.compile(r"[A-Za-z0-9']+")
-_NOT_CLIENT = {"Therapist", "Couple", "Family"}
-_CUES = ("background_dialogue", "tone_of_voice", "body_posture", "facial_expressions", "self_directed_behavior",
-         "interaction_behavior")
-_NEEDED = {"background_dialogue": ("speaker", "target", "content"), "body_posture": ("person", "description"),
-           "facial_expressions": ("person", "description"), "self_directed_behavior": ("person", "description"),
-           "interaction_behavior": ("initiator", "target", "description")}
-
-
-def spec_load(data_root: Path) -> list[dict]:
-    """Every ``*.json`` with a ``rows`` list under the root; sample id = relative path without suffix."""
-    out = []
-    for path in sorted(data_root.rglob("*.json")):
-        if path.name == "manifest.json":
-            continue
-        obj = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(obj.get("rows"), list):
-            out.append({"sample_id": path.relative_to(data_root).with_suffix("").as_posix(),
-                        "couple": path.parent.name, **{k: v for k, v in obj.items() if k != "sample_id"}})
-    return out
-
-
-def _evenly(items: list, limit: int) -> list:
-    """Spread picks: positions round(r*(n-1)/(limit-1)); one pick takes the first item."""
-    if limit <= 0 or len(items) <= limit:
-        return list(items)
-    if limit == 1:
-        return [items[0]]
-    chosen = sorted({round(r * (len(items) - 1) / (limit - 1)) for r in range(limit)})
-    return [items[i] for i in chosen]
-
-
-def _context_row(row: dict) -> dict:
-    rec = {"row_index": row["row_index"], "timestamp": "%.3f-%.3f" % (row["start_time"], row["end_time"]),
-           "primary_speaker": row["primary_speaker"], "target": list(row["target"]),
-           "dialogue_cleaned": row["dialogue_cleaned"]}
-    for key in _CUES:
-        value = row[key]
-        rec[key] = value if key == "tone_of_voice" else [dict(i) for i in value if all(i.get(k) for k in _NEEDED[key])]
-    return rec
-
-
-def _window(rows: list[dict], k: int, size: int) -> list[dict]:
-    if size == 0:
-        return []
-    first = 1 if size < 0 else max(1, k - size)
-    return [_context_row(r) for r in rows[first - 1:k - 1]]
-
-
-def spec_er(sample: dict, size: int) -> list[dict]:
-    rows = sample["rows"]
-    cutoff = min(len(rows) - 1, math.ceil(len(rows) * 0.3))
-    found = []
-    for row in rows:
-        speaker = row["primary_speaker"]
-        if row["row_index"] <= cutoff or speaker in _NOT_CLIENT or len(_WORD.findall(row["dialogue_cleaned"])) < 5:
-            continue
-        for e in row["internal_emotion"]:
-            if e["person"] == speaker and e["emotion_description"].strip() and 0 <= round(float(e["intensity"])) <= 10:
-                found.append((row, e["emotion_description"].strip(), int(round(float(e["intensity"])))))
-                break
-    return [{"sample_id": sample["sample_id"], "row_index": r["row_index"], "label": d, "label_intensity": i,
-             "dialogue": r["dialogue_cleaned"], "prior_context": _window(rows, r["row_index"], size)}
-            for r, d, i in _evenly(found, 5)]
-
-
-def spec_vp(sample: dict, size: int) -> list[dict]:
-    rows = sample["rows"]
-    found = []
-    for row in rows:
-        speaker = row["primary_speaker"]
-        if speaker in _NOT_CLIENT:
-            continue
-        gold = [{"source": v["source"], "target": v["target"].strip(), "viewpoint": v["viewpoint"].strip(),
-                 "attitude": v["attitude"].strip()} for v in row["viewpoints_attitudes"]
-                if v["source"] == speaker and v["target"].strip() and v["viewpoint"].strip()]
-        if gold:
-            found.append((row, gold))
-    return [{"sample_id": sample["sample_id"], "row_index": r["row_index"], "label": g,
-             "dialogue": r["dialogue_cleaned"], "prior_context": _window(rows, r["row_index"], size)}
-            for r, g in _evenly(found, 5)]
-
-
-def _parquet(release_path: Path, config: str) -> list[dict]:
-    return release.read_config(release_path, config).to_pylist()
-
-
-def _check_paper_against_parquet(res: release.ReleaseResult) -> None:
-    path = res.path
-    samples = spec_load(path / "paper" / "data")
-    assert len(samples) == res.manifest["statistics"]["all"]["samples"]
-    ctx = res.manifest["task_settings"]["context_size"]
-    for task, build in (("er", spec_er), ("vp", spec_vp)):
-        ours = sorted((x for s in samples for x in build(s, ctx[task])), key=lambda r: (r["sample_id"], r["row_index"]))
-        table = sorted(_parquet(path, task), key=lambda r: (r["sample_id"], r["row_index"]))
-        assert len(ours) == len(table) > 0, task
-        for mine, theirs in zip(ours, table):
-            for key, value in mine.items():
-                assert theirs[key] == value, (task, mine["sample_id"], mine["row_index"], key)
-        # paper/<task>.jsonl: the same instances with every prior row
-        full = sorted((x for s in samples for x in build(s, -1)), key=lambda r: (r["sample_id"], r["row_index"]))
-        lines = [json.loads(x) for x in (path / "paper" / f"{task}.jsonl").read_text(encoding="utf-8").splitlines()]
-        lines.sort(key=lambda r: (r["sample_id"], r["row_index"]))
-        assert len(lines) == len(full)
-        for mine, rec in zip(full, lines):
-            assert rec["instance_id"] == f"{mine['sample_id']}__row{mine['row_index']}"
-            assert rec["dialogue"] == mine["dialogue"] and rec["prior_context"] == mine["prior_context"]
-            if task == "er":
-                assert (rec["gold_internal_emotion"], rec["gold_intensity_score"]) == (mine["label"], mine["label_intensity"])
-            else:
-                assert rec["gold_viewpoints"] == mine["label"]
-            assert "clip_path" not in rec  # no media in this release
 
 
 ER_KEYS = ["sample_id", "couple", "row_index", "timestamp", "speaker", "target", "dialogue", "background_dialogue",
@@ -159,8 +38,20 @@ def test_head_release_has_the_paper_shapes(head_input, head_path, tmp_path):
     assert (paper / "benchmark.jsonl").read_bytes() == head_path.read_bytes()  # byte-identical round trip
     lines = head_path.read_text(encoding="utf-8").splitlines()
     for line in lines:
-        sid = json.loads(line)["sample_id"]
-        assert (paper / "data" / f"{sid}.json").read_text(encoding="utf-8") == line + "\n"
+        # paper/data: the same sample, each therapist row with its own relation_cycle_reason / _evidence_rows
+        published = json.loads(line)
+        expect = copy.deepcopy(published)
+        for prev, row in zip(expect["rows"], expect["rows"][1:]):
+            if row["primary_speaker"] == "Therapist":
+                at = list(row).index("relation_cycle_state") + 1
+                items = list(row.items())
+                items[at:at] = [("relation_cycle_reason", prev["relation_pattern_reason"]),
+                                ("relation_cycle_evidence_rows", prev["relation_pattern_evidence_rows"])]
+                row.clear()
+                row.update(items)
+        assert expect != published
+        text = (paper / "data" / f"{published['sample_id']}.json").read_text(encoding="utf-8")
+        assert text == json.dumps(expect, ensure_ascii=False) + "\n"
     er = [json.loads(x) for x in (paper / "er.jsonl").read_text().splitlines()]
     assert list(er[0]) == ER_KEYS
     assert er[0]["instance_id"] == f"{S1}__row6" and [c["row_index"] for c in er[0]["prior_context"]] == [1, 2, 3, 4, 5]
@@ -184,17 +75,9 @@ def test_head_release_has_the_paper_shapes(head_input, head_path, tmp_path):
     for rel, info in listed.items():
         assert info["sha256"] == store.sha256_file(res.path / rel) and info["bytes"] == (res.path / rel).stat().st_size
         assert (res.path / rel).resolve().is_relative_to(res.path.resolve())
-    _check_paper_against_parquet(res)
     # from the Parquet tables (export-paper) the same bytes as from the published JSONL
     paper_export.export_paper(res.path, tmp_path / "exported")
     assert _files(tmp_path / "exported") == {k: v for k, v in _files(res.path).items() if k.startswith("paper/")}
-
-
-def test_spec_loader_rebuilds_er_vp_on_a_synthetic_release_with_families(tmp_path):
-    res = release.build_release(synth_corpus.load_synthetic(scale=0.1, seed=7), "1.0.0", tmp_path, dev_fraction=0.3)
-    assert res.manifest["counts"]["er"]["family"]["instances"] > 0
-    assert any(k.startswith("paper/data/family_therapy/") for k in res.manifest["files"])
-    _check_paper_against_parquet(res)
 
 
 def test_export_paper_writes_the_same_bytes(small_input, tmp_path):
