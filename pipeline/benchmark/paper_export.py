@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from pipeline import store
 from pipeline.benchmark import tasks
-from pipeline.benchmark.paper_format import dumps_line, release_sample
+from pipeline.benchmark.paper_format import dumps_line, release_lines
 from pipeline.benchmark.tasks.common import input_row
 from pipeline.paths import check_sample_id
 from pipeline.rows import group_id_of, tables_to_samples
@@ -189,9 +189,10 @@ def write_paper_files(samples: list[dict], root: str | os.PathLike, options: Map
     files: dict[str, dict] = {}
     bench = _Sink(root, BENCHMARK_FILE, files)
     for s in samples:
-        bench.line(dumps_line(release_sample(s)))
+        line, authors_line = release_lines(s)
+        bench.line(line)
         one = _Sink(root, sample_file(s["sample_id"]), files)
-        one.line(dumps_line(release_sample(s, authors_layout=True)))
+        one.line(authors_line)
         one.close(rows=len(s["rows"]))
     bench.close()
     step("paper benchmark + per-sample files")

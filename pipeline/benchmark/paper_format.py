@@ -379,6 +379,29 @@ def dumps_line(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
+_ROWS = "\x00rows\x00"
+_ROWS_JSON = json.dumps(_ROWS)
+
+
+def release_lines(sample: dict) -> tuple[str, str]:
+    """``dumps_line(release_sample(sample))`` and the same with ``authors_layout``, each row
+    dumped once where both forms agree (client rows and most therapist rows): a release
+    writes both for every sample."""
+    authors = release_sample(sample, authors_layout=True)
+    rows = sample["rows"]
+    bench_rows, author_rows = [], []
+    for i, (row, out) in enumerate(zip(rows, authors["rows"])):
+        text = dumps_line(out)
+        author_rows.append(text)
+        if "relation_cycle_reason" in out and not _own_copy_needed(row, i > 0):
+            out = {k: v for k, v in out.items() if k not in OWN_RELATION_KEYS}
+            text = dumps_line(out)
+        bench_rows.append(text)
+    head = dumps_line(dict(authors, rows=_ROWS))
+    return (head.replace(_ROWS_JSON, "[" + ", ".join(bench_rows) + "]", 1),
+            head.replace(_ROWS_JSON, "[" + ", ".join(author_rows) + "]", 1))
+
+
 def iter_rescue_lines(samples: Iterable[dict]) -> Iterator[str]:
     for s in samples:
         yield dumps_line(release_sample(s))

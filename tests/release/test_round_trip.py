@@ -106,6 +106,10 @@ def test_the_extra_fields_appear_only_where_the_published_shape_cannot_carry_a_v
     assert later["relation_cycle_evidence_rows"] is None and "relation_cycle_reason" in later
     own = [(s["sample_id"], r["row_index"]) for s in lines.values() for r in s["rows"] if "relation_cycle_reason" in r]
     assert sorted(own) == sorted([(case["couple"]["sample_id"], 1), (case["family"]["sample_id"], case["later"]["row_index"])])
+    # the release's writer (each row dumped once where both forms agree) gives the same lines
+    for s in inp.samples:
+        assert paper_format.release_lines(s) == (paper_format.dumps_line(paper_format.release_sample(s)),
+                                                 paper_format.dumps_line(paper_format.release_sample(s, True)))
 
 
 def test_the_published_head_round_trips(head_path, tmp_path):
