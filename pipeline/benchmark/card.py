@@ -37,6 +37,10 @@ SYNTHETIC_SOURCE_PREFIX = "synthetic/"
 SYNTHETIC_GROUP_PREFIX = "synthetic"
 DEMO_OVERRIDE_PREFIX = "DEMO"
 
+# libyaml's safe dumper: the same text as PyYAML's pure-Python one at a fifth of the CPU (it
+# differs only in writing U+0085 as "\N", which the pure-Python one does not read back).
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 DEFAULT_LICENSE_NAME = "rescue-release-terms"
 DEFAULT_LICENSE_TEXT = ("The terms of use of this release are the maintainer's to set (see `license_name` / "
                         "`license_link`; until then no licence is granted). Whatever they are, the terms of the "
@@ -276,7 +280,7 @@ def release_bibtex(manifest: dict, content_sha256: str) -> str:
 def dataset_card(manifest: dict) -> str:
     """README.md of a release; every number comes from the manifest."""
     meta = front_matter(manifest)
-    head = "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100) + "---\n"
+    head = "---\n" + yaml.dump(meta, Dumper=_YAML_DUMPER, sort_keys=False, allow_unicode=True, width=100) + "---\n"
     card = manifest["card"]
     st = manifest["statistics"]
     cols = [*taxonomy.SCENARIOS, "all"]

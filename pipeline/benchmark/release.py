@@ -154,25 +154,36 @@ def _split_tables(table: pa.Table, split_by_sample: dict[str, str]) -> dict[str,
 
 
 def _count_by_scenario(table: pa.Table) -> dict:
-    out = {}
-    for scenario in (*taxonomy.SCENARIOS, "all"):
-        t = table if scenario == "all" else table.filter(pc.equal(table["scenario"], scenario))
-        out[scenario] = {"instances": t.num_rows, "samples": len(pc.unique(t["sample_id"]))}
+    count_all = pc.CountOptions(mode="all")
+    g = table.group_by("scenario").aggregate([("sample_id", "count", count_all),
+                                              ("sample_id", "count_distinct", count_all)])
+    got = {s: {"instances": n, "samples": d} for s, n, d in
+           zip(*(g[c].to_pylist() for c in ("scenario", "sample_id_count", "sample_id_count_distinct")))}
+    out = {s: got.get(s, {"instances": 0, "samples": 0}) for s in taxonomy.SCENARIOS}
+    out["all"] = {"instances": table.num_rows, "samples": pc.count_distinct(table["sample_id"], mode="all").as_py()}
     return out
 
 
 def _label_distribution(task: str, table: pa.Table) -> dict:
-    out = {}
-    for scenario in (*taxonomy.SCENARIOS, "all"):
-        t = table if scenario == "all" else table.filter(pc.equal(table["scenario"], scenario))
-        if task in LABEL_TASKS:
-            values = t["label"].to_pylist()
-        elif task == "er":
-            values = [str(v) for v in t["label_intensity"].to_pylist()]  # intensity histogram
-        else:  # vp: gold viewpoints per instance
-            values = [str(len(v)) for v in t["label"].to_pylist()]
-        out[scenario] = dict(sorted(Counter(values).items()))
-    return out
+    if task in LABEL_TASKS:
+        values = table["label"]
+    elif task == "er":  # intensity histogram
+        values = pc.fill_null(pc.cast(table["label_intensity"], pa.string()), "None")
+    else:  # vp: gold viewpoints per instance
+        values = pc.cast(pc.list_value_length(table["label"]), pa.string())
+    t = pa.table({"scenario": table["scenario"], "value": values})
+
+    def counts(keys: list[str]) -> pa.Table:
+        return t.group_by(keys + ["value"]).aggregate([([], "count_all")])
+
+    per = counts(["scenario"])
+    out = {s: {} for s in taxonomy.SCENARIOS}
+    for s, v, n in zip(*(per[c].to_pylist() for c in ("scenario", "value", "count_all"))):
+        if s in out:
+            out[s][v] = n
+    every = counts([])
+    out["all"] = dict(zip(every["value"].to_pylist(), every["count_all"].to_pylist()))
+    return {s: dict(sorted(d.items())) for s, d in out.items()}
 
 
 def statistics(samples_t: pa.Table, rows_t: pa.Table) -> dict:
@@ -303,12 +314,15 @@ def build_release(
     tables.update(tasks.build_all(samples, settings, opts, on_task=lambda t: step(f"task {t}")))
 
     files: dict[str, dict] = {}
+    held: dict[str, pa.Table | str] = {}  # what the build holds in memory: the scan reads it there
     with store.write_once_dir(final) as tmp:
         for config in schemas.RELEASE_CONFIGS:
             for split, part in _split_tables(tables[config], split_by_sample).items():
                 rel = f"data/{config}/{split}.parquet"
-                path = store.write_parquet(part, tmp / rel)
-                files[rel] = {"sha256": store.sha256_file(path), "rows": part.num_rows, "bytes": path.stat().st_size}
+                data = _parquet_bytes(part)  # hashed here, never read back
+                store.atomic_write_bytes(tmp / rel, data)
+                files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": part.num_rows, "bytes": len(data)}
+                held[rel] = part
             step(f"write {config}")
         paper_files = write_paper_files(samples, tmp, opts, on_step=step)
         files.update(paper_files)
@@ -335,17 +349,28 @@ def build_release(
             "card": card.to_manifest(),
             "synthetic": synthetic_markers(inp.source, samples, rounds),
         }
-        store.atomic_write_text(tmp / "manifest.json", store.canonical_json(manifest))
-        store.atomic_write_text(tmp / "README.md", dataset_card(manifest))
+        held["manifest.json"] = store.canonical_json(manifest)
+        held["README.md"] = dataset_card(manifest)
+        store.atomic_write_text(tmp / "manifest.json", held["manifest.json"])
+        store.atomic_write_text(tmp / "README.md", held["README.md"])
+        step("manifest and card")
         # The last guard before the release appears: no file may hold an absolute path or a URL
         # other than those the maintainer put in the card on purpose (licence link, citations).
+        # Every file is scanned once: Parquet, manifest and card from memory, paper/ from disk.
         chosen = [card.license_link, *private_strings(card.paper_bibtex), *private_strings(card.license_text)]
-        hits = scan_release(tmp, allow=[u for u in chosen if u])
+        hits = scan_release(tmp, allow=[u for u in chosen if u], held=held)
         if hits:
             raise ReleaseError("absolute paths or URLs in the built release (nothing was published):\n  "
                                + "\n  ".join(hits[:10]))
-        step("manifest and card")
+        step("release scan")
     return ReleaseResult(final, manifest)
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    """The Parquet file of ``table`` as :func:`pipeline.store.write_parquet` writes it (same options)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **store.PARQUET_OPTIONS)
+    return sink.getvalue().to_pybytes()
 
 
 def _release_path(data_root: str | os.PathLike, version: str) -> Path:
