@@ -90,3 +90,95 @@ def test_v13_subtitle_coverage(sample):
     assert validate_sample(sample, subtitle_lines=lines) == []
     missing = validate_sample(sample, subtitle_lines=lines + ["Can we go home now?"])
     assert [(v.rule, v.message[:20]) for v in missing] == [("V13", "subtitle line 5 is n")]
+
+
+# --- V16 at column speed: the RE2 hint never misses what the exact pattern finds ------------------
+
+# One example per private pattern of pipeline.validate._PRIVATE (the names the release tests use too).
+PRIVATE_EXAMPLES = {
+    "posix_path": "/home/ann/videos/001.wav",
+    "home_path": "~ann/notes.txt",
+    "drive_path_backslash": "C:\\Users\\ann\\x.wav",
+    "drive_path_slash": "d:/media/x.wav",
+    "unc_share": "\\\\server\\share\\x.wav",
+    "url": "https://intranet.example/clip?id=3",
+    "file_url": "file:relative/x.wav",
+    "www": "www.example.org/clip",
+}
+
+
+def _hinted(texts: list[str]) -> list[bool]:
+    import pyarrow as pa
+
+    from pipeline.validate import _hint_mask
+
+    return _hint_mask(pa.array(texts, pa.large_string())).to_pylist()
+
+
+def _views(text: str) -> list[str]:
+    """The text as a cell holds it and as a JSON file writes it (escaped, both ASCII modes)."""
+    import json
+
+    return [text, json.dumps(text), json.dumps(text, ensure_ascii=False), json.dumps({"k": [text]})]
+
+
+@pytest.mark.parametrize("name", sorted(PRIVATE_EXAMPLES))
+@pytest.mark.parametrize("before", ["", "see ", "\n", "\t(", "\u00e9 ", "\"", "x\u2028"])
+def test_the_column_hint_flags_every_private_pattern_raw_and_json_escaped(name, before):
+    from pipeline.validate import private_strings
+
+    text = before + PRIVATE_EXAMPLES[name].replace("ann", "\u00e4nn") + " end"
+    assert private_strings(text), text  # the example is private...
+    assert all(_hinted(_views(text))), text  # ...and the hint sees it in every form a release writes
+
+
+def test_the_column_hint_is_a_superset_of_the_exact_pattern_on_random_text():
+    """Random strings over the characters the patterns turn on: wherever the exact pattern finds
+    something, the hint flags the string, as written and JSON-escaped."""
+    import random
+
+    from pipeline.validate import private_strings
+
+    rng = random.Random(28)
+    alphabet = list("/\\:~.-_@%?=&+ \n\t\"'aAbCfilwx09\u00e9\u0301\u2028\u00a0") + ["www.", "file:", "://", "C:"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(20000)]
+    private = [t for t in texts if private_strings(t)]
+    assert len(private) > 500  # the alphabet does produce private strings
+    views = [v for t in private for v in _views(t)]
+    missed = [v for v, hit in zip(views, _hinted(views)) if not hit]
+    assert missed == []
+    # and it is selective: most of the random text is not flagged
+    clean = [t for t in texts if not private_strings(t)]
+    assert sum(_hinted(clean)) < 0.6 * len(clean)
+
+
+def test_ordinary_text_and_relative_paths_are_not_flagged_by_the_hint():
+    assert not any(_hinted(["and/or", "24/7", "synthetic/amara_and_kai_005/001_s06e01_ct83.json",
+                            "data/therapy_merged_all/ann_and_bo/001.json", "Time: 10:30", "a 50/50 split"]))
+
+
+@pytest.mark.parametrize("field", ["dialogue_cleaned", "tone_of_voice"])
+def test_batch_validation_finds_the_same_v16_as_one_by_one(sample, field):
+    from pipeline.validate import validate_samples
+
+    other = copy.deepcopy(sample)
+    other["sample_id"] = "ann_and_bo/002"
+    other["rows"][1][field] = "clip at C:\\Users\\ann\\a.wav"
+    found = validate_samples([sample, other])
+    assert [(v.sample_id, v.row_index, v.rule) for v in found] == [("ann_and_bo/002", 2, "V16")], found
+    assert field in found[0].message and [str(v) for v in found] == [str(v) for v in validate_sample(other)]
+
+
+def test_text_blocks_keep_line_numbers_across_block_boundaries(tmp_path, monkeypatch):
+    from pipeline import validate
+
+    monkeypatch.setattr(validate, "_TEXT_BLOCK", 64)  # many blocks, several files per batch
+    lines = [f"line {i} is plain text" for i in range(1, 60)]
+    lines[40] = "line 41 see /srv/private/a.wav"
+    lines[57] = "line 58 see https://intranet.example/b"
+    (tmp_path / "a.md").write_text("\n".join(lines) + "\n")
+    (tmp_path / "b.md").write_text("ok\nwww.example.org/x\n")
+    (tmp_path / "c.txt").write_bytes("caf\xe9 ~ann/x\n".encode("latin-1"))  # not UTF-8: read as Latin-1
+    assert validate.scan_release(tmp_path) == [
+        "a.md: line 41: /srv/private/a.wav", "a.md: line 58: https://intranet.example/b",
+        "b.md: line 2: www.example.org/x", "c.txt: line 1: ~ann/x"]

@@ -1,0 +1,108 @@
+"""V16 over a built release: one private pattern at a time in every file type a release holds
+(Parquet, JSON Lines, JSON, Markdown) is found and named by its file; a path that slips past
+validation is caught in every file that carries it, from what the build holds in memory."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.benchmark import release
+from pipeline.benchmark.paper_export import sample_file
+from pipeline.synthetic.corpus import load_synthetic
+from pipeline.validate import private_strings, scan_release
+
+PRIVATE_EXAMPLES = {
+    "posix_path": "/home/ann/videos/001.wav",
+    "home_path": "~ann/notes.txt",
+    "drive_path_backslash": "C:\\Users\\ann\\x.wav",
+    "drive_path_slash": "d:/media/x.wav",
+    "unc_share": "\\\\server\\share\\x.wav",
+    "url": "https://intranet.example/clip?id=3",
+    "file_url": "file:relative/x.wav",
+    "www": "www.example.org/clip",
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    inp = load_synthetic(scale=0.02, seed=5)
+    release.validate(inp)
+    res = release.build_release(inp, "1.0.0", tmp_path_factory.mktemp("scan_release"))
+    assert scan_release(res.path) == []  # the untouched release is clean
+    return res.path
+
+
+def _parquet(root: Path, text: str) -> str:
+    """A nested string: rows.internal_emotion[0].emotion_description of the first row."""
+    rel = "data/rows/test.parquet"
+    table = pq.read_table(root / rel)
+    records = table.to_pylist()
+    records[0]["internal_emotion"] = [{"person": records[0]["primary_speaker"], "intensity": 3,
+                                       "emotion_description": f"tense, see {text} now"}]
+    pq.write_table(pa.Table.from_pylist(records, schema=table.schema), root / rel)
+    return rel
+
+
+def _jsonl(root: Path, text: str) -> str:
+    rel = "paper/er.jsonl"
+    lines = (root / rel).read_text(encoding="utf-8").splitlines()
+    rec = json.loads(lines[1])
+    rec["note"] = {"seen": [f"see {text} now"]}
+    lines[1] = json.dumps(rec, ensure_ascii=False)  # as the paper files are written: escapes and all
+    (root / rel).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return rel
+
+
+def _json(root: Path, text: str) -> str:
+    path = sorted((root / "paper" / "data").rglob("*.json"))[0]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["rows"][0]["dialogue_cleaned"] = f"see {text} now"
+    path.write_text(json.dumps(data, ensure_ascii=True), encoding="utf-8")  # \uXXXX escapes too
+    return path.relative_to(root).as_posix()
+
+
+def _markdown(root: Path, text: str) -> str:
+    with open(root / "README.md", "a", encoding="utf-8") as fh:
+        fh.write(f"\nThe raw clip is at {text} for now.\n")
+    return "README.md"
+
+
+@pytest.mark.parametrize("put", [_parquet, _jsonl, _json, _markdown], ids=["parquet", "jsonl", "json", "markdown"])
+@pytest.mark.parametrize("name", sorted(PRIVATE_EXAMPLES))
+def test_each_private_pattern_is_found_in_each_file_type(built, tmp_path, put, name):
+    example = PRIVATE_EXAMPLES[name]
+    root = tmp_path / "r"
+    shutil.copytree(built, root)
+    rel = put(root, example)
+    found = scan_release(root)
+    assert found, f"{name} in {rel} was not found"
+    assert all(f.startswith(f"{rel}: ") for f in found), found
+    assert any(hit in example for f in found for hit in private_strings(example) if f.endswith(hit)), found
+
+
+def test_a_path_that_slips_past_validation_is_caught_in_every_file_that_carries_it(tmp_path, monkeypatch):
+    """build_release scans the Parquet tables, manifest and card from memory and paper/ from
+    disk; a path in a row (validation skipped here on purpose) shows up in each of them."""
+    inp = load_synthetic(scale=0.02, seed=6)
+    sid = sorted(s["sample_id"] for s in inp.samples)[0]
+    sample = next(s for s in inp.samples if s["sample_id"] == sid)
+    sample["rows"][0]["dialogue_cleaned"] += " (raw take at /mnt/raw/interviews/take1.wav)"
+    seen: list[list[str]] = []
+    real = release.scan_release
+
+    def spy(*args, **kwargs):
+        seen.append(real(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(release, "scan_release", spy)
+    with pytest.raises(release.ReleaseError, match="/mnt/raw/interviews/take1.wav"):
+        release.build_release(inp, "1.0.0", tmp_path)
+    files = {h.split(": ", 1)[0] for h in seen[0]}
+    assert {"data/rows/test.parquet", "data/itp/test.parquet", "paper/benchmark.jsonl", sample_file(sid)} <= files, files
+    assert "data/rows/test.parquet: dialogue_cleaned[0]: /mnt/raw/interviews/take1.wav" in seen[0]
+    assert not list(tmp_path.rglob("manifest.json"))  # nothing was published
