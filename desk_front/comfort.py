@@ -41,6 +41,18 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
     var first = unit.querySelector("input, textarea");
     if (first) first.focus({preventScroll: true});
   }
+  // a form that came pre-filled in full shows a required "pre-fill checked" box (ls_config.prefill_check):
+  // Enter on the form, or any change in it, ticks it (a hidden box, on a form not pre-filled, never)
+  function check(unit) {
+    var box = unit && unit.querySelector('[id^="prefill-checked_"] input');
+    if (box && !box.checked && box.offsetParent) box.click();
+  }
+  function edited(e) {  // a choice clicked (Label Studio's choices fire no change event) or text typed
+    var t = e.target;
+    if (!t || !t.closest || t.closest('[id^="prefill-checked_"]')) return;
+    if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(unitOf(t));
+  }
+  ["click", "input", "change"].forEach(function (kind) { document.addEventListener(kind, edited, true); });
   function choices(group) { return group ? group.querySelectorAll('input[type=checkbox], input[type=radio]') : []; }
   window.addEventListener("keydown", function (e) {
     if (e.ctrlKey || e.metaKey || e.altKey || editing(e.target)) return;
@@ -58,6 +70,7 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
       e.preventDefault(); e.stopImmediatePropagation();
       // the first Enter comes to the first form on screen, each next one to the following form
       var next = chosen ? document.getElementById("unit_" + (Number(unit.id.slice(5)) + 1)) : unit;
+      if (chosen) check(unit);  // Enter keeps the outlined form as it is: its pre-fill is checked
       if (next) go(next);
     } else if (/^[a-z]$/i.test(e.key) && !e.shiftKey) {
       e.stopImmediatePropagation();  // Label Studio's automatic hotkeys act on the first forms only

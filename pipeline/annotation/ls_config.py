@@ -55,6 +55,17 @@ UNIT_ROW_OPTIONS = "row_options"  # per unit: the rows offered for a ``rows`` fi
 # every evidence row but one lies within 5 before and 4 after the therapist row.
 EVIDENCE_BEFORE = 6
 EVIDENCE_AFTER = 6
+# A form the push pre-filled in full (every control Label Studio requires holds a value, so it
+# would take the form untouched) is marked by the prediction itself with a hidden choice
+# (PREFILLED_MARK); the marked form shows a required "checked" box (PREFILL_CHECK) that the
+# prediction never sets: Label Studio refuses the submit until the person ticks it (the desk's
+# front ticks it on Enter or on any change in the form). Label Studio skips the requirement on a
+# hidden View (``Required.js``: ``getParent(self, 2)?.isVisible !== false``), so unmarked forms
+# need no tick. The hyphen keeps both names out of ``naming.parse_control_name`` (no field of
+# any round: windows, acceptance and adjudication never see them; the pull skips them).
+PREFILLED_MARK, PREFILLED_MARK_VALUE = "prefilled-form", "pre-filled"
+PREFILL_CHECK, PREFILL_CHECK_VALUE = "prefill-checked", "pre-fill checked"
+PREFILL_CONTROLS = (PREFILLED_MARK, PREFILL_CHECK)
 
 
 
@@ -181,6 +192,27 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
     raise ValueError(f"field {field.name!r}: type {field.type!r} has no Label Studio control")
 
 
+def prefill_check() -> list[str]:
+    """The end of every form: its "pre-fill checked" box, shown and required only where the
+    hidden mark (set by the push's prediction, :func:`mark_prefilled`) says the form came
+    pre-filled in full (see :data:`PREFILLED_MARK`)."""
+    msg = quoteattr("Form {{idx}} came pre-filled and has not been checked: read it, correct what is wrong, "
+                    f"then tick '{PREFILL_CHECK_VALUE}' (through the desk's front: Enter, or any change in "
+                    "the form, ticks it).")
+    return [f'      <View idAttr="{PREFILL_CHECK}_{{{{idx}}}}" visibleWhen="choice-selected"'
+            f' whenTagName="{PREFILLED_MARK}_{{{{idx}}}}">',
+            f'        <Choices name="{PREFILL_CHECK}_{{{{idx}}}}" toName="turn_{{{{idx}}}}" choice="multiple"'
+            f' showInline="true" required="true" requiredMessage={msg}>',
+            f"          <Choice value={quoteattr(PREFILL_CHECK_VALUE)}/>",
+            "        </Choices>",
+            "      </View>",
+            '      <View style="display: none">',
+            f'        <Choices name="{PREFILLED_MARK}_{{{{idx}}}}" toName="turn_{{{{idx}}}}" choice="single">',
+            f"          <Choice value={quoteattr(PREFILLED_MARK_VALUE)}/>",
+            "        </Choices>",
+            "      </View>"]
+
+
 def hotkey_sink() -> list[str]:
     """Hidden Filters holding every key of :data:`AUTO_HOTKEYS` (see there), on a hidden choice
     list of their own (a Filter needs one; it gets no key, none being left)."""
@@ -288,7 +320,7 @@ def render_config(rnd: Round, scenario: str) -> str:
         else:
             label = field_label(field, ui, field.name, field.required)
             out += _control(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ", label)
-    out += ["    </View>", "  </Repeater>", "</View>", ""]
+    out += [*prefill_check(), "    </View>", "  </Repeater>", "</View>", ""]
     return voice_naming.add_to_config(rnd, "\n".join(out))  # the transcript round: voices named once
 
 
@@ -313,6 +345,37 @@ def stale_configs() -> list[Path]:
 
 
 # --- task data ---------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def required_controls(round_name: str) -> tuple[str, ...]:
+    """The controls (names with ``{{idx}}``) Label Studio requires in each form of the round, read
+    from the rendered config: a form whose pre-fill holds all of them would be taken untouched."""
+    from xml.etree import ElementTree
+
+    root = ElementTree.fromstring(render_config(load_round(round_name), taxonomy.SCENARIOS[0]))
+    return tuple(el.get("name") for el in root.iter() if el.get("required") == "true"
+                 and "{{idx}}" in (el.get("name") or "") and not el.get("name").startswith(PREFILL_CHECK))
+
+
+def mark_prefilled(rnd: Round, data: dict, prediction: list[dict]) -> list[dict]:
+    """``prediction`` plus the hidden mark of every form it pre-fills in full (every control Label
+    Studio requires there holds a value; a round without required controls: any value), whose
+    "pre-fill checked" box then has to be ticked (:func:`prefill_check`). A form missing a
+    required value needs an edit anyway: no mark, no extra tick."""
+    filled = {r.get("from_name") for r in prediction if result_value(r) not in (None, [], "")}
+    rows = {r.get("to_name") for r in prediction if result_value(r) not in (None, [], "")}
+    marks = []
+    for i in range(len(data.get("units") or [])):
+        if f"turn_{i}" in rows and all(n.replace("{{idx}}", str(i)) in filled for n in required_controls(rnd.name)):
+            marks.append({"from_name": f"{PREFILLED_MARK}_{i}", "to_name": f"turn_{i}", "type": "choices",
+                          "value": {"choices": [PREFILLED_MARK_VALUE]}})
+    return prediction + marks
+
+
+def is_prefill_control(name: str) -> bool:
+    """Whether a result's ``from_name`` is a form's pre-fill mark or "checked" box (no field)."""
+    return any(name.startswith(f"{c}_") for c in PREFILL_CONTROLS)
+
 
 def _first_words(text: str, n: int = 8) -> str:
     words = (text or "").split()

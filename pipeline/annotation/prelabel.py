@@ -4,7 +4,9 @@
 ``{"rows": [{"row_index": n, "<field>": value, ...}]}`` per sample, with the round's fields,
 types and allowed values in the prompt. Its answers only pre-fill the Label Studio forms:
 values outside a field's choices are dropped by :func:`ls_config.values_to_results`, and every
-submitted annotation is validated on pull like any other. A failing request leaves that
+submitted annotation is validated on pull like any other. The model is asked for every field
+('"" for none'), so an empty answer is its proposal and is pre-filled ("no clear pattern", "no
+strategy"), unlike the empty values of the stores (:func:`.push.input_values`). A failing request leaves that
 sample without pre-annotation and is recorded in ``failures``; the push goes on.
 The API key, if the endpoint needs one, comes from ``RESCUE_PRELABEL_API_KEY``.
 """

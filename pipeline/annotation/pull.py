@@ -236,6 +236,8 @@ def parse_annotation(rnd: Round, data: dict, annotation: dict, annotator: str) -
     raw: dict[int, dict] = defaultdict(dict)
     for result in annotation.get("result") or []:
         name = result.get("from_name", "")
+        if ls_config.is_prefill_control(name):  # a form's pre-fill mark or "checked" box: no answer
+            continue
         parsed = naming.parse_control_name(name)
         if parsed is None:
             problems.add(None, name, "unknown control", result.get("value"))

@@ -11,9 +11,13 @@ missing tasks, refreshes changed tasks nobody has annotated yet (and removes una
 windows a re-segmented sample no longer has), and reports (never touches) changed tasks that
 already carry annotations. Label Studio task ids are never stored.
 
-Pre-annotations go in as inline predictions: by default the round's field values already in
-the input rows (the segmenter's draft for the transcript round, earlier gold or a release for
-later rounds); optionally a model behind an OpenAI-compatible endpoint (:mod:`.prelabel`).
+Pre-annotations go in as inline predictions, and only what someone or something proposed: by
+default the round's field values already in the input rows (the segmenter's draft for the
+transcript round, earlier gold or a release for later rounds) - never an empty one, which is
+what the stores hold for a field nobody answered yet (:func:`input_values`); optionally a
+model's answers (:mod:`.prelabel`); and the round's defaults (``default:`` in its YAML). A form
+the prediction fills in full needs the annotator's "pre-fill checked" tick before Label Studio
+takes it (:func:`.ls_config.mark_prefilled`).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from pipeline import taxonomy
-from pipeline.annotation import ls_config, voice_naming
+from pipeline.annotation import ls_config, naming, voice_naming
 from pipeline.annotation.client import LabelStudioClient, LabelStudioError, LabelStudioUnavailable, chunks
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.rounds import Round, load_round
@@ -63,13 +67,33 @@ def model_version(rnd: Round, source: str) -> str:
 
 # --- pre-annotation ------------------------------------------------------------------------
 
+def proposed(value) -> bool:
+    """A value someone gave: not null, not empty ("", [] or records holding nothing)."""
+    if isinstance(value, list):
+        return any(proposed(v) for v in value)
+    if isinstance(value, dict):
+        return any(proposed(v) for v in value.values())
+    return value is not None and not (isinstance(value, str) and not value.strip())
+
+
 def input_values(rnd: Round, sample: dict) -> dict[int, dict]:
-    """The round's field values present (non-null) in the input rows: the default pre-annotation."""
+    """The round's field values present (non-null) in the input rows: the default pre-annotation.
+
+    Empty ones ("", []) are returned too (they are what the rows hold, e.g. a test's answers),
+    but the push never pre-fills them (:func:`_prepare`): the work store holds "" and [] for every
+    field a later round has not answered yet (gold fills the row shape), and an empty value shown
+    as "no clear pattern" or "no strategy" would be an answer nobody gave. (A release's "" can be
+    a real "none"; the rows cannot tell the two apart, so neither is pre-filled.)"""
     names = [f.name for f in rnd.fields]
     return {r["row_index"]: {n: r[n] for n in names if r.get(n) is not None} for r in sample["rows"]}
 
 
-Prelabeler = Callable[[Round, dict], dict[int, dict]]  # (round, sample) -> {row_index: {field: value}}
+input_values.empty_means_unanswered = True  # its "" and [] are the stores' placeholders: never pre-filled
+
+# (round, sample) -> {row_index: {field: value}}. An explicit empty value of a prelabeler (a
+# model's "no strategy") is its proposal and is pre-filled, unless the prelabeler says that its
+# empty values mean "nobody answered" (``empty_means_unanswered = True``, as :func:`input_values`).
+Prelabeler = Callable[[Round, dict], dict[int, dict]]
 
 
 # --- annotators ----------------------------------------------------------------------------
@@ -102,6 +126,7 @@ class PushReport:
     unchanged: int = 0
     changed_after_annotation: list[tuple[str, str]] = field(default_factory=list)  # (annotator, sample_id)
     duplicates: list[tuple[str, str]] = field(default_factory=list)  # (annotator, sample_id) seen twice
+    prefilled: dict[str, list[str]] = field(default_factory=dict)  # sample_id -> fields its prediction fills
 
     def summary(self) -> str:
         s = (f"round {self.round}: {len(self.projects)} projects for {len(self.annotators)} annotators; "
@@ -110,7 +135,8 @@ class PushReport:
             s += f"; {len(self.changed_after_annotation)} changed after annotation (left as they are)"
         if self.duplicates:
             s += f"; {len(self.duplicates)} duplicate tasks found"
-        return s
+        fields = sorted({f for fs in self.prefilled.values() for f in fs})
+        return s + (f"; pre-filled: {', '.join(fields)}" if fields else "; nothing pre-filled")
 
 
 @dataclass
@@ -146,6 +172,8 @@ def catalog_media_urls(data_root: str | Path) -> Callable[[dict], str]:
 def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: Callable[[dict], str] | None,
              window: int | None = None) -> list[_Prepared]:
     values = prelabel(rnd, sample) if prelabel else {}
+    if getattr(prelabel, "empty_means_unanswered", False):  # only what someone proposed is pre-filled
+        values = {ri: kept for ri, row in values.items() if (kept := {k: v for k, v in row.items() if proposed(v)})}
     # the round's defaults fill fields the pre-annotation does not give at all (an explicit
     # empty value, e.g. a model's "no emotion", stays): shown pre-filled, one key to keep
     for ri, defaults in ls_config.default_values(rnd, sample).items():
@@ -156,6 +184,7 @@ def _prepare(rnd: Round, sample: dict, prelabel: Prelabeler | None, media_url: C
     for data in ls_config.build_tasks_data(rnd, sample, media_url(sample) if media_url else "", window):
         prediction = ls_config.values_to_results(rnd, data, values) if values else []
         prediction = voice_naming.prefill(rnd, data, values, prediction)  # rows on their voice, named once
+        prediction = ls_config.mark_prefilled(rnd, data, prediction)  # a form filled in full needs a tick
         data["content_sha"] = ls_config.content_sha(data, prediction)
         out.append(_Prepared(sample["sample_id"], data, prediction))
     return out
@@ -174,7 +203,7 @@ def push_round(desks: DeskAccess, round_name: str, samples: Sequence[dict],
         scenario_of = {s["sample_id"]: s["scenario"] for s in samples}
         given = [(sc, ann, sid) for key in report.projects if (parsed := parse_project_key(key))
                  for _, sc, ann in [parsed] for sid, s_sc in scenario_of.items() if s_sc == sc]
-        pushed.record_pushed(data_root, report.round, given)
+        pushed.record_pushed(data_root, report.round, given, report.prefilled)
     return report
 
 
@@ -212,6 +241,11 @@ def _push_round(
     for s in sorted(samples, key=lambda s: s["sample_id"]):
         by_scenario.setdefault(taxonomy.check_scenario(s["scenario"]), []).extend(
             _prepare(rnd, s, prelabel, media_url, window))
+
+    for p in (p for prepared in by_scenario.values() for p in prepared):
+        fields = {parsed[0] for r in p.prediction if (parsed := naming.parse_control_name(r.get("from_name", "")))}
+        if fields:
+            report.prefilled[p.sample_id] = sorted(set(report.prefilled.get(p.sample_id, ())) | fields)
 
     plan: list[tuple[LabelStudioClient, int, list[dict]]] = []
     try:

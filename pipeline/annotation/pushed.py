@@ -8,6 +8,10 @@ the push would otherwise just vanish from the next pull. Every push with a data 
 ``{"<scenario>/<annotator>": [sample_id, ...]}`` into ``DataRoot.pushed(round)``; the pull
 (:func:`pipeline.annotation.pull.pull_round`) reports each pushed (sample, annotator) whose task
 is gone, and agreement and gold name the annotators a round was given to but who have no labels.
+The same record keeps ``{"prefilled": {sample_id: [field, ...]}}``: the fields the push really
+pre-filled in that sample's tasks (a value in their prediction), merged over pushes; the
+dataset card's "pre-filled" column is read from it (:func:`prefilled_fields`), never from the
+round definition.
 
 :func:`round_lock` is an exclusive ``fcntl.flock`` on ``DataRoot.push_lock(round)``, held by
 :func:`pipeline.annotation.push.push_round` from "find or create the project" to the last task
@@ -44,6 +48,10 @@ def round_lock(data_root: str | os.PathLike, round_name: str) -> Iterator[None]:
 
 def read_pushed(data_root: str | os.PathLike, round_name: str) -> dict[str, list[str]]:
     """``{"<scenario>/<annotator>": [sample_id, ...]}`` of every push so far ({} before any)."""
+    return {str(k): sorted(map(str, v)) for k, v in (_read(data_root, round_name).get("projects") or {}).items()}
+
+
+def _read(data_root: str | os.PathLike, round_name: str) -> dict:
     path = DataRoot(data_root).pushed(check_name(round_name, "round"))
     if not path.is_file():
         return {}
@@ -52,18 +60,32 @@ def read_pushed(data_root: str | os.PathLike, round_name: str) -> dict[str, list
     except ValueError as exc:
         raise ValueError(f"{path}: the record of what was pushed is not JSON ({exc}); "
                          "push the round again to rewrite it") from None
-    return {str(k): sorted(map(str, v)) for k, v in (raw.get("projects") or {}).items()}
+    return raw if isinstance(raw, dict) else {}
 
 
-def record_pushed(data_root: str | os.PathLike, round_name: str,
-                  given: Iterable[tuple[str, str, str]]) -> dict[str, list[str]]:
-    """Merge ``(scenario, annotator, sample_id)`` triples into the round's record (never drops)."""
+def read_prefilled(data_root: str | os.PathLike, round_name: str) -> dict[str, list[str]]:
+    """``{sample_id: [field, ...]}``: the fields pushes of the round pre-filled, per sample ({} before any)."""
+    return {str(k): sorted(map(str, v)) for k, v in (_read(data_root, round_name).get("prefilled") or {}).items()}
+
+
+def prefilled_fields(data_root: str | os.PathLike, round_name: str) -> list[str]:
+    """Every field some push of the round really pre-filled (sorted; [] when none or never pushed)."""
+    return sorted({f for fields in read_prefilled(data_root, round_name).values() for f in fields})
+
+
+def record_pushed(data_root: str | os.PathLike, round_name: str, given: Iterable[tuple[str, str, str]],
+                  prefilled: dict[str, Iterable[str]] | None = None) -> dict[str, list[str]]:
+    """Merge ``(scenario, annotator, sample_id)`` triples, and ``{sample_id: fields pre-filled}``,
+    into the round's record (never drops)."""
     projects = {k: set(v) for k, v in read_pushed(data_root, round_name).items()}
     for scenario, annotator, sample_id in given:
         projects.setdefault(f"{scenario}/{annotator}", set()).add(sample_id)
+    filled = {k: set(v) for k, v in read_prefilled(data_root, round_name).items()}
+    for sample_id, fields in (prefilled or {}).items():
+        filled.setdefault(sample_id, set()).update(fields)
     out = {k: sorted(v) for k, v in sorted(projects.items())}
-    store.atomic_write_text(DataRoot(data_root).pushed(round_name),
-                            store.canonical_json({"round": round_name, "projects": out}))
+    store.atomic_write_text(DataRoot(data_root).pushed(round_name), store.canonical_json(
+        {"round": round_name, "projects": out, "prefilled": {k: sorted(v) for k, v in sorted(filled.items())}}))
     return out
 
 
