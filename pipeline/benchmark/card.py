@@ -234,7 +234,9 @@ def _annotation_section(manifest: dict) -> str:
         "Interviews go through blind annotation rounds in Label Studio: each annotator works in an own "
         "project and sees nobody else's answers. The transcript round starts from the pipeline's draft rows "
         "(speech recognition or subtitles, diarization, turn segmentation), shown as pre-filled values that "
-        "annotators correct; later rounds start from the gold of the round before. Rows where annotators "
+        "annotators correct; a later round pre-fills only what earlier gold or a model proposed (never an empty "
+        "value), and a form that came filled in full is taken only once the annotator ticked it as checked. "
+        "Rows where annotators "
         "disagree go to an adjudicator, whose answer is gold; numbers take the median.",
         "",
         _md_table(["round", "annotators", "of them simulated", "units", "rows adjudicated", "pre-filled fields",
