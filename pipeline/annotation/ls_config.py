@@ -40,7 +40,7 @@ DYNAMIC_KEY = {"entities": "entities", "clients": "clients"}
 # The annotators' keys (added to the page by the desk's front, desk_front.comfort.KEYS_JS).
 KEYS_HELP = ("Keys: 1-9, 0 pick the 1st-10th choice of the list in focus, else of the first list of the "
              "outlined form (the one you clicked last), - its last choice (none); Enter keeps the outlined "
-             "form as it is and goes to the next; Ctrl+Enter submits.")
+             "form as it is (pre-fill checked) and goes to the next; Ctrl+Enter submits.")
 # Label Studio (1.23, ``setupHotKeys``/``makeComb`` in its editor bundle) gives every choice, number
 # and label without a ``hotkey`` the first free key of this list, in page order: the keys then act
 # on the first forms of a task, whichever form the annotator is on. No config attribute or project
