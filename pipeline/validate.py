@@ -139,14 +139,27 @@ def _rows_flagged(samples: list[dict]) -> list[bool]:
     """Per sample: may a string of its rows hold an absolute path or URL? One RE2 kernel over the
     rows' JSON text of every sample (:data:`_PRIVATE_HINT` allows for JSON escapes); only flagged
     samples have their rows walked string by string."""
-    texts = []
+    out: list[bool] = []
+    texts: list[str | None] = []
+    size = 0
+
+    def flush() -> None:  # in batches of about _TEXT_BLOCK characters: memory stays flat
+        nonlocal texts, size
+        if texts:
+            mask = _hint_mask(pa.array(texts, pa.large_string())).to_pylist()
+            out.extend(t is None or bool(m) for t, m in zip(texts, mask))
+        texts, size = [], 0
+
     for s in samples:
         try:
             texts.append(json.dumps(s.get("rows") or [], ensure_ascii=False, default=str))
+            size += len(texts[-1])
         except (TypeError, ValueError):  # odd keys or a cycle: walk the rows
             texts.append(None)
-    mask = _hint_mask(pa.array(texts, pa.large_string())).to_pylist() if texts else []
-    return [t is None or bool(m) for t, m in zip(texts, mask)]
+        if size >= _TEXT_BLOCK:
+            flush()
+    flush()
+    return out
 
 
 def validate_sample(sample: dict, subtitle_lines: list[str] | None = None) -> list[Violation]:
@@ -515,25 +528,28 @@ def _text_blocks(path: Path) -> Iterator[bytes]:
 
 
 def scan_release(release_dir: str | Path, allow: Iterable[str] = (),
-                 held: dict[str, pa.Table | str] | None = None) -> list[str]:
+                 held: dict[str, pa.Table | str] | None = None, skip: Iterable[str] = ()) -> list[str]:
     """Every absolute path or URL in the files of a built release, as ``"<file>: <field>: <hit>"``.
 
     Every file under ``release_dir`` is scanned once: Parquet files column by column
     (:func:`scan_table`, every string, nested ones too), every other file as text (lines; JSON
     escapes decoded in ``.json``/``.jsonl``). ``held``: files the caller still holds in memory,
     by path relative to the release (the table of a Parquet file, the text of a text file),
-    scanned there instead of being read back. ``allow``: public URLs the maintainer put there on
+    scanned there instead of being read back; ``skip``: files the caller scanned already (as it
+    wrote them, with :func:`scan_table`). ``allow``: public URLs the maintainer put there on
     purpose (a licence link, a citation URL), ignored where they occur (a hit that starts with
     one). An empty list means the release is clean.
     """
     import pyarrow.parquet as pq
 
-    held = held or {}
+    held, skip = held or {}, set(skip)
     root = Path(release_dir)
     tables: list[str] = []
     text = _TextScan(allow)
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
+        if rel in skip:
+            continue
         kept = held.get(rel)
         if isinstance(kept, str):
             text.add(rel, kept)

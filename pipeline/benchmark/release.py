@@ -55,7 +55,7 @@ from pipeline.config import Settings
 from pipeline.paths import DataRoot, InvalidId, check_version
 from pipeline.quality import gates
 from pipeline.rows import group_id_of, read_rows_dir, rows_dir_paths, samples_to_tables
-from pipeline.validate import private_strings, scan_release, validate_samples
+from pipeline.validate import private_strings, scan_release, scan_table, validate_samples
 
 # From the installed distribution: `import pipeline` can resolve to a namespace package
 # (editable install, cwd outside the repo) in which pipeline/__init__.py never ran.
@@ -149,6 +149,9 @@ def _sorted(table: pa.Table, keys: list[str]) -> pa.Table:
 
 
 def _split_tables(table: pa.Table, split_by_sample: dict[str, str]) -> dict[str, pa.Table]:
+    names = set(split_by_sample.values())
+    if len(names) == 1:  # one split (the default): the table itself, not a copy
+        return {names.pop(): table}
     splits = pa.array([split_by_sample[s] for s in table.column("sample_id").to_pylist()], pa.string())
     return {name: table.filter(pc.equal(splits, name)) for name in SPLITS if name in set(split_by_sample.values())}
 
@@ -313,8 +316,14 @@ def build_release(
     tables: dict[str, pa.Table] = {"samples": samples_t, "rows": rows_t}
     tables.update(tasks.build_all(samples, settings, opts, on_task=lambda t: step(f"task {t}")))
 
+    # The last guard before the release appears (V16): no file may hold an absolute path or a URL
+    # other than those the maintainer put in the card on purpose (licence link, citations). Every
+    # file is scanned once: Parquet as it is written and the manifest and card from memory (what the
+    # build holds is not read back), paper/ from disk.
+    chosen = [card.license_link, *private_strings(card.paper_bibtex), *private_strings(card.license_text)]
+    allow = [u for u in chosen if u]
+    hits: list[str] = []
     files: dict[str, dict] = {}
-    held: dict[str, pa.Table | str] = {}  # what the build holds in memory: the scan reads it there
     with store.write_once_dir(final) as tmp:
         for config in schemas.RELEASE_CONFIGS:
             for split, part in _split_tables(tables[config], split_by_sample).items():
@@ -322,7 +331,7 @@ def build_release(
                 data = _parquet_bytes(part)  # hashed here, never read back
                 store.atomic_write_bytes(tmp / rel, data)
                 files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": part.num_rows, "bytes": len(data)}
-                held[rel] = part
+                hits += scan_table(part, rel, allow)
             step(f"write {config}")
         paper_files = write_paper_files(samples, tmp, opts, on_step=step)
         files.update(paper_files)
@@ -349,28 +358,25 @@ def build_release(
             "card": card.to_manifest(),
             "synthetic": synthetic_markers(inp.source, samples, rounds),
         }
-        held["manifest.json"] = store.canonical_json(manifest)
-        held["README.md"] = dataset_card(manifest)
-        store.atomic_write_text(tmp / "manifest.json", held["manifest.json"])
-        store.atomic_write_text(tmp / "README.md", held["README.md"])
+        held = {"manifest.json": store.canonical_json(manifest), "README.md": dataset_card(manifest)}
+        for rel, text in held.items():
+            store.atomic_write_text(tmp / rel, text)
         step("manifest and card")
-        # The last guard before the release appears: no file may hold an absolute path or a URL
-        # other than those the maintainer put in the card on purpose (licence link, citations).
-        # Every file is scanned once: Parquet, manifest and card from memory, paper/ from disk.
-        chosen = [card.license_link, *private_strings(card.paper_bibtex), *private_strings(card.license_text)]
-        hits = scan_release(tmp, allow=[u for u in chosen if u], held=held)
+        hits += scan_release(tmp, allow=allow, held=held, skip=[k for k in files if k.startswith("data/")])
         if hits:
-            raise ReleaseError("absolute paths or URLs in the built release (nothing was published):\n  "
-                               + "\n  ".join(hits[:10]))
+            where = list(dict.fromkeys(h.split(": ", 1)[0] for h in hits))
+            more = f" and {len(where) - 20} more" if len(where) > 20 else ""
+            raise ReleaseError(f"{len(hits)} absolute paths or URLs in the built release (nothing was published), "
+                               f"in {', '.join(where[:20])}{more}:\n  " + "\n  ".join(hits[:10]))
         step("release scan")
     return ReleaseResult(final, manifest)
 
 
-def _parquet_bytes(table: pa.Table) -> bytes:
+def _parquet_bytes(table: pa.Table) -> memoryview:
     """The Parquet file of ``table`` as :func:`pipeline.store.write_parquet` writes it (same options)."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **store.PARQUET_OPTIONS)
-    return sink.getvalue().to_pybytes()
+    return memoryview(sink.getvalue())  # no copy
 
 
 def _release_path(data_root: str | os.PathLike, version: str) -> Path:
