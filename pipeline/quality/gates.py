@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from pipeline import store
 from pipeline.paths import DataRoot
-from pipeline.quality import reports
-from pipeline.quality.measures import RoundAgreement
+
+if TYPE_CHECKING:  # measures pulls in polars; reading gates (every release build) needs none of it
+    from pipeline.quality.measures import RoundAgreement
 
 OVERRIDE_SUFFIX = ".override.json"
 
@@ -35,6 +37,8 @@ def write_gate(data_root: str | os.PathLike, report: RoundAgreement, labels_sha2
     store.atomic_write_text(root.gate(report.round), store.canonical_json(record))
     override = current_override(root, report.round)
     if override and not report.passed:
+        from pipeline.quality import reports  # the report stack (polars, plots) only where a report is rewritten
+
         reports.mark_override(root.agreement_report_dir(report.round), report.round, False, _failing_text(record),
                               override)
     return record
@@ -69,6 +73,8 @@ def record_override(data_root: str | os.PathLike, round_name: str, reason: str, 
     record = {"round": round_name, "reason": reason.strip(), "by": by.strip(), "labels_sha256": gate["labels_sha256"],
               "failing": gate["failing"], "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     store.atomic_write_text(root.gate_override(round_name), store.canonical_json(record))
+    from pipeline.quality import reports  # the report stack (polars, plots) only where a report is rewritten
+
     reports.mark_override(root.agreement_report_dir(round_name), round_name, False, _failing_text(gate), record)
     return record
 
