@@ -360,10 +360,10 @@ def _hint_mask(arr: pa.Array) -> pa.Array:
 
 def _string_leaves(arr: pa.Array, parents=None) -> Iterator[tuple[pa.Array, object]]:
     """Every string array inside ``arr`` (nested ones too) with, per element, the index of the
-    top-level cell it belongs to (``None``: the element's own index). Types it cannot open
-    (unions, extension types) yield ``(None, parents)``: every such cell counts as flagged."""
+    top-level cell it belongs to (``None``: the element's own index). Nested types it does not
+    open (list views, unions, extension types) yield ``(None, parents)``: every such cell counts
+    as flagged and is checked by the exact pattern."""
     import numpy as np
-    import pyarrow.compute as pc
 
     t = arr.type
     if pa.types.is_dictionary(t):
@@ -374,17 +374,18 @@ def _string_leaves(arr: pa.Array, parents=None) -> Iterator[tuple[pa.Array, obje
         for child in arr.flatten():
             yield from _string_leaves(child, parents)
     elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
-        offsets = arr.offsets
-        start, end = offsets[0].as_py(), offsets[-1].as_py()
+        # .values ignores a slice's offset, .offsets do not: take the values the offsets span
+        offsets = np.asarray(arr.offsets)
+        start, end = int(offsets[0]), int(offsets[-1])
         if end == start:
             return
-        own = np.asarray(pc.list_parent_indices(arr))
+        own = np.repeat(np.arange(len(arr)), np.diff(offsets))  # (list_parent_indices aborts on maps)
         yield from _string_leaves(arr.values.slice(start, end - start), own if parents is None else parents[own])
     elif pa.types.is_fixed_size_list(t):
         own = np.repeat(np.arange(len(arr)), t.list_size)
         yield from _string_leaves(arr.values.slice(arr.offset * t.list_size, len(arr) * t.list_size),
                                   own if parents is None else parents[own])
-    elif pa.types.is_union(t) or isinstance(t, pa.ExtensionType):
+    elif pa.types.is_nested(t) or isinstance(t, pa.ExtensionType):  # list views, unions, ...: check each cell
         yield None, (np.arange(len(arr)) if parents is None else parents)
 
 

@@ -182,3 +182,27 @@ def test_text_blocks_keep_line_numbers_across_block_boundaries(tmp_path, monkeyp
     assert validate.scan_release(tmp_path) == [
         "a.md: line 41: /srv/private/a.wav", "a.md: line 58: https://intranet.example/b",
         "b.md: line 2: www.example.org/x", "c.txt: line 1: ~ann/x"]
+
+
+def test_the_table_scan_opens_every_nested_type_like_the_cell_by_cell_scan():
+    """Maps, fixed-size lists, dictionaries, lists of lists of structs, large lists, list views,
+    sliced chunks: the column scan reports exactly what reading every cell into Python finds."""
+    import pyarrow as pa
+
+    from pipeline.validate import _strings, private_strings, scan_table
+
+    p = "/home/ann/x.wav"
+    table = pa.table({
+        "m": pa.array([[("k", p)], None, [("/srv/a/b", "v")]], pa.map_(pa.string(), pa.string())),
+        "f": pa.array([["a", "b"], [p, None], None], pa.list_(pa.string(), 2)),
+        "d": pa.array(["x", p, "x"]).dictionary_encode(),
+        "n": pa.array([[[{"s": "ok"}]], [[{"s": None}], None], [[{"s": "see https://x.org/a"}]]],
+                      pa.list_(pa.list_(pa.struct([("s", pa.string())])))),
+        "ls": pa.array([["a"], [p], []], pa.large_list(pa.large_string())),
+        "lv": pa.array([["a"], ["www.x.org/y"], None], pa.list_view(pa.string())),
+        "num": pa.array([1, 2, 3]),
+    })
+    for t in (table, pa.concat_tables([table.slice(1), table.slice(0, 1)])):  # sliced chunks
+        want = [f"x: {path}: {hit}" for name in t.column_names for i, v in enumerate(t.column(name).to_pylist())
+                for path, text in _strings(v, f"{name}[{i}]") for hit in private_strings(text)]
+        assert len(want) == 7 and sorted(scan_table(t, "x")) == sorted(want)
