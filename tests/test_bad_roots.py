@@ -54,7 +54,7 @@ def _one_line(result, root: Path, problem: str) -> str:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2, result.output
     assert len(lines) == 1, result.output
-    assert lines[0] == f"rescue: data root {root}: {problem}", lines
+    assert lines[0] == f"rescue: data root {root} {problem}", lines
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return lines[0]
@@ -92,7 +92,7 @@ def test_the_installed_script_prints_one_line_and_no_traceback(a_file):
     proc = subprocess.run([str(RESCUE), "release", "build", "--version", "1.0.0", "--synthetic",
                            "--data-root", str(a_file)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"rescue: data root {a_file}: is a file, not a folder\n"
+    assert proc.stderr == f"rescue: data root {a_file} is a file, not a folder\n"
 
 
 # --- unreadable ---------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_an_unreadable_root_is_one_line_for_every_command(tmp_path):
         results = json.loads(proc.stdout.splitlines()[-1])
     finally:
         root.chmod(0o700)
-    line = f"rescue: data root {root}: cannot be read (permission denied)"
+    line = f"rescue: data root {root} cannot be read (permission denied)"
     wrong = {k: v for k, v in results.items() if v != [2, line + "\n"]}
     assert set(results) == {" ".join(p) for p in WITH_ROOT} and wrong == {}, wrong
 
@@ -167,7 +167,7 @@ def test_a_root_on_a_full_disk_is_one_line_for_every_command(tmpfs):
     _fill(point)
     for root in (point, point / "new-root"):  # the root itself, and a root still to be made there
         for path in WITH_ROOT:
-            _one_line(_run([*path, "--data-root", str(root)]), root, "its disk is full (0 bytes free)")
+            _one_line(_run([*path, "--data-root", str(root)]), root, "is on a full disk (0 bytes free)")
 
 
 def test_a_disk_that_fills_during_a_release_build_is_one_line_and_publishes_nothing(tmpfs):
@@ -177,6 +177,6 @@ def test_a_disk_that_fills_during_a_release_build_is_one_line_and_publishes_noth
                 "--data-root", str(point / "root")])
     assert res.exit_code == 1, res.output
     last = [line for line in res.output.splitlines() if line.strip()][-1]
-    assert last.startswith(f"rescue: data root {point / 'root'}: the disk is full (No space left on device")
+    assert last.startswith(f"rescue: data root {point / 'root'} is on a disk that filled up (No space left on device")
     assert "Traceback" not in res.output
     assert list((point / "root" / "releases").iterdir()) == []  # the half-built folder is gone

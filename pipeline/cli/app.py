@@ -28,9 +28,12 @@ _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 
 
 def root_problem(root: Path) -> str | None:
-    """What makes ``root`` unusable as a data root (``None``: nothing): a file or other non-folder,
-    a folder that cannot be read, a missing root whose nearest existing parent is not a writable
-    folder, or a disk with less than :data:`MIN_FREE_BYTES` free."""
+    """What makes ``root`` unusable as a data root, worded to follow "data root X" (``None``:
+    nothing): a file or other non-folder, a folder that cannot be read, a missing root whose
+    nearest existing parent is not a writable folder, or a disk with less than
+    :data:`MIN_FREE_BYTES` free. It only looks (creating and write-testing the root is
+    :func:`pipeline.config.check_data_root`'s, where a stage writes), so read-only commands and
+    read-only roots keep working."""
     try:
         if root.is_symlink() and not root.exists():
             return f"is a broken link (to {os.readlink(root)})"
@@ -56,12 +59,12 @@ def root_problem(root: Path) -> str | None:
         return None
     free = st.f_bavail * st.f_frsize
     if free < MIN_FREE_BYTES:
-        return f"its disk is full ({free} bytes free)"
+        return f"is on a full disk ({free} bytes free)"
     return None
 
 
 def _fail(root: Path, problem: str, code: int) -> None:
-    typer.echo(f"rescue: data root {root}: {problem}", err=True)
+    typer.echo(f"rescue: data root {root} {problem}", err=True)
     raise typer.Exit(code)
 
 
@@ -104,7 +107,7 @@ def _guard(command, opts: list[str]) -> None:
             if exc.errno not in _DISK_FULL:
                 raise
             where = f" writing {exc.filename}" if exc.filename else ""
-            _fail(state.get("root", "?"), f"the disk is full ({exc.strerror}{where}); nothing more was written", 1)
+            _fail(state.get("root", "?"), f"is on a disk that filled up ({exc.strerror}{where}); nothing more was written", 1)
 
     command.parse_args, command.callback = checked_parse_args, run
 
