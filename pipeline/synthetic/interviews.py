@@ -17,6 +17,7 @@ A 1-2 minute interview takes a few seconds.
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
 import subprocess
@@ -129,15 +130,27 @@ def _add_overlapped(rows: list[ScriptRow], participants: list[str], n: int, m: i
         row.overlapped.append((j, who, rng.choice(BACKCHANNELS)))
 
 
-def _speak(text: str, voice: str, pitch: int, tmp: Path) -> np.ndarray:
-    out = tmp / "u.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-p", str(pitch), "-s", "170", "-w", str(out), text],
-                   check=True, capture_output=True)
-    with wave.open(str(out), "rb") as w:
-        assert w.getframerate() == RATE
-        x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+def _speak(text: str, voice: str, pitch: int, tmp: Path | None = None) -> np.ndarray:
+    """``text`` spoken by espeak-ng, leading/trailing silence trimmed (read-only array). Cached per
+    (text, voice, pitch): a RESCUE-sized batch reuses a few dozen lines thousands of times, and
+    speaking each once keeps generation bound by mixing and encoding. ``tmp`` is unused (kept
+    for callers)."""
+    return _speech(text, voice, pitch)
+
+
+@functools.lru_cache(maxsize=4096)
+def _speech(text: str, voice: str, pitch: int) -> np.ndarray:
+    with tempfile.TemporaryDirectory() as tmpd:
+        out = Path(tmpd) / "u.wav"
+        subprocess.run(["espeak-ng", "-v", voice, "-p", str(pitch), "-s", "170", "-w", str(out), text],
+                       check=True, capture_output=True)
+        with wave.open(str(out), "rb") as w:
+            assert w.getframerate() == RATE
+            x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
     active = np.nonzero(np.abs(x) > 0.01)[0]  # trim espeak's leading/trailing silence
-    return x[active[0]: active[-1] + 1] if len(active) else x
+    x = x[active[0]: active[-1] + 1] if len(active) else x
+    x.flags.writeable = False  # shared by every caller
+    return x
 
 
 def _ts(t: float, sep: str = ",") -> str:
@@ -146,68 +159,36 @@ def _ts(t: float, sep: str = ",") -> str:
 
 
 def render(out_dir: str | Path, name: str, participants: list[str], script: list[ScriptRow], seed: int = 0,
-           prefix_speakers: bool = False, make_video: bool = True) -> dict[str, Path]:
-    """Speak the script and write <name>.mp4/.wav/.srt/.rttm/.rows.json into ``out_dir``."""
+           prefix_speakers: bool = False, make_video: bool = True,
+           target_duration_s: float | None = None) -> dict[str, Path]:
+    """Speak the script and write <name>.mp4/.wav/.srt/.rttm/.rows.json into ``out_dir``.
+    ``target_duration_s``: stretch the pauses between rows (never the speech) so the recording
+    lasts that long; when the speech alone is longer, the natural length stays."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed + 1)
     speakers = ["Therapist"] + list(participants)
     voice = {s: VOICES[i % len(VOICES)] for i, s in enumerate(speakers)}
-    pieces: list[tuple[float, np.ndarray]] = []
-    cues: list[tuple[float, float, str, str]] = []  # start, end, speaker, text
-    rows = []
-    t = 0.5
-    with tempfile.TemporaryDirectory() as tmpd:
-        tmp = Path(tmpd)
-        for i, row in enumerate(script):
-            if i:
-                same = script[i - 1].speaker == row.speaker
-                if row.overlap_s:
-                    t -= row.overlap_s  # an interruption: starts before the previous row ends
-                else:
-                    t += 2.2 if same else rng.uniform(0.35, 0.8)  # same speaker again: a long pause splits rows
-            start = t
-            background = []
-            for j, sentence in enumerate(row.sentences):
-                if j:
-                    t += rng.uniform(0.25, 0.5)
-                    if row.backchannel and j == 1:  # the listener's backchannel sits in this pause
-                        t += 0.25
-                        who, text = row.backchannel
-                        audio = _speak(text, *voice[who], tmp)
-                        pieces.append((t, audio))
-                        cues.append((t, t + len(audio) / RATE, who, text))
-                        background.append({"speaker": who, "target": [row.speaker], "content": text})
-                        t += len(audio) / RATE + 0.3
-                audio = _speak(sentence, *voice[row.speaker], tmp)
-                pieces.append((t, audio))
-                cues.append((t, t + len(audio) / RATE, row.speaker, sentence))
-                for k, who, text in row.overlapped:  # spoken over this sentence, inside its cue
-                    if k == j:
-                        over = _speak(text, *voice[who], tmp)
-                        at = t + 0.45 * len(audio) / RATE
-                        if at + len(over) / RATE < t + len(audio) / RATE - 0.2:
-                            pieces.append((at, over))
-                            cues.append((at, at + len(over) / RATE, who, text))
-                            background.append({"speaker": who, "target": [row.speaker], "content": text})
-                t += len(audio) / RATE
-            rows.append({"row_index": i + 1, "start_time": round(start, 3), "end_time": round(t, 3),
-                         "primary_speaker": row.speaker, "target": row.target,
-                         "dialogue_cleaned": " ".join(row.sentences), "background_dialogue": background})
-        duration = t + 0.8
-        mix = np.zeros(int(duration * RATE) + 1, dtype=np.float32)
-        for start, audio in pieces:
-            k = int(round(start * RATE))
-            mix[k: k + len(audio)] += audio
-        files = {"wav": out_dir / f"{name}.wav"}
-        _write_wav(files["wav"], mix)
-        if make_video:
-            files["mp4"] = out_dir / f"{name}.mp4"
-            subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
-                            "color=c=gray:s=160x120:r=1", "-i", str(files["wav"]), "-shortest",
-                            "-c:v", "libx264", "-preset", "ultrafast", "-tune", "stillimage",
-                            "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "64k", str(files["mp4"])],
-                           check=True, capture_output=True)
+    pieces, cues, rows, t = _layout(script, voice, seed, 0.0)
+    gaps = sum(1 for i, row in enumerate(script) if i and not row.overlap_s)
+    if target_duration_s and gaps and target_duration_s - 0.8 > t:
+        pieces, cues, rows, t = _layout(script, voice, seed, (target_duration_s - 0.8 - t) / gaps)
+    duration = t + 0.8
+    mix = np.zeros(int(duration * RATE) + 1, dtype=np.float32)
+    for start, audio in pieces:
+        k = int(round(start * RATE))
+        mix[k: k + len(audio)] += audio
+    files = {"wav": out_dir / f"{name}.wav"}
+    _write_wav(files["wav"], mix)
+    if make_video:
+        files["mp4"] = out_dir / f"{name}.mp4"
+        # bitexact + no metadata: the same script gives the same bytes (no encoder version/date)
+        subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
+                        "color=c=gray:s=160x120:r=1", "-i", str(files["wav"]), "-shortest",
+                        "-c:v", "libx264", "-preset", "ultrafast", "-tune", "stillimage",
+                        "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "64k", "-map_metadata", "-1",
+                        "-fflags", "+bitexact", "-flags:v", "+bitexact", "-flags:a", "+bitexact",
+                        str(files["mp4"])],
+                       check=True, capture_output=True)
     cues.sort(key=lambda c: c[0])
     srt = []
     for n, (s, e, who, text) in enumerate(cues, 1):
@@ -221,14 +202,59 @@ def render(out_dir: str | Path, name: str, participants: list[str], script: list
     return files
 
 
+def _layout(script: list[ScriptRow], voice: dict, seed: int, extra_gap_s: float):
+    """The script on a timeline: (audio pieces, cues, expected rows, end of the last speech).
+    ``extra_gap_s`` more silence before every row that does not interrupt the previous one."""
+    rng = random.Random(seed + 1)
+    pieces: list[tuple[float, np.ndarray]] = []
+    cues: list[tuple[float, float, str, str]] = []  # start, end, speaker, text
+    rows = []
+    t = 0.5
+    for i, row in enumerate(script):
+        if i:
+            same = script[i - 1].speaker == row.speaker
+            if row.overlap_s:
+                t -= row.overlap_s  # an interruption: starts before the previous row ends
+            else:
+                t += (2.2 if same else rng.uniform(0.35, 0.8)) + extra_gap_s  # same speaker again: a long pause splits rows
+        start = t
+        background = []
+        for j, sentence in enumerate(row.sentences):
+            if j:
+                t += rng.uniform(0.25, 0.5)
+                if row.backchannel and j == 1:  # the listener's backchannel sits in this pause
+                    t += 0.25
+                    who, text = row.backchannel
+                    audio = _speak(text, *voice[who])
+                    pieces.append((t, audio))
+                    cues.append((t, t + len(audio) / RATE, who, text))
+                    background.append({"speaker": who, "target": [row.speaker], "content": text})
+                    t += len(audio) / RATE + 0.3
+            audio = _speak(sentence, *voice[row.speaker])
+            pieces.append((t, audio))
+            cues.append((t, t + len(audio) / RATE, row.speaker, sentence))
+            for k, who, text in row.overlapped:  # spoken over this sentence, inside its cue
+                if k == j:
+                    over = _speak(text, *voice[who])
+                    at = t + 0.45 * len(audio) / RATE
+                    if at + len(over) / RATE < t + len(audio) / RATE - 0.2:
+                        pieces.append((at, over))
+                        cues.append((at, at + len(over) / RATE, who, text))
+                        background.append({"speaker": who, "target": [row.speaker], "content": text})
+            t += len(audio) / RATE
+        rows.append({"row_index": i + 1, "start_time": round(start, 3), "end_time": round(t, 3),
+                     "primary_speaker": row.speaker, "target": row.target,
+                     "dialogue_cleaned": " ".join(row.sentences), "background_dialogue": background})
+    return pieces, cues, rows, t
+
+
 def speak_lines(path: str | Path, voice_index: int, sentences: list[str], pause_s: float = 0.4) -> Path:
     """A WAV of the ``voice_index``-th speaker's voice of every interview (0 = the therapist)
     reading ``sentences``: enrolment recordings (``rescue voices enroll``) for tests and the demo."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     gap = np.zeros(int(pause_s * RATE), dtype=np.float32)
-    with tempfile.TemporaryDirectory() as tmpd:
-        parts = [p for text in sentences for p in (_speak(text, *VOICES[voice_index % len(VOICES)], Path(tmpd)), gap)]
+    parts = [p for text in sentences for p in (_speak(text, *VOICES[voice_index % len(VOICES)]), gap)]
     return _write_wav(path, np.concatenate([gap, *parts]))
 
 
