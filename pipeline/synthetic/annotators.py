@@ -148,6 +148,47 @@ class SimulatedAnnotator:
         return {r["row_index"]: self.answer_row(rnd, sample, r) for r in sample["rows"]
                 if rnd.applies(r.get("primary_speaker"))}
 
+    # --- theory: the law of one answer, mirroring _value and answer_row ------------------
+    def answer_distribution(self, f, path: str, truth: Any, scenario: str, participants: Sequence[str],
+                            n_rows: int = 0, exclude: Iterable = ()) -> dict[Any, float]:
+        """P(answer) for a choice or number field (or subfield) whose truth is ``truth``: what
+        :meth:`_value` draws from, so expected agreement follows from the error rates."""
+        e = self.rate(path)
+        if f.type == "choice":
+            domain = self._domain(f, scenario, participants, n_rows, set(exclude) | {None})
+            if not domain:
+                return {truth: 1.0}
+            pattern = self.confusion.get(path, {}).get(truth)
+            total = sum(pattern.values()) if pattern else 0.0
+            wrong = {k: w / total for k, w in pattern.items()} if pattern else {d: 1 / len(domain) for d in domain}
+        elif f.type == "number":
+            lo = int(f.minimum if f.minimum is not None else 0)
+            hi = int(f.maximum if f.maximum is not None else 10)
+            wrong = {v: 1 / (hi - lo + 1) for v in range(lo, hi + 1)}
+        else:
+            raise ValueError(f"{path}: no answer law for a {f.type} field (choice and number only)")
+        out = {truth: 1.0 - e}
+        for k, w in wrong.items():
+            out[k] = out.get(k, 0.0) + e * w
+        return out
+
+    def presence_distribution(self, f, present: bool, scenario: str, participants: Sequence[str],
+                              n_rows: int = 0) -> dict[str, float]:
+        """P(present / absent) of a records field's answer on a row whose truth has a record
+        (``present``) or not: presence flipped at the field's rate; a support strategy whose
+        type comes out as the empty choice is no record (see :meth:`answer_row`)."""
+        e = self.rate(f.name)
+        keep_kept = keep_invented = 1.0
+        if f.name == "support_strategy":
+            sub = f.subfield("strategy_type")
+            path = f"{f.name}.{sub.name}"
+            domain = self._domain(sub, scenario, participants, n_rows, {None})
+            p_empty = (1 / len(domain)) if "" in domain and not self.confusion.get(path) else 0.0
+            keep_kept = 1.0 - self.rate(path) * p_empty  # a kept record's type replaced by "no strategy"
+            keep_invented = 1.0 - p_empty  # an invented record's type is drawn uniformly
+        p = (1.0 - e) * keep_kept if present else e * keep_invented
+        return {"present": p, "absent": 1.0 - p}
+
     # --- outputs -----------------------------------------------------------------------
     def label_rows(self, rnd, samples: Iterable[dict]) -> list[dict]:
         """Label-table lines (``schemas.LABELS``) as if pulled from Label Studio."""
@@ -237,3 +278,40 @@ def expected_alpha(truth_p: Sequence[float], confusions: Sequence[np.ndarray], d
     pi = np.mean([p @ c for c in cs], axis=0)
     d_e = pi @ d @ pi
     return float(1.0 - d_o / d_e)
+
+
+def expected_alpha_units(units: Sequence[Sequence[Mapping[Any, float]]], metric: str = "nominal") -> float | None:
+    """Large-sample Krippendorff alpha over heterogeneous units: ``units[u][i]`` is annotator i's
+    answer law on unit u (e.g. :meth:`SimulatedAnnotator.answer_distribution`), every unit coded
+    by every annotator. Generalises :func:`expected_alpha` to units whose truth and choices
+    differ (per-sample participant names). ``metric``: ``nominal`` or ``interval``. None when
+    fewer than two annotators or no expected disagreement."""
+    if metric not in ("nominal", "interval"):
+        raise ValueError(f"expected_alpha_units: metric {metric!r} is not nominal or interval")
+    d_o, pooled, n = 0.0, {}, 0
+    for laws in units:
+        pairs = list(combinations(laws, 2))
+        if not pairs:
+            continue
+        n += 1
+        for law in laws:
+            for a, w in law.items():
+                pooled[a] = pooled.get(a, 0.0) + w / len(laws)
+        if metric == "nominal":
+            d_o += sum(1.0 - sum(w * q.get(a, 0.0) for a, w in p.items()) for p, q in pairs) / len(pairs)
+        else:
+            d_o += sum(_var(p) + _var(q) + (_mean(p) - _mean(q)) ** 2 for p, q in pairs) / len(pairs)
+    if not n:
+        return None
+    pi = {a: w / n for a, w in pooled.items()}
+    d_e = 1.0 - sum(w * w for w in pi.values()) if metric == "nominal" else 2.0 * _var(pi)
+    return None if d_e <= 0 else float(1.0 - (d_o / n) / d_e)
+
+
+def _mean(law: Mapping[Any, float]) -> float:
+    return sum(float(a) * w for a, w in law.items())
+
+
+def _var(law: Mapping[Any, float]) -> float:
+    m = _mean(law)
+    return sum(w * (float(a) - m) ** 2 for a, w in law.items())
