@@ -236,7 +236,8 @@ def _annotation_section(manifest: dict) -> str:
         "(speech recognition or subtitles, diarization, turn segmentation), shown as pre-filled values that "
         "annotators correct; a later round pre-fills only what earlier gold or a model proposed (never an empty "
         "value), and a form that came filled in full is taken only once the annotator ticked it as checked. "
-        "Rows where annotators "
+        "The pre-filled fields below are those the pushes really pre-filled (the pipeline's record of each "
+        "push). Rows where annotators "
         "disagree go to an adjudicator, whose answer is gold; numbers take the median.",
         "",
         _md_table(["round", "annotators", "of them simulated", "units", "rows adjudicated", "pre-filled fields",

@@ -50,7 +50,7 @@ from pipeline.benchmark.card import CardOptions, SIMULATED_ANNOTATOR_PREFIX, dat
 from pipeline.benchmark.paper_export import (PAPER_CONTEXT, paper_task_records,  # noqa: F401 (public here too)
                                              write_paper_files)
 from pipeline.benchmark.paper_format import load_rescue_jsonl
-from pipeline.annotation.rounds import load_round
+from pipeline.annotation import pushed
 from pipeline.config import Settings
 from pipeline.paths import DataRoot, InvalidId, check_version
 from pipeline.quality import gates
@@ -234,8 +234,8 @@ def annotation_rounds(data_root: str | os.PathLike, gate_list: list[dict]) -> li
         rec = {"round": g["round"], "passed": g["passed"], "fields": g["fields"], "override": g["override"],
                "annotators": max((f.get("n_annotators") or 0 for f in g["fields"]), default=0),
                "simulated_annotators": 0, "units": None, "adjudicated_rows": 0, "prefilled": []}
-        try:  # fields shown to annotators with a pre-filled draft (pre-annotation)
-            rec["prefilled"] = sorted(f.name for f in load_round(g["round"]).fields if f.prefill)
+        try:  # fields the round's pushes really pre-filled (the push record, not the round's definition)
+            rec["prefilled"] = pushed.prefilled_fields(data_root, g["round"])
         except (KeyError, ValueError, OSError):
             pass
         try:

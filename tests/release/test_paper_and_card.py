@@ -204,10 +204,17 @@ def test_card_parts_for_real_data(head_input, tmp_path):
     rounds = {r["round"]: r for r in res.manifest["annotation"]["rounds"]}
     assert rounds["emotion"]["annotators"] == 3 and rounds["emotion"]["override"]["by"] == "maintainer"
     assert rounds["relation"]["override"] is None
+    # "pre-filled" is what the pushes really pre-filled (their record), not what the round could
+    # pre-fill: the emotion round above was never pushed here, so nothing
+    assert rounds["emotion"]["prefilled"] == [] and "| emotion | 3 |" in text
     _write_round(tmp_path / "t", "transcript", ["ann1@example.org", "ann2@example.org"], passed=True)
+    from pipeline.annotation import pushed
+    pushed.record_pushed(tmp_path / "t", "transcript", [("couple", "ann1@example.org", "s/1")],
+                         {"s/1": ["dialogue_cleaned", "primary_speaker"], "s/2": ["target"]})
     res = release.build_release(head_input, "1.0.0", tmp_path / "t")
-    assert res.manifest["annotation"]["rounds"][0]["prefilled"] == ["dialogue_cleaned"]
-    assert "| transcript | 2 | 0 | 2 | 0 | dialogue_cleaned | passed |" in (res.path / "README.md").read_text()
+    assert res.manifest["annotation"]["rounds"][0]["prefilled"] == ["dialogue_cleaned", "primary_speaker", "target"]
+    assert ("| transcript | 2 | 0 | 2 | 0 | dialogue_cleaned, primary_speaker, target | passed |"
+            in (res.path / "README.md").read_text())
 
 
 def test_card_license_is_configurable(small_input, tmp_path):
