@@ -185,7 +185,8 @@ def render(out_dir: str | Path, name: str, participants: list[str], script: list
         files["mp4"] = out_dir / f"{name}.mp4"
         # bitexact + no metadata: the same script gives the same bytes (no encoder version/date)
         subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
-                        "color=c=gray:s=160x120:r=1", "-i", str(files["wav"]), "-shortest",
+                        # the frame source lasts as long as the audio: -shortest alone overshoots by seconds
+                        f"color=c=gray:s=160x120:r=1:d={duration:.3f}", "-i", str(files["wav"]), "-shortest",
                         "-c:v", "libx264", "-preset", "ultrafast", "-tune", "stillimage",
                         "-pix_fmt", "yuv420p", "-c:a", "aac",
                         *(["-aac_coder", "fast", "-b:a", "48k", "-ar", "16000"] if fast_audio else ["-b:a", "64k"]),
