@@ -160,11 +160,16 @@ class Outcome:
     cached: list[str] = field(default_factory=list)     # task names served from cache
     flow_run: str = ""     # the child flow run that did it (fan-out): its UI link
     worker: str = ""       # where it ran (fan-out): worker name and host
+    source: str = ""       # where the item comes from, e.g. "manifest.csv line 3"
 
 
 def _reason(state) -> str:
+    from prefect.exceptions import FailedRun
+
     try:
         state.result(raise_on_failure=True)
+    except FailedRun:  # a task that returned its own Failed state (an expected problem): its message says it
+        return (state.message or state.name)[:500]
     except BaseException as exc:  # noqa: BLE001 - we report, not handle
         text = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
@@ -208,15 +213,19 @@ def report(key: str, title: str, outcomes: Iterable[Outcome], extra_markdown: st
         lines += ["## Error", "", f"**{type(error).__name__}**: {text[:2000]}", "",
                   "Everything done before the error is kept (cached): fix the cause and run it again.", ""]
     bad = [o for o in outcomes if o.status == "quarantined"]
-    if bad:
+    if bad and any(o.source for o in bad):  # e.g. the manifest line to fix
+        lines += ["## Quarantined", "", "| item | source | reason |", "|---|---|---|"]
+        lines += [f"| {o.item} | {o.source or '-'} | {o.reason.replace('|', '/')} |" for o in bad]
+    elif bad:
         lines += ["## Quarantined", "", "| item | reason |", "|---|---|"]
         lines += [f"| {o.item} | {o.reason.replace('|', '/')} |" for o in bad]
     if extra_markdown:
         lines += ["", extra_markdown]
     create_markdown_artifact(key=f"{key}-summary", markdown="\n".join(lines), description=title)
     fanned = any(o.flow_run for o in outcomes)  # child-run columns only when there were children
+    sourced = any(o.source for o in outcomes)
     create_table_artifact(key=f"{key}-items", table=[
-        {"item": o.item, "status": o.status, "reason": o.reason,
+        {"item": o.item, **({"source": o.source} if sourced else {}), "status": o.status, "reason": o.reason,
          "executed": ",".join(o.executed), "cached": ",".join(o.cached),
          **({"flow_run": o.flow_run, "worker": o.worker} if fanned else {})} for o in outcomes])
     for name, rows in (tables or {}).items():

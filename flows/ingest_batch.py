@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
+from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, summary_on_failure
@@ -187,25 +188,35 @@ def _submit_and_wait(name: str, entries: list[media.ManifestEntry], params: dict
     outcomes = []
     for run_id, items in started.items():
         run, link = final[run_id], _ui_link(run_id)
-        where = str(run.infrastructure_pid or "")
-        if run.state.is_completed():
-            try:
-                res = run.state.result()
-            except Exception as exc:  # noqa: BLE001 - named, not handled
-                outcomes += [Outcome(item, "quarantined", f"{run.name}: its result is not readable here "
-                                     f"({type(exc).__name__}: {exc}); the result storage must be shared "
-                                     f"by every worker (docs/SCALING.md)", flow_run=link, worker=where)
-                             for item in items]
-                continue
-            worker = f"{res['worker'] or '?'}@{res['host']} pid {res['worker_pid']}"
+        try:  # a quarantined child ends Failed with its result as data (flows.ingest_interview)
+            res, unread = run.state.result(raise_on_failure=False), None
+        except Exception as exc:  # noqa: BLE001 - named, not handled
+            res, unread = None, f"{type(exc).__name__}: {exc}"
+        res = res if isinstance(res, dict) and "items" in res else None
+        if run.state.is_completed() and res is None:
+            outcomes += [Outcome(item, "quarantined", f"{run.name}: its result is not readable here "
+                                 f"({unread or 'not a result of ingest-interview'}); the result storage must be shared "
+                                 f"by every worker (docs/SCALING.md)", flow_run=link, worker=_run_worker(run))
+                         for item in items]
+        elif run.state.is_completed():
             outcomes += [Outcome(o["item"], o["status"], o["reason"], o["result"], o["executed"], o["cached"],
-                                 flow_run=link, worker=worker) for o in res["items"]]
+                                 flow_run=link, worker=res["worker"]) for o in res["items"]]
         else:
             msg = (run.state.message or "").strip()
             reason = msg.split("InterviewQuarantined: ", 1)[1] if "InterviewQuarantined: " in msg else \
                 f"child flow run {run.name} ended {run.state.name}: {msg}"
-            outcomes += [Outcome(item, "quarantined", reason[:500], flow_run=link, worker=where) for item in items]
+            worker = res["worker"] if res else _run_worker(run)
+            outcomes += [Outcome(item, "quarantined", reason[:500], flow_run=link, worker=worker) for item in items]
     return outcomes
+
+
+def _run_worker(run) -> str:
+    """Where a child run ran when its own result does not say (it crashed, its result is not
+    readable): its pool, host and flow-run pid from Prefect's record, never a bare pid."""
+    host, _, pid = str(run.infrastructure_pid or "").rpartition(":")
+    if not pid:
+        return f"not started by a worker of pool {run.work_pool_name or '?'}"
+    return f"a worker of pool {run.work_pool_name or '?'}" + (f"@{host}" if host else "") + f" (flow-run pid {pid})"
 
 
 @flow(name="ingest-batch", log_prints=True, persist_result=True)
@@ -255,6 +266,11 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
         with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
             outcomes = settle({e.sample_id: submit_interview(runner, e, batch, root, **options) for e in good})
     outcomes = sorted(outcomes + refused, key=lambda o: o.item)
+    kind = "line" if manifest.suffix == ".csv" else "item"  # read_manifest's own numbering
+    lines = {e.sample_id.encode("unicode_escape").decode("ascii") if e.refused else e.sample_id:
+             f"{manifest.name} {kind} {e.line}" for e in entries}
+    for o in outcomes:
+        o.source = lines.get(o.item, "")
     note(outcomes)  # shown in the summary even if the push below fails
 
     drafted = [o.result for o in outcomes if o.status != "quarantined"]
@@ -266,7 +282,15 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                   "\n".join(f"| {o.item} | {o.status} | {o.worker} | [{o.flow_run.rsplit('/', 1)[-1]}]({o.flow_run}) |"
                             for o in outcomes if o.flow_run))
     counts = report("ingest-batch", f"Batch {batch.name}", outcomes, extra_markdown=extra)
-    return {"counts": counts, "pushed": pushed, "fan_out": child,
-            "quarantined": {o.item: o.reason for o in outcomes if o.status == "quarantined"},
-            "items": {o.item: {"status": o.status, "executed": o.executed, "cached": o.cached,
-                               "flow_run": o.flow_run, "worker": o.worker} for o in outcomes}}
+    result = {"counts": counts, "pushed": pushed, "fan_out": child,
+              "quarantined": {o.item: o.reason for o in outcomes if o.status == "quarantined"},
+              "items": {o.item: {"status": o.status, "source": o.source, "executed": o.executed,
+                                 "cached": o.cached, "flow_run": o.flow_run, "worker": o.worker}
+                        for o in outcomes}}
+    bad = [o for o in outcomes if o.status == "quarantined"]
+    if not bad:
+        return result
+    # Completed all the same (the rest went on), but the state's name says so in the run list
+    return Completed(name=f"Completed ({len(bad)} quarantined)", data=result,
+                     message=f"{len(bad)} of {len(outcomes)} interviews quarantined: " +
+                     "; ".join(f"{o.item} ({o.source})" for o in bad[:20]) + (" ..." if len(bad) > 20 else ""))

@@ -18,17 +18,22 @@ cached on its inputs' CONTENT (file sha256s + task source + pipeline version) in
 result storage, so a rerun on any worker redoes only what did not finish.
 
 The flow's result (persisted: the parent reads it from the shared result storage) says what
-ran, what came from the cache and where it ran; a bad interview ends the run Failed with its
-reason (:class:`InterviewQuarantined`), which the parent reports as quarantined.
+ran, what came from the cache and where it ran (:func:`where_running`); a bad interview ends
+the run Failed with its reason (``InterviewQuarantined: ...``), which the parent reports as
+quarantined. An expected problem of the interview (:data:`EXPECTED`: a bad video, no speech,
+an empty subtitle file) is one line in the run's log, no traceback; anything else keeps its
+traceback.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import RESUME, file_resume, gpu_slot, settle, sha256_file
@@ -39,6 +44,10 @@ from pipeline.media import transcribe as tr
 from pipeline.media import turns
 from pipeline.media.diarize import Diarized
 from pipeline.media.ingest import Ingested, ManifestEntry
+from pipeline.media.rttm import DiarizationError
+from pipeline.media.subtitles import SubtitleError
+from pipeline.media.vad import VadError
+from pipeline.media.voices import VoiceError
 from pipeline.media.transcribe import Transcribed
 from pipeline.media.turns import Segmented
 
@@ -49,7 +58,35 @@ class InterviewQuarantined(RuntimeError):
     """The interview could not be drafted; the message is the stage and the reason."""
 
 
+# What a bad interview raises (its input, not the code, is at fault): quarantined with one line.
+EXPECTED = (media.MediaError, SubtitleError, DiarizationError, VadError, VoiceError)
+
+
+def quarantine_expected(fn):
+    """A stage task's function that ends Failed with ``"<Error>: <reason>"`` on an :data:`EXPECTED`
+    problem instead of raising it: Prefect logs a raised exception with its traceback, a returned
+    Failed state as one line. :func:`flows.settle` reads the reason from the message."""
+    @functools.wraps(fn)  # Prefect reads the parameters and the cache key's source through __wrapped__
+    def stage(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EXPECTED as exc:
+            return Failed(message=f"{type(exc).__name__}: {exc}")
+    return stage
+
+
+def where_running() -> str:
+    """Where this run runs, for the batch summary's worker column: ``NAME@HOST pid P``, the
+    worker's name (the stack sets ``RESCUE_WORKER_NAME``; any Prefect worker passes its own name
+    to its flow-run processes) and the worker's pid (this process's parent); ``this process
+    (HOST pid P)`` when no worker started it."""
+    host = socket.gethostname()
+    name = os.environ.get("RESCUE_WORKER_NAME") or os.environ.get("PREFECT__WORKER_NAME")
+    return f"{name}@{host} pid {os.getppid()}" if name else f"this process ({host} pid {os.getpid()})"
+
+
 @task(name="ingest", task_run_name="ingest[{entry.sample_id}]", cache_policy=file_resume("video"))
+@quarantine_expected
 def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
            subtitles_sha256: str | None = None, allow_outside_batch: bool = False) -> Ingested:
     """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
@@ -62,6 +99,7 @@ def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
 
 
 @task(name="transcript", task_run_name="transcript[{ingested.sample_id}]", cache_policy=RESUME)
+@quarantine_expected
 def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
                device: str) -> Transcribed:
     chosen = tr.resolve_backend(backend, ingested.subtitle_path)
@@ -70,6 +108,7 @@ def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str 
 
 
 @task(name="diarize", task_run_name="diarize[{ingested.sample_id}]", cache_policy=RESUME)
+@quarantine_expected
 def diarize(ingested: Ingested, data_root: str, diarization: str | None, device: str, voices: str = "") -> Diarized:
     """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
     from the voices under the data root)."""
@@ -79,6 +118,7 @@ def diarize(ingested: Ingested, data_root: str, diarization: str | None, device:
 
 
 @task(name="segment", task_run_name="segment[{ingested.sample_id}]", cache_policy=RESUME)
+@quarantine_expected
 def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, data_root: str) -> Segmented:
     return turns.segment_stage(ingested.sample_id, data_root)
 
@@ -116,22 +156,23 @@ def ingest_interview_flow(entry: dict | list[dict], batch_dir: str, data_root: s
     list: one process, one model load for several short interviews); called by ``ingest-batch``.
 
     Returns ``{"items": [{"item", "status": done|cached|quarantined, "reason", "executed",
-    "cached", "result": Segmented}], "worker", "host", "pid", "worker_pid"}``. A single
-    interview that cannot be drafted raises :class:`InterviewQuarantined` (the run shows
-    Failed); in a chunk it is listed with its reason and the others go on."""
+    "cached", "result": Segmented}], "worker": where_running(), "host", "pid", "worker_pid"}``.
+    A single interview that cannot be drafted ends the run Failed, message ``InterviewQuarantined:
+    <stage>: <reason>``, with the same result as its data (no traceback: it is no error of the
+    run); in a chunk it is listed with its reason and the others go on."""
     chunk = [entry_of(e) for e in entry] if isinstance(entry, list) else [entry_of(entry)]
     with ThreadPoolTaskRunner(max_workers=2) as runner:  # transcript and diarize side by side
         outs = settle({one.sample_id: submit_interview(
             runner, one, Path(batch_dir), data_root, backend=backend, asr_model=asr_model, align_model=align_model,
             diarization=diarization, device=device, voices=voices, allow_outside_batch=allow_outside_batch)
             for one in chunk})
-    if not isinstance(entry, list) and outs[0].status == "quarantined":
-        raise InterviewQuarantined(outs[0].reason)
+    logger = get_run_logger()
     for out in outs:
         if out.status == "quarantined":
-            print(f"{out.item} quarantined: {out.reason}")
-    # where it ran: the worker's name (set on every worker the stack and compose start) and pids
-    return {"items": [{"item": o.item, "status": o.status, "reason": o.reason, "executed": o.executed,
-                       "cached": o.cached, "result": o.result} for o in outs],
-            "worker": os.environ.get("RESCUE_WORKER_NAME", ""), "host": socket.gethostname(),
-            "pid": os.getpid(), "worker_pid": os.getppid()}
+            logger.warning("%s quarantined: %s", out.item, out.reason)
+    result = {"items": [{"item": o.item, "status": o.status, "reason": o.reason, "executed": o.executed,
+                         "cached": o.cached, "result": o.result} for o in outs],
+              "worker": where_running(), "host": socket.gethostname(), "pid": os.getpid(), "worker_pid": os.getppid()}
+    if not isinstance(entry, list) and outs[0].status == "quarantined":
+        return Failed(message=f"{InterviewQuarantined.__name__}: {outs[0].reason}", data=result)
+    return result

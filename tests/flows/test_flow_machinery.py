@@ -140,3 +140,125 @@ def test_push_slot_serialises_holders_and_creates_a_missing_limit_with_one_slot(
         t.join(60)
     (a0, a1), (b0, b1) = sorted(spans)
     assert len(spans) == 2 and b0 >= a1, f"two pushes held the slot at once: {spans}"
+
+
+# --- the batch's own summary and state (ingest-batch in-process, fan_out=False) ----------
+
+def _logs(flow_run_id) -> list[str]:
+    """Every log line of a flow run and its task runs, once the run's last line is in."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=5)
+    deadline = time.monotonic() + 30
+    with get_client(sync_client=True) as client:
+        while True:
+            lines = [f"{log.level} {log.message}" for log in client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]
+            if any("Finished in state" in line for line in lines[-3:]) or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.2)
+
+
+def _artifact(flow_run_id, key: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]), key=ArtifactFilterKey(any_=[key])))
+    assert found, f"no artifact {key}"
+    return found[0].data
+
+
+def test_a_batch_with_quarantined_interviews_says_so_in_its_state_and_names_the_manifest_lines(storage):
+    import json
+
+    from flows.ingest_batch import ingest_batch_flow
+
+    batch = storage / "batch"
+    batch.mkdir()
+    (batch / "manifest.csv").write_text("sample_id,scenario,video,participants\n"
+                                        "summary/001,couple,missing.mp4,Ann;Bo\n"
+                                        "bad id,family,x.mp4,Cy;Di\n")
+    state = ingest_batch_flow(batch_dir=str(batch), data_root=str(storage / "data"), push=False, fan_out=False,
+                              return_state=True)
+    # Completed (the batch went on), named for what it quarantined
+    assert state.is_completed() and state.name == "Completed (2 quarantined)", (state.name, state.message)
+    assert "2 of 2 interviews quarantined" in state.message and "summary/001 (manifest.csv line 2)" in state.message
+    result = state.result()
+    assert result["items"]["summary/001"]["source"] == "manifest.csv line 2"
+    assert result["items"]["bad id"]["source"] == "manifest.csv line 3"
+    run_id = state.state_details.flow_run_id
+    summary = _artifact(run_id, "ingest-batch-summary")
+    assert "| item | source | reason |" in summary
+    assert "| summary/001 | manifest.csv line 2 | ingest: MediaError: missing.mp4: file not found |" in summary
+    assert "| bad id | manifest.csv line 3 | manifest: " in summary
+    rows = {r["item"]: r for r in json.loads(_artifact(run_id, "ingest-batch-items"))}
+    assert rows["summary/001"]["source"] == "manifest.csv line 2"
+    # a bad video is no error of the code: one line in the log, no traceback
+    logs = _logs(run_id)
+    assert not any("Traceback" in line for line in logs), logs
+    assert any("MediaError: missing.mp4: file not found" in line for line in logs), logs
+
+
+def test_a_quarantined_interview_run_logs_one_line_and_says_where_it_ran(storage):
+    """The child run of the fan-out (``ingest-interview``), called here without a worker: Failed
+    with its reason and its result (where it ran) as data, no traceback in its log."""
+    from flows.ingest_interview import ingest_interview_flow
+
+    batch = storage / "batch"
+    batch.mkdir()
+    state = ingest_interview_flow(entry={"sample_id": "summary/002", "scenario": "couple", "video": "missing.mp4",
+                                         "participants": ["Ann", "Bo"], "line": 2},
+                                  batch_dir=str(batch), data_root=str(storage / "data"), return_state=True)
+    assert state.is_failed() and state.message == "InterviewQuarantined: ingest: MediaError: missing.mp4: file not found"
+    res = state.result(raise_on_failure=False)
+    assert res["items"][0]["status"] == "quarantined" and res["worker"].startswith("this process (")
+    logs = _logs(state.state_details.flow_run_id)
+    assert not any("Traceback" in line for line in logs), logs
+    assert any("summary/002 quarantined: ingest: MediaError: missing.mp4: file not found" in line for line in logs)
+
+
+def test_only_expected_problems_lose_their_traceback(storage):
+    from flows.ingest_interview import quarantine_expected
+    from pipeline.media.ingest import MediaError
+
+    @task
+    @quarantine_expected
+    def stage(kind: str) -> str:
+        if kind == "bad video":
+            raise MediaError("v.mp4: not a video")
+        raise KeyError("a bug")
+
+    @flow
+    def run():
+        return [(s.is_failed(), s.message) for s in (stage(k, return_state=True) for k in ("bad video", "bug"))]
+
+    state = run(return_state=True)
+    expected, bug = state.result()
+    assert expected == (True, "MediaError: v.mp4: not a video")
+    assert bug[0] and "KeyError" in bug[1]
+    tracebacks = [line for line in _logs(state.state_details.flow_run_id) if "Traceback" in line]
+    assert len(tracebacks) == 1 and "KeyError" in tracebacks[0], tracebacks
+
+
+def test_the_worker_column_never_shows_a_bare_pid(monkeypatch):
+    from flows.ingest_batch import _run_worker
+    from flows.ingest_interview import where_running
+
+    monkeypatch.delenv("RESCUE_WORKER_NAME", raising=False)
+    monkeypatch.setenv("PREFECT__WORKER_NAME", "ProcessWorker 1f2e")
+    assert where_running().startswith("ProcessWorker 1f2e@") and " pid " in where_running()
+    monkeypatch.setenv("RESCUE_WORKER_NAME", "rescue-local-1")
+    assert where_running().startswith("rescue-local-1@")
+    monkeypatch.delenv("RESCUE_WORKER_NAME")
+    monkeypatch.delenv("PREFECT__WORKER_NAME")
+    assert where_running().startswith("this process (")
+    crashed = SimpleNamespace(infrastructure_pid="hostA:4242", work_pool_name="rescue-cpu")
+    assert _run_worker(crashed) == "a worker of pool rescue-cpu@hostA (flow-run pid 4242)"
+    assert _run_worker(SimpleNamespace(infrastructure_pid=None, work_pool_name="rescue-cpu")) == \
+        "not started by a worker of pool rescue-cpu"
