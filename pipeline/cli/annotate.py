@@ -334,25 +334,60 @@ def annotate_acceptance(
     console.print(table)
 
 
+def status_view(desks: list[tuple[str, str, bool, str]], lines: list | None) -> list:
+    """What `rescue annotate status` prints, narrow enough for 80 columns (a longer e-mail or
+    address wraps): per desk (``(email, role, healthy, public URL)``) its state and its person's
+    own address in full, then that annotator's projects: the rows of
+    :func:`pipeline.annotation.status.status_rows` less the annotator (the desk line says it)
+    and the project link (too long for 80 columns: the round's name links to it where the
+    terminal shows links; it is the desk's address + ``/projects/<id>/data``). ``lines`` None:
+    the desks only."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from pipeline.annotation.status import STATUS_COLUMNS, status_rows
+
+    shown = [c for c in STATUS_COLUMNS if c not in ("annotator", "project")]
+    per: dict[str, list[dict]] = {}
+    for row in status_rows(lines or []):  # the same rows the annotation-round run publishes
+        per.setdefault(row["annotator"], []).append(row)
+    out = []
+    for email, role, healthy, url in desks:
+        head = Text(f"desk {email} ({role}): {'up' if healthy else 'DOWN'} at ")
+        head.append(url, style=f"link {url}")
+        out.append(head)
+        if per.get(email):
+            table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+            for c in shown:  # headers on two lines; a value too long for its column wraps, never is cut
+                table.add_column(c.replace(" ", "\n"), overflow="fold",
+                                 justify="right" if c in ("rows done", "skipped", "samples done", "drafts") else "left")
+            for row in per[email]:
+                table.add_row(Text(row["round"], style=f"link {row['project']}"), *(row[c] for c in shown[1:]))
+            out.append(Padding(table, (0, 0, 0, 2)))
+    if lines == []:
+        out.append("no annotation projects yet")
+    return out
+
+
 @annotate_app.command("status")
 def annotate_status(
     data_root: Optional[Path] = DataRoot,
     round_name: Optional[list[str]] = typer.Option(None, "--round", "-r", help="Only these rounds (repeat)."),
     annotator: Optional[list[str]] = typer.Option(None, "--annotator", "-a", help="Only these annotators (repeat)."),
 ) -> None:
-    """Each desk's state and address; per round and annotator: rows done / total, skipped,
-    drafts, last activity, project URL."""
+    """Each desk's state and address (the person's own); under each annotator, per round:
+    rows done / total, skipped, samples done, drafts, last activity (the round links to its
+    project). Fits 80 columns; a longer e-mail or address wraps."""
     from pipeline.annotation.pull import missing_tasks
-    from pipeline.annotation.status import STATUS_COLUMNS, round_status, status_rows
+    from pipeline.annotation.status import round_status
 
     settings = _settings(data_root)
     desks = _desks(settings)
-    down = []
-    for desk, st in desks.status():
-        console.print(f"desk {desk.email} ({desk.role}): {'up' if st.healthy else 'DOWN'} at {desks.public_url(desk)}",
-                      highlight=False)
-        down += [] if st.healthy else [desk.email]
+    states = [(desk.email, desk.role, st.healthy, desks.public_url(desk)) for desk, st in desks.status()]
+    down = [email for email, _, healthy, _ in states if not healthy]
     if down:
+        for line in status_view(states, None):
+            console.print(line, highlight=False)
         _fail(f"desks down: {', '.join(down)}; start them with `rescue label-studio up`")
     try:
         lines = round_status(desks, round_name or None, annotator or None)
@@ -360,10 +395,8 @@ def annotate_status(
                 if not annotator or m[2] in annotator]
     except _desk_errors() as exc:
         _fail(str(exc))
-    table = Table(*STATUS_COLUMNS)
-    for row in status_rows(lines):  # the same rows the annotation-round run publishes
-        table.add_row(*row.values())
-    console.print(table if lines else "no annotation projects yet")
+    for line in status_view(states, lines):
+        console.print(line, highlight=False)
     for rnd, scenario, who, sid in gone:  # pushed, then deleted in Label Studio: never dropped in silence
         console.print(f"[yellow]missing task[/yellow]: {rnd} {scenario} {who}: {sid} was pushed but is gone from "
                       "Label Studio (deleted); `rescue annotate push` recreates it", highlight=False)
