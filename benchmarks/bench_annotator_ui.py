@@ -400,6 +400,186 @@ def measure(fresh_context, base: str, email: str, password: str, pid: int, task:
     return figures
 
 
+# --- keyboard only (--keyboard) ---------------------------------------------------------------
+
+# what has the focus: its form, its field (a list, a text, a number) and Label Studio's control name
+_FOCUS = """() => {
+  const a = document.activeElement;
+  const form = a && a.closest ? a.closest('[id^="unit_"], [id^="voice_"]') : null;
+  const f = a && a.closest ? a.closest('.lsf-choices, .lsf-text-area, .lsf-number') : null;
+  const out = {form: form ? form.id : null, tag: a ? a.tagName : null, kind: null};
+  if (!f) return out;
+  const key = Object.keys(f).find(k => k.startsWith('__reactFiber'));
+  let name = null, choice = null;
+  for (let x = key && f[key], i = 0; x && i < 25; x = x.return, i++) {
+    const it = x.memoizedProps && x.memoizedProps.item;
+    if (it && it.name) { name = it.name; choice = it.choice || null; break; }
+  }
+  out.name = name; out.choice = choice;
+  if (f.classList.contains('lsf-choices')) {
+    const boxes = [...f.querySelectorAll('input[type=checkbox], input[type=radio]')];
+    out.kind = 'choices'; out.options = boxes.map(b => b.name); out.checked = boxes.filter(b => b.checked).map(b => b.name);
+    out.at = boxes.indexOf(a);
+  } else if (f.classList.contains('lsf-number')) {
+    out.kind = 'number'; out.value = a.value;
+  } else {
+    const region = f.querySelector('[id^="TextAreaRegion"]');
+    out.kind = 'text'; out.editing = a.tagName === 'TEXTAREA';
+    out.value = a.tagName === 'TEXTAREA' ? a.value : (region ? region.textContent : null);
+  }
+  return out;
+}"""
+# the values a form's controls hold now (name -> checked choices / kept text / number)
+_FORM_VALUES = """(id) => {
+  const form = document.getElementById(id), out = {};
+  for (const f of form.querySelectorAll('.lsf-choices, .lsf-text-area, .lsf-number')) {
+    if (!f.getClientRects().length) continue;
+    const key = Object.keys(f).find(k => k.startsWith('__reactFiber'));
+    let name = null;
+    for (let x = key && f[key], i = 0; x && i < 25; x = x.return, i++) {
+      const it = x.memoizedProps && x.memoizedProps.item; if (it && it.name) { name = it.name; break; } }
+    if (!name) continue;
+    if (f.classList.contains('lsf-choices')) out[name] = [...f.querySelectorAll('input')].filter(b => b.checked).map(b => b.name);
+    else if (f.classList.contains('lsf-number')) { const v = f.querySelector('input').value; if (v !== '') out[name] = Number(v); }
+    else { const r = f.querySelector('[id^="TextAreaRegion"]'); if (r) out[name] = r.textContent; }
+  }
+  return out;
+}"""
+
+
+class KeyCounter:
+    """Presses keys (never clicks) and counts them: every key press, the Tabs among them, and the
+    characters of typed text apart (``typed``)."""
+
+    def __init__(self, page, pause_s: float = 0.08):
+        self.page, self.pause_s = page, pause_s
+        self.keys = self.tabs = self.typed = 0
+
+    def press(self, key: str) -> None:
+        self.page.keyboard.press(key)
+        self.keys += 1
+        self.tabs += key == "Tab"
+        time.sleep(self.pause_s)  # a person's pace: the page's own moves (the next field) come first
+
+    def type(self, text: str) -> None:
+        self.page.keyboard.type(text)
+        self.typed += len(text)
+
+
+def _alias(option: str) -> str:
+    """A choice as stored: an evidence row's shown value "12 · Ann: ..." is stored as its alias "12"."""
+    head, sep, _ = option.partition(" · ")
+    return head if sep and head.isdigit() else option
+
+
+def _same(have, want) -> bool:
+    if isinstance(want, list):
+        return sorted(_alias(h) for h in have or []) == sorted(want)
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        try:
+            return float(have) == float(want)
+        except (TypeError, ValueError):
+            return False
+    return (have or "") == (want or "")
+
+
+def _choose(k: KeyCounter, focus: dict, want: list) -> None:
+    """Set the list in focus to ``want`` by keys: a choice among the first ten its number key (the
+    last one ``-``), a later one by the arrow keys (and Space in a multiple-choice list)."""
+    options, checked = [_alias(o) for o in focus["options"]], {_alias(o) for o in focus["checked"]}
+    single = focus["choice"] == "single"
+    flips = [o for o in options if (o in want) != (o in checked)]
+    if single:
+        flips = [o for o in want if o not in checked]
+    at = focus["at"] if focus["at"] >= 0 else 0
+    for o in flips:
+        i = options.index(o)
+        if i == len(options) - 1:
+            k.press("-")
+        elif i < 10:
+            k.press(str((i + 1) % 10))
+        else:
+            for _ in range(abs(i - at)):
+                k.press("ArrowRight" if i > at else "ArrowLeft")
+            if not single:
+                k.press("Space")
+        at = i
+
+
+def keyboard_form(k: KeyCounter, form_id: str, want: dict, limit: int = 40) -> list[str]:
+    """Fill one form (its Enter already pressed) with the keyboard alone, as the desk front's keys
+    lead: act on the field in focus when its value is not the wanted one, Tab past it when it is
+    and some field of the form is still to do. Returns the names still not as wanted."""
+    page = k.page
+    for _ in range(limit):
+        values = page.evaluate(_FORM_VALUES, form_id)
+        todo = [n for n, v in want.items() if not _same(values.get(n), v)]
+        if not todo:
+            return []
+        focus = page.evaluate(_FOCUS)
+        name = focus.get("name")
+        if focus["form"] == form_id and name in todo:
+            if focus["kind"] == "choices":
+                _choose(k, focus, want[name])
+            elif focus["kind"] == "number":
+                for digit in str(want[name]):  # digits are keys, not free text
+                    k.press(digit)
+                k.press("Shift+Enter")
+            elif focus["kind"] == "text":
+                text, have = want[name], focus["value"] or ""
+                if not focus["editing"]:  # a kept text: its Edit button opens it
+                    k.press("Space")
+                if have and text.startswith(have):
+                    k.press("Control+End")
+                    k.type(text[len(have):])
+                else:
+                    if have:
+                        k.press("Control+a")
+                    k.type(text)
+                k.press("Shift+Enter")
+            continue
+        k.press("Tab")
+    values = page.evaluate(_FORM_VALUES, form_id)
+    return [n for n, v in want.items() if not _same(values.get(n), v)]
+
+
+def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], pause_s: float = 0.08,
+                    hook=None) -> dict:
+    """One whole window by keyboard alone, through the front's keys: from the project list (the
+    arrow keys to this round's project, Enter; the data manager's "Label All Tasks", Enter) into
+    the label stream; there Enter comes to the first form, each form is filled (:func:`keyboard_form`)
+    and kept with Enter (its pre-fill checked), and Ctrl+Enter submits. Returns the task id, the
+    counts, the units and the fields left not as wanted. ``hook(stage)`` (tests), if given, runs
+    once the window is open (``"open"``) and once it is filled (``"filled"``); its keys are not counted."""
+    k = KeyCounter(page, pause_s)
+    page.goto(f"{base}/projects/")
+    page.wait_for_function("() => document.activeElement && document.activeElement.matches('a.lsf-projects-page__link')")
+    for _ in range(page.locator("a.lsf-projects-page__link").count()):
+        if page.evaluate("() => document.activeElement.getAttribute('href')").rstrip("/").endswith(f"/projects/{pid}/data"):
+            break
+        k.press("ArrowDown")
+    k.press("Enter")
+    page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim() === 'Label All Tasks'")
+    k.press("Enter")
+    _form_ready(page)
+    page.wait_for_load_state("networkidle")
+    task_id, data = page.evaluate("() => [Htx.task.id, Htx.task.dataObj]")  # the window the stream gave
+    want_all = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, data, truth)}
+    left: list[str] = []
+    if hook:
+        hook("open")
+    k.press("Enter")  # to the first form
+    for i in range(len(data["units"])):
+        want = {n: v for n, v in want_all.items() if (naming.parse_control_name(n) or (0, 0, 0, -1))[3] == i}
+        left += keyboard_form(k, f"unit_{i}", want)
+        k.press("Enter")  # keeps this form (pre-fill checked) and goes to the next
+    if hook:
+        hook("filled")
+    k.press("Control+Enter")
+    return {"task": task_id, "keys": k.keys, "tabs": k.tabs, "typed": k.typed, "units": len(data["units"]),
+            "left": left}
+
+
 def make_media(sample: dict, folder: Path) -> str:
     """A WAV as long as the sample (noise), under the media root: what the players and the
     dialogue's line buttons load. Returns its path relative to the media root."""
@@ -501,6 +681,75 @@ def desk_figures(desks: Desks, people: list[str], passwords: dict[str, str]) -> 
     return {"n": len(people), "add_s": add_total, "add_per_desk_s": add_s, "up_s": up_total, "rss_idle_mb": idle}
 
 
+def keyboard_main(args) -> None:
+    """``--keyboard``: one annotator's desk and its front; for every round a family interview of
+    ``--rows`` (first size) pushed as in the page figures, and one whole window of it done by
+    keyboard alone in a fresh headless Chromium (:func:`keyboard_window`); then the desk is asked
+    whether the window's annotation was saved. Prints per round
+    ``ROUND keyboard_keys_per_row=K clicks_per_row=C tabs_per_row=T submitted=yes|no`` (keys: every
+    key press but the characters of free text, the route from the project list included)."""
+    from playwright.sync_api import sync_playwright
+
+    email, password = "bench-keyboard@rescue.test", secrets.token_urlsafe(12)
+    n_rows = args.rows[0]
+    with tempfile.TemporaryDirectory(prefix="bench-ui-keys-") as tmp:
+        root = Path(tmp) / "data"
+        settings = dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port(),
+                                       desk_url="http://127.0.0.1:{port}", desk_public_url="")
+        desks = Desks(root, settings)
+        media = root / "media"
+        media.mkdir(parents=True)
+        front = None
+        try:
+            desks.add(email, "annotator", password, timeout=600)
+            client = desks.client(email)
+            front = FrontProcess(desks.url(email))
+            sample = family_sample(n_rows)
+            audio = None if args.no_media else make_media(sample, media)
+            pids = {}
+            for name in args.rounds:
+                report = push.push_round(desks, name, [sample], [email], k=1, data_root=root,
+                                         prelabel=push.input_values if name == "transcript" else None,
+                                         prelabel_source="input" if name == "transcript" else "none",
+                                         media_url=(lambda s, a=audio: push.local_media_url(a)) if audio else None,
+                                         **({"window": args.window} if args.window else {}))
+                pids[name] = report.projects[push.project_key(name, "family", email)]
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                for name in args.rounds:
+                    rnd = load_round(name)
+                    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                    context.set_default_timeout(args.page_timeout * 1000)
+                    try:
+                        login(context, front.url, email, password)
+                        page = context.new_page()
+                        got = keyboard_window(page, front.url, pids[name], rnd, answers(rnd, sample))
+                        deadline = time.monotonic() + 60
+                        saved = False
+                        while not saved and time.monotonic() < deadline:
+                            task = client.request("GET", f"/api/tasks/{got['task']}/", "read the task").json()
+                            saved = bool(task.get("total_annotations"))
+                            time.sleep(0.5)
+                        why = page.evaluate("() => [...document.querySelectorAll('.rescue-why')].map(w => w.textContent)")
+                        if args.screenshots:
+                            args.screenshots.mkdir(parents=True, exist_ok=True)
+                            page.screenshot(path=str(args.screenshots / f"{name}_keyboard_{n_rows}.png"))
+                    finally:
+                        context.close()
+                    units = max(1, got["units"])
+                    print(f"{name.upper()} keyboard_keys_per_row={got['keys'] / units:.2f} clicks_per_row=0.00 "
+                          f"tabs_per_row={got['tabs'] / units:.2f} submitted={'yes' if saved else 'no'} rows={n_rows} "
+                          f"window_units={got['units']} typed_chars_per_row={got['typed'] / units:.1f} "
+                          f"not_as_wanted={','.join(got['left']) or '-'}"
+                          + (f" refused={why[0]!r}" if why else "") + f" {_load()}", flush=True)
+                browser.close()
+        finally:
+            if front:
+                front.stop()
+            desks.down()
+            desks.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  epilog="Example: .venv/bin/python benchmarks/bench_annotator_ui.py --rows 111 "
@@ -520,6 +769,9 @@ def main() -> None:
     ap.add_argument("--desks", type=int, default=4,
                     help="desks made (Desks.add) and started from cold (Desks.up) for the DESKS figures, the "
                          "annotator's among them (default 4; 0: only the annotator's desk, no DESKS figures)")
+    ap.add_argument("--keyboard", action="store_true",
+                    help="instead of the page figures: one whole window of every round by keyboard alone through the "
+                         "front (keyboard_keys_per_row, clicks_per_row, tabs_per_row, submitted), at the first --rows")
     ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
     args = ap.parse_args()
     keys = not args.direct
@@ -533,10 +785,13 @@ def main() -> None:
                 print(f"{name.upper()} {n_rows} clicks_per_turn={w['clicks']:.2f} keys_per_turn={w['keys']:.2f} "
                       f"text_fields_per_turn={w['texts']:.2f}")
         return
-    from playwright.sync_api import sync_playwright
-
     if not shutil.which(CHROMIUM):
         sys.exit("Debian chromium is not installed (scripts/setup.sh installs it)")
+    if args.keyboard:
+        keyboard_main(args)
+        return
+    from playwright.sync_api import sync_playwright
+
     # stopped (e.g. by `timeout`): still stop the desks and the front it started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     email = "bench-annotator@rescue.test"

@@ -8,26 +8,43 @@ import re
 
 KEYS_PATH = "/__rescue__/keys.js"
 KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (desk_front/comfort.py).
+// Keyboard-first by the WAI-ARIA patterns: each choice list is ONE Tab stop (roving tabindex) with
+// the arrow keys inside it; a form is a unit_<i> (a row) or a voice_<v> ("Who is each voice?").
 (function () {
   if (window.__rescueKeys) return; window.__rescueKeys = true;
-  // Label Studio's automatic hotkey marks ([1], [q], ...) name keys that act on the first forms only
   var style = document.createElement("style");
-  style.textContent = ".lsf-choices sup.lsf-hint { display: none; }";
+  style.textContent = [
+    // Label Studio's automatic hotkey marks ([1], [q], ...) name keys that act on the first forms only
+    ".lsf-choices sup.lsf-hint { display: none; }",
+    // a visible focus ring on whatever has the keyboard's focus (WCAG 2.4.7); a choice's own input is
+    // transparent (antd draws the box beside it), so its ring goes round the choice's label
+    ":focus-visible, .ant-checkbox-wrapper:has(input:focus-visible) { outline: 3px solid #0b57d0 !important;" +
+    " outline-offset: 2px !important; border-radius: 3px; }",
+    ".ant-checkbox-wrapper input:focus-visible { outline: none !important; }",
+    ".rescue-why { color: #a8071a; background: #fff1f0; border: 1px solid #ffa39e; border-radius: 3px;" +
+    " padding: 2px 6px; margin: 4px 0; font-size: 13px; }"
+  ].join("\n");
   document.head.appendChild(style);
-  var current = null;  // id of the form (unit_<i>) the keys act on
-  function unitOf(el) { return el && el.closest ? el.closest('[id^="unit_"]') : null; }
+  var FORM = '[id^="unit_"], [id^="voice_"]';
+  var FIELD = ".lsf-choices, .lsf-text-area, .lsf-number";
+  var current = null;  // id of the form the keys act on
+  function formOf(el) { return el && el.closest ? el.closest(FORM) : null; }
+  function visible(el) { return !!(el && el.getClientRects().length); }
   function editing(el) {
     if (!el) return false;
     if (el.isContentEditable || el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
     return el.tagName === "INPUT" && ["checkbox", "radio", "button", "submit"].indexOf(el.type) < 0;
   }
-  function mark(unit) {
+  function mark(form) {
     var old = current && document.getElementById(current);
-    if (old && old !== unit) old.style.outline = "";
-    if (unit) { current = unit.id; unit.style.outline = "2px solid #1677ff"; unit.style.outlineOffset = "2px"; }
+    if (old && old !== form) old.style.outline = "";
+    if (form) { current = form.id; form.style.outline = "2px solid #1677ff"; form.style.outlineOffset = "2px"; }
   }
-  document.addEventListener("focusin", function (e) { var u = unitOf(e.target); if (u) mark(u); }, true);
-  document.addEventListener("pointerdown", function (e) { var u = unitOf(e.target); if (u) mark(u); }, true);
+  document.addEventListener("focusin", function (e) {
+    var f = formOf(e.target); if (f) mark(f);
+    var g = e.target.closest && e.target.closest(".lsf-choices"); if (g) rove(g);
+  }, true);
+  document.addEventListener("pointerdown", function (e) { var f = formOf(e.target); if (f) mark(f); }, true);
   function onScreen() {  // no form chosen yet: the first one on screen, else the first one
     var all = document.querySelectorAll('[id^="unit_"]');
     for (var i = 0; i < all.length; i++) {
@@ -36,10 +53,63 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
     }
     return all[0] || null;
   }
-  function go(unit) {
-    mark(unit); unit.scrollIntoView({block: "center"});
-    var first = unit.querySelector("input, textarea");
-    if (first) first.focus({preventScroll: true});
+  function choices(group) {
+    return group ? Array.prototype.slice.call(group.querySelectorAll("input[type=checkbox], input[type=radio]")) : [];
+  }
+  // Label Studio's model of a control (name, choice single/multiple, requiredmessage), from React's fiber
+  function modelOf(el) {
+    var key = el && Object.keys(el).find(function (k) { return k.indexOf("__reactFiber") === 0; });
+    for (var f = key && el[key], i = 0; f && i < 25; f = f["return"], i++) {
+      var it = f.memoizedProps && f.memoizedProps.item;
+      if (it && it.name) return it;
+    }
+    return null;
+  }
+  function single(group) { var m = modelOf(group); return !!(m && m.choice === "single"); }
+  // roving tabindex: a list's one Tab stop is its focused choice, else its ticked one, else its first
+  function rove(group) {
+    var all = choices(group); if (!all.length) return;
+    var a = document.activeElement;
+    var stop = all.indexOf(a) >= 0 ? a : (all.filter(function (c) { return c.checked; })[0] || all[0]);
+    all.forEach(function (c) { var t = c === stop ? "0" : "-1"; if (c.getAttribute("tabindex") !== t) c.setAttribute("tabindex", t); });
+  }
+  // a form's fields in order (a list, a text, a number), the hidden ones and the "pre-fill checked" box left out
+  function fields(form) {
+    return Array.prototype.filter.call(form.querySelectorAll(FIELD), function (f) {
+      return visible(f) && !f.closest('[id^="prefill-checked_"]');
+    });
+  }
+  function answered(f) {
+    if (f.classList.contains("lsf-choices")) return choices(f).some(function (c) { return c.checked; });
+    if (f.classList.contains("lsf-number")) { var n = f.querySelector("input"); return !!(n && n.value !== ""); }
+    var t = f.querySelector("textarea");
+    return !(t && visible(t)) && !!f.querySelector(".lsf-textarea__region");
+  }
+  function focusField(f) {
+    var t;
+    if (f.classList.contains("lsf-choices")) { rove(f); t = choices(f).filter(function (c) { return c.tabIndex === 0; })[0]; }
+    else {
+      t = f.querySelector("textarea");
+      if (!visible(t)) t = f.querySelector('input, button[aria-label="Edit Region"]');
+    }
+    if (!t) return false;
+    t.focus({preventScroll: true});
+    t.scrollIntoView({block: "nearest"});
+    return true;
+  }
+  // after a field is answered: the form's next field still without an answer (the re-render awaited)
+  function advance(form, index, tries) {
+    var all = fields(form);
+    for (var j = index + 1; j < all.length; j++) if (!answered(all[j])) { focusField(all[j]); return; }
+    if ((tries || 0) < 5) { setTimeout(function () { advance(form, index, (tries || 0) + 1); }, 30); return; }
+    var a = document.activeElement;  // nothing left: the focus stays in this form (Enter: the next form)
+    if ((!a || a === document.body) && all[index]) focusField(all[index]);
+  }
+  function go(form) {  // to a form: its first field without an answer, else its first field
+    mark(form); form.scrollIntoView({block: "center"});
+    var all = fields(form);
+    var f = all.filter(function (x) { return !answered(x); })[0] || all[0];
+    if (!f || !focusField(f)) { var first = form.querySelector("input, textarea"); if (first) first.focus({preventScroll: true}); }
   }
   // a form that came pre-filled in full shows a required "pre-fill checked" box (ls_config.prefill_check):
   // Enter on the form, or any change in it, ticks it (a hidden box, on a form not pre-filled, never)
@@ -50,27 +120,138 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
   function edited(e) {  // a choice clicked (Label Studio's choices fire no change event) or text typed
     var t = e.target;
     if (!t || !t.closest || t.closest('[id^="prefill-checked_"]')) return;
-    if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(unitOf(t));
+    if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(formOf(t));
+    setTimeout(clearWhy, 0);
   }
   ["click", "input", "change"].forEach(function (kind) { document.addEventListener(kind, edited, true); });
-  function choices(group) { return group ? group.querySelectorAll('input[type=checkbox], input[type=radio]') : []; }
+
+  // a refused submit: Label Studio's warning names the first missing field (its requiredMessage); the
+  // reason goes next to that field, in words, and the focus to it
+  function clearWhy() {
+    document.querySelectorAll(".rescue-why").forEach(function (w) {
+      var f = w.nextElementSibling;
+      if (!f || !f.isConnected || answered(f)) w.remove();
+    });
+  }
+  function refused(dialog) {
+    var text = ((dialog.querySelector(".ant-modal-confirm-content") || {}).textContent || "").trim();
+    if (!text) return;
+    var all = Array.prototype.filter.call(document.querySelectorAll(FIELD), function (f) { return formOf(f) && visible(f); });
+    var matching = all.filter(function (f) {
+      var m = modelOf(f); return m && (m.requiredmessage || m.requiredMessage) === text;
+    });
+    var field = matching.filter(function (f) { return !answered(f); })[0] || matching[0];
+    if (!field) return;  // not one of our forms' messages: Label Studio's warning as it is
+    document.querySelectorAll(".rescue-why").forEach(function (w) { w.remove(); });
+    var why = document.createElement("div");
+    why.className = "rescue-why"; why.setAttribute("role", "alert"); why.textContent = text;
+    field.parentNode.insertBefore(why, field);
+    var ok = dialog.querySelector(".ant-modal-confirm-btns button");
+    if (ok) ok.click();
+    mark(formOf(field));
+    // after the dialog has closed (it gives the focus back to where it came from)
+    setTimeout(function () { focusField(field); field.scrollIntoView({block: "center"}); }, 400);
+  }
+
+  // a keyboard route from the project list into the label stream: the list's first project and the
+  // data manager's "Label All Tasks" get the focus (Enter opens them); arrow keys walk the projects
+  var routed = "";
+  function route() {
+    var a = document.activeElement, path = location.pathname + location.search;
+    if ((a && a !== document.body) || routed === path) return;
+    var el = null;
+    if (/^\/projects\/?$/.test(location.pathname)) el = document.querySelector("a.lsf-projects-page__link");
+    else if (/^\/projects\/\d+\/data\/?$/.test(location.pathname) && !/[?&](task|labeling)=/.test(location.search))
+      el = Array.prototype.find.call(document.querySelectorAll("button"), function (b) {
+        return visible(b) && b.textContent.trim() === "Label All Tasks";
+      });
+    if (el) { routed = path; el.focus(); }
+  }
+  var pending = false;
+  function tidy() {
+    pending = false;
+    document.querySelectorAll(".lsf-choices").forEach(rove);
+    // a text's Add button and a kept text's Delete button: by mouse (Shift+Enter adds; a kept text's
+    // one Tab stop is its Edit button)
+    document.querySelectorAll('.lsf-text-area form button, .lsf-textarea__actions button[aria-label="Delete Region"]')
+      .forEach(function (b) { if (b.getAttribute("tabindex") !== "-1") b.setAttribute("tabindex", "-1"); });
+    document.querySelectorAll(".ant-modal-confirm-warning").forEach(function (d) {
+      if (!d.__rescueSeen) { d.__rescueSeen = true; refused(d); }
+    });
+    route();
+  }
+  new MutationObserver(function () { if (!pending) { pending = true; requestAnimationFrame(tidy); } })
+    .observe(document.documentElement, {childList: true, subtree: true});
+
+  function submitButton() {
+    var b = document.querySelector('button[aria-label="Submit current annotation"], button[aria-label="Update current annotation"]');
+    return b || Array.prototype.find.call(document.querySelectorAll("button"), function (x) {
+      return visible(x) && /^(Submit|Update)$/.test(x.textContent.trim());
+    });
+  }
+  function nextForm(form) {
+    var m = /^(unit|voice)_(\d+)$/.exec(form.id);
+    var next = m && document.getElementById(m[1] + "_" + (Number(m[2]) + 1));
+    return next || (m && m[1] === "voice" ? document.getElementById("unit_0") : null);
+  }
+  function stop(e) { e.preventDefault(); e.stopImmediatePropagation(); }
   window.addEventListener("keydown", function (e) {
-    if (e.ctrlKey || e.metaKey || e.altKey || editing(e.target)) return;
+    var t = e.target, a = document.activeElement;
+    if ((e.ctrlKey || e.metaKey) && e.key === "Enter" && !e.altKey && !e.shiftKey) {
+      // submit from anywhere, a focused choice or text included (Label Studio's own key skips inputs)
+      var sb = submitButton();
+      if (sb && !sb.disabled) { stop(e); sb.click(); }
+      return;
+    }
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    var field = t && t.closest ? t.closest(FIELD) : null, form = formOf(t);
+    if (e.key === "Enter" && e.shiftKey && field && form) {
+      // Shift+Enter keeps a text (Label Studio adds it) or a number, then the form's next open field
+      var index = fields(form).indexOf(field);
+      if (field.classList.contains("lsf-number")) stop(e);
+      if (index >= 0) setTimeout(function () { advance(form, index); }, 0);
+      return;
+    }
+    if (/^Arrow(Up|Down|Left|Right)$|^Home$|^End$/.test(e.key) && t.classList && t.classList.contains("lsf-projects-page__link")) {
+      var links = Array.prototype.slice.call(document.querySelectorAll("a.lsf-projects-page__link"));
+      var k = links.indexOf(t), n = links.length;
+      var to = e.key === "Home" ? 0 : e.key === "End" ? n - 1 : /Down|Right/.test(e.key) ? (k + 1) % n : (k - 1 + n) % n;
+      stop(e); links[to].focus(); return;
+    }
+    if (editing(t)) return;
+    var group = t && t.closest ? t.closest(".lsf-choices") : null;
+    if (group && /^Arrow(Up|Down|Left|Right)$|^Home$|^End$/.test(e.key) && choices(group).indexOf(t) >= 0) {
+      // radio group / checkbox group: the arrows move in the list (a single-choice list: and choose)
+      var all = choices(group), i = all.indexOf(t);
+      var j = e.key === "Home" ? 0 : e.key === "End" ? all.length - 1
+        : /Down|Right/.test(e.key) ? (i + 1) % all.length : (i - 1 + all.length) % all.length;
+      stop(e); all[j].focus(); rove(group);
+      if (single(group) && !all[j].checked) all[j].click();
+      return;
+    }
     var chosen = current && document.getElementById(current);
-    var unit = chosen || onScreen();
+    if (!chosen || !chosen.isConnected) chosen = null;
+    var unit = form || chosen || onScreen();
     if (!unit) return;  // not a RESCUE form: Label Studio's keys as usual
     if (/^[0-9-]$/.test(e.key)) {
-      e.preventDefault(); e.stopImmediatePropagation();
-      var a = document.activeElement;
-      var group = (a && unit.contains(a) && a.closest(".lsf-choices")) || unit.querySelector(".lsf-choices");
-      var all = choices(group);
-      var item = e.key === "-" ? all[all.length - 1] : all[e.key === "0" ? 9 : Number(e.key) - 1];
-      if (item) { mark(unit); item.click(); }
+      stop(e);
+      // the list in focus, else the first list of the form in focus (or outlined): never another form's
+      if (!group || formOf(group) !== unit) group = fields(unit).filter(function (f) { return f.classList.contains("lsf-choices"); })[0];
+      var items = choices(group);
+      var item = e.key === "-" ? items[items.length - 1] : items[e.key === "0" ? 9 : Number(e.key) - 1];
+      if (!item) return;
+      mark(unit);
+      var one = single(group);
+      if (!(one && item.checked)) item.click();  // a single choice already chosen stays chosen
+      item.focus({preventScroll: true}); rove(group);
+      if (one) { var index = fields(unit).indexOf(group); setTimeout(function () { advance(unit, index); }, 0); }
     } else if (e.key === "Enter" && !e.shiftKey) {
-      e.preventDefault(); e.stopImmediatePropagation();
-      // the first Enter comes to the first form on screen, each next one to the following form
-      var next = chosen ? document.getElementById("unit_" + (Number(unit.id.slice(5)) + 1)) : unit;
-      if (chosen) check(unit);  // Enter keeps the outlined form as it is: its pre-fill is checked
+      if (!form && a && a !== document.body && (a.tagName === "BUTTON" || a.tagName === "A")) return;  // its own Enter
+      stop(e);
+      // the first Enter comes to the first form on screen (or the one in focus), each next one to the following form
+      var here = form || chosen;
+      if (here) check(here);  // Enter keeps the form as it is: its pre-fill is checked
+      var next = here ? nextForm(here) : unit;
       if (next) go(next);
     } else if (/^[a-z]$/i.test(e.key) && !e.shiftKey) {
       e.stopImmediatePropagation();  // Label Studio's automatic hotkeys act on the first forms only
