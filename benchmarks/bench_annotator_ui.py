@@ -63,12 +63,19 @@ annotator's pages are):
   editor as built) in the environment reaches the front the benchmark starts (a separate run,
   not interleaved: on the shared machine compare only runs under similar load). ``--direct``:
   the desk itself, no front.
+* ``--keyboard`` (instead of the page figures): one whole window of every round by keyboard alone
+  through the front, at the first ``--rows`` (default 111), in a fresh browser per round: from the
+  project list (arrow keys, Enter; "Label All Tasks", Enter) into the label stream, each form
+  filled as the front's keys lead (:func:`keyboard_window`) and kept with Enter, Ctrl+Enter to
+  submit; the desk is then asked whether the window's annotation was saved. Prints per round
+  ``ROUND keyboard_keys_per_row=K clicks_per_row=C tabs_per_row=T submitted=yes|no`` and extras
+  (keys: every press but free text's characters, the route included; about 5 minutes).
 * Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, the front's start report
   (the desk's release and the bundle patches applied) and the load average (the machine is
   shared: compare figures taken under similar load).
 
     .venv/bin/python benchmarks/bench_annotator_ui.py [--rows 111 250] [--rounds emotion ...]
-        [--repeat N] [--desks N] [--direct] [--no-media] [--work-only] [--window N] [--screenshots DIR]
+        [--repeat N] [--desks N] [--direct] [--no-media] [--work-only] [--keyboard] [--window N] [--screenshots DIR]
         [--json FILE]
 
 About 6-15 minutes for every round at both sizes on a 2-core machine, by its speed (``--repeat 1``:

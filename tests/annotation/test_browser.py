@@ -102,7 +102,7 @@ def _fill_by_keyboard(page, rnd, data, values) -> int:
     """Fill every unit with the keyboard alone, through the front's keys (desk_front.comfort.KEYS_JS): Enter
     comes to the first form; in each form the first list's choice is its number key, pressed
     with the focus anywhere in that form (and it must land there, not on form 0 as Label
-    Studio's own automatic hotkeys do); the other lists: Tab to the choice, Space; text is typed
+    Studio's own automatic hotkeys do); the other lists: Tab to the list, arrows to the choice, Space; text is typed
     and added with Shift+Enter; Ctrl+Enter submits. Returns the key presses used."""
     keys = 0
 
@@ -145,8 +145,14 @@ def _fill_by_keyboard(page, rnd, data, values) -> int:
                             if i:  # not on form 0 (Label Studio's own hotkeys would go there)
                                 assert page.evaluate(_CHECKED, "unit_0") == before_0
                             continue
-                        tab_to(lambda a, v=v, k=k: a["unit"] == f"unit_{i}" and a["group"] == k and a["name"] == v)
-                        press("Space")
+                        # a list is one Tab stop (the front's roving tabindex): Tab to it, arrows to the choice
+                        tab_to(lambda a, k=k: a["unit"] == f"unit_{i}" and a["group"] == k)
+                        for _ in range(len(options)):
+                            if page.evaluate(_ACTIVE)["name"] == v:
+                                break
+                            press("ArrowRight")
+                        if not page.evaluate("() => document.activeElement.checked"):
+                            press("Space")
                     k += 1
                 elif sub.type == "text" and value:
                     name = naming.control_name(f.name, i, 1, sub.name) if f.type == "records" \
