@@ -1,0 +1,137 @@
+"""Keyboard-first through the desk's front (desk_front.comfort.KEYS_JS), in headless Chromium on
+the session's Label Studio: a whole window of a round by keyboard alone, from the project list into
+the label stream (the benchmark's own driver, benchmarks/bench_annotator_ui.py --keyboard); a
+refused submit says why next to the field; Ctrl+Enter submits from a focused checkbox (Label
+Studio's own key ignores inputs); number keys in "Who is each voice?" change only that voice."""
+from __future__ import annotations
+
+import secrets
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
+from test_voice_naming import neutral
+
+from desk_front import FrontServer
+from pipeline import schemas
+from pipeline.annotation import push
+from pipeline.annotation.rounds import load_round
+from pipeline.paths import DataRoot
+from pipeline.store import write_parquet
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_annotator_ui as bench  # noqa: E402
+
+pytestmark = pytest.mark.slow
+# what each list of a form holds ticked: [[names], ...] per .lsf-choices
+_TICKED = "id => [...document.querySelectorAll(`#${id} .lsf-choices`)].map(g => [...g.querySelectorAll('input')].filter(i => i.checked).map(i => i.name))"
+
+
+@pytest.fixture
+def browser_page():
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(120_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def _saved(client, pid: int, task_id: int, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.request("GET", f"/api/tasks/{task_id}/", "read the task").json().get("total_annotations"):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_a_window_by_keyboard_alone_submits_with_ctrl_enter_on_a_checkbox(ls_server, ls_client, ls_desks,
+                                                                         new_annotators, browser_page):
+    page, rnd = browser_page, load_round("strategy")
+    [email] = new_annotators(1)
+    password = secrets.token_urlsafe(12)
+    ls_server.set_password(email, password)
+    sample = make_sample("synthetic/keyboard_001", "couple", 6)  # therapist rows 3 (no strategy), 6 (a strategy)
+    report = push.push_round(ls_desks, "strategy", [sample], [email], k=1, prelabel=None)
+    pid = report.projects[push.project_key("strategy", "couple", email)]
+    front = FrontServer(ls_server.url).start()
+    try:
+        browser_login(page, front.url, email, password, timeout_ms=60_000)
+        seen = {}
+
+        def refused_then_checkbox(stage):
+            if stage == "open":  # nothing filled: Ctrl+Enter is refused, in words, next to the field
+                page.keyboard.press("Control+Enter")
+                why = page.locator("#unit_0 .rescue-why")
+                why.wait_for()
+                seen["why"] = why.inner_text()
+                # the reason stands right before the field it names, and the focus is in that field
+                page.wait_for_function("() => document.activeElement.closest('.lsf-choices') === "
+                                       "document.querySelector('#unit_0 .rescue-why').nextElementSibling")
+                # the visible focus ring: round the focused choice's label
+                seen["ring"] = page.evaluate("() => getComputedStyle(document.activeElement.closest('label')).outlineStyle")
+                # the window afresh (the same task: still unlabeled), its first Enter for form 0 again
+                page.reload()
+                bench._form_ready(page)
+                page.wait_for_load_state("networkidle")
+            else:  # filled: back onto a choice list by keys, then Ctrl+Enter from that checkbox
+                for _ in range(10):
+                    if page.evaluate("() => document.activeElement.type") == "checkbox":
+                        break
+                    page.keyboard.press("Shift+Tab")
+                seen["focus"] = page.evaluate("() => document.activeElement.type")
+
+        got = bench.keyboard_window(page, front.url, pid, rnd, push.input_values(rnd, sample), hook=refused_then_checkbox)
+        page.screenshot(path=str(SCREENSHOTS / "keyboard_strategy.png"), full_page=True)
+        assert seen["why"].startswith("Strategy is missing in form 0"), seen
+        assert seen["ring"] == "solid", seen
+        assert seen["focus"] == "checkbox", seen
+        assert got["left"] == [], got  # every field as wanted, by keys alone
+        assert got["tabs"] <= got["units"], got  # each list one Tab stop: at most one Tab a row
+        assert _saved(ls_client, pid, got["task"]), "Ctrl+Enter on a focused checkbox did not submit"
+    finally:
+        front.stop()
+
+
+def test_number_keys_in_the_voice_block_change_only_that_voice(ls_server, ls_client, ls_desks, new_annotators,
+                                                                tmp_path, browser_page):
+    page = browser_page
+    [email] = new_annotators(1)
+    password = secrets.token_urlsafe(12)
+    ls_server.set_password(email, password)
+    script, draft, table = neutral("synthetic/keyboard_voices", "couple", 7)
+    write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
+                  DataRoot(tmp_path).draft_voices(draft["sample_id"]))
+    report = push.push_round(ls_desks, "transcript", [draft], [email], k=1, data_root=tmp_path)
+    pid = report.projects[push.project_key("transcript", "couple", email)]
+    task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
+    front = FrontServer(ls_server.url).start()
+    try:
+        browser_login(page, front.url, email, password, timeout_ms=60_000)
+        page.goto(f"{front.url}/projects/{pid}/data?task={task['id']}")
+        page.locator("#voice_1 .lsf-choices input").first.wait_for()
+        page.wait_for_load_state("networkidle")
+        forms = page.evaluate("() => [...document.querySelectorAll('[id^=unit_], [id^=voice_]')].map(f => f.id)")
+        before = {f: page.evaluate(_TICKED, f) for f in forms}
+        # the keyboard's way into the list: focus on its one Tab stop (then the key, as a person would)
+        page.locator("#voice_1 .lsf-choices input[tabindex='0']").focus()
+        options = page.evaluate("() => [...document.querySelectorAll('#voice_1 .lsf-choices input')].map(i => i.name)")
+        page.keyboard.press("2")
+        page.wait_for_function("n => document.querySelector(`#voice_1 input[name='${n}']`).checked", arg=options[1])
+        time.sleep(0.3)
+        after = {f: page.evaluate(_TICKED, f) for f in forms}
+        assert after["voice_1"] == [[options[1]]]
+        # every other voice and every row as it was (before: row 1's speaker changed, off-screen)
+        assert {f: v for f, v in after.items() if f != "voice_1"} == {f: v for f, v in before.items() if f != "voice_1"}
+    finally:
+        front.stop()
