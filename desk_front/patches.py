@@ -90,64 +90,16 @@ HOTKEYS_COALESCED = (
     b"e.annotation&&(" + _HOTKEYS_ONCE + b"(e.annotation),null==e.needsUpdate||e.needsUpdate())")
 
 # Label Studio 1.23.2's editor chunk (web/dist/apps/labelstudio/358.js of the label-studio
-# 1.23.2 wheel, served at /react-app/358.js).
+# 1.23.2 wheel, served at /react-app/358.js). (The data manager's "hand-over" patches of 167.js,
+# which spared a task page its second build of the annotation, are gone: four linked patches of
+# two files, too much to keep right by hand.)
 EDITOR = PatchGroup(
     name="editor-1.23.2",
     path="/react-app/358.js",
     sha256="4ab02f0ee667be3c3bfc9df3c9fb847c530e6de9cbcae134c813ef83ae6b45ec",
     replacements=(FLAGS_UNCOPIED, HOTKEYS_COALESCED),
 )
-
-# A task page builds the task's annotation twice: the editor starts with the task the data
-# manager selected (often the task list's entry of it, without its annotations, predictions or
-# drafts) and builds an annotation; once the data manager has loaded the task in full and the
-# editor shows an annotation, it hands the task over again, and the editor resets and builds it
-# anew. With these four patches the data manager says, from the start of the load until the
-# hand-over, that one is coming (it is the only one that hands over); the editor, started
-# meanwhile, waits for it instead of building an annotation to throw away, and the data
-# manager, told so, hands over at once. Should no hand-over come, the editor goes on as before
-# once the load is over. (Measured with the gate, median of 10 revisits of a 250-row window:
-# emotion 3.33 -> 2.39 s, browser CPU 4.34 -> 2.93 s.) All four are in the data manager's
-# chunk, 167.js, and each only acts on a flag another of them sets.
-HANDOVER_FLAGGED = (  # the editor, started while a hand-over is coming, waits for it
-    b'?t:"auto";await s.setAnnotation(e)}',
-    b'?t:"auto";const q=s.datamanager.store.taskStore;'
-    b"if(s.datamanager.__rescueHandOver){"
-    b"s.__rescueDeferred=e;for(;q.loadingItems.includes(s.task.id);)await new Promise(e=>setTimeout(e,20));"
-    b"await new Promise(e=>requestAnimationFrame(()=>requestAnimationFrame(e)));"
-    b"if(s.__rescueDeferred!==e)return;s.__rescueDeferred=void 0}await s.setAnnotation(e)}")
-# the data manager raises the flag for the load and selects a task not on the list's first page
-# (a page reloaded, a task link late in a batch) through its own load, not a second fetch
-HANDOVER_RAISED = (
-    b"(0,Da.h5)(()=>{void 0!==n?e.annotationStore.setSelected(n):e.taskStore.setSelected(t)});"
-    b"const i=e.taskStore.loadTask(t,{select:!!t&&!!n});yield i.then(async()=>{let t=1e3;"
-    b"for(;(null==(n=e.LSF)||!n.currentAnnotation)&&t>0;){var n;await new Promise(e=>setTimeout(e,1)),t-=1}"
-    b"if(e.LSF){",
-    b'(0,Da.h5)(()=>{void 0!==n?e.annotationStore.setSelected(n):"number"==typeof t&&!e.taskStore.hasRecord(t)'
-    b"||e.taskStore.setSelected(t)});e.SDK.__rescueHandOver=!0;"
-    b'const i=e.taskStore.loadTask(t,{select:!!t&&(!!n||"number"==typeof t&&!e.taskStore.hasRecord(t))});'
-    b"yield i.then(async()=>{let t=1e3;"
-    b"for(;(null==(n=e.LSF)||!n.currentAnnotation&&void 0===n.__rescueDeferred)&&t>0;)"
-    b"{var n;await new Promise(e=>setTimeout(e,1)),t-=1}e.SDK.__rescueHandOver=void 0;if(e.LSF){")
-# an editor started while a hand-over is coming gets the task without its annotations and
-# predictions (the hand-over sets the task up in full), so nothing is built from them twice
-HANDOVER_BARE_TASK = (
-    b"task:sa(this.task),description:this.instruction,",
-    b"task:this.datamanager.__rescueHandOver?Object.assign(sa(this.task),{annotations:[],predictions:[]}):sa(this.task),"
-    b"description:this.instruction,")
-# the hand-over passes on the annotation the waiting editor would have picked
-HANDOVER_PASSED_ON = (
-    b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,n);",
-    b"null==(l=e.LSF)||l.setLSFTask(e.taskStore.selected,void 0!==l.__rescueDeferred?"
-    b"(x=>(l.__rescueDeferred=void 0,x))(l.__rescueDeferred):n);")
-# Label Studio 1.23.2's data manager chunk (web/dist/apps/labelstudio/167.js, /react-app/167.js)
-HANDOVER = PatchGroup(
-    name="datamanager-handover-1.23.2",
-    path="/react-app/167.js",
-    sha256="0187ac4065ce3d40b5650fd2244439a6672980577b59b19becae80371d5cf2f8",
-    replacements=(HANDOVER_FLAGGED, HANDOVER_RAISED, HANDOVER_BARE_TASK, HANDOVER_PASSED_ON),
-)
-BUNDLE_PATCHES: tuple[PatchGroup, ...] = (EDITOR, HANDOVER)
+BUNDLE_PATCHES: tuple[PatchGroup, ...] = (EDITOR,)
 
 
 class Patcher:

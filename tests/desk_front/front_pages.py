@@ -8,17 +8,11 @@ from pipeline.annotation import ls_config
 from pipeline.annotation.rounds import load_round
 
 
-TASK_LIST_PAGE = 30  # tasks on the data manager's first page of its task list (Label Studio 1.23)
-
-
-def emotion_project(ls_client, name: str, scenario: str = "family", keys: bool = False, unlisted: bool = False):
+def emotion_project(ls_client, name: str, scenario: str = "family", keys: bool = False):
     """A project of the emotion round with one task pre-filled with the round's defaults.
     ``keys``: without the config's hidden key holders, so that Label Studio gives its choices
     keys, those of the people lists (choices loaded from the task data) among them. Returns
-    the project, the task id, the prediction's results and the people. ``unlisted``: the task
-    id is a pair, the task first in the project and the same task again after a list page of
-    unfilled ones (not on the data manager's first page: a page reloaded or a task link opened
-    late in a batch, where the data manager takes another path)."""
+    the project, the task id, the prediction's results and the people."""
     rnd = load_round("emotion")
     sample = make_sample(f"synthetic/desk_front_{name}", scenario, 8)
     config = ls_config.render_config(rnd, scenario)
@@ -28,9 +22,5 @@ def emotion_project(ls_client, name: str, scenario: str = "family", keys: bool =
     prediction = ls_config.values_to_results(rnd, data, ls_config.default_values(rnd, sample))
     assert prediction, "the emotion round pre-fills its defaults"
     project = ls_client.ensure_project(f"rescue-test:desk-front-{name}", f"desk front {name}", config)
-    filled = {"data": data, "predictions": [{"result": prediction}]}
-    if not unlisted:
-        [task] = ls_client.import_tasks(project.id, [filled])
-        return project, task, prediction, {e["value"] for e in data["entities"]}
-    ids = ls_client.import_tasks(project.id, [filled] + [{"data": data}] * TASK_LIST_PAGE + [filled])
-    return project, (min(ids), max(ids)), prediction, {e["value"] for e in data["entities"]}
+    [task] = ls_client.import_tasks(project.id, [{"data": data, "predictions": [{"result": prediction}]}])
+    return project, task, prediction, {e["value"] for e in data["entities"]}
