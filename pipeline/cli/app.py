@@ -58,7 +58,9 @@ def root_problem(root: Path) -> str | None:
     except OSError:
         return None
     free = st.f_bavail * st.f_frsize
-    if free < MIN_FREE_BYTES:
+    # A file system with no blocks at all (/proc, /sys) is not a disk that filled up: whether
+    # a root can be made there is for check_data_root to find out, and name.
+    if st.f_blocks and free < MIN_FREE_BYTES:
         return f"is on a full disk ({free} bytes free)"
     return None
 
@@ -93,7 +95,11 @@ def _guard(command, opts: list[str]) -> None:
 
     def checked_parse_args(ctx, args):
         if not ctx.resilient_parsing and not set(args) & set(ctx.help_option_names):
-            root = state["root"] = _root_from_args(args, opts)
+            try:
+                root = state["root"] = _root_from_args(args, opts)
+            except ValueError as exc:  # a setting the root's resolution reads is malformed
+                typer.echo(f"rescue: {exc}", err=True)
+                raise typer.Exit(2) from None
             problem = root_problem(root)
             if problem:
                 _fail(root, problem, 2)
