@@ -74,7 +74,14 @@ def test_the_front_passes_the_real_desk_through(ls_server, ls_credentials):
         direct = httpx.get(f"{ls_server.url}/api/projects/", headers={"X-Api-Key": token}, timeout=60)
         through = httpx.get(f"{front.url}/api/projects/", headers={"X-Api-Key": token}, timeout=60)
         assert direct.status_code == through.status_code == 200
-        assert through.json() == direct.json()
+        # the same answer; a page link (once the shared server holds more than a page of
+        # projects) names the address the caller used, so it is followed through the front too
+        got, want = through.json(), direct.json()
+        for link in ("next", "previous"):
+            if isinstance(got, dict) and got.get(link):
+                assert got[link].startswith(front.url) and want[link].startswith(ls_server.url)
+                got[link], want[link] = got[link].removeprefix(front.url), want[link].removeprefix(ls_server.url)
+        assert got == want
         wrong = httpx.get(f"{front.url}/api/projects/", headers={"Authorization": "Token " + "f" * 40}, timeout=60)
         assert wrong.status_code == httpx.get(f"{ls_server.url}/api/projects/",
                                               headers={"Authorization": "Token " + "f" * 40}).status_code == 401
