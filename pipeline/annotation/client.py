@@ -9,10 +9,15 @@ Other stages (adjudication) create their own projects with :meth:`ensure_project
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
+import ssl
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from functools import lru_cache
 
 import httpx
 
@@ -38,6 +43,11 @@ class Project:
     label_config: str
     model_version: str
     description: str = ""
+    # As listed (:meth:`LabelStudioClient.projects`): the instruction panel, and live counts that
+    # any task, annotation or prediction added or deleted changes (``PROJECT_COUNTS``, in order).
+    instruction: str | None = None
+    show_instruction: bool | None = None
+    counts: tuple[int, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -47,6 +57,45 @@ class Project:
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# Counted by Label Studio for every project it lists (SQL counts, never cached).
+PROJECT_COUNTS = ("task_number", "total_annotations_number", "skipped_annotations_number", "total_predictions_number")
+_PROJECT_FIELDS = ",".join(("id", "title", "description", "label_config", "model_version", "expert_instruction",
+                            "show_instruction") + PROJECT_COUNTS)
+# Label Studio's data manager reads filter times in this form (``data_manager.managers.DATETIME_FORMAT``).
+LS_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+# How long a write to Label Studio may take between stamping ``updated_at`` and committing it.
+# The stamp is taken just before the write's statement (``auto_now``), which then waits at most
+# 5 s for SQLite's write lock (Python's default ``timeout``; Label Studio sets none; a longer wait
+# fails the write, it never commits late) and commits on its own (Label Studio runs without
+# ATOMIC_REQUESTS): 10 s leaves twice that. A look at a project at server time T therefore sees
+# every change stamped before T - SETTLE_S, and any change it does not see yet will carry a stamp
+# of T - SETTLE_S or later: the pull asks next time for the tasks changed since then
+# (:meth:`LabelStudioClient.changed_tasks`), the push for the tasks changed since its newest.
+SETTLE_S = 10.0
+ID_CHUNK = 400  # task ids per request when they travel in its URL
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    """A timestamp as Label Studio writes it (``2026-01-02T03:04:05.123456Z``; no fraction when it
+    is 0), as an aware UTC datetime (None for None). Compare these, never the strings."""
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+
+
+def format_time(value: dt.datetime) -> str:
+    """``value`` (aware) in the form Label Studio's filters read, UTC with microseconds."""
+    return value.astimezone(dt.timezone.utc).strftime(LS_TIME_FORMAT)
+
+
+def server_time(response: httpx.Response) -> dt.datetime | None:
+    """The server's clock when it answered (its ``Date`` header, whole seconds, rounded down)."""
+    try:
+        return parsedate_to_datetime(response.headers["date"]).astimezone(dt.timezone.utc)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def connection_limits(url: str) -> httpx.Limits:
@@ -61,6 +110,13 @@ def connection_limits(url: str) -> httpx.Limits:
     return httpx.Limits()
 
 
+@lru_cache(maxsize=1)
+def _tls() -> ssl.SSLContext:
+    """One verifying TLS context per process (httpx would load the CA bundle for every client:
+    ~50 ms each, and a pull or push makes one client per desk)."""
+    return httpx.create_ssl_context()  # what httpx makes by default (certifi, or SSL_CERT_FILE / _DIR)
+
+
 class LabelStudioClient:
     def __init__(self, url: str, token: Secret | str, timeout: float = 120.0):
         token = token if isinstance(token, Secret) else Secret(token)
@@ -68,7 +124,8 @@ class LabelStudioClient:
             raise LabelStudioAuthError("no Label Studio API token (a desk's service account in <data root>/desks/)")
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout, limits=connection_limits(self.url),
-                                  headers={"Authorization": f"Token {token.value}"})
+                                  headers={"Authorization": f"Token {token.value}"}, verify=_tls())
+        self._clock = threading.local()
 
     def __repr__(self) -> str:
         return f"LabelStudioClient({self.url!r}, token=****)"
@@ -91,7 +148,13 @@ class LabelStudioClient:
         if r.status_code >= 400:
             body = r.text[:300].replace("\n", " ")
             raise LabelStudioError(f"Label Studio refused to {what} (HTTP {r.status_code}): {body}")
+        self._clock.answered = server_time(r)
         return r
+
+    def answered_at(self) -> dt.datetime | None:
+        """The server's clock at its last answer to this thread (None before any, or without a
+        ``Date`` header)."""
+        return getattr(self._clock, "answered", None)
 
     def _json(self, method: str, path: str, what: str, **kwargs):
         r = self.request(method, path, what, **kwargs)
@@ -117,14 +180,17 @@ class LabelStudioClient:
 
     # --- projects ------------------------------------------------------------------------
     def projects(self) -> list[Project]:
+        """Every project of the server (one request per 100), with its instruction panel and
+        its live counts (:data:`PROJECT_COUNTS`)."""
         out, page = [], 1
         while True:
             body = self._json("GET", "/api/projects/", "list projects",
-                              params={"page": page, "page_size": 100,
-                                      "include": "id,title,description,label_config,model_version"})
+                              params={"page": page, "page_size": 100, "include": _PROJECT_FIELDS})
             items = body["results"] if isinstance(body, dict) else body
             out += [Project(p["id"], p["title"], p.get("label_config") or "", p.get("model_version") or "",
-                            p.get("description") or "") for p in items]
+                            p.get("description") or "", p.get("expert_instruction"), p.get("show_instruction"),
+                            tuple(p[k] for k in PROJECT_COUNTS) if all(k in p for k in PROJECT_COUNTS) else None)
+                    for p in items]
             if not isinstance(body, dict) or not body.get("next"):
                 return out
             page += 1
@@ -133,10 +199,11 @@ class LabelStudioClient:
         return next((p for p in self.projects() if p.key == key), None)
 
     def ensure_project(self, key: str, title: str, label_config: str, model_version: str = "",
-                       description: str = "") -> Project:
+                       description: str = "", listed: list[Project] | None = None) -> Project:
         """The project identified by ``key`` (kept as the last description line; titles are
-        limited to 50 characters), created when missing, its config updated when changed."""
-        project = self.find_project(key)
+        limited to 50 characters), created when missing, its config updated when changed.
+        ``listed``: the server's projects as just listed (:meth:`projects`; saves a listing)."""
+        project = next((p for p in listed if p.key == key), None) if listed is not None else self.find_project(key)
         if project is None:
             description = f"{description}\n{key}".strip()
             body = self._json("POST", "/api/projects/", f"create project {title!r}", json={
@@ -151,7 +218,8 @@ class LabelStudioClient:
             changes["model_version"] = model_version
         if changes:
             self._json("PATCH", f"/api/projects/{project.id}/", f"update project {title!r}", json=changes)
-            project = Project(project.id, project.title, label_config, model_version, project.description)
+            project = Project(project.id, project.title, label_config, model_version, project.description,
+                              project.instruction, project.show_instruction, project.counts)
         return project
 
     def add_local_storage(self, project_id: int, path: str, title: str = "media") -> None:
@@ -182,6 +250,64 @@ class LabelStudioClient:
             if len(out) >= body.get("total", 0) or not items:
                 return out
             page += 1
+
+    def changed_tasks(self, project_id: int, since: dt.datetime | None, *, drafts: bool = False, ids: Iterable[int] = (),
+                      include: str = "id,updated_at,total_annotations,cancelled_annotations",
+                      page_size: int = 5000) -> tuple[list[dict], dt.datetime | None]:
+        """``(tasks, server time)``: the project's tasks whose ``updated_at`` is ``since`` or later
+        - and, with ``drafts``, every task holding a draft (``draft_exists``) - with only the
+        ``include`` fields (newest first), and the server's clock at the first answer. With
+        ``ids``: those tasks only (``since`` ignored). One request per ``page_size`` tasks.
+
+        Label Studio sets a task's ``updated_at`` whenever the task, one of its annotations or
+        one of its predictions is saved or deleted (``Task.save``, ``Annotation.update_task``,
+        ``Prediction.update_task``); drafts leave it alone."""
+        ids = sorted(set(ids))
+        if len(ids) > ID_CHUNK:  # the ids travel in the URL: a few hundred at a time
+            parts = [self.changed_tasks(project_id, since, ids=part, include=include, page_size=page_size)
+                     for part in chunks(ids, ID_CHUNK)]
+            return [t for tasks, _ in parts for t in tasks], parts[0][1]
+        if ids:
+            query: dict = {"selectedItems": {"all": False, "included": ids}}
+        else:
+            items = [{"filter": "filter:tasks:updated_at", "operator": "greater_or_equal", "type": "Datetime",
+                      "value": format_time(since)}]
+            if drafts:
+                items.append({"filter": "filter:tasks:draft_exists", "operator": "equal", "type": "Boolean",
+                              "value": True})
+            query = {"filters": {"conjunction": "or", "items": items}}
+        query["ordering"] = ["-tasks:updated_at"]
+        out: list[dict] = []
+        page, when = 1, None
+        while True:
+            try:
+                r = self.request("GET", "/api/tasks/", f"list the changed tasks of project {project_id}",
+                                 params={"project": project_id, "page": page, "page_size": page_size,
+                                         "fields": "task_only", "include": include, "query": json.dumps(query)})
+            except LabelStudioError as exc:  # the data manager answers 404 past the last page
+                if "HTTP 404" in str(exc) and page > 1:
+                    return out, when
+                raise
+            when = when or server_time(r)
+            body = r.json()
+            items = body.get("tasks", [])
+            out += items
+            if len(out) >= body.get("total", 0) or not items:
+                return out, when
+            page += 1
+
+    def newest_task(self, project_id: int) -> tuple[dict | None, int]:
+        """``(the task Label Studio changed last (id, updated_at), how many tasks the project
+        has)``: one small request whatever the project's size."""
+        body = self._json("GET", "/api/tasks/", f"look at project {project_id}", params={
+            "project": project_id, "page": 1, "page_size": 1, "fields": "task_only", "include": "id,updated_at",
+            "query": json.dumps({"ordering": ["-tasks:updated_at"]})})
+        tasks = body.get("tasks") or []
+        return (tasks[0] if tasks else None), int(body.get("total", 0))
+
+    def task_drafts(self, task_id: int) -> list[dict]:
+        """Every draft of a task, whoever saved it (``GET /api/tasks/<id>/drafts``)."""
+        return self._json("GET", f"/api/tasks/{task_id}/drafts", f"list the drafts of task {task_id}") or []
 
     def find_tasks(self, project_id: int, key: str, value: str) -> list[dict]:
         """Tasks whose ``data[key] == value`` (server-side filter on task data)."""
@@ -217,14 +343,17 @@ class LabelStudioClient:
         return self._json("POST", f"/api/tasks/{task_id}/annotations/", "create an annotation", json=payload)
 
     # --- export --------------------------------------------------------------------------
-    def export_tasks(self, project_id: int) -> bytes:
-        """Every task of a project with its annotations, as raw JSON bytes (synchronous export).
+    def export_tasks(self, project_id: int, ids: Iterable[int] = ()) -> bytes:
+        """Every task of a project (or only the tasks ``ids``) with its annotations and every
+        login's drafts, as raw JSON bytes (synchronous export).
 
         About twice as fast as a snapshot export; annotations name their user by id
         (``completed_by``), predictions are given by id.
         """
-        r = self.request("GET", f"/api/projects/{project_id}/export", f"export project {project_id}",
-                         params={"exportType": "JSON", "download_all_tasks": "true"})
+        params: dict = {"exportType": "JSON", "download_all_tasks": "true"}
+        if ids:
+            params["ids[]"] = sorted(set(ids))  # in the URL: callers pass at most ID_CHUNK
+        r = self.request("GET", f"/api/projects/{project_id}/export", f"export project {project_id}", params=params)
         return r.content
 
     def export_snapshot(self, project_id: int, timeout: float = 600.0) -> bytes:

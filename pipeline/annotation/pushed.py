@@ -20,6 +20,13 @@ second project or a second copy of a task. It holds between processes on ONE hos
 shared file system whose flock is reliable, e.g. local or NFSv4 with lock support); workers on
 several hosts must serialise pushes elsewhere (a Prefect global concurrency limit of 1 around
 the push task, or a single push worker).
+
+:func:`read_sync` / :func:`write_sync` keep what the last push and the last pull saw of each
+desk (``<data root>/annotation/sync/<round>.push.json`` and ``.pull.json``): the tasks of every
+project with their content hash, and what Label Studio showed of each project (its counts, the
+tasks it changed in a recent window); a push or pull with nothing new asks Label Studio only
+whether anything moved (:mod:`.push`, :mod:`.pull`). They are caches: deleting them costs one
+full listing or export, never a wrong answer.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from pipeline import store
 from pipeline.paths import DataRoot, check_name
@@ -84,9 +92,44 @@ def record_pushed(data_root: str | os.PathLike, round_name: str, given: Iterable
     for sample_id, fields in (prefilled or {}).items():
         filled.setdefault(sample_id, set()).update(fields)
     out = {k: sorted(v) for k, v in sorted(projects.items())}
-    store.atomic_write_text(DataRoot(data_root).pushed(round_name), store.canonical_json(
-        {"round": round_name, "projects": out, "prefilled": {k: sorted(v) for k, v in sorted(filled.items())}}))
+    path = DataRoot(data_root).pushed(round_name)
+    text = store.canonical_json(
+        {"round": round_name, "projects": out, "prefilled": {k: sorted(v) for k, v in sorted(filled.items())}})
+    with contextlib.suppress(OSError):
+        if path.read_text(encoding="utf-8") == text:
+            return out  # a push that gave nothing new leaves the record as it is
+    store.atomic_write_text(path, text)
     return out
+
+
+def sync_path(data_root: str | os.PathLike, round_name: str, kind: str) -> Path:
+    """``annotation/sync/<round>.<kind>.json`` (kind: ``push`` or ``pull``)."""
+    if kind not in ("push", "pull"):
+        raise ValueError(f"sync state kind {kind!r} is not push or pull")
+    return DataRoot(data_root).annotation_dir() / "sync" / f"{check_name(round_name, 'round')}.{kind}.json"
+
+
+def read_sync(data_root: str | os.PathLike, round_name: str, kind: str) -> dict:
+    """The round's push or pull state ({} when there is none or it cannot be read: a cache)."""
+    path = sync_path(data_root, round_name, kind)
+    try:
+        raw = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) and raw.get("round") == round_name else {}
+
+
+def write_sync(data_root: str | os.PathLike, round_name: str, kind: str, state: dict) -> bool:
+    """Write the round's push or pull state (0600, atomically); False when it is already so."""
+    path = sync_path(data_root, round_name, kind)
+    data = json.dumps({**state, "round": round_name}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode("utf-8")
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return False
+    store.make_private_dir(path.parent)
+    store.atomic_write_bytes(path, data)
+    return True
 
 
 def pushed_annotators(data_root: str | os.PathLike, round_name: str) -> list[str]:

@@ -21,9 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_desk_killed_mid_push_fails_clearly_and_a_rerun_completes(desk_factory, monkeypatch):
-    """Real desks: annotator a's own Label Studio dies after the first imported chunk (which went
-    to a's desk); the push stops naming what was done, and once a's desk is up again the same
-    push completes every project on both desks with no task twice and a's answer kept."""
+    """Real desks: annotator a's own Label Studio dies after the first chunk imported to it; b's
+    desk (pushed side by side) gets all its tasks; the push stops naming what was done, and once
+    a's desk is up again the same push completes every project on both desks with no task twice
+    and a's answer kept."""
     monkeypatch.setattr(push, "IMPORT_CHUNK", 40)
     samples = [make_sample(f"synthetic/crash_{i:03d}", "couple", 5) for i in range(120)]
     annotators = ["crash-a@rescue.test", "crash-b@rescue.test"]
@@ -39,22 +40,27 @@ def test_a_desk_killed_mid_push_fails_clearly_and_a_rerun_completes(desk_factory
     server_a, server_b = desks.server(annotators[0]), desks.server(annotators[1])
     pid_b = server_b.status().pid
 
-    def kill_after_first_chunk(done, total):
-        if done == 40:
-            server_a.kill()
+    imported = client_a.import_tasks
 
+    def kill_after_first_chunk(project_id, tasks):  # a's desk dies once its first chunk is in
+        ids = imported(project_id, tasks)
+        server_a.kill()
+        return ids
+
+    monkeypatch.setattr(client_a, "import_tasks", kill_after_first_chunk)
     try:
         with pytest.raises(push.PushError) as err:
-            push.push_round(desks, "emotion", samples, annotators, on_chunk=kill_after_first_chunk)
+            push.push_round(desks, "emotion", samples, annotators)
         assert not server_a.status().running and server_b.status().pid == pid_b  # only a's desk died
     finally:
         server_a.start(timeout=300)
+        monkeypatch.setattr(client_a, "import_tasks", imported)
     message = str(err.value)
-    assert "stopped after 40 of 220 new tasks" in message and "run the same push again" in message
+    assert "stopped after 150 of 220 new tasks" in message and "run the same push again" in message  # 40 + b's 110
     assert "did not answer" in message
 
     again = push.push_round(desks, "emotion", samples, annotators)
-    assert again.created == 220 - 40 and again.unchanged == 2 * 10 + 40 and not again.duplicates
+    assert again.created == 220 - 150 and again.unchanged == 2 * 10 + 150 and not again.duplicates
     for key, pid in again.projects.items():
         client = desks.client(push.parse_project_key(key)[2])  # each project on its annotator's desk
         ids = [t["data"]["sample_id"] for t in client.tasks(pid)]
