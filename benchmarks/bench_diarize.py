@@ -56,44 +56,44 @@ def cache_dir() -> Path:
 
 def piece(seed: int) -> tuple[Path, Path]:
     """One generated ~5-minute couple interview as a 16 kHz WAV and its RTTM (cached)."""
-    from pipeline.media import ingest as media
+    from pipeline.media.audio import extract_wav
     from pipeline.synthetic import interviews as synth
     out = cache_dir() / f"couple-{seed}"
     wav16 = out / "couple.16k.wav"
     if not wav16.exists():
         files = synth.make_interview(out, "couple", "couple", seed=seed, n_rows=SEGMENT_ROWS, make_video=False)
-        media.extract_wav(files["wav"], out / "tmp.16k.wav").rename(wav16)
+        extract_wav(files["wav"], out / "tmp.16k.wav").rename(wav16)
     return wav16, out / "couple.rttm"
 
 
 def interview(minutes: float) -> tuple[Path, float]:
     """A WAV of ``minutes`` (generated pieces concatenated, the last one cut) and its RTTM; returns (wav, seconds)."""
-    from pipeline.media import ingest as media
     from pipeline.media import rttm
+    from pipeline.media.audio import SAMPLE_RATE, load_wav
     wav = cache_dir() / f"interview-{minutes:g}min.wav"
     truth = wav.with_suffix(".rttm")
     if not wav.exists() or not truth.exists():
         chunks, turns, offset, seed = [], [], 0.0, 0
         while offset < minutes * 60:
             w, r = piece(seed)
-            audio = media.load_wav(w)
+            audio = load_wav(w)
             chunks.append(audio)
             turns += [rttm.Turn(round(t.start + offset, 3), round(t.end + offset, 3), t.speaker) for t in rttm.read_rttm(r)]
-            offset += len(audio) / media.SAMPLE_RATE
+            offset += len(audio) / SAMPLE_RATE
             seed += 1
         end = minutes * 60
-        audio = np.concatenate(chunks)[: int(end * media.SAMPLE_RATE)]
+        audio = np.concatenate(chunks)[: int(end * SAMPLE_RATE)]
         turns = [rttm.Turn(t.start, min(t.end, end), t.speaker) for t in turns if t.start < end - 0.05]
         import wave
         tmp = wav.with_suffix(".tmp")
         with wave.open(str(tmp), "wb") as out:
             out.setnchannels(1)
             out.setsampwidth(2)
-            out.setframerate(media.SAMPLE_RATE)
+            out.setframerate(SAMPLE_RATE)
             out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
         rttm.write_rttm(turns, truth, uri=wav.stem)
         tmp.rename(wav)
-    return wav, len(media.load_wav(wav)) / media.SAMPLE_RATE
+    return wav, len(load_wav(wav)) / SAMPLE_RATE
 
 
 class Stopwatch:
@@ -111,12 +111,12 @@ class Stopwatch:
 
 def run(pipeline, wav: Path, seconds: float, num_speakers: int, refine: bool, device: str) -> dict:
     import torch
-    from pipeline.media import ingest as media
     from pipeline.media import rttm
+    from pipeline.media.audio import SAMPLE_RATE, load_wav
     from pipeline.media.refine import embed_segments, refine_turns
 
-    samples = media.load_wav(wav)
-    file = {"waveform": torch.from_numpy(samples[None, :]), "sample_rate": media.SAMPLE_RATE, "uri": wav.stem}
+    samples = load_wav(wav)
+    file = {"waveform": torch.from_numpy(samples[None, :]), "sample_rate": SAMPLE_RATE, "uri": wav.stem}
     watch, seen = Stopwatch(), set()
 
     def hook(step, artefact, file=None, total=None, completed=None):

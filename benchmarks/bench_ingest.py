@@ -24,7 +24,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from pipeline.media import ingest as media
+    from pipeline.media.audio import extraction_command
+    from pipeline.media.ingest import default_jobs, ingest_batch
 
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
@@ -48,13 +49,13 @@ def main() -> None:
             out.mkdir(exist_ok=True)
             t = time.perf_counter()
             for v in videos:
-                subprocess.run(media.extraction_command(v, out / f"{v.stem}.wav"), check=True, capture_output=True)
+                subprocess.run(extraction_command(v, out / f"{v.stem}.wav"), check=True, capture_output=True)
             return time.perf_counter() - t
 
         def ours(k, jobs):
             root = tmp / f"data{k}-{jobs}"
             t = time.perf_counter()
-            report = media.ingest_batch(batch, root, jobs=jobs)
+            report = ingest_batch(batch, root, jobs=jobs)
             elapsed = time.perf_counter() - t
             assert len(report.done) == len(videos), report.quarantined
             return elapsed
@@ -63,14 +64,14 @@ def main() -> None:
         runs = [(bare(), ours(k, 1), ours(k, None)) for k in range(args.repeat)]
         t_bare, t_ours, t_par = (min(r[i] for r in runs) for i in range(3))
         t = time.perf_counter()
-        media.ingest_batch(batch, tmp / "data0-1")
+        ingest_batch(batch, tmp / "data0-1")
         t_cached = time.perf_counter() - t
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"input: {len(videos)} videos x {args.minutes:g} min = {total_audio / 60:g} min of audio")
     print(f"bare ffmpeg extraction: {t_bare:.2f} s ({total_audio / t_bare:.0f}x realtime)")
     print(f"ingest_batch --jobs 1 (hash + probe + extract + catalog): {t_ours:.2f} s "
           f"({total_audio / t_ours:.0f}x realtime)")
-    print(f"ingest_batch --jobs {media.default_jobs()} (default): {t_par:.2f} s ({total_audio / t_par:.0f}x realtime)")
+    print(f"ingest_batch --jobs {default_jobs()} (default): {t_par:.2f} s ({total_audio / t_par:.0f}x realtime)")
     print(f"overhead vs bare ffmpeg: {t_ours / t_bare:.3f}x one at a time, {t_par / t_bare:.3f}x default "
           "(target <= 1.15x)")
     print(f"re-ingest of the unchanged batch (all cached): {t_cached:.2f} s")

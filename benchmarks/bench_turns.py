@@ -65,7 +65,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from pipeline.config import Settings
-    from pipeline.media import diarize, ingest, rttm, transcribe, turns
+    from pipeline.media import diarize, rttm, transcribe, turns
+    from pipeline.media.audio import extract_wav
     from pipeline.media.models import OFFLINE_DIARIZATION
     from pipeline.synthetic import interviews as synth
 
@@ -81,7 +82,7 @@ def main() -> None:
                                      overlapping_backchannels=args.overlapping, partner_backchannels=args.partner)
             hyp_path = out / f"{name}.hyp.rttm"
             if not hyp_path.exists():
-                wav16 = ingest.extract_wav(out / f"{name}.wav", out / f"{name}.16k.wav")
+                wav16 = extract_wav(out / f"{name}.wav", out / f"{name}.16k.wav")
                 pipeline = pipeline or diarize.load_pipeline(Settings.from_env().models_dir / OFFLINE_DIARIZATION)
                 truth = json.loads((out / f"{name}.rows.json").read_text())
                 hyp = diarize.diarize_audio(wav16, num_speakers=1 + len(truth["participants"]), pipeline=pipeline)

@@ -24,7 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=30.0)
     args = ap.parse_args()
-    from pipeline.media import ingest as media
+    from pipeline.media.audio import extract_wav, load_wav
     from pipeline.media import vad
     from pipeline.synthetic import interviews as synth
 
@@ -34,7 +34,7 @@ def main() -> None:
         wav = synth.speak_lines(tmp / "speech.wav", 0, ["Hello, thank you for coming in today.",
                                                         "How have things been at home since we last met?",
                                                         "I think we should talk about what happened on Sunday."])
-        speech = media.load_wav(media.extract_wav(wav, tmp / "speech16.wav"))
+        speech = load_wav(extract_wav(wav, tmp / "speech16.wav"))
     speech = np.resize(speech, n)
     t = np.arange(n, dtype=np.float32) / vad.SAMPLE_RATE
     rng = np.random.default_rng(0)

@@ -33,8 +33,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows import NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, summary_on_failure
 from flows.ingest_interview import submit_interview
 from pipeline.config import Settings
-from pipeline.media import ingest as media
 from pipeline.media import voices
+from pipeline.media.manifest import ManifestEntry, ManifestError, find_manifest, read_manifest
 from pipeline.media.turns import Segmented
 
 CHILD_DEPLOYMENT = "ingest-interview/default"     # rescue-cpu
@@ -95,7 +95,7 @@ def _ui_link(flow_run_id) -> str:
     return f"{ui}/runs/flow-run/{flow_run_id}"
 
 
-def _fan_out(name: str, entries: list[media.ManifestEntry], params: dict, logger,
+def _fan_out(name: str, entries: list[ManifestEntry], params: dict, logger,
              chunk_size: int = 1) -> list[Outcome]:
     """One child flow run of deployment ``name`` per entry (or per ``chunk_size`` entries); wait
     for ALL of them (a failed or crashed child never cancels its siblings), then read each
@@ -147,7 +147,7 @@ def _cancel_children_if_cancelled(parent, started: dict, logger) -> list:
     return cancelled
 
 
-def _submit_and_wait(name: str, entries: list[media.ManifestEntry], params: dict, logger, chunk_size: int,
+def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logger, chunk_size: int,
                      parent, started: dict) -> list[Outcome]:
     """:func:`_fan_out`'s work; ``started`` (child run id -> its sample ids) fills as it submits."""
     from prefect.client.orchestration import get_client
@@ -243,10 +243,10 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     batch = Path(batch_dir).resolve()
     manifest_warnings: list[str] = []
     try:
-        manifest = media.find_manifest(batch)
-    except media.ManifestError as exc:  # a configuration error: named by the flow parameter, never retried
-        raise media.ManifestError(f"flow parameter batch_dir={batch_dir!r}: {exc}") from None
-    entries = media.read_manifest(manifest, manifest_warnings)
+        manifest = find_manifest(batch)
+    except ManifestError as exc:  # a configuration error: named by the flow parameter, never retried
+        raise ManifestError(f"flow parameter batch_dir={batch_dir!r}: {exc}") from None
+    entries = read_manifest(manifest, manifest_warnings)
     for warning in manifest_warnings:
         logger.warning(warning)
     logger.info("%d interviews in %s", len(entries), batch.name)

@@ -37,13 +37,15 @@ from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import RESUME, file_resume, gpu_slot, settle, sha256_file
+from pipeline.catalog import Ingested
 from pipeline.config import Settings
 from pipeline.media import diarize as dz
-from pipeline.media import ingest as media
 from pipeline.media import transcribe as tr
 from pipeline.media import turns
 from pipeline.media.diarize import Diarized
-from pipeline.media.ingest import Ingested, ManifestEntry
+from pipeline.media.audio import MediaError
+from pipeline.media.ingest import ingest_entry
+from pipeline.media.manifest import ManifestEntry, outside_batch
 from pipeline.media.rttm import DiarizationError
 from pipeline.media.subtitles import SubtitleError
 from pipeline.media.vad import VadError
@@ -59,7 +61,7 @@ class InterviewQuarantined(RuntimeError):
 
 
 # What a bad interview raises (its input, not the code, is at fault): quarantined with one line.
-EXPECTED = (media.MediaError, SubtitleError, DiarizationError, VadError, VoiceError)
+EXPECTED = (MediaError, SubtitleError, DiarizationError, VadError, VoiceError)
 
 
 def quarantine_expected(fn):
@@ -92,9 +94,9 @@ def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
     """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
     batch folder, which is refused unread); ``subtitles_sha256``: only part of the cache key (a
     changed subtitle file is ingested again)."""
-    result = media.ingest_entry(entry, data_root, batch_dir, allow_outside_batch=allow_outside_batch)
+    result = ingest_entry(entry, data_root, batch_dir, allow_outside_batch=allow_outside_batch)
     if result.ingested is None:
-        raise media.MediaError(result.reason)
+        raise MediaError(result.reason)
     return result.ingested
 
 
@@ -134,7 +136,7 @@ def submit_interview(runner, entry: ManifestEntry, batch: Path, root: str, *, ba
     """Submit one interview's chain to ``runner``; its ``(stage, future)`` pairs for :func:`flows.settle`."""
     subs = batch / entry.subtitles if entry.subtitles else None
     inside = allow_outside_batch or not any(
-        media.outside_batch(batch, name) for name in (entry.video, entry.subtitles) if name)
+        outside_batch(batch, name) for name in (entry.video, entry.subtitles) if name)
     f_in = runner.submit(ingest, {"video": str(batch / entry.video) if inside else "", "entry": entry,
                                   "batch_dir": str(batch), "data_root": root,
                                   "subtitles_sha256": sha256_file(subs) if inside and subs and subs.is_file()

@@ -75,6 +75,16 @@ def allowed_entities(scenario: str, participants: list[str] | tuple[str, ...]) -
     return frozenset(participants) | {THERAPIST, group_label(scenario)}
 
 
+def fallback_addressee(speaker: str | None, scenario: str | None) -> list[str]:
+    """Whom a row speaks to when its addressee came out empty (it was the row's own speaker once
+    two voices were named as one person): the therapist, or for the therapist's own row the
+    scenario's group; nobody when the scenario is unknown. The segmenter's voice renaming and the
+    pull of a voice-naming round both apply it, so drafts and gold rows agree."""
+    if speaker != THERAPIST:
+        return [THERAPIST]
+    return [group_label(scenario)] if scenario in SCENARIOS else []
+
+
 def is_therapist(speaker: str | None) -> bool:
     return speaker == THERAPIST
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from pipeline.annotation.rounds import load_round
 from pipeline.cli import app
-from pipeline.media.ingest import MediaError, find_manifest, probe, read_manifest
+from pipeline.media.audio import MediaError, probe
+from pipeline.media.manifest import find_manifest, read_manifest
 from pipeline.media.subtitles import SubtitleError, parse_subtitles
 from pipeline.quality import measures
 from pipeline.synthetic import annotators as simulate

@@ -19,7 +19,7 @@ from pipeline import corpus
 from pipeline.annotation import push
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.rounds import round_names
-from pipeline.media.ingest import read_catalog
+from pipeline.catalog import read_catalog
 from pipeline.paths import DataRoot, check_sample_id
 from pipeline.rows import group_id_of
 

@@ -55,7 +55,7 @@ from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.rows import tables_to_samples
 from pipeline.annotation import pushed
-from pipeline.media.ingest import read_catalog
+from pipeline.catalog import read_catalog
 
 KEY_PREFIX = "rescue-project:"
 IMPORT_CHUNK = 100  # tasks per import request: one request per chunk, committed as a whole

@@ -18,8 +18,9 @@ transcript round's task, and the annotator's choices back into row speakers on p
   annotation before it is validated; a row left on a voice nobody named is a problem naming the
   row. On a row left on its voice, an addressee that turns out to be the speaker (the draft
   guessed it before anyone was named, or two voices were named as one person) is dropped, and
-  an emptied one becomes the therapist, or the group for the therapist's row - the rule of
-  ``turns.apply_voice_names``; on a row whose speaker the annotator picked, it stays a problem.
+  an emptied one becomes the therapist, or the group for the therapist's row
+  (``taxonomy.fallback_addressee``, as in the segmenter); on a row whose speaker the annotator
+  picked, it stays a problem.
   The block's own results are removed: the label table holds rows only.
 
 Long samples are pushed in parts (:mod:`.windows`): the block is shown in the first part only
@@ -296,20 +297,12 @@ def resolve(rnd: Round, data: dict, annotation: dict, report) -> dict:
         unit = _unit_of(r.get("from_name", ""), TARGET_FIELD)
         if unit is not None and (_has_token(r) or unit in by_voice):
             r = _renamed(r, names, units, unit, TARGET_FIELD, report, speaker=speakers.get(unit),
-                         fallback=_fallback(speakers.get(unit), data) if unit in by_voice else None)
+                         fallback=(taxonomy.fallback_addressee(speakers.get(unit), data.get("scenario"))
+                                   if unit in by_voice else None))
             if r is None:
                 continue
         final.append(r)
     return {**annotation, "result": final}
-
-
-def _fallback(speaker: str | None, data: dict) -> list[str]:
-    """The addressee of a row left on its voice whose draft addressee turned out to be the voice
-    itself (the draft guessed before anyone was named): as ``turns.apply_voice_names`` does, the
-    therapist, or for the therapist's row the whole group."""
-    if speaker != taxonomy.THERAPIST:
-        return [taxonomy.THERAPIST]
-    return [taxonomy.group_label(data["scenario"])] if data.get("scenario") in taxonomy.SCENARIOS else []
 
 
 def _is_block(result: dict) -> bool:

@@ -48,7 +48,7 @@ def _checked_ids(ids: list[str]) -> list[str]:
 
 
 def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
-    from pipeline.media.ingest import read_catalog
+    from pipeline.catalog import read_catalog
     if all_:
         return [r["sample_id"] for r in read_catalog(data_root).to_pylist() if r["status"] == "done"]
     if not ids:
@@ -70,7 +70,8 @@ def ingest(
     Limits: RESCUE_FFPROBE_TIMEOUT_S (60) and RESCUE_FFMPEG_TIMEOUT_S (3600) seconds per file."""
     from rich.console import Console
     from rich.table import Table
-    from pipeline.media.ingest import ManifestError, ingest_batch
+    from pipeline.media.ingest import ingest_batch
+    from pipeline.media.manifest import ManifestError
 
     console = Console()
     root = _media_settings(data_root).data_root
@@ -146,7 +147,7 @@ def diarize_cmd(
     from rich.console import Console
     from rich.progress import track
     from pipeline.media.diarize import DiarizationError, NoSpeech, diarize_file, diarize_stage, load_pipeline
-    from pipeline.media.ingest import MediaError
+    from pipeline.media.audio import MediaError
 
     console = Console()
     if min_speakers and max_speakers and min_speakers > max_speakers:

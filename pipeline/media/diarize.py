@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Sequence
 
 from pipeline import taxonomy
+from pipeline.catalog import catalog_entry
 from pipeline.config import Settings
 from pipeline.media import vad, voices
-from pipeline.media.ingest import SAMPLE_RATE, catalog_entry, load_wav, prepare_data_root
+from pipeline.media.audio import SAMPLE_RATE, load_wav
+from pipeline.media.ingest import prepare_data_root
 from pipeline.media.refine import embed_segments, refine_turns
 from pipeline.media.rttm import DiarizationError, Turn, sort_turns, write_rttm
 from pipeline.paths import DataRoot

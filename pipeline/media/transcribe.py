@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import taxonomy
+from pipeline.catalog import catalog_entry
 from pipeline.config import Settings
-from pipeline.media.ingest import catalog_entry, load_wav, prepare_data_root
+from pipeline.media.audio import load_wav
+from pipeline.media.ingest import prepare_data_root
 from pipeline.media.subtitles import SubtitleError, Transcript, Unit, parse_subtitles  # noqa: F401  (re-exported)
 from pipeline.paths import DataRoot
 from pipeline.store import atomic_write_text, sha256_file

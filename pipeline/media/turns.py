@@ -70,14 +70,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import schemas
+from pipeline.catalog import catalog_entry
 from pipeline.media.assign import MAX_WORD_S, assign_speakers, fill_word_times, speaker_overlaps
-from pipeline.media.ingest import catalog_entry
 from pipeline.media.refine import MIN_PIECE_S
 from pipeline.media.rttm import Turn, read_rttm
 from pipeline.media.transcribe import Transcript, Unit, read_transcript
 from pipeline.paths import DataRoot
 from pipeline.store import sha256_file, write_parquet
-from pipeline.taxonomy import THERAPIST, group_label
+from pipeline.taxonomy import THERAPIST, fallback_addressee, group_label
 
 _SENTENCE_END = re.compile(r"[.?!…][\"')\]]*$")
 _UNNAMED = re.compile(r"SPEAKER_\d+")   # pyannote's labels; any other RTTM label is a name (enrolled voice)
@@ -468,8 +468,8 @@ def apply_voice_names(rows, names: Mapping[str, str], scenario: str | None = Non
     """Rename voices on every row of a sample: ``names`` maps a voice label of the rows ("Speaker 1",
     or any name to correct) to a person's name. Renames ``primary_speaker``, every ``target`` item
     and every ``background_dialogue`` speaker and target. A row whose targets then hold its own
-    speaker (two voices named as one person) drops that target; an emptied target becomes the
-    therapist (the group label, given ``scenario``, for a therapist row). ``rows``: a DRAFT_ROWS
+    speaker (two voices named as one person) drops that target; an emptied target becomes
+    :func:`pipeline.taxonomy.fallback_addressee`. ``rows``: a DRAFT_ROWS
     table, a list of row dicts, or a sample dict with ``rows``; the same kind comes back."""
     if isinstance(rows, pa.Table):
         return pa.Table.from_pylist(apply_voice_names(rows.to_pylist(), names, scenario), schema=rows.schema)
@@ -481,7 +481,7 @@ def apply_voice_names(rows, names: Mapping[str, str], scenario: str | None = Non
         got = list(dict.fromkeys(rename(t) for t in items or []))
         kept = [t for t in got if t != speaker]
         if got and not kept:
-            kept = [THERAPIST] if speaker != THERAPIST else ([group_label(scenario)] if scenario else [])
+            kept = fallback_addressee(speaker, scenario)
         return kept
 
     out = []

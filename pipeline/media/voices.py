@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from pipeline.media.ingest import extract_wav, load_wav
+from pipeline.media.audio import extract_wav, load_wav
 from pipeline.media.refine import MIN_PIECE_S, embed_segments, frame_runs, mean_print, speech_frames
 from pipeline.media.rttm import Turn, sort_turns
 from pipeline.paths import DataRoot

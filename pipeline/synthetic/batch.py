@@ -12,7 +12,7 @@ with an unreadable timing line).
 
 What :func:`generate_batch` writes into ``<data root>/batches/<name>/``::
 
-    manifest.csv        the ingest manifest (``pipeline.media.ingest.read_manifest``)
+    manifest.csv        the ingest manifest (``pipeline.media.manifest.read_manifest``)
     <stem>.mp4 / .srt   one video and its subtitles per interview
     <stem>.rttm         who spoke when, backchannels included (the diarization truth)
     truth.json          per interview: rows (speakers, times, text, labels), its fault and what

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipeline import schemas
-from pipeline.media import ingest as media
+from pipeline.catalog import write_catalog
 from pipeline.annotation.push import catalog_media_urls
 
 
@@ -14,7 +14,7 @@ def _entry(sample_id: str, status: str, audio_path: str | None) -> dict:
 
 
 def test_urls_point_at_extracted_audio_and_skip_quarantined(tmp_path):
-    media.write_catalog(tmp_path, {
+    write_catalog(tmp_path, {
         "c/ok": _entry("c/ok", "done", "media/abc.wav"),
         "c/bad": _entry("c/bad", "quarantined", None),
     })

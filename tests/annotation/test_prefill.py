@@ -35,7 +35,7 @@ from pipeline.annotation import intake, ls_config, pull, push, pushed
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 from pipeline.config import REPO_ROOT
-from pipeline.media.ingest import record_catalog
+from pipeline.catalog import record_catalog
 from pipeline.paths import DataRoot
 from pipeline.quality import gold
 

@@ -225,7 +225,7 @@ def test_a_quarantined_interview_run_logs_one_line_and_says_where_it_ran(storage
 
 def test_only_expected_problems_lose_their_traceback(storage):
     from flows.ingest_interview import quarantine_expected
-    from pipeline.media.ingest import MediaError
+    from pipeline.media.audio import MediaError
 
     @task
     @quarantine_expected

@@ -47,10 +47,10 @@ def diar_pipeline(models_dir):
 
 def _interview(out: Path, scenario: str, seed: int) -> dict:
     import json
-    from pipeline.media import ingest as media
+    from pipeline.media.audio import extract_wav
     from pipeline.synthetic import interviews as synth
     files = synth.make_interview(out, scenario, scenario, seed=seed)
-    files["wav16"] = media.extract_wav(files["mp4"], out / f"{scenario}.16k.wav")
+    files["wav16"] = extract_wav(files["mp4"], out / f"{scenario}.16k.wav")
     files["truth"] = json.loads(files["rows"].read_text())
     return files
 

@@ -19,7 +19,9 @@ from typer.testing import CliRunner
 from pipeline import schemas
 from pipeline.cli import app
 from pipeline.config import REPO_ROOT
-from pipeline.media import ingest as media
+from pipeline.catalog import catalog_entry, read_catalog, record_catalog
+from pipeline.media.ingest import ingest_batch, ingest_entry
+from pipeline.media.manifest import read_manifest
 from pipeline.media import transcribe, turns, voices
 from pipeline.media.rttm import Turn, read_rttm, write_rttm
 from pipeline.paths import DataRoot
@@ -47,7 +49,7 @@ def bad_batch(tmp_path, make_video):
 
 
 def test_manifest_refuses_bad_ids_naming_file_line_and_id(bad_batch):
-    entries = media.read_manifest(bad_batch / "manifest.csv")
+    entries = read_manifest(bad_batch / "manifest.csv")
     assert [e.sample_id for e in entries] == ["grp/good", *BAD_IDS]
     assert entries[0].refused is None
     for line, (entry, sid) in enumerate(zip(entries[1:], BAD_IDS), start=3):
@@ -58,7 +60,7 @@ def test_manifest_refuses_bad_ids_naming_file_line_and_id(bad_batch):
 def test_yaml_manifest_refuses_a_nul_in_an_id(tmp_path):
     (tmp_path / "manifest.yaml").write_text('- {sample_id: "a\\0b", scenario: couple, video: v.mp4}\n'
                                             '- {sample_id: ok/1, scenario: couple, video: v.mp4}\n')
-    bad, good = media.read_manifest(tmp_path / "manifest.yaml")
+    bad, good = read_manifest(tmp_path / "manifest.yaml")
     assert "item 1: sample id 'a\\x00b' is not allowed" in bad.refused and good.refused is None
 
 
@@ -68,11 +70,11 @@ def test_ingest_refuses_bad_ids_and_writes_nothing_outside_the_root(bad_batch, t
     result = CliRunner().invoke(app, ["ingest", str(bad_batch), "--data-root", str(root)])
     assert result.exit_code == 0, result.output
     assert "done 1, cached 0, quarantined 5" in result.output
-    report = media.ingest_batch(bad_batch, root)  # the library call says the same, per id
+    report = ingest_batch(bad_batch, root)  # the library call says the same, per id
     assert report.cached == ["grp/good"] and set(report.quarantined) == set(BAD_IDS)
     assert all("is not allowed" in reason for reason in report.quarantined.values())
     # refused entries never reach the catalog; everything written is under the root
-    assert [r["sample_id"] for r in media.read_catalog(root).to_pylist()] == ["grp/good"]
+    assert [r["sample_id"] for r in read_catalog(root).to_pylist()] == ["grp/good"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch", "data"]
     assert {p: sha256_file(bad_batch / p) for p in tree(bad_batch) if (bad_batch / p).is_file()} == batch_before
     for sid in BAD_IDS:
@@ -88,7 +90,7 @@ def test_ingest_refuses_bad_ids_and_writes_nothing_outside_the_root(bad_batch, t
 def test_library_entry_points_refuse_bad_ids(tmp_path):
     for sid in BAD_IDS:
         with pytest.raises(ValueError, match="is not allowed"):
-            media.catalog_entry(tmp_path, sid)
+            catalog_entry(tmp_path, sid)
         with pytest.raises(ValueError, match="is not allowed"):
             turns.segment_stage(sid, tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -96,7 +98,7 @@ def test_library_entry_points_refuse_bad_ids(tmp_path):
 
 _RECORDER = """
 import sys
-from pipeline.media import ingest as media
+from pipeline.catalog import record_catalog
 from pipeline import schemas
 from concurrent.futures import ThreadPoolExecutor
 root, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -106,7 +108,7 @@ def row(i):
              status="quarantined", reason="test", participants=[])
     return r
 with ThreadPoolExecutor(4) as pool:
-    list(pool.map(lambda i: media.record_catalog(root, row(i)), range(n)))
+    list(pool.map(lambda i: record_catalog(root, row(i)), range(n)))
 """
 
 
@@ -121,20 +123,20 @@ def test_catalog_keeps_every_line_under_concurrent_processes_and_threads(tmp_pat
         return r
 
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda i: media.record_catalog(tmp_path, row(i)), range(25)))
+        list(pool.map(lambda i: record_catalog(tmp_path, row(i)), range(25)))
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
-    ids = [r["sample_id"] for r in media.read_catalog(tmp_path).to_pylist()]
+    ids = [r["sample_id"] for r in read_catalog(tmp_path).to_pylist()]
     assert len(ids) == 100 == len(set(ids))
 
 
 def test_stage_entry_points_return_typed_content_addressed_records(tmp_path):
     batch = synth.make_batch(tmp_path / "batch", [{"name": "s3", "scenario": "couple", "seed": 3, "n_rows": 6}])
     root, sid = DataRoot(tmp_path / "data"), "synthetic_couple/s3"
-    [result] = media.ingest_batch(batch, root).results
+    [result] = ingest_batch(batch, root).results
     assert result.outcome == "done" and result.ingested.sample_id == sid
     assert result.ingested.audio_path == f"media/{result.ingested.sha256}.wav"
     assert root.resolve(result.ingested.audio_path).is_file() and root.resolve(result.ingested.subtitle_path).is_file()
-    assert media.ingest_entry(media.read_manifest(batch / "manifest.csv")[0], root, batch).outcome == "cached"
+    assert ingest_entry(read_manifest(batch / "manifest.csv")[0], root, batch).outcome == "cached"
 
     assert transcribe.resolve_backend("auto", result.ingested.subtitle_path) == "subtitles"
     assert transcribe.resolve_backend("auto", None) == "whisperx"

@@ -62,7 +62,7 @@ def test_offline_default_segments_with_the_shared_first_convolution(diar_pipelin
     windows, and its output is pyannote's own (per-chunk) output up to float rounding."""
     import numpy as np
     import torch
-    from pipeline.media.ingest import load_wav
+    from pipeline.media.audio import load_wav
     from pipeline.media.models import _SharedFirstConvolution
     model = diar_pipeline._segmentation.model
     model = getattr(model.forward, "plain", model)  # one call for the whole batch (not split_batches' slices)
@@ -98,7 +98,7 @@ def test_batches_split_over_threads_give_the_same_output(diar_pipeline):
     threads with one torch thread each, and the caller keeps its own thread count."""
     import threading
     import torch
-    from pipeline.media.ingest import load_wav
+    from pipeline.media.audio import load_wav
     from pipeline.media.models import split_batches
     segmentation, embedding = diar_pipeline._segmentation.model, diar_pipeline._embedding.model_
     workers = torch.get_num_threads()

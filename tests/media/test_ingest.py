@@ -5,7 +5,11 @@ import wave
 
 import pytest
 
-from pipeline.media import ingest as media
+from pipeline.catalog import catalog_entry, read_catalog
+from pipeline.media.audio import extraction_command
+from pipeline.media.ingest import ingest_batch, remove_stale_media
+from pipeline.media.manifest import ManifestError, find_manifest, read_manifest
+from pipeline.store import sha256_file
 
 MANIFEST = """sample_id,scenario,video,participants,subtitles
 grp_a/good,couple,good.mp4,Alan;Evelyn,
@@ -34,7 +38,7 @@ def batch(tmp_path, make_video):
 
 def test_batch_quarantines_each_bad_file_and_keeps_going(batch, tmp_path):
     root = tmp_path / "data"
-    report = media.ingest_batch(batch, root)
+    report = ingest_batch(batch, root)
     assert report.done == ["grp_a/good"]
     reasons = report.quarantined
     assert set(reasons) == {"grp_a/empty", "grp_a/truncated", "grp_b/silent_video", "grp_b/short", "grp_b/missing"}
@@ -44,11 +48,11 @@ def test_batch_quarantines_each_bad_file_and_keeps_going(batch, tmp_path):
     assert reasons["grp_b/short"].startswith("short.mp4: too short (1.0")
     assert reasons["grp_b/missing"] == "not_there.mp4: file not found"
 
-    catalog = {r["sample_id"]: r for r in media.read_catalog(root).to_pylist()}
+    catalog = {r["sample_id"]: r for r in read_catalog(root).to_pylist()}
     assert len(catalog) == 6
     good = catalog["grp_a/good"]
     assert good["status"] == "done" and good["participants"] == ["Alan", "Evelyn"]
-    assert good["sha256"] == media.sha256_file(batch / "good.mp4")
+    assert good["sha256"] == sha256_file(batch / "good.mp4")
     assert good["audio_path"] == f"media/{good['sha256']}.wav"
     with wave.open(str(root / good["audio_path"])) as w:
         assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
@@ -64,40 +68,40 @@ def test_batch_quarantines_each_bad_file_and_keeps_going(batch, tmp_path):
 
 def test_reingest_unchanged_is_cached_and_changed_file_is_redone(batch, tmp_path, make_video):
     root = tmp_path / "data"
-    media.ingest_batch(batch, root)
-    wav = root / media.catalog_entry(root, "grp_a/good")["audio_path"]
+    ingest_batch(batch, root)
+    wav = root / catalog_entry(root, "grp_a/good")["audio_path"]
     mtime = wav.stat().st_mtime_ns
 
-    again = media.ingest_batch(batch, root)
+    again = ingest_batch(batch, root)
     assert again.cached == ["grp_a/good"] and again.done == []
     assert wav.stat().st_mtime_ns == mtime  # nothing rewritten
 
     make_video(batch / "good.mp4", 7.0, freq=660)  # the file changes
-    third = media.ingest_batch(batch, root)
+    third = ingest_batch(batch, root)
     assert third.done == ["grp_a/good"]
-    entry = media.catalog_entry(root, "grp_a/good")
-    assert entry["sha256"] == media.sha256_file(batch / "good.mp4") and abs(entry["duration_s"] - 7.0) < 0.1
-    assert media.remove_stale_media(root) == [wav]  # the old WAV is now unreferenced
+    entry = catalog_entry(root, "grp_a/good")
+    assert entry["sha256"] == sha256_file(batch / "good.mp4") and abs(entry["duration_s"] - 7.0) < 0.1
+    assert remove_stale_media(root) == [wav]  # the old WAV is now unreferenced
 
 
 def test_manifest_errors_name_file_and_line(tmp_path):
     (tmp_path / "manifest.csv").write_text("sample_id,scenario,video\na/b,triad,x.mp4\n")
-    with pytest.raises(media.ManifestError, match=r"manifest.csv line 2: scenario 'triad'"):
-        media.read_manifest(tmp_path / "manifest.csv")
+    with pytest.raises(ManifestError, match=r"manifest.csv line 2: scenario 'triad'"):
+        read_manifest(tmp_path / "manifest.csv")
     (tmp_path / "manifest.csv").write_text("sample_id,scenario,video\na/b,couple,\n")
-    with pytest.raises(media.ManifestError, match=r"line 2: missing video"):
-        media.read_manifest(tmp_path / "manifest.csv")
+    with pytest.raises(ManifestError, match=r"line 2: missing video"):
+        read_manifest(tmp_path / "manifest.csv")
 
 
 def test_yaml_manifest(tmp_path):
     (tmp_path / "manifest.yaml").write_text(
         "samples:\n  - {sample_id: f/1, scenario: family, video: v.mp4, participants: [A, B, C], subtitles: v.srt}\n")
-    [entry] = media.read_manifest(media.find_manifest(tmp_path))
+    [entry] = read_manifest(find_manifest(tmp_path))
     assert entry.participants == ("A", "B", "C") and entry.subtitles == "v.srt" and entry.scenario == "family"
 
 
 def test_extraction_command_is_16k_mono_pcm():
-    cmd = media.extraction_command("in.mp4", "out.wav")
+    cmd = extraction_command("in.mp4", "out.wav")
     assert cmd[0] == "ffmpeg" and "-vn" in cmd
     assert cmd[cmd.index("-ar") + 1] == "16000" and cmd[cmd.index("-ac") + 1] == "1"
     assert cmd[cmd.index("-acodec") + 1] == "pcm_s16le"
@@ -112,9 +116,9 @@ def test_parallel_ingest_extracts_shared_content_once(tmp_path, make_video):
     (batch / "manifest.csv").write_text("sample_id,scenario,video,participants,subtitles\n"
                                         "g/a,couple,a.mp4,A;B,\ng/copy,couple,copy.mp4,A;B,\ng/b,couple,b.mp4,A;B,\n")
     root = tmp_path / "data"
-    report = media.ingest_batch(batch, root, jobs=3)
+    report = ingest_batch(batch, root, jobs=3)
     assert report.done == ["g/a", "g/copy", "g/b"] and not report.quarantined
-    catalog = {r["sample_id"]: r for r in media.read_catalog(root).to_pylist()}
+    catalog = {r["sample_id"]: r for r in read_catalog(root).to_pylist()}
     assert catalog["g/a"]["audio_path"] == catalog["g/copy"]["audio_path"] != catalog["g/b"]["audio_path"]
     assert sorted(p.name for p in (root / "media").iterdir()) == sorted(
         {catalog["g/a"]["audio_path"][6:], catalog["g/b"]["audio_path"][6:]})  # no temp files left

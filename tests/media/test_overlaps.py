@@ -10,7 +10,9 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.media import ingest, turns
+from pipeline.catalog import record_catalog
+from pipeline.media.ingest import ingest_batch
+from pipeline.media import turns
 from pipeline.media.rttm import Turn, write_rttm
 from pipeline.media.transcribe import Transcript, Unit
 from pipeline.paths import DataRoot
@@ -177,13 +179,17 @@ def test_apply_voice_names_renames_background_and_never_makes_a_self_target():
     # two voices that are one person (diarization split them): no row addresses its own speaker
     merged = turns.apply_voice_names({"scenario": "couple", "rows": rows}, {"Speaker 1": "Alan", "Speaker 2": "Alan"})
     assert [r["target"] for r in merged["rows"]] == [["Therapist"], ["Therapist"]]
+    # the therapist's own row addresses the group instead (taxonomy.fallback_addressee, the pull's rule too)
+    therapist = turns.apply_voice_names({"scenario": "couple", "rows": rows}, {"Speaker 1": "Therapist", "Speaker 2": "Therapist"})
+    assert [r["target"] for r in therapist["rows"]] == [["Couple"], ["Couple"]]
+    assert turns.apply_voice_names(rows, {"Speaker 1": "Therapist", "Speaker 2": "Therapist"})[0]["target"] == []
     assert rows[0]["primary_speaker"] == "Speaker 1"  # the input is left as it was
 
 
 def _catalogued(root, sid, participants, speaking_order, transcript, dia):
-    ingest.record_catalog(root, {"sample_id": sid, "scenario": "family", "source_name": "x.mp4", "sha256": "0" * 64,
-                                 "duration_s": 30.0, "audio_path": None, "status": "done",
-                                 "participants": participants, "speaking_order": speaking_order})
+    record_catalog(root, {"sample_id": sid, "scenario": "family", "source_name": "x.mp4", "sha256": "0" * 64,
+                          "duration_s": 30.0, "audio_path": None, "status": "done",
+                          "participants": participants, "speaking_order": speaking_order})
     atomic_write_text(DataRoot(root).transcript(sid), json.dumps(transcript.to_dict()))
     write_rttm(dia, DataRoot(root).rttm(sid))
 
@@ -230,7 +236,7 @@ def diarized_batch(tmp_path_factory, diar_pipeline):
                       "listed": list(reversed(people))})
     batch = synth.make_batch(tmp / "batch", specs)
     root = DataRoot(tmp / "data")
-    report = ingest.ingest_batch(batch, root)
+    report = ingest_batch(batch, root)
     assert len(report.done) == len(CASES), report.quarantined
     out = {}
     for spec in specs:

@@ -42,7 +42,7 @@ def embeddings_both_ways(pipeline, wav: Path):
     """(shared, per-window) prints of one file from the same segmentation, and the partials the
     LSTM ran for each."""
     from pyannote.audio.utils.signal import binarize
-    from pipeline.media.ingest import load_wav
+    from pipeline.media.audio import load_wav
     file = {"waveform": torch.from_numpy(load_wav(wav)[None]), "sample_rate": 16000, "uri": wav.stem}
     segmentation = binarize(pipeline.get_segmentations(file), onset=pipeline.segmentation.threshold,
                             initial_state=False)

@@ -89,7 +89,7 @@ def test_rescue_segment_speaking_order_option_overrides_the_manifest_column(tmp_
     from typer.testing import CliRunner
 
     from pipeline.cli import app
-    from pipeline.media import ingest
+    from pipeline.catalog import catalog_entry, record_catalog
     from pipeline.media.rttm import write_rttm
     from pipeline.paths import DataRoot
     from pipeline.store import atomic_write_text
@@ -99,9 +99,9 @@ def test_rescue_segment_speaking_order_option_overrides_the_manifest_column(tmp_
     cues = [Unit(i * 3.0, i * 3.0 + 2.5, text) for i, (_, text) in enumerate(spoken)]
     dia = [Turn(i * 3.0, i * 3.0 + 2.5, who) for i, (who, _) in enumerate(spoken)]
     root = DataRoot(tmp_path)
-    ingest.record_catalog(root, {"sample_id": "c/one", "scenario": "couple", "source_name": "x.mp4", "sha256": "0" * 64,
-                                 "duration_s": 12.0, "audio_path": None, "status": "done",
-                                 "participants": ["Ann", "Ben"], "speaking_order": None})
+    record_catalog(root, {"sample_id": "c/one", "scenario": "couple", "source_name": "x.mp4", "sha256": "0" * 64,
+                          "duration_s": 12.0, "audio_path": None, "status": "done",
+                          "participants": ["Ann", "Ben"], "speaking_order": None})
     atomic_write_text(root.transcript("c/one"), json.dumps(Transcript("cue", cues).to_dict()))
     write_rttm(dia, root.rttm("c/one"))
 
@@ -113,7 +113,7 @@ def test_rescue_segment_speaking_order_option_overrides_the_manifest_column(tmp_
     assert speakers() == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]  # no column: neutral labels
     assert speakers("--speaking-order", "yes") == ["Therapist", "Ann", "Therapist", "Ben"]
     assert speakers("--speaking-order", "no") == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]
-    ingest.record_catalog(root, {**ingest.catalog_entry(root, "c/one"), "speaking_order": True})  # the column says yes
+    record_catalog(root, {**catalog_entry(root, "c/one"), "speaking_order": True})  # the column says yes
     assert speakers() == ["Therapist", "Ann", "Therapist", "Ben"]
     assert speakers("--speaking-order", "no") == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]
     bad = CliRunner().invoke(app, ["segment", "c/one", "--data-root", str(tmp_path), "--speaking-order", "maybe"])

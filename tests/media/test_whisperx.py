@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.media import diarize, rttm
-from pipeline.media import ingest as media
+from pipeline.catalog import catalog_entry
+from pipeline.media.ingest import ingest_batch
 from pipeline.synthetic import interviews as synth
 from pipeline.media import transcribe
 from pipeline.media import turns
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.slow
 def test_whisperx_chain_to_draft_rows(tmp_path, models_dir, diar_pipeline):
     batch = synth.make_batch(tmp_path / "batch", [{"name": "c1", "scenario": "couple", "seed": 3, "n_rows": 8}])
     root = tmp_path / "data"
-    report = media.ingest_batch(batch, root)
+    report = ingest_batch(batch, root)
     [sid] = report.done
-    entry = media.catalog_entry(root, sid)
+    entry = catalog_entry(root, sid)
 
     tr = transcribe.transcribe_sample(sid, root, backend="whisperx", asr_model=models_dir / TINY_WHISPER,
                                       align_model=models_dir / TINY_ALIGN, batch_size=4, max_new_tokens=24)

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from pipeline import corpus, schemas, store
 from pipeline.annotation import intake
-from pipeline.media.ingest import record_catalog
+from pipeline.catalog import record_catalog
 from pipeline.paths import DataRoot
 
 

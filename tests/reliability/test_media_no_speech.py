@@ -8,7 +8,9 @@ import time
 import pytest
 
 from media_util import cli, ffmpeg
-from pipeline.media import diarize, ingest as media, vad
+from pipeline.media import diarize, vad
+from pipeline.media.audio import extract_wav, load_wav
+from pipeline.media.ingest import ingest_batch
 from pipeline.synthetic import interviews as synth
 
 
@@ -34,7 +36,7 @@ def no_speech_root(tmp_path_factory):
                  "anoisesrc=d=120:a=0.02[c];[a][b][c]amix=inputs=3",          # two minutes of tones + hiss
     })
     root = tmp / "data"
-    report = media.ingest_batch(batch, root)
+    report = ingest_batch(batch, root)
     assert report.done == ["g/silent", "g/music"], report.quarantined
     return root
 
@@ -63,7 +65,7 @@ def test_cli_reports_no_speech_as_quarantined(no_speech_root):
 def test_speech_passes_the_check_and_stops_early(tmp_path):
     wav = synth.speak_lines(tmp_path / "s.wav", 0, ["Hello, thank you for coming in today.",
                                                     "How have things been at home since we last met?"] * 3)
-    samples = media.load_wav(media.extract_wav(wav, tmp_path / "s16.wav"))
+    samples = load_wav(extract_wav(wav, tmp_path / "s16.wav"))
     found = vad.check_speech(samples, enough_s=3.0)
     assert found.has_speech and found.speech_s >= 3.0
     assert not found.complete and found.scanned_s < found.duration_s  # stopped once speech was certain

@@ -1,0 +1,86 @@
+"""The catalog of ingested media: ``catalog.parquet`` under the data root (``schemas.CATALOG``),
+one line per sample_id, and :class:`Ingested`, the typed record of a usable line.
+
+``pipeline.media.ingest`` writes it (under ``catalog.lock``); every later media stage and the
+annotation rounds (intake, push) read it. It lives in the core so that ``annotation`` and
+``media`` stand side by side, neither importing the other.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import schemas
+from pipeline.paths import DataRoot, check_sample_id
+from pipeline.store import write_parquet
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What the later stages need of an ingested sample; content addressed by ``sha256``."""
+
+    sample_id: str
+    scenario: str
+    participants: tuple[str, ...]
+    sha256: str
+    audio_path: str            # relative to the data root (DataRoot.resolve)
+    subtitle_path: str | None  # relative to the data root, None when the manifest gave none
+    duration_s: float
+    speaking_order: bool = False  # the manifest's naming hint (part of the segment task's cache key)
+
+
+def read_catalog(data_root: str | Path) -> pa.Table:
+    path = DataRoot(data_root).catalog()
+    if not path.exists():
+        return schemas.CATALOG.empty_table()
+    return pq.read_table(path, schema=schemas.CATALOG)
+
+
+def write_catalog(data_root: str | Path, rows_by_id: dict[str, dict]) -> Path:
+    """Replace the whole catalog (atomic). Callers that update it hold :func:`catalog_lock`;
+    :func:`record_catalog` does both."""
+    ordered = [rows_by_id[k] for k in sorted(rows_by_id)]
+    table = pa.Table.from_pylist(ordered, schema=schemas.CATALOG)
+    return write_parquet(table, DataRoot(data_root).catalog())
+
+
+@contextlib.contextmanager
+def catalog_lock(data_root: str | Path) -> Iterator[None]:
+    """Hold the catalog's lock: an exclusive ``flock`` on ``catalog.lock``. Every holder opens the
+    file anew, so the lock excludes other threads of this process as well as other processes."""
+    path = DataRoot(data_root).catalog_lock()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def record_catalog(data_root: str | Path, row: dict) -> None:
+    """Put ``row`` into the catalog (its sample_id's line), read-modify-write under the lock."""
+    with catalog_lock(data_root):
+        rows = {r["sample_id"]: r for r in read_catalog(data_root).to_pylist()}
+        rows[row["sample_id"]] = row
+        write_catalog(data_root, rows)
+
+
+def catalog_entry(data_root: str | Path, sample_id: str) -> dict:
+    check_sample_id(sample_id)
+    for row in read_catalog(data_root).to_pylist():
+        if row["sample_id"] == sample_id:
+            return row
+    raise KeyError(f"{sample_id!r} is not in the catalog of {data_root}")
+
+
+def ingested(row: dict) -> Ingested:
+    """The typed record of a catalog line with ``status=done``."""
+    return Ingested(row["sample_id"], row["scenario"], tuple(row.get("participants") or ()), row["sha256"],
+                    row["audio_path"], row.get("subtitle_path"), row["duration_s"], bool(row.get("speaking_order")))
