@@ -38,9 +38,12 @@ GUIDANCE_KIND = {  # taxonomy list -> the guidance section shown as hints
 # Task-data keys that hold the per-sample choice lists of dynamic fields.
 DYNAMIC_KEY = {"entities": "entities", "clients": "clients"}
 # The annotators' keys (added to the page by the desk's front, desk_front.comfort.KEYS_JS).
-KEYS_HELP = ("Keys: 1-9, 0 pick the 1st-10th choice of the list in focus, else of the first list of the "
-             "outlined form (the one you clicked last), - its last choice (none); Enter keeps the outlined "
-             "form as it is (pre-fill checked) and goes to the next; Ctrl+Enter submits.")
+KEYS_HELP = ("Keys (through the desk's front): Tab goes from list to list, one stop each; the arrow keys move "
+             "in a list (in a one-answer list they also choose), Space ticks; 1-9, 0 pick the 1st-10th choice "
+             "of the list in focus, else of the outlined form's first list, - its last choice (none); a "
+             "one-answer list picked by number goes on to the form's next open field; Shift+Enter keeps a "
+             "text or a number and goes on; Enter keeps the outlined form as it is (pre-fill checked) and goes "
+             "to the next form; Ctrl+Enter submits; Esc closes the instructions.")
 # Label Studio (1.23, ``setupHotKeys``/``makeComb`` in its editor bundle) gives every choice, number
 # and label without a ``hotkey`` the first free key of this list, in page order: the keys then act
 # on the first forms of a task, whichever form the annotator is on. No config attribute or project
@@ -79,16 +82,33 @@ def config_path(round_name: str, scenario: str) -> Path:
 
 
 def _ui_text(rnd: Round) -> dict[str, dict]:
-    """``{field or field.subfield: {"label", "help", "default"}}``: the words annotators see and
-    the pre-filled defaults, from the round YAML."""
+    """``{field or field.subfield: {"label", "help", "default", "shown"}}``: the words annotators
+    see, the pre-filled defaults and the text shown for a choice (``shown:`` in the round YAML,
+    ``{stored value: shown text}``), from the round YAML."""
     raw = yaml.safe_load(rnd.source.read_text(encoding="utf-8")) or {}
     out: dict[str, dict] = {}
+
+    def text(f: dict) -> dict:
+        return {"label": f.get("label"), "help": f.get("help"), "default": f.get("default"),
+                "shown": dict(f.get("shown") or {})}
+
     for f in raw.get("fields") or []:
-        out[f["name"]] = {"label": f.get("label"), "help": f.get("help"), "default": f.get("default")}
+        out[f["name"]] = text(f)
         for sub in f.get("subfields") or []:
-            out[f"{f['name']}.{sub['name']}"] = {"label": sub.get("label"), "help": sub.get("help"),
-                                                 "default": sub.get("default")}
+            out[f"{f['name']}.{sub['name']}"] = text(sub)
     return out
+
+
+def shown_choice(ui: dict[str, dict], path: str, value: str) -> str:
+    """The text a choice shows: the round YAML's ``shown`` for it, else a taxonomy identifier in
+    words (``goal_align`` -> ``goal align``). What is stored is always the value itself (the
+    Choice's ``alias``): label names are facts of the taxonomy."""
+    return ((ui.get(path) or {}).get("shown") or {}).get(value) or value.replace("_", " ")
+
+
+def choice_text(rnd: Round, path: str, value: str) -> str:
+    """:func:`shown_choice` of a round's field (``field`` or ``field.subfield``)."""
+    return shown_choice(_ui_text(rnd), path, value)
 
 
 # What a round YAML's ``default:`` may name: a value read from the row itself.
@@ -158,11 +178,14 @@ def field_label(field: Field, ui: dict[str, dict], path: str, required: bool) ->
 
 
 def _required_message(label: str) -> str:
-    return quoteattr(f"{label.rstrip(' *')} is missing in form {{{{idx}}}} (forms are numbered at their top "
-                     f"left, from 0); fill it in, or choose the 'none' option where there is one.")
+    # Label Studio names the first form (from the top) where it is missing; the desk's front puts the
+    # message next to that field (a form's number would be zero-based: the Repeater's index)
+    return quoteattr(f"{label.rstrip(' *')} is missing: fill it in, or choose the 'none' option where there is "
+                     f"one (the first form from the top where it is empty).")
 
 
-def _control(field: Field, name: str, scenario: str, required: bool, indent: str, label: str) -> list[str]:
+def _control(field: Field, name: str, scenario: str, required: bool, indent: str, label: str,
+             shown: dict[str, str] | None = None) -> list[str]:
     to = 'toName="turn_{{idx}}"'
     req = f' required="true" requiredMessage={_required_message(label)}' if required else ""
     head = f'{indent}<Header size="6" value={quoteattr(label)}/>'
@@ -186,7 +209,10 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
         lines = [head, open_ + ">"]
         for value in field.options(scenario):
             hint = f" hint={quoteattr(hints[value])}" if value in hints else ""
-            lines.append(f"{indent}  <Choice value={quoteattr(value)}{hint}/>")
+            text = (shown or {}).get(value) or value.replace("_", " ")
+            # shown: words; stored (the alias): the taxonomy's exact label name
+            alias = f" alias={quoteattr(value)}" if text != value else ""
+            lines.append(f"{indent}  <Choice value={quoteattr(text)}{alias}{hint}/>")
         lines.append(f"{indent}</Choices>")
         return lines
     raise ValueError(f"field {field.name!r}: type {field.type!r} has no Label Studio control")
@@ -196,9 +222,9 @@ def prefill_check() -> list[str]:
     """The end of every form: its "pre-fill checked" box, shown and required only where the
     hidden mark (set by the push's prediction, :func:`mark_prefilled`) says the form came
     pre-filled in full (see :data:`PREFILLED_MARK`)."""
-    msg = quoteattr("Form {{idx}} came pre-filled and has not been checked: read it, correct what is wrong, "
-                    f"then tick '{PREFILL_CHECK_VALUE}' (through the desk's front: Enter, or any change in "
-                    "the form, ticks it).")
+    msg = quoteattr("A form came pre-filled and has not been checked (the first such from the top): read it, "
+                    f"correct what is wrong, then tick '{PREFILL_CHECK_VALUE}' (through the desk's front: Enter, "
+                    "or any change in the form, ticks it).")
     return [f'      <View idAttr="{PREFILL_CHECK}_{{{{idx}}}}" visibleWhen="choice-selected"'
             f' whenTagName="{PREFILLED_MARK}_{{{{idx}}}}">',
             f'        <Choices name="{PREFILL_CHECK}_{{{{idx}}}}" toName="turn_{{{{idx}}}}" choice="multiple"'
@@ -246,8 +272,11 @@ def instructions_html(rnd: Round, scenario: str) -> str:
     for f in (*rnd.fields, *(s for f in rnd.fields for s in f.subfields)):
         if f.values in GUIDANCE_KIND:
             parts.append(f"<h4>{escape(field_label(f, ui, f.name, False))}: the labels</h4><dl>")
+            path = next((f"{g.name}.{f.name}" for g in rnd.fields if f in g.subfields), f.name)
             for value, text in taxonomy.guidance(GUIDANCE_KIND[f.values], scenario).items():
-                parts.append(f"<dt><b>{escape(value)}</b></dt><dd>{escape(text)}</dd>")
+                shown = shown_choice(ui, path, value)
+                stored = f" <small>(stored as {escape(value)})</small>" if shown != value else ""
+                parts.append(f"<dt><b>{escape(shown)}</b>{stored}</dt><dd>{escape(text)}</dd>")
             if f.empty_choice:
                 parts.append(f"<dt><b>{escape(f.empty_choice)}</b></dt><dd>None of the above applies.</dd>")
             parts.append("</dl>")
@@ -278,7 +307,7 @@ def render_config(rnd: Round, scenario: str) -> str:
         ' textKey="line" audioUrl="$media_url"/>',
         '  <Repeater on="$units" indexFlag="{{idx}}">',
         '    <View idAttr="unit_{{idx}}" style="border-top: 1px solid #ccc; padding-top: 6px; margin-top: 6px">',
-        '      <Header size="6" value="form {{idx}}"/>',
+        '      <Header size="6" value="$units[{{idx}}].title"/>',
         '      <Text name="turn_{{idx}}" value="$units[{{idx}}].text"/>',
         '      <HyperText name="clip_{{idx}}" value="$units[{{idx}}].clip" inline="true"/>',
     ]
@@ -311,7 +340,8 @@ def render_config(rnd: Round, scenario: str) -> str:
                     required = field.required and slot == 1 and sub.empty_choice is not None
                     label = field_label(sub, ui, f"{field.name}.{sub.name}", required or sub.required)
                     name = control_name(field.name, "{{idx}}", slot, sub.name)
-                    out += _control(sub, name, scenario, required, indent + ("    " if rest else "  "), label)
+                    out += _control(sub, name, scenario, required, indent + ("    " if rest else "  "), label,
+                                    (ui.get(f"{field.name}.{sub.name}") or {}).get("shown"))
                 if rest:
                     out.append(f"{indent}  </View>")
                 out.append(f"{indent}</View>")
@@ -319,7 +349,8 @@ def render_config(rnd: Round, scenario: str) -> str:
                     out.append("      </View>")
         else:
             label = field_label(field, ui, field.name, field.required)
-            out += _control(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ", label)
+            out += _control(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ", label,
+                            (ui.get(field.name) or {}).get("shown"))
     out += [*prefill_check(), "    </View>", "  </Repeater>", "</View>", ""]
     return voice_naming.add_to_config(rnd, "\n".join(out))  # the transcript round: voices named once
 
@@ -422,7 +453,8 @@ def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
         to = ", ".join(r.get("target") or []) or "?"
         speaker = r.get("primary_speaker") or "?"
         unit = {"row_index": r["row_index"], "speaker": r.get("primary_speaker") or "",
-                "text": f"Row {r['row_index']} · {speaker} → {to}: {r.get('dialogue_cleaned') or ''}",
+                "title": f"Row {r['row_index']} · {speaker} → {to}",  # the form's heading
+                "text": r.get("dialogue_cleaned") or "",
                 "clip": turn_player(media_url, float(r["start_time"]), float(r["end_time"]))}
         if wants_rows:
             i = position[r["row_index"]]

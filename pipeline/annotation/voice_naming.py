@@ -12,7 +12,8 @@ transcript round's task, and the annotator's choices back into row speakers on p
   the therapist ("who is this voice?"). A voice already named (speaking-order hint, enrolled
   voice print, therapist by role, subtitles) is pre-filled with that name.
 * **the rows**: a row's speaker and spoken-to lists also offer its draft voice as a choice
-  stored as ``voice:<label>`` (shown ``<label> (voice)``), pre-filled (:func:`prefill`). Such a
+  stored as ``voice:<label>`` (shown ``<label> (voice)``, or the name alone where the label is
+  already a name of the list, e.g. the therapist named by role), pre-filled (:func:`prefill`). Such a
   row means "whoever that voice is"; picking a person on a row overrides it for that row only.
 * **on pull** (:func:`resolve`): the voice names replace every ``voice:`` choice of the
   annotation before it is validated; a row left on a voice nobody named is a problem naming the
@@ -200,10 +201,19 @@ def add_task_data(rnd: Round, sample: dict, data: dict, media_url: str, player) 
         row = draft.get(u["row_index"]) or {}
         speaker = row.get(SPEAKER_FIELD)
         targets = [t for t in row.get(TARGET_FIELD) or [] if t in labels]
-        u[UNIT_SPEAKERS] = ([{"value": f"{speaker} (voice)", "alias": token(speaker)}] if speaker in labels else []) \
-            + [{"value": e} for e in entities]
-        u[UNIT_TARGETS] = [{"value": f"{t} (voice)", "alias": token(t)} for t in targets] + [{"value": e} for e in entities]
+        u[UNIT_SPEAKERS] = _row_options([speaker] if speaker in labels else [], entities)
+        u[UNIT_TARGETS] = _row_options(targets, entities)
     return data
+
+
+def _row_options(voices: list[str], entities: list[str]) -> list[dict]:
+    """A row's list: its draft voices (stored ``voice:<label>``), then every entity. A voice whose
+    label is already one of the entities (the therapist named by role, a name from the speaking
+    order) shows that name alone and stands for it on this row: one "Therapist", not "Therapist
+    (voice)" beside "Therapist"."""
+    named = {v for v in voices if v in entities}
+    return [{"value": v if v in named else f"{v} (voice)", "alias": token(v)} for v in voices] \
+        + [{"value": e} for e in entities if e not in named]
 
 
 def first_part_only(parts: list[dict]) -> list[dict]:

@@ -85,7 +85,8 @@ def test_config_has_line_players_and_one_control_per_field(name, scenario):
             el = controls[naming.control_name(f.name, "{{idx}}")]
             assert (el.get("required") == "true") == f.required
             if not f.is_dynamic and f.type in ("choice", "multichoice"):
-                assert tuple(c.get("value") for c in el.findall("Choice")) == f.options(scenario)
+                # stored: the exact taxonomy names (the alias where the button shows words)
+                assert tuple(c.get("alias") or c.get("value") for c in el.findall("Choice")) == f.options(scenario)
 
 
 def test_evidence_rows_are_one_click_boxes_around_the_row():
