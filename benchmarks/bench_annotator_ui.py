@@ -65,11 +65,14 @@ annotator's pages are):
   the desk itself, no front.
 * ``--keyboard`` (instead of the page figures): one whole window of every round by keyboard alone
   through the front, at the first ``--rows`` (default 111), in a fresh browser per round: from the
-  project list (arrow keys, Enter; "Label All Tasks", Enter) into the label stream, each form
+  project list (arrow keys, Enter; "Label All Tasks", Enter) into the label stream (Escape closes
+  the round's instructions, which open on the first entry), each form
   filled as the front's keys lead (:func:`keyboard_window`) and kept with Enter, Ctrl+Enter to
   submit; the desk is then asked whether the window's annotation was saved. Prints per round
   ``ROUND keyboard_keys_per_row=K clicks_per_row=C tabs_per_row=T submitted=yes|no`` and extras
-  (keys: every press but free text's characters, the route included; about 5 minutes).
+  (keys: every press but free text's characters, the route included; about 5 minutes). With
+  ``--screenshots DIR`` each round's page, filled, before its submit: ``DIR/ROUND.png`` (the
+  README's pictures: ``--keyboard --screenshots docs/annotator``).
 * Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, the front's start report
   (the desk's release and the bundle patches applied) and the load average (the machine is
   shared: compare figures taken under similar load).
@@ -86,6 +89,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -214,7 +218,7 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
         by_key = False
         if tag in ("Choices", "choices"):
             items = value if isinstance(value, list) else [value]
-            options = [c.get("value") for c in el.findall("Choice")] if el is not None else []
+            options = [c.get("alias") or c.get("value") for c in el.findall("Choice")] if el is not None else []
             if not options and el is not None and el.get("value", "").startswith("$"):  # a list from the task data
                 options = [o["value"] for o in data.get(el.get("value")[1:], [])]
             keyed = [v for v in items if v in options[:10] or (options and v == options[-1])]
@@ -473,10 +477,23 @@ class KeyCounter:
         self.typed += len(text)
 
 
+@functools.lru_cache(maxsize=1)
+def _stored_names() -> dict[str, str]:
+    """The words a choice button shows -> the taxonomy name stored (the configs' ``alias``)."""
+    out = {}
+    for name in round_names():
+        for scenario in ("couple", "family"):
+            for c in ET.fromstring(ls_config.render_config(load_round(name), scenario)).iter("Choice"):
+                if c.get("alias"):
+                    out[c.get("value")] = c.get("alias")
+    return out
+
+
 def _alias(option: str) -> str:
-    """A choice as stored: an evidence row's shown value "12 · Ann: ..." is stored as its alias "12"."""
+    """A choice as stored: an evidence row's shown value "12 · Ann: ..." is stored as its alias "12",
+    a label shown in words ("Escalating conflict") as its taxonomy name."""
     head, sep, _ = option.partition(" · ")
-    return head if sep and head.isdigit() else option
+    return head if sep and head.isdigit() else _stored_names().get(option, option)
 
 
 def _same(have, want) -> bool:
@@ -550,6 +567,16 @@ def keyboard_form(k: KeyCounter, form_id: str, want: dict, limit: int = 40) -> l
     return [n for n, v in want.items() if not _same(values.get(n), v)]
 
 
+def _appears(locator, seconds: float) -> bool:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        locator.first.wait_for(state="attached", timeout=seconds * 1000)
+        return True
+    except PlaywrightTimeout:
+        return False
+
+
 def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], pause_s: float = 0.08,
                     hook=None) -> dict:
     """One whole window by keyboard alone, through the front's keys: from the project list (the
@@ -570,6 +597,12 @@ def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], paus
     k.press("Enter")
     _form_ready(page)
     page.wait_for_load_state("networkidle")
+    # the round's instructions open on the first entry into the round's stream (the front keeps them
+    # closed later on): read, then Escape
+    close = page.locator('button[aria-label="Close modal"]')
+    if close.count() or _appears(close, 3):
+        k.press("Escape")
+        close.wait_for(state="detached", timeout=10_000)
     task_id, data = page.evaluate("() => [Htx.task.id, Htx.task.dataObj]")  # the window the stream gave
     want_all = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, data, truth)}
     left: list[str] = []
@@ -730,7 +763,12 @@ def keyboard_main(args) -> None:
                     try:
                         login(context, front.url, email, password)
                         page = context.new_page()
-                        got = keyboard_window(page, front.url, pids[name], rnd, answers(rnd, sample))
+
+                        def shoot(stage, page=page, name=name):  # the page of this round, filled, before the submit
+                            if args.screenshots and stage == "filled":
+                                args.screenshots.mkdir(parents=True, exist_ok=True)
+                                page.screenshot(path=str(args.screenshots / f"{name}.png"))
+                        got = keyboard_window(page, front.url, pids[name], rnd, answers(rnd, sample), hook=shoot)
                         deadline = time.monotonic() + 60
                         saved = False
                         while not saved and time.monotonic() < deadline:
@@ -738,9 +776,6 @@ def keyboard_main(args) -> None:
                             saved = bool(task.get("total_annotations"))
                             time.sleep(0.5)
                         why = page.evaluate("() => [...document.querySelectorAll('.rescue-why')].map(w => w.textContent)")
-                        if args.screenshots:
-                            args.screenshots.mkdir(parents=True, exist_ok=True)
-                            page.screenshot(path=str(args.screenshots / f"{name}_keyboard_{n_rows}.png"))
                     finally:
                         context.close()
                     units = max(1, got["units"])
@@ -779,7 +814,9 @@ def main() -> None:
     ap.add_argument("--keyboard", action="store_true",
                     help="instead of the page figures: one whole window of every round by keyboard alone through the "
                          "front (keyboard_keys_per_row, clicks_per_row, tabs_per_row, submitted), at the first --rows")
-    ap.add_argument("--screenshots", type=Path, help="save a screenshot of each page here (e.g. test-output/bench)")
+    ap.add_argument("--screenshots", type=Path,
+                    help="save a screenshot of each page here (e.g. test-output/bench); with --keyboard one page per "
+                         "round, filled by keys, before its submit: ROUND.png (the README's are docs/annotator/)")
     args = ap.parse_args()
     keys = not args.direct
 

@@ -22,7 +22,13 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
     " outline-offset: 2px !important; border-radius: 3px; }",
     ".ant-checkbox-wrapper input:focus-visible { outline: none !important; }",
     ".rescue-why { color: #a8071a; background: #fff1f0; border: 1px solid #ffa39e; border-radius: 3px;" +
-    " padding: 2px 6px; margin: 4px 0; font-size: 13px; }"
+    " padding: 2px 6px; margin: 4px 0; font-size: 13px; }",
+    // only what the work needs: the editor's side column (Info/History, Regions/Relations: no
+    // regions, relations or history in these rounds) is not shown and its width goes to the forms
+    ".lsf-sidepanels__wrapper { display: none !important; }",
+    ".lsf-sidepanels { padding-left: 0 !important; padding-right: 0 !important; }",
+    // toasts do not pile up: the newest one of each viewport is shown
+    '[class*="toast-viewport--"] > *:not(:last-child) { display: none !important; }'
   ].join("\n");
   document.head.appendChild(style);
   var FORM = '[id^="unit_"], [id^="voice_"]';
@@ -119,9 +125,36 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
   }
   function edited(e) {  // a choice clicked (Label Studio's choices fire no change event) or text typed
     var t = e.target;
-    if (!t || !t.closest || t.closest('[id^="prefill-checked_"]')) return;
+    if (!t || !t.closest) return;
+    if (e.type === "click" && (t.type === "checkbox" || t.type === "radio")) remember(t);
+    if (t.closest('[id^="prefill-checked_"]')) return;
     if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(formOf(t));
     setTimeout(clearWhy, 0);
+  }
+  // Label Studio draws a choice list anew when one of its choices is clicked (by mouse, Space, a number
+  // or arrow key): the focused box is replaced and the focus falls to the page, where the next key would
+  // act on the form's first list. For a short while after a click the focus comes back to the same
+  // choice of the same list, unless it went elsewhere meanwhile.
+  var keep = null;  // {form: id, field: index among the form's fields, choice: index, until: ms}
+  function remember(input) {
+    var form = formOf(input), group = input.closest(".lsf-choices");
+    if (!form || !group) return;
+    var first = !keep;
+    keep = {form: form.id, field: fields(form).indexOf(group), choice: choices(group).indexOf(input), until: Date.now() + 800};
+    if (first) requestAnimationFrame(restore);
+  }
+  function restore() {
+    if (!keep) return;
+    var a = document.activeElement;
+    if (a && a !== document.body) {
+      var g = a.closest && a.closest(".lsf-choices"), f = g && formOf(g);
+      if (!f || f.id !== keep.form) { keep = null; return; }  // moved on (a text, another form, a button)
+    } else {
+      var form = document.getElementById(keep.form), field = form && fields(form)[keep.field];
+      var c = field && choices(field)[keep.choice];
+      if (c) { rove(field); c.focus({preventScroll: true}); }
+    }
+    if (Date.now() < keep.until) requestAnimationFrame(restore); else keep = null;
   }
   ["click", "input", "change"].forEach(function (kind) { document.addEventListener(kind, edited, true); });
 
@@ -167,9 +200,127 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
       });
     if (el) { routed = path; el.focus(); }
   }
-  var pending = false;
+  // hearing a row: every play control stops at its row's end. A form's player plays the media with a
+  // temporal fragment (#t=start,end), which the browser ends only at its next time update (up to ~0.25 s
+  // late): it is paused on the frame that reaches the end. A dialogue line's play button plays Label
+  // Studio's one audio of the dialogue from the line's start and goes on into the next lines: the line's
+  // own end stops it (Label Studio's own stop and reset, as its unused stopAtTheEnd would).
+  function watch(media, end, stopIt) {
+    (function frame() {
+      if (media.paused) return;
+      if (media.currentTime >= end - 0.02) { stopIt(); return; }
+      requestAnimationFrame(frame);
+    })();
+  }
+  document.addEventListener("play", function (e) {
+    var m = e.target, src = m && m.tagName === "AUDIO" ? (m.currentSrc || m.src || "") : "";
+    var t = /#t=([\d.]+),([\d.]+)$/.exec(src);
+    if (t) watch(m, Number(t[2]), function () { m.pause(); });
+  }, true);
+  function paragraphs(el) {  // Label Studio's model of the dialogue (Paragraphs) an element belongs to
+    var key = el && Object.keys(el).find(function (k) { return k.indexOf("__reactFiber") === 0; });
+    for (var f = key && el[key], i = 0; f && i < 40; f = f["return"], i++) {
+      var it = f.memoizedProps && f.memoizedProps.item;
+      if (it && it.audioRef && typeof it.stopNow === "function") return it;
+    }
+    return null;
+  }
+  function lineOf(button) {  // the dialogue line (its index among the turns) of a line's play button
+    var box = button.parentElement, p = box && box.querySelector('[data-testid^="phrase:"]');
+    return p ? Number(p.getAttribute("data-testid").split(":")[1]) : -1;
+  }
+  document.addEventListener("click", function (e) {
+    var t = e.target, button = t && t.closest ? t.closest('button[aria-label="play"], button[aria-label="pause"]') : null;
+    if (button && !formOf(button)) {
+      var line = lineOf(button), model = paragraphs(button);
+      if (line < 0 || !model) return;
+      setTimeout(function () {  // after Label Studio's own handler has started (or stopped) the line
+        var audio = model.audioRef && model.audioRef.current, span = (model.regionsStartEnd || [])[line];
+        if (audio && span && model.playingId === line)
+          watch(audio, span.end, function () { model.stopNow(); model.reset(); });
+      }, 0);
+      return;
+    }
+    // a click on a dialogue line (not a selection of its words) plays that line, and its row's form
+    // becomes the outlined one (the keys act on it)
+    var phrase = t && t.closest ? t.closest('[data-testid^="phrase:"]') : null;
+    var sel = window.getSelection && window.getSelection();
+    if (!phrase || (sel && !sel.isCollapsed)) return;
+    var play = phrase.parentElement && phrase.parentElement.querySelector('button[aria-label="play"]');
+    if (play) play.click();
+    var turn = ((paragraphs(phrase) || {})._value || [])[Number(phrase.getAttribute("data-testid").split(":")[1])];
+    var units = (window.Htx && Htx.task && Htx.task.dataObj && Htx.task.dataObj.units) || [];
+    for (var i = 0; turn && i < units.length; i++)
+      if (units[i].row_index === turn.row_index) { var form = document.getElementById("unit_" + i); if (form) mark(form); }
+  }, true);
+
+  // the round's instructions: Label Studio opens them each time the label stream is entered; the front
+  // lets them open once per project (a round) in this browser, and whenever "Instructions" is pressed
+  var asked = 0;
+  function askedFor(e) {
+    var b = e.target && e.target.closest && e.target.closest("button");
+    if (b && b.textContent.trim() === "Instructions" && (e.type === "click" || e.key === "Enter" || e.key === " "))
+      asked = Date.now();
+  }
+  document.addEventListener("click", askedFor, true);
+  document.addEventListener("keydown", askedFor, true);
+  function instructions() {
+    document.querySelectorAll('button[aria-label="Close modal"]').forEach(function (close) {
+      if (close.__rescueSeen) return;
+      close.__rescueSeen = true;
+      var dialog = close.closest('[role="dialog"]') || close.parentElement.parentElement;
+      var m = /^\/projects\/(\d+)/.exec(location.pathname);
+      if (!m || !dialog || dialog.textContent.trim().indexOf("Labeling Instructions") !== 0) return;
+      var key = "rescue:instructions-seen:" + m[1];
+      var seen = false;
+      try { seen = localStorage.getItem(key) === "1"; localStorage.setItem(key, "1"); } catch (x) { return; }
+      if (seen && Date.now() - asked > 3000) close.click();
+    });
+  }
+  // speaker names in the dialogue: Label Studio gives each a light colour of its own (3.15:1 on the page
+  // for some); each is darkened, same hue, until it reads at 4.5:1 (WCAG AA for its 16px)
+  function luminance(c) {
+    var v = c.map(function (x) { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2];
+  }
+  function rgba(text) { var m = /rgba?\(([^)]+)\)/.exec(text || ""); return m ? m[1].split(",").map(Number) : null; }
+  function background(el) {
+    for (var e = el; e && e.nodeType === 1; e = e.parentElement) {
+      var c = rgba(getComputedStyle(e).backgroundColor);
+      if (c && (c.length < 4 || c[3] > 0)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  }
+  function legible() {
+    document.querySelectorAll('span[class*="dialoguename--"]:not([data-rescue-ink])').forEach(function (n) {
+      n.setAttribute("data-rescue-ink", "");
+      var c = rgba(n.style.color); if (!c) return;
+      var bg = background(n.parentElement), a = c.length > 3 ? c[3] : 1;
+      var rgb = [0, 1, 2].map(function (i) { return c[i] * a + bg[i] * (1 - a); });
+      var lb = luminance(bg), k = 1, out = rgb;
+      while (k > 0) {
+        out = rgb.map(function (x) { return Math.round(x * k); });
+        var l = luminance(out);
+        if ((Math.max(l, lb) + 0.05) / (Math.min(l, lb) + 0.05) >= 4.6) break;
+        k -= 0.05;
+      }
+      n.style.color = "rgb(" + out.join(", ") + ")";
+    });
+  }
+  // the annotator's home and project list: no "Create Project" or "Invite Members" (the pipeline makes
+  // the projects; each desk is one person's)
+  function unclutter() {
+    if (!/^\/(projects\/?)?$/.test(location.pathname)) return;
+    document.querySelectorAll("button, a").forEach(function (b) {
+      if (b.style.display !== "none" && /^(Create Project|Invite Members|Create)$/.test(b.textContent.trim())) b.style.display = "none";
+    });
+  }
+  var pending = 0, since = 0;
   function tidy() {
-    pending = false;
+    pending = 0; since = 0;
+    instructions();
+    legible();
+    unclutter();
     document.querySelectorAll(".lsf-choices").forEach(rove);
     // a text's Add button and a kept text's Delete button: by mouse (Shift+Enter adds; a kept text's
     // one Tab stop is its Edit button)
@@ -180,8 +331,14 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
     });
     route();
   }
-  new MutationObserver(function () { if (!pending) { pending = true; requestAnimationFrame(tidy); } })
-    .observe(document.documentElement, {childList: true, subtree: true});
+  // debounced: once the page has been still for 80 ms (at least every 400 ms while it keeps changing),
+  // not once per mutation: a task page makes thousands while its forms are built
+  new MutationObserver(function () {
+    var now = Date.now();
+    if (!since) since = now;
+    clearTimeout(pending);
+    pending = setTimeout(tidy, now - since > 400 ? 0 : 80);
+  }).observe(document.documentElement, {childList: true, subtree: true});
 
   function submitButton() {
     var b = document.querySelector('button[aria-label="Submit current annotation"], button[aria-label="Update current annotation"]');
