@@ -19,12 +19,12 @@ average is printed with every case (a busy shared machine slows every figure; co
 from one run). DER against the generated truth checks nothing got worse.
 
 Speed levers (issue #14): the segmentation model's first convolution is computed once per batch
-of overlapping windows (``models.share_first_convolution``, on by default, same output;
+of overlapping windows (``speedups.share_first_convolution``, on by default, same output;
 ``--plain-segmentation`` turns it off for a before figure), each batch of both models runs as
-slices in single-threaded threads, one per torch thread (``models.split_batches``, on by
+slices in single-threaded threads, one per torch thread (``speedups.split_batches``, on by
 default on the CPU, same output; ``--plain-batches`` gives each batch to torch's intra-op
 threads in one call, the behaviour before), the d-vector partials are embedded once per file on a
-grid instead of once per overlapping window (``models.share_partials``, on by default: close but
+grid instead of once per overlapping window (``speedups.share_partials``, on by default: close but
 not the same prints, 5 min 23x -> 37x, hour 25x -> 34x, DER no worse;
 ``--per-window-embeddings`` gives the before figure), and ``--step`` /
 ``RESCUE_DIARIZATION_STEP`` trades DER for speed (pyannote's ``segmentation_step``: 0.2 halves
@@ -206,13 +206,13 @@ def main() -> None:
                          "shared convolution); for before/after figures")
     ap.add_argument("--plain-batches", action="store_true",
                     help="each model batch in one call on torch's intra-op threads (the behaviour before "
-                         "models.split_batches); for before/after figures")
+                         "speedups.split_batches); for before/after figures")
     ap.add_argument("--per-window-embeddings", action="store_true",
                     help="pyannote's own embeddings, the d-vector partials of every (window, speaker) embedded anew "
-                         "(the behaviour before models.share_partials); for before/after figures")
+                         "(the behaviour before speedups.share_partials); for before/after figures")
     ap.add_argument("--repeat", type=int, default=1, help="run each case this many times (figures per run)")
     ap.add_argument("--max-clustered", type=int, default=None,
-                    help="voice prints pyannote clusters at most (default: models.MAX_CLUSTERED_EMBEDDINGS; "
+                    help="voice prints pyannote clusters at most (default: speedups.MAX_CLUSTERED_EMBEDDINGS; "
                          "0: all of them, the behaviour before the bound)")
     args = ap.parse_args()
 
@@ -224,7 +224,7 @@ def main() -> None:
     from pipeline.config import Settings
     from pipeline.media.diarize import load_pipeline
     started = time.perf_counter()
-    from pipeline.media.models import MAX_CLUSTERED_EMBEDDINGS, bound_clustering, share_partials, split_batches
+    from pipeline.media.speedups import MAX_CLUSTERED_EMBEDDINGS, bound_clustering, share_partials, split_batches
     settings = Settings.from_env()
     if args.step is not None:
         settings = dataclasses.replace(settings, diarization_step=args.step)

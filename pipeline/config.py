@@ -119,10 +119,10 @@ class Settings:
     ffmpeg_timeout_s: float = 3600.0
     # pyannote's segmentation_step (a share of the 5-s window) for diarization; None: the pipeline's
     # own (0.1). Larger is faster (0.2 about halves segmentation and embeddings) but can cost DER
-    # (pipeline.media.models.set_segmentation_step).
+    # (pipeline.media.speedups.set_segmentation_step).
     diarization_step: float | None = None
     # The d-vector embedding's 1.6-s partials embedded once per file instead of once per
-    # overlapping 10-s window (pipeline.media.models.share_partials): about a third less time
+    # overlapping 10-s window (pipeline.media.speedups.share_partials): about a third less time
     # per audio hour, DER no worse on every measured file. 0 restores pyannote's per-window prints.
     diarization_shared_partials: bool = True
 

@@ -146,8 +146,8 @@ def diarize_cmd(
     participants; enrolled voices (`rescue voices`) name their speakers."""
     from rich.console import Console
     from rich.progress import track
-    from pipeline.media.diarize import DiarizationError, NoSpeech, diarize_file, diarize_stage, load_pipeline
     from pipeline.media.audio import MediaError
+    from pipeline.media.diarize import DiarizationError, NoSpeech, diarize_file, diarize_stage, load_pipeline
 
     console = Console()
     if min_speakers and max_speakers and min_speakers > max_speakers:

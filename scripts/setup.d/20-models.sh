@@ -11,7 +11,10 @@ cd "$(dirname "$0")/../.."
 MODELS="${RESCUE_MODELS_DIR:-$PWD/models}"
 mkdir -p "$MODELS/downloads"
 
-if [ -f "$MODELS/diarization-offline/.complete" ] && [ -f "$MODELS/tiny-whisper-ct2/.complete" ] \
+# A diarization directory of an older build (OFFLINE_BUILD, read from its one place: the builder)
+# is rebuilt by prepare-offline below, e.g. to upgrade its Lightning checkpoint once.
+build="build $(sed -n 's/^OFFLINE_BUILD = "\(.*\)"$/\1/p' pipeline/media/models.py)"
+if [ "$(cat "$MODELS/diarization-offline/.complete" 2>/dev/null)" = "$build" ] && [ -f "$MODELS/tiny-whisper-ct2/.complete" ] \
    && [ -f "$MODELS/tiny-wav2vec2-align/.complete" ] \
    && [ -f "$MODELS/nltk_data/tokenizers/punkt_tab/english/ortho_context.tab" ]; then
   exit 0

@@ -9,7 +9,7 @@ import pytest
 from pyannote.audio.pipelines.clustering import AgglomerativeClustering
 from pyannote.core import SlidingWindow, SlidingWindowFeature
 
-from pipeline.media.models import MAX_CLUSTERED_EMBEDDINGS, bound_clustering, evenly_spread
+from pipeline.media.speedups import MAX_CLUSTERED_EMBEDDINGS, bound_clustering, evenly_spread
 
 PARAMS = {"method": "centroid", "min_cluster_size": 3, "threshold": 0.25}  # the offline default's
 

@@ -174,7 +174,7 @@ def test_a_voice_name_with_a_space_is_stored_under_a_safe_file_name(tmp_path):
 
 # Imports inside functions are only for heavy, lazily loaded packages, never to hide a cycle.
 LAZY_OK = ("torch", "whisperx", "pyannote", "nltk", "transformers", "ctranslate2", "lightning", "onnxruntime",
-           "pipeline.media.models")
+           "pipeline.media.models", "pipeline.media.speedups", "pipeline.media.dvector")
 
 
 def test_media_modules_import_heavy_packages_only_inside_functions():

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from pipeline.media.models import DVectorEmbedding
+from pipeline.media.dvector import DVectorEmbedding
 
 FACTORIES = {"arange", "tensor", "as_tensor", "full", "zeros", "ones", "empty", "linspace", "randn", "rand"}
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -133,7 +133,7 @@ def segmentation(models_dir):
 def test_shared_first_convolution_makes_every_tensor_on_the_input_device(segmentation):
     from types import SimpleNamespace
 
-    from pipeline.media.models import _SharedFirstConvolution, share_first_convolution
+    from pipeline.media.speedups import _SharedFirstConvolution, share_first_convolution
     holder = SimpleNamespace(_segmentation=SimpleNamespace(model=segmentation, step=0.5))
     share_first_convolution(holder)
     assert isinstance(segmentation.sincnet, _SharedFirstConvolution) and segmentation.sincnet.hop == 8000
@@ -151,7 +151,7 @@ def test_shared_first_convolution_on_cuda_matches_cpu(segmentation):
     import copy
     from types import SimpleNamespace
 
-    from pipeline.media.models import share_first_convolution
+    from pipeline.media.speedups import share_first_convolution
     chunks = sincnet_chunks()
     with torch.inference_mode():
         cpu = segmentation(chunks)

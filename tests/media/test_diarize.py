@@ -63,7 +63,7 @@ def test_offline_default_segments_with_the_shared_first_convolution(diar_pipelin
     import numpy as np
     import torch
     from pipeline.media.audio import load_wav
-    from pipeline.media.models import _SharedFirstConvolution
+    from pipeline.media.speedups import _SharedFirstConvolution
     model = diar_pipeline._segmentation.model
     model = getattr(model.forward, "plain", model)  # one call for the whole batch (not split_batches' slices)
     sincnet = diar_pipeline._segmentation.model.sincnet
@@ -94,12 +94,12 @@ def test_offline_default_segments_with_the_shared_first_convolution(diar_pipelin
 
 def test_batches_split_over_threads_give_the_same_output(diar_pipeline):
     """On the CPU each batch of both models runs as slices in their own single-threaded threads
-    (``models.split_batches``): the outputs are one call's, the slices really ran in other
+    (``speedups.split_batches``): the outputs are one call's, the slices really ran in other
     threads with one torch thread each, and the caller keeps its own thread count."""
     import threading
     import torch
     from pipeline.media.audio import load_wav
-    from pipeline.media.models import split_batches
+    from pipeline.media.speedups import split_batches
     segmentation, embedding = diar_pipeline._segmentation.model, diar_pipeline._embedding.model_
     workers = torch.get_num_threads()
     if workers < 2:

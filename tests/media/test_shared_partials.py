@@ -1,4 +1,4 @@
-"""``models.share_partials`` (on in the offline default) embeds each d-vector partial once per file
+"""``speedups.share_partials`` (on in the offline default) embeds each d-vector partial once per file
 instead of once per overlapping 10-s window: prints close to the per-window ones, about half the
 LSTM work, DER no worse on pyannote's real sample, every tensor on the input's device;
 ``RESCUE_DIARIZATION_SHARED_PARTIALS=0`` turns it off."""
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.media.models import SHARED_PARTIAL_HOP, DVectorEmbedding
+from pipeline.media.dvector import DVectorEmbedding
+from pipeline.media.speedups import SHARED_PARTIAL_HOP
 from test_devices import FactoryCalls, speech_like  # same folder: the device check's helpers
 
 
