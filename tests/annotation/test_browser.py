@@ -9,6 +9,7 @@ import secrets
 import shutil
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from desk_front import FrontServer
 from desk_front.comfort import KEYS_PATH
-from pipeline.annotation import naming, pull, push
+from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 
@@ -52,7 +53,7 @@ def _fill(page, rnd, data, values) -> None:
                 # set the group exactly (defaults may be pre-filled): each choice's input is named by
                 # its value; an evidence row's value starts with its row number ("12 · Ann: ...")
                 for box in group.locator("input").all():
-                    label = box.get_attribute("name") or ""
+                    label = _STORED.get(box.get_attribute("name") or "", box.get_attribute("name") or "")
                     want = (label.split(" · ")[0] in items) if f.type == "rows" else label in items
                     if box.is_checked() != want:
                         box.click()
@@ -90,6 +91,9 @@ def _fill(page, rnd, data, values) -> None:
                     control(sub, naming.control_name(f.name, i, slot, sub.name), rec.get(sub.name))
 
 
+# a choice's shown words -> the taxonomy name it stores (the configs' alias)
+_STORED = {c.get("value"): c.get("alias") for name in round_names() for sc in ("couple", "family")
+           for c in ET.fromstring(ls_config.render_config(load_round(name), sc)).iter("Choice") if c.get("alias")}
 KEYBOARD_ROUND = "strategy"  # filled and submitted with the keyboard alone
 _ACTIVE = """() => { const el = document.activeElement; const unit = el && el.closest('[id^=unit_]');
   const group = el && el.closest('.lsf-choices');
@@ -148,7 +152,7 @@ def _fill_by_keyboard(page, rnd, data, values) -> int:
                         # a list is one Tab stop (the front's roving tabindex): Tab to it, arrows to the choice
                         tab_to(lambda a, k=k: a["unit"] == f"unit_{i}" and a["group"] == k)
                         for _ in range(len(options)):
-                            if page.evaluate(_ACTIVE)["name"] == v:
+                            if _STORED.get(page.evaluate(_ACTIVE)["name"], page.evaluate(_ACTIVE)["name"]) == v:
                                 break
                             press("ArrowRight")
                         if not page.evaluate("() => document.activeElement.checked"):
@@ -253,7 +257,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                         assert page.evaluate(_CHECKED, "unit_0")[1] == [task["data"]["units"][0]["speaker"]]
                         page.get_by_role("button", name="Submit").click()
                         dialog = page.get_by_role("dialog")
-                        dialog.get_by_text("Function of the row is missing in form 0").wait_for()
+                        dialog.get_by_text("Function of the row is missing").wait_for()
                         assert "utterance_type_0" not in dialog.inner_text()
                         page.keyboard.press("Escape")
                         dialog.wait_for(state="hidden")
