@@ -267,9 +267,16 @@ def _open(page, url: str) -> None:
 
 
 def _refused(page, form: int) -> None:
+    """Submit is refused for an unchecked pre-filled form, and ``form`` is the first such from the
+    top (the one the message means: forms carry no numbers on the page)."""
     page.get_by_role("button", name="Submit").click()
     dialog = page.get_by_role("dialog")
-    dialog.get_by_text(f"Form {form} came pre-filled and has not been checked").wait_for(timeout=20_000)
+    dialog.get_by_text("A form came pre-filled and has not been checked (the first such from the top)").wait_for(
+        timeout=20_000)
+    unchecked = page.evaluate("() => [...document.querySelectorAll('[id^=\"prefill-checked_\"]')]"
+                              ".filter(v => v.getClientRects().length && !v.querySelector('input').checked)"
+                              ".map(v => Number(v.id.split('_')[1]))")
+    assert unchecked and unchecked[0] == form, unchecked
     page.keyboard.press("Escape")
     dialog.wait_for(state="hidden")
 
@@ -333,7 +340,8 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
             page.keyboard.press("Enter")  # form 0 kept: checked; to form 1
             assert [c for _, _, c in page.evaluate(_BOXES)] == [True, False]
             _refused(page, 1)
-            page.locator("#unit_1 .lsf-choices").first.locator("input[name=attack_attack]").click()  # an edit
+            shown = ls_config.choice_text(load_round("relation"), "relation_cycle_state", "attack_attack")  # its words
+            page.locator("#unit_1 .lsf-choices").first.locator(f"input[name='{shown}']").click()  # an edit
             assert [c for _, _, c in page.evaluate(_BOXES)] == [True, True]
             page.get_by_role("button", name="Submit").click()
             _saved(ls_client, rel_pid, modelled["sample_id"], page)
