@@ -84,6 +84,7 @@ def _load(source: str, device: str, step: float | None, shared_partials: bool): 
             raise DiarizationError(
                 f"diarization pipeline directory {path} does not exist; build the offline default with "
                 "`rescue models prepare-offline` (or set RESCUE_MODELS_DIR)")
+        _check_build(path if path.is_dir() else path.parent)
         pipeline = Pipeline.from_pretrained(path)
     else:
         token = os.environ.get("HF_TOKEN") or None
@@ -106,6 +107,23 @@ def _load(source: str, device: str, step: float | None, shared_partials: bool): 
     if torch.device(device).type == "cpu":
         split_batches(pipeline)  # same output; batches over the cores instead of each small matmul
     return bound_clustering(pipeline)  # clustering cost linear in the hour
+
+
+def _check_build(directory: Path) -> None:
+    """An offline pipeline directory an older builder made (its ``.complete`` marker names
+    another build) names classes that have moved: say how to rebuild it, before pyannote fails
+    on an import. Directories without the marker (made elsewhere) are not ours to judge."""
+    from pipeline.media.models import MARKER, OFFLINE_BUILD
+
+    try:
+        built = (directory / MARKER).read_text().strip()
+    except OSError:
+        return
+    if built != f"build {OFFLINE_BUILD}":
+        raise DiarizationError(
+            f"diarization pipeline directory {directory} was made by an older version ({built!r}; this code "
+            f"needs 'build {OFFLINE_BUILD}'): rebuild it with `rescue models prepare-offline` "
+            "(or `bash scripts/setup.sh`)")
 
 
 def _looks_like_hub_id(source: str) -> bool:
