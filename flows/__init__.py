@@ -8,9 +8,14 @@ shared machinery is here so every flow resumes, retries and reports the same way
   finish; editing a stage's task code or bumping the pipeline version invalidates it. Stage
   inputs are content-addressed records (paths + sha256), so the key follows file CONTENT.
   ``file_key`` hashes a file's bytes for the first stage, whose input is a raw path.
-- ``NETWORK_RETRIES``: exponential backoff for Label Studio / network calls, and ONLY for
-  transient errors (:func:`transient`: network, timeouts, HTTP 5xx); a configuration error (no
-  annotators, unknown round, bad parameter) fails at once with its message.
+- ``NETWORK_RETRIES``: exponential backoff for Label Studio / network calls, and ONLY for the
+  transient family (:func:`transient`: ``isinstance(exc, pipeline.errors.TransientError)``,
+  raised where the fault is seen: network, timeouts, HTTP 5xx, a locked resource); a
+  configuration error (no annotators, unknown round, bad parameter, HTTP 4xx) fails at once
+  with its message.
+- ``prefect_calls(what)``: the boundary of the flows' own calls to the Prefect server: a server
+  that does not answer or answers HTTP 5xx becomes :class:`PrefectUnavailable` /
+  :class:`PrefectFault` (both transient).
 - ``gpu_slot(device)``: the strict global concurrency limit ``gpu`` around model inference on a GPU.
 - ``push_slot()``: the strict global concurrency limit ``rescue-push`` (1 slot) around every push of
   a round from a flow: it holds across workers on several hosts, where the library's fcntl lock
@@ -39,6 +44,7 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, wait
 from prefect.tasks import exponential_backoff
 
+from pipeline.errors import ServerFault, TransientError, Unreachable
 from pipeline.store import sha256_file
 
 CODE_VERSION = f"rescue-pipeline-{pipeline.__version__}"
@@ -47,32 +53,17 @@ PUSH_LIMIT = os.environ.get("RESCUE_PUSH_LIMIT", "rescue-push")
 
 RESUME = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=lambda ctx, params: CODE_VERSION)
 
-def transient_error(exc: BaseException) -> bool:
-    """Worth retrying: the network, a timeout, a server error (HTTP 5xx) - never a configuration
-    or input error, which would only fail the same way three more times."""
-    import httpx
-
-    from pipeline.annotation.client import LabelStudioError, LabelStudioUnavailable
-
-    if isinstance(exc, (LabelStudioUnavailable, httpx.TransportError, TimeoutError, ConnectionError)):
-        return True
-    text = str(exc)
-    if isinstance(exc, LabelStudioError) or type(exc).__name__ == "PushError":
-        import re
-
-        return bool(re.search(r"\(HTTP 5\d\d\)|did not answer", text))
-    return False
-
 
 def transient(task, task_run, state) -> bool:
-    """Prefect ``retry_condition_fn``: retry only :func:`transient_error`."""
+    """Prefect ``retry_condition_fn``: retry a task whose error is a :class:`TransientError`
+    (raised by the boundary that saw the fault), and nothing else."""
     exc = state.data if isinstance(state.data, BaseException) else None
     if exc is None:
         try:
             state.result(raise_on_failure=True)
         except BaseException as err:  # noqa: BLE001 - classified, not handled
             exc = err
-    return exc is not None and transient_error(exc)
+    return isinstance(exc, TransientError)
 
 
 NETWORK_RETRIES: dict[str, Any] = dict(
@@ -81,6 +72,39 @@ NETWORK_RETRIES: dict[str, Any] = dict(
     retry_jitter_factor=0.5,
     retry_condition_fn=transient,
 )
+
+
+class PrefectUnavailable(RuntimeError, Unreachable):
+    """The Prefect server did not answer (stopped, restarting, wrong PREFECT_API_URL)."""
+
+
+class PrefectFault(RuntimeError, ServerFault):
+    """The Prefect server answered with a server error (HTTP 5xx, e.g. its database locked)."""
+
+
+@contextlib.contextmanager
+def prefect_calls(what: str):
+    """Around the flows' own calls to the Prefect server (a concurrency slot, creating a limit):
+    the server not answering or answering HTTP 5xx - seen in the error or what it was raised
+    from, since Prefect wraps it (``ConcurrencySlotAcquisitionError`` from ``httpx.ConnectError``)
+    - becomes :class:`PrefectUnavailable` / :class:`PrefectFault`; anything else passes unchanged."""
+    import httpx
+
+    try:
+        yield
+    except TransientError:
+        raise
+    except Exception as exc:
+        seen, cause = set(), exc
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            if isinstance(cause, httpx.TransportError):
+                raise PrefectUnavailable(f"the Prefect server did not answer while trying to {what} "
+                                         f"({type(cause).__name__}); is it running? (`rescue stack status`)") from exc
+            if isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code >= 500:
+                raise PrefectFault(f"the Prefect server failed to {what} (HTTP {cause.response.status_code})") from exc
+            cause = cause.__cause__ or cause.__context__
+        raise
 
 
 def file_key(param: str):
@@ -116,7 +140,10 @@ def gpu_slot(device: str):
         return
     from prefect.concurrency.sync import concurrency
 
-    with concurrency(GPU_LIMIT, occupy=1, lease_duration=60, strict=True):
+    stack = contextlib.ExitStack()
+    with prefect_calls(f"take a slot of the {GPU_LIMIT!r} limit"):
+        stack.enter_context(concurrency(GPU_LIMIT, occupy=1, lease_duration=60, strict=True))
+    with stack:
         yield
 
 
@@ -137,12 +164,16 @@ def push_slot():
     from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
     from prefect.concurrency.sync import concurrency
 
-    with contextlib.ExitStack() as stack:
+    stack = contextlib.ExitStack()
+    with prefect_calls(f"take a slot of the {PUSH_LIMIT!r} limit"):
         try:
             stack.enter_context(concurrency(PUSH_LIMIT, occupy=1, lease_duration=60, strict=True))
-        except ConcurrencySlotAcquisitionError:
+        except ConcurrencySlotAcquisitionError as exc:
+            if exc.__cause__ is not None:  # the server did not answer or failed: not a missing limit
+                raise
             ensure_infrastructure([], "", 0, push_limit=PUSH_LIMIT)
             stack.enter_context(concurrency(PUSH_LIMIT, occupy=1, lease_duration=60, strict=True))
+    with stack:
         yield
 
 

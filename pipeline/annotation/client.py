@@ -22,6 +22,7 @@ from functools import lru_cache
 import httpx
 
 from pipeline.config import Secret
+from pipeline.errors import ServerFault, Unreachable
 
 
 class LabelStudioError(RuntimeError):
@@ -32,8 +33,14 @@ class LabelStudioAuthError(LabelStudioError):
     """The server rejected the API token."""
 
 
-class LabelStudioUnavailable(LabelStudioError):
-    """The server did not answer (not started, killed, wrong URL)."""
+class LabelStudioUnavailable(LabelStudioError, Unreachable):
+    """The server did not answer (not started, killed, wrong URL, too slow): transient."""
+
+
+class LabelStudioFault(LabelStudioError, ServerFault):
+    """The server answered with a server error (HTTP 5xx, e.g. its SQLite database locked past
+    its wait): transient. A 4xx answer stays a plain :class:`LabelStudioError`: asking again
+    would be refused again."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,8 @@ class LabelStudioClient:
                 f"(HTTP {r.status_code}); check the desk's service account (<data root>/desks/<desk>/service.json)")
         if r.status_code >= 400:
             body = r.text[:300].replace("\n", " ")
-            raise LabelStudioError(f"Label Studio refused to {what} (HTTP {r.status_code}): {body}")
+            error = LabelStudioFault if r.status_code >= 500 else LabelStudioError
+            raise error(f"Label Studio refused to {what} (HTTP {r.status_code}): {body}")
         self._clock.answered = server_time(r)
         return r
 

@@ -63,6 +63,7 @@ from pipeline.annotation.push import parse_project_key
 from pipeline.annotation.pushed import pushed_annotators
 from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer, LabelStudioServerError
 from pipeline.config import Settings
+from pipeline.errors import Locked
 from pipeline.paths import DataRoot
 
 ADJUDICATION_PREFIX = "rescue-adjudication:"
@@ -75,6 +76,10 @@ BRING_UP_WORKERS = 4              # desks started at once to set their storages 
 
 class MigrationError(RuntimeError):
     """The migration cannot go on; the message says why and what to do. The old data dir is untouched."""
+
+
+class MigrationLocked(MigrationError, Locked):
+    """Another migration of the data root holds its lock: transient, it passes when that one ends."""
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -458,7 +463,8 @@ def _lock(root: DataRoot) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise MigrationError("another migration of this data root is running") from None
+            raise MigrationLocked("another migration of this data root is running (it holds "
+                                  f"{root.desks_dir() / 'migration.lock'}); try again once it has finished") from None
         yield
 
 

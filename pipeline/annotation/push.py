@@ -49,13 +49,13 @@ import pyarrow.parquet as pq
 from pipeline import taxonomy
 from pipeline.annotation import ls_config, naming, voice_naming, windows
 from pipeline.annotation import rounds as rounds_module
-from pipeline.annotation.client import (SETTLE_S, LabelStudioClient, LabelStudioError, LabelStudioUnavailable,
-                                        Project, chunks, parse_time)
+from pipeline.annotation.client import SETTLE_S, LabelStudioClient, LabelStudioError, Project, chunks, parse_time
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.rows import tables_to_samples
 from pipeline.annotation import pushed
 from pipeline.catalog import read_catalog
+from pipeline.errors import TransientError
 
 KEY_PREFIX = "rescue-project:"
 IMPORT_CHUNK = 100  # tasks per import request: one request per chunk, committed as a whole
@@ -63,6 +63,11 @@ IMPORT_CHUNK = 100  # tasks per import request: one request per chunk, committed
 
 class PushError(RuntimeError):
     """A push could not finish; the message says how far it got and that a re-run is safe."""
+
+
+class PushInterrupted(PushError, TransientError):
+    """A push stopped by a transient fault of a desk (it did not answer, or answered HTTP 5xx):
+    the same push again, once the desk is back, imports only what is missing."""
 
 
 def project_key(round_name: str, scenario: str, annotator: str) -> str:
@@ -403,9 +408,9 @@ def _push_round(
 
         try:
             each_desk(desks, chosen, prepare_desk)
-        except LabelStudioUnavailable as exc:
-            raise PushError(f"push of round {rnd.name!r} stopped before importing: {exc}. Nothing was lost; "
-                            "restart the desk (`rescue label-studio up`) and run the push again.") from None
+        except TransientError as exc:
+            raise PushInterrupted(f"push of round {rnd.name!r} stopped before importing: {exc}. Nothing was lost; "
+                                  "restart the desk (`rescue label-studio up`) and run the push again.") from None
     ordered = [sync for scenario, _ in scenarios for who in chosen for sync in syncs[who] if sync.scenario == scenario]
     for sync in ordered:
         report.projects[sync.key] = sync.project_id
@@ -430,7 +435,7 @@ def _push_round(
     try:
         each_desk(desks, chosen, import_desk)
     except LabelStudioError as exc:  # the push state is left as it was: still safe to use
-        raise PushError(
+        raise (PushInterrupted if isinstance(exc, TransientError) else PushError)(
             f"push of round {rnd.name!r} stopped after {progress['done']} of {total} new tasks: {exc}. "
             "Tasks already in Label Studio and their annotations are kept; restart Label "
             "Studio and run the same push again - it imports only what is missing.") from None

@@ -58,6 +58,7 @@ def test_a_desk_killed_mid_push_fails_clearly_and_a_rerun_completes(desk_factory
     message = str(err.value)
     assert "stopped after 150 of 220 new tasks" in message and "run the same push again" in message  # 40 + b's 110
     assert "did not answer" in message
+    assert isinstance(err.value, push.PushInterrupted)  # transient: a flow's push task retries it
 
     again = push.push_round(desks, "emotion", samples, annotators)
     assert again.created == 220 - 150 and again.unchanged == 2 * 10 + 150 and not again.duplicates

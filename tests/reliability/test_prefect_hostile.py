@@ -1,41 +1,24 @@
 """Prefect under faults, on the real engine in-process (one temporary server for the module):
-only transient errors are retried, configuration errors fail at once with their message, a
-failed run still publishes its summary artifact, task runs are named per sample."""
+only the transient family is retried (a real server's HTTP 5xx, a refused connection) and a
+task retried on it succeeds, configuration errors, HTTP 4xx and a corrupt file fail at once
+with their message, a failed run still publishes its summary artifact, task runs are named per
+sample. (Each boundary raising the family: tests/reliability/test_transient.py.)"""
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 
-import httpx
 import pytest
+from http_util import answering, closed_port
 from prefect import flow, task
 
-from flows import NETWORK_RETRIES, transient_error
-from pipeline.annotation.client import LabelStudioAuthError, LabelStudioError, LabelStudioUnavailable
-from pipeline.annotation.push import PushError
-from pipeline.paths import InvalidId
+from flows import NETWORK_RETRIES
+from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+from pipeline.annotation.push import PushError, PushInterrupted
+from pipeline.errors import TransientError
 
 FAST = {**NETWORK_RETRIES, "retry_delay_seconds": 0, "retry_jitter_factor": None}
-
-
-@pytest.mark.parametrize("exc,retry", [
-    (LabelStudioUnavailable("Label Studio at http://x did not answer"), True),
-    (httpx.ConnectError("refused"), True),
-    (httpx.ReadTimeout("slow"), True),
-    (TimeoutError("slow"), True),
-    (ConnectionResetError("reset"), True),
-    (LabelStudioError("Label Studio refused to import 3 tasks (HTTP 502): bad gateway"), True),
-    (PushError("push of round 'emotion' stopped before importing: Label Studio at x did not answer"), True),
-    (LabelStudioError("Label Studio refused to create project (HTTP 400): invalid config"), False),
-    (LabelStudioAuthError("rejected the API token (HTTP 401)"), False),
-    (PushError("round 'emotion' needs 2 annotators, 0 available (none)"), False),
-    (KeyError("no annotation round 'nosuch'"), False),
-    (InvalidId("round '../x' is not allowed"), False),
-    (ValueError("bad parameter"), False),
-    (FileNotFoundError("no labels"), False),
-])
-def test_only_transient_errors_are_retryable(exc, retry):
-    assert transient_error(exc) is retry
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +61,80 @@ def _attempts(errors: list[BaseException]):
     return run(), seen
 
 
-def test_a_network_error_is_retried_until_it_passes(storage):
-    out, seen = _attempts([LabelStudioUnavailable("did not answer"), httpx.ConnectError("refused")])
-    assert not out["failed"] and out["result"] == "ok" and seen == [1, 2, 3]
+def _calling(url: str):
+    """A flow whose one task (retried as the flows' Label Studio tasks are) lists the users of the
+    Label Studio at ``url`` with the real client; counts the task's attempts."""
+    attempts = []
+
+    @task(name="call-label-studio", **FAST)
+    def call() -> list:
+        attempts.append(1)
+        return LabelStudioClient(url, "0" * 40, timeout=5).users()
+
+    @flow
+    def run():
+        state = call(return_state=True)
+        return {"failed": state.is_failed(), "message": state.message,
+                "result": None if state.is_failed() else state.result()}
+
+    return run, attempts
 
 
-def test_a_server_error_is_retried(storage):
-    out, seen = _attempts([LabelStudioError("Label Studio refused to export (HTTP 503): busy")])
-    assert not out["failed"] and seen == [1, 2]
+def test_a_task_retried_on_server_errors_succeeds(storage):
+    with answering(503, 502) as server:
+        run, attempts = _calling(server.url)
+        out = run()
+    assert not out["failed"] and out["result"] == [] and len(attempts) == 3
+    assert server.paths == ["GET /api/users/"] * 3
+
+
+def test_a_refused_connection_is_retried_until_the_retries_run_out(storage):
+    with closed_port() as port:
+        run, attempts = _calling(f"http://127.0.0.1:{port}")
+        out = run()
+    assert out["failed"] and len(attempts) == 1 + NETWORK_RETRIES["retries"]
+    assert "LabelStudioUnavailable" in out["message"] and "did not answer" in out["message"]
+
+
+def test_a_refusal_is_not_retried(storage):
+    with answering(400) as server:
+        run, attempts = _calling(server.url)
+        out = run()
+    assert out["failed"] and len(attempts) == 1 and server.paths == ["GET /api/users/"]
+    assert "(HTTP 400)" in out["message"]
+
+
+def test_a_corrupt_file_is_not_retried(storage):
+    from pipeline.media.audio import probe
+
+    bad = storage / "corrupt.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(2000))
+    attempts = []
+
+    @task(name="probe", **FAST)
+    def probe_it() -> dict:
+        attempts.append(1)
+        return probe(bad)
+
+    @flow
+    def run():
+        state = probe_it(return_state=True)
+        return state.is_failed(), state.message
+
+    failed, message = run()
+    assert failed and attempts == [1] and "MediaError" in message and "corrupt.mp4" in message
+
+
+def test_the_family_is_retried_not_the_words(storage):
+    """A push error is retried when the push was interrupted (PushInterrupted, raised by the push
+    on a desk's transient fault), never because its message reads like one."""
+    said = "push of round 'emotion' stopped before importing: Label Studio at x did not answer (HTTP 503)"
+    out, seen = _attempts([PushError(said)] * 4)
+    assert out["failed"] and seen == [1]
+    out, seen = _attempts([LabelStudioError(said)] * 4)
+    assert out["failed"] and seen == [1]
+    out, seen = _attempts([PushInterrupted(said)])
+    assert not out["failed"] and seen == [1, 2] and issubclass(PushInterrupted, TransientError)
 
 
 @pytest.mark.parametrize("error", [PushError("round 'emotion' needs 2 annotators, 0 available (none)"),
