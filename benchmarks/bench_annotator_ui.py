@@ -389,7 +389,11 @@ def measure(fresh_context, base: str, email: str, password: str, pid: int, task:
         page.close()
         page = context.new_page()
         figures["warm_s"], figures["warm_cpu_s"] = first_form(page, f"{base}/projects/{pid}/data?task={following['id']}")
-        figures["key_echo_ms"] = key_echo(page)
+        try:
+            figures["key_echo_ms"] = key_echo(page)
+        except PlaywrightTimeout:  # the page's figures stand; only this echo is missing
+            print(f"{name.upper()} {n_rows}: no text box took the focus for the key echo within "
+                  f"{args.page_timeout:.0f} s (this run's echo left out)", flush=True)
         figures.update(page_stats(page))
         if screenshots:
             screenshots.mkdir(parents=True, exist_ok=True)
