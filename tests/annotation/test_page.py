@@ -4,7 +4,7 @@ Regions/Relations) not shown and its width given to the forms; each row's form h
 relation labels in words while the exact taxonomy names are stored; one "Therapist" per row list in
 the transcript round; speaker names in the dialogue at 4.5:1 contrast or more, computed from the
 computed styles; no "Create Project" or "Invite Members" on the home page; the round's
-instructions open once per project, and again on the Instructions button."""
+instructions open once per project, and again on the Instructions button; toasts do not pile up."""
 from __future__ import annotations
 
 import re
@@ -147,6 +147,18 @@ def test_the_page_shows_only_what_the_work_needs(ls_server, ls_client, ls_desks,
             for names in lists:
                 assert sum(taxonomy.THERAPIST in n for n in names) == 1, (i, names)
         page.screenshot(path=str(SCREENSHOTS / "page_transcript.png"))
+
+        # toasts do not pile up: in Label Studio's own toast viewport, three toasts (made here,
+        # as its toasts are: children of the viewport) show only the newest
+        shown = page.evaluate("""() => {
+          const port = document.querySelector('[class*="toast-viewport--"]');
+          if (!port) return null;
+          for (const text of ['saved 1', 'saved 2', 'saved 3']) {
+            const t = document.createElement('li'); t.textContent = text; port.appendChild(t);
+          }
+          return [...port.children].filter(c => c.getClientRects().length).map(c => c.textContent);
+        }""")
+        assert shown == ["saved 3"], shown
         context.close()
     finally:
         front.stop()
