@@ -462,6 +462,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     report.update(batch_wall_s=round(wall, 1), batch_error=error, **figures)
     checks = check(truth, result, data)
     report["checks"] = checks
+    report["quarantined"] = (result or {}).get("quarantined", {})
     print_report(report, truth)
 
     n = truth["totals"]["interviews"]
@@ -634,6 +635,8 @@ def print_report(report: dict, truth: dict) -> None:
         f"{cnt['planted']} bad files planted); draft rows {cnt['rows_drafted']} (truth for those: "
         f"{cnt['rows_truth_of_drafted']}; truth for the whole batch {cnt['rows_truth']}); "
         f"diarized turns {cnt['turns']}; minutes {minutes}")
+    for sid, reason in sorted(report.get("quarantined", {}).items()):
+        say(f"  quarantined {sid}: {reason}")
     say("\nchecks:")
     labels = {"accounted": "every interview has its drafts or is quarantined with its reason",
               "bad_files": "each planted bad file is quarantined, its reason naming the file and the problem",
