@@ -97,7 +97,7 @@ def test_figures_per_stage_and_process(bench):
     kinds = fig["processes"]
     for kind in ("prefect server", "prefect worker", "flow run: ingest-batch", "flow run: ingest-interview"):
         assert kinds[kind]["peak_rss_mb"] > 20, kinds
-    assert kinds["prefect worker"]["processes"] == 2 and kinds["flow run: ingest-interview"]["processes"] == 4
+    assert kinds["prefect worker"]["processes"] == 2 and kinds["flow run: ingest-interview"]["processes"] >= 4
     assert fig["child_runs"]["count"] == 4
 
 
@@ -114,6 +114,7 @@ def test_nothing_left_behind(bench):
             pass
     assert not running, running
     if fig["database"] == "postgresql":
-        assert before is not None and after == before, (before, after)  # its database was dropped
+        name = re.search(r"database (rescue_rehearsal_\w+)", proc.stdout).group(1)
+        assert after is not None and name not in after and name not in (before or ()), (name, after)  # dropped
     else:
         assert "SQLite" in proc.stdout
