@@ -333,6 +333,7 @@ def _terminate(signum, frame):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (`&`)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate)  # the finally below stops the stack and drops the database
     tmp = Path(tempfile.mkdtemp(prefix="bench-rehearsal-"))
@@ -362,7 +363,7 @@ def main(argv=None) -> int:
         sampler.start()
         code = rehearse(args, root, env, report, sampler)
     except KeyboardInterrupt as exc:
-        say(f"rehearsal: interrupted ({exc or 'Ctrl+C'}); stopping what it started")
+        say(f"rehearsal: interrupted ({str(exc) or 'Ctrl+C'}); stopping what it started")
         code = 130
     except Exception:  # noqa: BLE001 - the traceback, then the same clean-up
         traceback.print_exc()
