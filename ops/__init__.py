@@ -1,1 +1,2 @@
-"""Operational code outside the library: the local stack and the demo."""
+"""Operational code outside the library: the local stack (`stack`, on `prefect_setup`, `sweeper`
+and `processes`), the demo, remote access to the desks and the console script."""

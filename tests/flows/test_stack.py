@@ -108,7 +108,7 @@ def test_register_creates_the_zombie_automation_once(stack):
 
     from prefect.client.orchestration import get_client
 
-    from ops import stack as st
+    from ops import prefect_setup as st
 
     def automations():
         with stack.prefect_settings(), get_client(sync_client=True) as client:
@@ -143,7 +143,7 @@ def test_the_zombie_automation_crashes_a_run_whose_heartbeats_stop(stack):
     from prefect.events.schemas.events import Event
     from prefect.states import Running
 
-    from ops import stack as st
+    from ops import prefect_setup as st
 
     @flow(name="zombie-probe")
     def probe():

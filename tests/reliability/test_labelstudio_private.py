@@ -71,7 +71,7 @@ def test_a_desk_start_and_push_leave_home_empty_and_its_files_owner_only(desk_fa
 
 
 def test_the_stack_state_is_owner_only(tmp_path):
-    from ops import stack as st
+    from ops import processes as st
 
     old = os.umask(0o022)
     try:
@@ -82,13 +82,13 @@ def test_the_stack_state_is_owner_only(tmp_path):
         os.chmod(paths.home / "old.db", 0o644)
         st.make_private(paths)
         child = paths.home / "written-by-the-server.txt"
-        pid = st._spawn(paths, "probe", [sys.executable, "-c",
-                                         "import sys, os; os.makedirs(sys.argv[2]); open(sys.argv[1], 'w').write('x'); print('hello')",
-                                         str(child), str(paths.home / "made-by-it")], {})
+        pid = st.spawn(paths, "probe", [sys.executable, "-c",
+                                        "import sys, os; os.makedirs(sys.argv[2]); open(sys.argv[1], 'w').write('x'); print('hello')",
+                                        str(child), str(paths.home / "made-by-it")], {})
         deadline = time.monotonic() + 30
         while not child.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        st._stop(paths, "probe")
+        st.stop(paths, "probe")
         assert pid
     finally:
         os.umask(old)
@@ -99,8 +99,8 @@ def test_the_stack_state_is_owner_only(tmp_path):
 
 
 def test_the_pid_file_is_owner_only(tmp_path):
-    from ops import stack as st
+    from ops import processes as st
 
     paths = st.StackPaths(tmp_path)
-    st._write_pid(paths, "x", os.getpid())
+    st.write_pid(paths, "x", os.getpid())
     assert mode(paths.pid_file("x")) == 0o600 and mode(paths.pids) == 0o700

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
+from pathlib import Path
 
 import pytest
 from http_util import answering, closed_port
@@ -251,7 +253,7 @@ def test_a_flow_run_whose_process_died_is_marked_crashed_and_live_ones_are_left(
     from prefect.client.schemas.objects import StateType
     from prefect.states import Running
 
-    from ops import stack as st
+    from ops import sweeper
 
     @flow(name="victim")
     def victim():
@@ -265,7 +267,7 @@ def test_a_flow_run_whose_process_died_is_marked_crashed_and_live_ones_are_left(
                 client.update_flow_run(run.id, infrastructure_pid=str(pid))
             ids.append(run.id)
         messages = []
-        swept = st.sweep(log=messages.append)
+        swept = sweeper.sweep(log=messages.append)
         states = [client.read_flow_run(i).state for i in ids]
     assert [s.type for s in states] == [StateType.CRASHED, StateType.RUNNING, StateType.RUNNING]
     assert f"pid {dead}" in states[0].message and "run the deployment again" in states[0].message
@@ -278,7 +280,7 @@ def test_a_cancelling_run_whose_process_is_gone_ends_cancelled_not_crashed(stora
     from prefect.client.schemas.objects import StateType
     from prefect.states import Cancelling
 
-    from ops import stack as st
+    from ops import sweeper
 
     @flow(name="cancelled-victim")
     def victim():
@@ -290,7 +292,7 @@ def test_a_cancelling_run_whose_process_is_gone_ends_cancelled_not_crashed(stora
             run = client.create_flow_run(victim, state=Cancelling(message="asked by an operator"))
             client.update_flow_run(run.id, infrastructure_pid=f"host:{pid}")
             ids.append(run.id)
-        swept = st.sweep(log=lambda *_: None)
+        swept = sweeper.sweep(log=lambda *_: None)
         states = [client.read_flow_run(i).state for i in ids]
     assert [s.type for s in states] == [StateType.CANCELLED, StateType.CANCELLING], states
     assert f"pid {dead}" in states[0].message and "cancelled" in states[0].message
@@ -298,12 +300,53 @@ def test_a_cancelling_run_whose_process_is_gone_ends_cancelled_not_crashed(stora
     assert len(swept) == 1 and str(ids[0]) in swept[0]
 
 
-def test_the_stack_starts_and_stops_a_sweeper_process(tmp_path, monkeypatch):
-    from ops import stack as st
+def test_the_stack_runs_the_sweeper_as_a_module_that_sweeps_and_down_stops_it(storage):
+    """The sweeper the stack starts is its own process, ``python -m ops.sweeper``: it marks a run
+    whose process died Crashed on this module's server without being asked, and ``down`` stops it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME
+    from prefect.states import Running
 
-    spawned = []
-    monkeypatch.setattr(st, "_spawn", lambda paths, name, argv, env: spawned.append((name, argv)) or 4242)
-    st._start_sweeper(st.StackPaths(tmp_path), {"PREFECT_API_URL": "http://127.0.0.1:1/api"}, lambda m: None)
-    assert spawned and spawned[0][0] == "sweeper" and "sweeper_loop" in spawned[0][1][-1]
-    import inspect
-    assert '"sweeper"' in inspect.getsource(st.down) and "_start_sweeper" in inspect.getsource(st.up)
+    from ops import processes, stack
+
+    @flow(name="swept-victim")
+    def victim():
+        return None
+
+    root = (storage / "root").resolve()
+    paths = processes.StackPaths(root)
+    env = {"PREFECT_API_URL": PREFECT_API_URL.value(), "PREFECT_HOME": str(PREFECT_HOME.value()),
+           "RESCUE_SWEEP_EVERY_S": "1"}
+    said: list[str] = []
+    with _dead_and_alive_pids() as (dead, _alive), get_client(sync_client=True) as client:
+        run = client.create_flow_run(victim, state=Running())
+        client.update_flow_run(run.id, infrastructure_pid=str(dead))
+        stack._start_sweeper(paths, env, said.append)
+        pid = processes.read_pid(paths, "sweeper")
+        try:
+            assert pid, said
+            argv = _argv(pid)
+            assert argv[1:3] == [b"-m", b"ops.sweeper"], (pid, argv, said, _log(paths))
+            deadline = time.monotonic() + 90
+            while client.read_flow_run(run.id).state.type != StateType.CRASHED and time.monotonic() < deadline:
+                time.sleep(0.5)
+            state = client.read_flow_run(run.id).state
+        finally:
+            stack.down(root, label_studio=False, log=said.append)
+    assert state.type == StateType.CRASHED and f"pid {dead}" in state.message, (state, _log(paths))
+    assert "sweeper: stopped" in said and processes.start_time(pid) is None, (said, _log(paths))
+    assert "marked Crashed" in _log(paths)
+
+
+def _argv(pid: int) -> list[bytes]:
+    """A process's command line; the kernel shows it empty for a moment after exec, before the new
+    program's arguments are mapped (Popen has returned by then)."""
+    deadline = time.monotonic() + 10
+    while not (raw := Path(f"/proc/{pid}/cmdline").read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return raw.split(b"\0")
+
+
+def _log(paths) -> str:
+    return paths.log_file("sweeper").read_text() if paths.log_file("sweeper").is_file() else "(no log)"

@@ -1,0 +1,176 @@
+"""Prefect for the stack: the variables every stack process and client uses, the server's first
+database, and the registration - work pools, the ``gpu`` and ``rescue-push`` concurrency
+limits, the zombie automation (a run whose heartbeats stop is marked Crashed: a dead host) and
+prefect.yaml's deployments, all idempotent.
+
+``rescue stack register`` (and ``up``) runs the registration as ``python -m ops.prefect_setup``
+in the repository: one Python process creates what is missing, then runs ``prefect deploy
+--all`` through Prefect's CLI entry point (what the ``prefect`` script does) - one Prefect import
+instead of two, ~4 s less per ``stack up``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ops.processes import StackError, StackPaths
+from pipeline.config import REPO_ROOT
+
+WORK_POOL = "rescue-cpu"          # the process pool the local worker (and compose's cpu-worker) serves
+GPU_WORK_POOL = "rescue-gpu"      # compose's GPU workers; no local worker serves it by default
+GPU_LIMIT_NAME = "gpu"            # global concurrency limit held around model inference
+# A migrated, empty Prefect database made by scripts/setup.d/40-prefect-db.sh: a new data root
+# copies it instead of running Prefect's migrations on the server's first start (~11 s here).
+PREFECT_TEMPLATE_DB = REPO_ROOT / ".venv" / "prefect-template" / "prefect.db"
+# Flow-run heartbeats and the automation that marks a run Crashed when they stop (a host that
+# died leaves its runs Running otherwise). The window must exceed every worker's heartbeat
+# interval: Prefect's default is 180 s, the stack's workers send one every HEARTBEAT_S.
+HEARTBEAT_S = int(os.environ.get("RESCUE_HEARTBEAT_S", "30"))
+ZOMBIE_AFTER_S = int(os.environ.get("RESCUE_ZOMBIE_AFTER_S", "300"))
+ZOMBIE_AUTOMATION = "rescue-crash-zombie-flow-runs"
+
+
+def prefect_port() -> int:
+    return int(os.environ.get("RESCUE_PREFECT_PORT", "4200"))
+
+
+def api_url(port: int | None = None) -> str:
+    return f"http://127.0.0.1:{port or prefect_port()}/api"
+
+
+def prefect_env(data_root: Path, port: int | None = None) -> dict[str, str]:
+    """The Prefect variables every stack process and every client (CLI, demo) uses."""
+    paths = StackPaths(Path(data_root).resolve())
+    return {
+        "PREFECT_HOME": str(paths.home),
+        "PREFECT_API_URL": api_url(port),
+        "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(paths.results),
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        # GPU slots survive a server restart (in-memory leases leak on restart).
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+        # The worker asks for new runs every second (default 10 s): a deployment run starts within
+        # ~1 s. One cheap query per second against a local server.
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PREFECT_CLI_COLORS": "false",
+        # every flow run says it is alive this often; the zombie automation (ZOMBIE_AUTOMATION)
+        # marks a run Crashed when they stop (its host died). Prefect's minimum is 30 s.
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
+        "RESCUE_DATA_ROOT": str(paths.root),
+        "RESCUE_SOURCE_DIR": os.environ.get("RESCUE_SOURCE_DIR", str(REPO_ROOT)),  # prefect.yaml's pull step: code from local disk
+    }
+
+
+def prefect_bin() -> str:
+    return str(Path(sys.executable).with_name("prefect"))
+
+
+def seed_database(paths: StackPaths) -> None:
+    """A new server's SQLite database starts as a copy of the migrated template (when setup made
+    one and the operator did not point Prefect at another database)."""
+    db = paths.home / "prefect.db"
+    if db.exists() or not PREFECT_TEMPLATE_DB.is_file() or os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
+        return
+    tmp = db.with_suffix(".tmp")
+    shutil.copyfile(PREFECT_TEMPLATE_DB, tmp)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, db)
+
+
+# --- the zombie automation ------------------------------------------------------------------
+
+def zombie_automation(within_s: int = ZOMBIE_AFTER_S):
+    """Prefect's documented zombie detection ("detect zombie flows"): once a flow run has sent a
+    heartbeat, expect another heartbeat or a final state within ``within_s``; if none comes,
+    set the run Crashed. Runs on any Prefect 3 server (its triggers service), not only Cloud."""
+    from datetime import timedelta
+
+    from prefect.automations import AutomationCore, ChangeFlowRunState, EventTrigger, Posture, ResourceSpecification
+    from prefect.client.schemas.objects import StateType
+
+    if within_s <= HEARTBEAT_S:
+        raise StackError(f"RESCUE_ZOMBIE_AFTER_S={within_s} must exceed the heartbeat interval "
+                         f"(RESCUE_HEARTBEAT_S={HEARTBEAT_S}), or every healthy run is marked Crashed")
+    return AutomationCore(
+        name=ZOMBIE_AUTOMATION,
+        description=f"rescue stack register: a flow run with no heartbeat for {within_s} s is marked Crashed "
+                    f"(its worker or host died); run the deployment again, finished work comes from the cache",
+        enabled=True,
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
+                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
+            within=timedelta(seconds=within_s)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, message=(
+            f"no heartbeat for {within_s} s: its worker or host died; run the deployment again - "
+            f"finished work is reused from the cache"))],
+    )
+
+
+def ensure_zombie_automation(within_s: int = ZOMBIE_AFTER_S) -> str:
+    """Create the zombie automation, or bring the one of that name up to date; never a second
+    copy. Returns what it did: created | updated | unchanged."""
+    from prefect.client.orchestration import get_client
+
+    want = zombie_automation(within_s)
+    with get_client(sync_client=True) as client:
+        found = client.read_automations_by_name(ZOMBIE_AUTOMATION)
+        if not found:
+            client.create_automation(want)
+            return "created"
+        keep, *extra = found
+        for dup in extra:  # two registers racing on an older version: keep one
+            client.delete_automation(dup.id)
+        fields = ("description", "enabled", "trigger", "actions", "actions_on_trigger", "actions_on_resolve")
+        if all(getattr(keep, f) == getattr(want, f) for f in fields) and not extra:
+            return "unchanged"
+        client.update_automation(keep.id, want)
+        return "updated"
+
+
+# --- registration ---------------------------------------------------------------------------
+
+def register(env: dict[str, str], log=print) -> None:
+    """Work pools, the strict `gpu` limit, the `rescue-push` limit, the zombie automation and
+    prefect.yaml's deployments (all idempotent), with ``env`` over this environment: runs
+    :func:`main` as its own process in the repository (``prefect deploy`` reads prefect.yaml there)."""
+    proc = subprocess.run([sys.executable, "-m", "ops.prefect_setup", "--pools", f"{WORK_POOL},{GPU_WORK_POOL}",
+                           "--gpu-limit", GPU_LIMIT_NAME, "--gpu-slots", os.environ.get("RESCUE_GPU_SLOTS", "1")],
+                          cwd=REPO_ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise StackError(f"registering work pools / the gpu limit / prefect.yaml's deployments failed:\n"
+                         f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    log(f"prefect: pools {WORK_POOL}/{GPU_WORK_POOL}, limits '{GPU_LIMIT_NAME}' and 'rescue-push', "
+        f"automation '{ZOMBIE_AUTOMATION}' (no heartbeat for {ZOMBIE_AFTER_S} s -> Crashed), "
+        f"deployments from prefect.yaml registered")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ops.prefect_setup --pools A,B --gpu-limit gpu --gpu-slots 1``: the registration
+    against the server at PREFECT_API_URL, from the repository root (``prefect deploy --all``
+    reads ./prefect.yaml). Exit status: prefect deploy's."""
+    from flows import ensure_infrastructure
+
+    parser = argparse.ArgumentParser(prog="python -m ops.prefect_setup", description=main.__doc__)
+    parser.add_argument("--pools", default=f"{WORK_POOL},{GPU_WORK_POOL}", help="work pools, comma-separated")
+    parser.add_argument("--gpu-limit", default=GPU_LIMIT_NAME, help="the GPU concurrency limit's name")
+    parser.add_argument("--gpu-slots", type=int, default=1, help="its slots (GPUs)")
+    args = parser.parse_args(argv)
+    made = ensure_infrastructure([p for p in args.pools.split(",") if p], args.gpu_limit, args.gpu_slots)
+    print("created: " + (", ".join(made) or "nothing"), flush=True)
+    print("zombie automation: " + ensure_zombie_automation(), flush=True)
+    from prefect.cli import app
+
+    sys.argv = ["prefect", "--no-prompt", "deploy", "--all"]
+    return app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
