@@ -350,3 +350,20 @@ def _argv(pid: int) -> list[bytes]:
 
 def _log(paths) -> str:
     return paths.log_file("sweeper").read_text() if paths.log_file("sweeper").is_file() else "(no log)"
+
+
+def test_a_sweep_once_against_a_server_that_does_not_answer_says_so_in_one_line(tmp_path):
+    """``python -m ops.sweeper --once``: exit 1 with one line naming the error, no traceback."""
+    import subprocess
+    import sys
+
+    from pipeline.config import REPO_ROOT
+
+    with closed_port() as port:
+        proc = subprocess.run([sys.executable, "-m", "ops.sweeper", "--once"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+                                                           "PREFECT_CLIENT_MAX_RETRIES": "0",
+                                                           "PREFECT_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("sweeper:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
