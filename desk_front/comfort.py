@@ -267,10 +267,11 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
   function instructions() {
     document.querySelectorAll('button[aria-label="Close modal"]').forEach(function (close) {
       if (close.__rescueSeen) return;
-      close.__rescueSeen = true;
       var dialog = close.closest('[role="dialog"]') || close.parentElement.parentElement;
       var m = /^\/projects\/(\d+)/.exec(location.pathname);
+      // not yet its text (a dialog still being drawn): looked at again on the next tidy
       if (!m || !dialog || dialog.textContent.trim().indexOf("Labeling Instructions") !== 0) return;
+      close.__rescueSeen = true;
       var key = "rescue:instructions-seen:" + m[1];
       var seen = false;
       try { seen = localStorage.getItem(key) === "1"; localStorage.setItem(key, "1"); } catch (x) { return; }

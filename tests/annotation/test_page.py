@@ -99,8 +99,9 @@ def test_the_page_shows_only_what_the_work_needs(ls_server, ls_client, ls_desks,
         page.reload()
         page.locator("#unit_0 .lsf-choices").first.wait_for()
         page.wait_for_load_state("networkidle")
-        time.sleep(2)
-        assert page.locator(_CLOSE).count() == 0, "the instructions opened a second time"
+        time.sleep(3)
+        assert page.locator(_CLOSE).count() == 0, \
+            f"a dialog is open on the second entry: {page.locator(_CLOSE).locator('xpath=../..').all_inner_texts()!r:.300}"
         page.get_by_role("button", name="Instructions").click()  # asked for: they open
         page.locator(_CLOSE).wait_for()
         time.sleep(1)
