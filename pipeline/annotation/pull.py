@@ -60,7 +60,7 @@ from pipeline.annotation.client import ID_CHUNK, SETTLE_S, LabelStudioClient, Pr
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.push import each_desk as _each_desk
 from pipeline.annotation.push import parse_project_key
-from pipeline.annotation.pushed import read_pushed, read_sync, write_sync
+from pipeline.annotation.pushed import files_digest, read_pushed, read_sync, write_sync
 from pipeline.annotation.rounds import Field, Round, load_round, round_names
 from pipeline.annotation.windows import stitch_tasks
 from pipeline.paths import DataRoot, check_name
@@ -410,13 +410,6 @@ _CODE = tuple(Path(m.__file__) for m in (acceptance, ls_config, naming, voice_na
                                          taxonomy, schemas)) + (Path(__file__), taxonomy.SCHEMAS_DIR / "taxonomies.yaml")
 
 
-@lru_cache(maxsize=16)
-def _code_digest(round_source: Path) -> str:
-    h = hashlib.sha256()
-    for path in (*_CODE, round_source):
-        h.update(path.read_bytes())
-    return h.hexdigest()
-
 
 def _file_sha(path: Path) -> str | None:
     try:
@@ -691,7 +684,7 @@ def pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
             problem(who, f"{who} has no annotator's desk; nothing pulled for them (earlier lines kept)")
 
     inputs = hashlib.sha256(json.dumps([
-        _code_digest(rnd.source), rnd.name, sorted(annotators) if annotators else None, people, asked,
+        files_digest((*_CODE, rnd.source)), rnd.name, sorted(annotators) if annotators else None, people, asked,
         pushed_record, [[who, desks.where(who), sorted(read[who].users.items()), read[who].foreign] for who in asked],
         [[i.client.url, i.project.id, i.project.key, i.owner, i.sha] for i in wanted],
     ], sort_keys=True, default=str).encode()).hexdigest()

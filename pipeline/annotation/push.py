@@ -41,7 +41,6 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -239,13 +238,6 @@ _CODE = tuple(Path(m.__file__) for m in (ls_config, voice_naming, windows, namin
     Path(__file__), taxonomy.SCHEMAS_DIR / "taxonomies.yaml")
 
 
-@lru_cache(maxsize=16)
-def _code_digest(round_source: Path) -> str:
-    h = hashlib.sha256()
-    for path in (*_CODE, round_source):
-        h.update(path.read_bytes())
-    return h.hexdigest()
-
 
 @dataclass
 class _Sample:
@@ -270,7 +262,7 @@ class _Wants:
                  media_url: Callable[[dict], str] | None, window: int | None, cache: dict):
         self.rnd, self.window, self.prelabel = rnd, window, prelabel
         self._lock = threading.Lock()
-        code = _code_digest(rnd.source)
+        code = pushed.files_digest((*_CODE, rnd.source))
         self._defaults = ls_config.has_defaults(rnd)
         # the input rows' values (and the round's defaults) follow from the sample and this code:
         # they need not be computed to know whether a sample's tasks changed; a model's answers do

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -100,6 +102,16 @@ def record_pushed(data_root: str | os.PathLike, round_name: str, given: Iterable
             return out  # a push that gave nothing new leaves the record as it is
     store.atomic_write_text(path, text)
     return out
+
+
+@functools.lru_cache(maxsize=32)
+def files_digest(paths: tuple[Path, ...]) -> str:
+    """sha256 over the bytes of ``paths`` in order (the code a push or pull state is a function
+    of: a changed file makes the next push or pull read everything again); once per process."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def sync_path(data_root: str | os.PathLike, round_name: str, kind: str) -> Path:
