@@ -36,6 +36,10 @@ annotation ids, results and timestamps):
    run again: a desk already finished from the same old database (and unchanged since) is kept.
 
 Start the desks afterwards with ``rescue label-studio up``.
+
+Steps 1-2 are :mod:`.migrate_plan` (the copy, its reading, the plan and its refusals), the
+cutting down and the row-by-row check of step 3-4 :mod:`.migrate_cut`; this module runs them in
+order, puts each desk in place and brings it up, and reports.
 """
 from __future__ import annotations
 
@@ -44,8 +48,6 @@ import fcntl
 import json
 import os
 import shutil
-import sqlite3
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,29 +55,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from pipeline import store
 from pipeline.annotation import desks as desks_mod
 from pipeline.annotation.client import LabelStudioError
 from pipeline.annotation.desks import SERVICE_EMAIL, Desks, DeskError, media_path
-from pipeline.annotation.push import parse_project_key
-from pipeline.annotation.pushed import pushed_annotators
+from pipeline.annotation.migrate_cut import check_copy, cut_down, desk_rows
+from pipeline.annotation.migrate_plan import (DeskPlan, MigrationError, OldDatabase, plan_desks, read_old,
+                                              snapshot)
 from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer, LabelStudioServerError
 from pipeline.config import Settings
 from pipeline.errors import Locked
 from pipeline.paths import DataRoot
 
-ADJUDICATION_PREFIX = "rescue-adjudication:"
 MIGRATED_PREFIX = "label-studio.migrated-"
 SCRATCH = ".migration"            # under desks/: the old database's copy and the per-desk work dirs
 DESK_MARKER = "migration.json"    # under desks/<slug>/: from which old database this desk was made
 RECORD = "migration.json"         # under desks/: what the migration did
 BRING_UP_WORKERS = 4              # desks started at once to set their storages and check them (as Desks.up)
-
-
-class MigrationError(RuntimeError):
-    """The migration cannot go on; the message says why and what to do. The old data dir is untouched."""
 
 
 class MigrationLocked(MigrationError, Locked):
@@ -123,337 +119,6 @@ class MigrationReport:
         return "\n".join(lines)
 
 
-# --- reading the old database ------------------------------------------------------------------
-
-@dataclass
-class _Old:
-    """What the migration needs of the old database (read with plain SQL from the copy)."""
-
-    users: dict[int, str]                   # id -> e-mail
-    admin_id: int | None                    # the organization's creator: the old admin
-    projects: dict[int, str]                # id -> key (last line of the description)
-    titles: dict[int, str]
-    tasks: dict[int, list[tuple[int, str]]]  # project -> [(task id, media url)]
-    work: dict[int, list[tuple[str, int, int | None]]]  # project -> [("annotation"|"draft", id, author)]
-
-    def email(self, user_id: int | None) -> str:
-        return self.users.get(user_id, f"user {user_id}") if user_id is not None else "no author"
-
-
-def _key(description: str | None) -> str:
-    lines = (description or "").strip().splitlines()
-    return lines[-1].strip() if lines else ""
-
-
-def _read_old(db: Path) -> _Old:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        users = {i: e for i, e in con.execute("SELECT id, email FROM htx_user")}
-        row = con.execute("SELECT created_by_id FROM organization ORDER BY id LIMIT 1").fetchone()
-        admin = row[0] if row and row[0] in users else (min(users) if users else None)
-        projects, titles = {}, {}
-        for pid, title, desc in con.execute("SELECT id, title, description FROM project"):
-            projects[pid], titles[pid] = _key(desc), title
-        tasks: dict[int, list[tuple[int, str]]] = {p: [] for p in projects}
-        for tid, pid, data in con.execute("SELECT id, project_id, data FROM task ORDER BY id"):
-            try:
-                url = (json.loads(data) or {}).get("media_url") or ""
-            except (ValueError, AttributeError):
-                url = ""
-            tasks.setdefault(pid, []).append((tid, url if isinstance(url, str) else ""))
-        work: dict[int, list] = {p: [] for p in projects}
-        for aid, pid, by in con.execute("SELECT a.id, t.project_id, a.completed_by_id FROM task_completion a "
-                                        "JOIN task t ON t.id = a.task_id"):
-            work.setdefault(pid, []).append(("annotation", aid, by))
-        for did, pid, by in con.execute("SELECT d.id, t.project_id, d.user_id FROM tasks_annotationdraft d "
-                                        "JOIN task t ON t.id = d.task_id"):
-            work.setdefault(pid, []).append(("draft", did, by))
-    finally:
-        con.close()
-    return _Old(users, admin, projects, titles, tasks, work)
-
-
-def _snapshot(source: Path, target: Path) -> None:
-    """A consistent copy of a SQLite database (its backup API), written owner-only."""
-    target.unlink(missing_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.close(fd)
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    dst = sqlite3.connect(target)
-    try:
-        src.backup(dst)
-        dst.execute("PRAGMA journal_mode=DELETE")
-    finally:
-        dst.close()
-        src.close()
-    os.chmod(target, 0o600)
-
-
-# --- the plan -------------------------------------------------------------------------------
-
-@dataclass
-class _Plan:
-    email: str
-    role: str
-    projects: list[int]
-    owner_id: int | None
-    keep_authors: list[int] = field(default_factory=list)   # other authors of work kept (deactivated)
-    drop_authors: list[int] = field(default_factory=list)   # their work leaves this desk (other adjudicators)
-
-
-def _annotated(root: DataRoot, old: _Old) -> dict[str, str]:
-    """lower e-mail -> why that person counts as having annotated a round."""
-    out: dict[str, str] = {}
-    for key in old.projects.values():
-        parsed = parse_project_key(key)
-        if parsed:
-            out.setdefault(parsed[2].lower(), f"has the round project {key}")
-    pushed_dir = root.annotation_dir() / "pushed"
-    for path in sorted(pushed_dir.glob("*.json")) if pushed_dir.is_dir() else []:
-        name = path.stem
-        try:
-            for who in pushed_annotators(root, name):
-                out.setdefault(who.lower(), f"was given round {name} (annotation/pushed/{path.name})")
-            labels = root.labels(name)
-        except ValueError:
-            continue
-        if labels.is_file():
-            for who in set(pq.read_table(labels, columns=["annotator"]).column("annotator").to_pylist()):
-                if who:
-                    out.setdefault(who.lower(), f"has labels in round {name}")
-    return out
-
-
-def _plan(root: DataRoot, old: _Old, adjudicators: Sequence[str]) -> tuple[list[_Plan], list[str]]:
-    by_email = {e.lower(): i for i, e in old.users.items()}
-    annot: dict[str, list[int]] = {}
-    adjudication: list[int] = []
-    left: list[str] = []
-    for pid, key in sorted(old.projects.items()):
-        parsed = parse_project_key(key)
-        if parsed:
-            annot.setdefault(parsed[2], []).append(pid)
-        elif key.startswith(ADJUDICATION_PREFIX):
-            adjudication.append(pid)
-        else:
-            left.append(f"project {pid} {old.titles.get(pid)!r}")
-    judges = list(dict.fromkeys(a.strip() for a in adjudicators if a.strip()))
-    if adjudication and not judges:
-        raise MigrationError(
-            f"the old Label Studio has {len(adjudication)} adjudication projects but no adjudicator was named: "
-            "run again with `--adjudicator EMAIL` (repeat for each person who adjudicates; each gets the "
-            "adjudication projects on their own desk, with their own answers)")
-    annotated = _annotated(root, old)
-    clash = [f"{j} ({annotated[j.lower()]})" for j in judges if j.lower() in annotated]
-    if clash:
-        raise MigrationError(f"an adjudicator never annotates a round they adjudicate: {'; '.join(clash)}. "
-                             "Name someone else with --adjudicator")
-    if SERVICE_EMAIL in {j.lower() for j in judges} | {a.lower() for a in annot}:
-        raise MigrationError(f"{SERVICE_EMAIL} is the desks' service account, not a person")
-    judge_ids = {by_email[j.lower()] for j in judges if j.lower() in by_email}
-    strangers: dict[str, int] = {}
-    for pid in adjudication:
-        for _, _, by in old.work.get(pid, []):
-            if by is not None and by not in judge_ids:
-                strangers[old.email(by)] = strangers.get(old.email(by), 0) + 1
-    if strangers:
-        raise MigrationError(
-            "answers or drafts in the adjudication projects are by people not named as adjudicators: "
-            + ", ".join(f"{who} ({n})" for who, n in sorted(strangers.items()))
-            + ". Name them with --adjudicator if they adjudicate (an annotator of a round cannot), or delete "
-              "those answers in the old Label Studio first")
-    plans: list[_Plan] = []
-    for email, pids in sorted(annot.items()):
-        owner = by_email.get(email.lower())
-        authors = {by for pid in pids for _, _, by in old.work.get(pid, []) if by is not None}
-        plans.append(_Plan(email, "annotator", pids, owner, sorted(authors - {owner, old.admin_id})))
-    for judge in judges:
-        owner = by_email.get(judge.lower())
-        plans.append(_Plan(judge, "adjudicator", list(adjudication), owner,
-                           drop_authors=sorted(judge_ids - {owner})))
-    return plans, left
-
-
-# --- cutting one copy down (Label Studio's ORM, in its own venv) -------------------------------
-
-_DJANGO = r"""
-import json, os, sys
-sys.path.insert(0, os.environ["RESCUE_LS_PACKAGE"])
-import django
-django.setup()  # the slow part (tens of seconds on a busy machine): once for every desk
-from django.db import connection, transaction
-from core.utils.common import temporary_disconnect_all_signals
-from users.models import User
-from projects.models import Project
-from tasks.models import Annotation, AnnotationDraft, Task
-from organizations.models import Organization
-from rest_framework.authtoken.models import Token
-from io_storages.localfiles.models import LocalFilesExportStorage, LocalFilesImportStorage
-from data_export.models import Export
-from data_import.models import FileUpload
-
-
-def cut_down(args):
-    keep_projects = set(args["projects"])
-    owner, admin, service = args["owner_id"], args["admin_id"], args["service"]
-    keep_authors, drop_authors = set(args["keep_authors"]), set(args["drop_authors"])
-    out = {}
-    with transaction.atomic(), temporary_disconnect_all_signals():
-        Project._base_manager.exclude(id__in=keep_projects).delete()
-        # other adjudicators' answers and drafts: theirs go to their own desks
-        dropped = Annotation._base_manager.filter(task__project_id__in=keep_projects, completed_by_id__in=drop_authors)
-        touched = sorted(set(dropped.values_list("task_id", flat=True)))
-        AnnotationDraft._base_manager.filter(task__project_id__in=keep_projects, user_id__in=drop_authors).delete()
-        AnnotationDraft._base_manager.filter(annotation__in=dropped).delete()
-        dropped.delete()
-        users = {owner, admin} | keep_authors
-        User._base_manager.exclude(id__in={u for u in users if u is not None}).delete()
-        for user in User._base_manager.filter(id__in=keep_authors):
-            user.is_active = False
-            user.set_unusable_password()
-            user.save()
-            Token.objects.filter(user=user).delete()
-        org = Organization.objects.order_by("id").first()
-        if admin is not None and admin != owner:  # the old admin becomes the desk's service account
-            svc = User._base_manager.get(id=admin)
-            svc.email = svc.username = service["LABEL_STUDIO_USERNAME"]
-            svc.is_active = True
-        else:  # the old admin is this desk's owner (or there was none): a new service account
-            svc = User.objects.create_user(email=service["LABEL_STUDIO_USERNAME"],
-                                           password=service["LABEL_STUDIO_PASSWORD"])
-            svc.is_staff = svc.is_superuser = True
-            if org is not None:
-                org.add_user(svc)
-        svc.set_password(service["LABEL_STUDIO_PASSWORD"])
-        if org is not None:
-            svc.active_organization = org
-        svc.save()
-        Token.objects.filter(user=svc).delete()
-        Token.objects.create(user=svc, key=service["LABEL_STUDIO_USER_TOKEN"])
-        if org is not None:
-            org.reset_token()  # an old invite link opens no desk
-        LocalFilesImportStorage._base_manager.all().delete()
-        LocalFilesExportStorage._base_manager.all().delete()
-        Export._base_manager.all().delete()
-        with connection.cursor() as cur:
-            names = set(connection.introspection.table_names(cur))
-            for table in ("django_session", "django_admin_log", "core_deletedrow", "tasks_tasklock",
-                          "token_blacklist_blacklistedtoken", "token_blacklist_outstandingtoken"):
-                if table in names:
-                    cur.execute(f"DELETE FROM {table}")
-        for project in Project._base_manager.filter(id__in=keep_projects):
-            ids = list(Task._base_manager.filter(id__in=touched, project=project).values_list("id", flat=True))
-            if ids:
-                project._update_tasks_counters_and_is_labeled(ids)
-        out["uploads"] = [f.file.name for f in FileUpload._base_manager.filter(project_id__in=keep_projects) if f.file]
-        out["dropped"] = len(touched)
-    return out
-
-
-for job in json.loads(sys.stdin.read()):
-    connection.close()
-    connection.settings_dict["NAME"] = job["db"]  # each desk's own copy of the old database
-    result = cut_down(job)
-    if connection.settings_dict["NAME"] != job["db"]:
-        raise SystemExit("the database changed under the migration")
-    connection.close()
-    print("RESCUE-MIGRATION-RESULT " + json.dumps({"db": job["db"], **result}), flush=True)
-"""
-
-
-def _ls_package(venv: Path) -> Path:
-    found = sorted(venv.glob("lib/python3*/site-packages/label_studio/manage.py"))
-    if not found:
-        raise MigrationError(f"Label Studio is not installed at {venv}; run scripts/setup.sh")
-    return found[0].parent
-
-
-def _cut_down(jobs: list[tuple[Path, _Plan, dict[str, str]]], admin_id: int | None, work: Path,
-              venv: Path) -> dict[Path, dict]:
-    """Run :data:`_DJANGO` on each ``(copy of the old database, plan, service account)``, one
-    process for all (Label Studio's ORM, a throwaway data dir and SECRET_KEY in ``work``), then
-    VACUUM each copy. ``{copy: what the script reports}``."""
-    if not jobs:
-        return {}
-    server = LabelStudioServer(work, port=0, media_root=work / "files", venv=venv, credentials=jobs[0][2])
-    env = server._env()  # the server's own environment: no telemetry, no stray settings or SECRET_KEY
-    for name in ("DATABASE_NAME", "HEARTEX_DATABASE_NAME", "DJANGO_SETTINGS_MODULE"):
-        env.pop(name, None)
-    env.update({"RESCUE_LS_PACKAGE": str(_ls_package(venv)), "DJANGO_SETTINGS_MODULE": "core.settings.label_studio",
-                "LABEL_STUDIO_BASE_DATA_DIR": str(work), "LABEL_STUDIO_DATABASE_NAME": str(jobs[0][0])})
-    args = [{"db": str(db), "projects": plan.projects, "owner_id": plan.owner_id, "admin_id": admin_id,
-             "service": service, "keep_authors": plan.keep_authors, "drop_authors": plan.drop_authors}
-            for db, plan, service in jobs]
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", _DJANGO], input=json.dumps(args), env=env,
-                          cwd=work, capture_output=True, text=True, timeout=3600, umask=0o077)
-    results = {Path(r["db"]): r for line in proc.stdout.splitlines() if line.startswith("RESCUE-MIGRATION-RESULT ")
-               for r in [json.loads(line.split(" ", 1)[1])]}
-    if proc.returncode != 0 or len(results) != len(jobs):
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
-        raise MigrationError(f"cutting the old database down to each desk failed: {tail}")
-    for db, _, _ in jobs:
-        con = sqlite3.connect(db)
-        try:
-            con.execute("VACUUM")  # deleted rows must not linger in free pages
-            con.execute("PRAGMA journal_mode=DELETE")
-        finally:
-            con.close()
-    return results
-
-
-# --- checking a desk's copy against the old database ----------------------------------------------
-
-def _rows(db: Path, plan: _Plan, admin_id: int | None) -> dict[str, list]:
-    """The rows that must be identical before and after (authors by e-mail, the admin as the service)."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        users = {i: e for i, e in con.execute("SELECT id, email FROM htx_user")}
-        def who(uid):
-            return SERVICE_EMAIL if uid == admin_id and uid != plan.owner_id else users.get(uid)
-        marks = ",".join("?" * len(plan.projects)) or "NULL"
-        ps = list(plan.projects)
-        drop = set(plan.drop_authors)
-        out = {
-            "projects": con.execute(f"SELECT id, title, description, label_config, model_version FROM project "
-                                    f"WHERE id IN ({marks}) ORDER BY id", ps).fetchall(),
-            "tasks": con.execute(f"SELECT id, project_id, data, meta, created_at, inner_id FROM task "
-                                 f"WHERE project_id IN ({marks}) ORDER BY id", ps).fetchall(),
-            "predictions": con.execute(f"SELECT p.id, p.task_id, p.result, p.model_version, p.created_at FROM prediction p "
-                                       f"JOIN task t ON t.id = p.task_id WHERE t.project_id IN ({marks}) ORDER BY p.id",
-                                       ps).fetchall(),
-            "annotations": [(i, t, who(by), r, c, ca, ua, lt) for i, t, by, r, c, ca, ua, lt in con.execute(
-                f"SELECT a.id, a.task_id, a.completed_by_id, a.result, a.was_cancelled, a.created_at, a.updated_at, "
-                f"a.lead_time FROM task_completion a JOIN task t ON t.id = a.task_id WHERE t.project_id IN ({marks}) "
-                f"ORDER BY a.id", ps) if by not in drop],
-            "drafts": [(i, t, who(by), a, r, ca, ua, lt) for i, t, by, a, r, ca, ua, lt in con.execute(
-                f"SELECT d.id, d.task_id, d.user_id, d.annotation_id, d.result, d.created_at, d.updated_at, d.lead_time "
-                f"FROM tasks_annotationdraft d JOIN task t ON t.id = d.task_id WHERE t.project_id IN ({marks}) "
-                f"ORDER BY d.id", ps) if by not in drop],
-        }
-    finally:
-        con.close()
-    return out
-
-
-def _check_copy(old_db: Path, new_db: Path, plan: _Plan, admin_id: int | None, old: _Old) -> dict[str, list]:
-    before, after = _rows(old_db, plan, admin_id), _rows(new_db, plan, admin_id)
-    for what in before:
-        if before[what] != after[what]:
-            raise MigrationError(f"desk of {plan.email}: its {what} differ from the old Label Studio's after "
-                                 "the copy (nothing was changed; please report this)")
-    con = sqlite3.connect(f"file:{new_db}?mode=ro", uri=True)
-    try:
-        emails = {e.lower() for (e,) in con.execute("SELECT email FROM htx_user")}
-        projects = {i for (i,) in con.execute("SELECT id FROM project")}
-    finally:
-        con.close()
-    wanted = {SERVICE_EMAIL} | {old.users[u].lower() for u in [plan.owner_id, *plan.keep_authors] if u in old.users}
-    if emails != wanted or projects != set(plan.projects):
-        raise MigrationError(f"desk of {plan.email}: the copy holds users {sorted(emails)} and projects "
-                             f"{sorted(projects)}, expected {sorted(wanted)} and {sorted(plan.projects)}")
-    return after
-
-
 # --- the migration ----------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -497,10 +162,10 @@ def migrate_to_desks(data_root: str | os.PathLike, adjudicators: Sequence[str] =
         scratch = store.make_private_dir(root.desks_dir() / SCRATCH)
         copy = scratch / "old.sqlite3"
         try:
-            def prepare() -> tuple[str, _Old, list[_Plan], list[str]]:
-                _snapshot(old_db, copy)
-                old = _read_old(copy)
-                return _sha256(old_db), old, *_plan(root, old, adjudicators)
+            def prepare() -> tuple[str, OldDatabase, list[DeskPlan], list[str]]:
+                snapshot(old_db, copy)
+                old = read_old(copy)
+                return _sha256(old_db), old, *plan_desks(root, old, adjudicators)
 
             source_sha, old, plans, report.left_behind = prepare()  # refusals come before anything is stopped
             old_server = LabelStudioServer(old_dir, port=settings.label_studio_port, media_root=root.root, venv=venv)
@@ -541,8 +206,8 @@ def migrate_to_desks(data_root: str | os.PathLike, adjudicators: Sequence[str] =
             if jobs:
                 log(f"cutting the old database down to each of {len(jobs)} desks (Label Studio's own code; "
                     "a minute or more)")
-            results = _cut_down(jobs, old.admin_id, store.make_private_dir(scratch / "_django"), venv)
-            def one(plan: _Plan) -> DeskMove:
+            results = cut_down(jobs, old.admin_id, store.make_private_dir(scratch / "_django"), venv)
+            def one(plan: DeskPlan) -> DeskMove:
                 work_db = works.get(plan.email)
                 return _migrate_one(root, desks, registered[plan.email], plan, old, copy, source_sha, work_db,
                                     results.get(work_db, {}), timeout, log)
@@ -575,8 +240,8 @@ def _finished(root: DataRoot, desk_slug: str, source_sha: str, db: Path) -> bool
     return marker.get("source") == source_sha and marker.get("database") == _sha256(db)
 
 
-def _migrate_one(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: _Plan, old: _Old, copy: Path,
-                 source_sha: str, work_db: Path | None, result: dict, timeout: float, log) -> DeskMove:
+def _migrate_one(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: DeskPlan, old: OldDatabase,
+                 copy: Path, source_sha: str, work_db: Path | None, result: dict, timeout: float, log) -> DeskMove:
     """Check one desk's cut-down copy (``work_db``), put it in place, bring the desk up once to set its
     storages and check it through the API; ``work_db`` None: finished by an earlier run, kept."""
     move = DeskMove(plan.email, plan.role, projects=len(plan.projects),
@@ -584,7 +249,7 @@ def _migrate_one(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: _Plan
     ls_dir = store.make_private_dir(root.desk_label_studio_dir(desk.slug))
     db = ls_dir / DB_NAME
     if work_db is None:
-        rows = _rows(db, plan, old.admin_id)
+        rows = desk_rows(db, plan, old.admin_id)
         move.tasks, move.annotations, move.drafts = len(rows["tasks"]), len(rows["annotations"]), len(rows["drafts"])
         move.reused = True
         log(f"desk of {plan.email}: already migrated by an earlier run; kept")
@@ -595,7 +260,7 @@ def _migrate_one(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: _Plan
     for uid in plan.keep_authors:
         log(f"note: {old.email(uid)} answered or drafted in {plan.email}'s projects; kept there as a deactivated "
             "login (never counted by a pull)")
-    rows = _check_copy(copy, work_db, plan, old.admin_id, old)
+    rows = check_copy(copy, work_db, plan, old.admin_id, old)
     move.tasks, move.annotations, move.drafts = len(rows["tasks"]), len(rows["annotations"]), len(rows["drafts"])
     # into place: the desk makes its own SECRET_KEY (.env) on its first start
     tmp = ls_dir / f".{DB_NAME}.migrating"
@@ -615,8 +280,8 @@ def _migrate_one(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: _Plan
     return move
 
 
-def _bring_up(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: _Plan, old: _Old, result: dict,
-              ls_dir: Path, timeout: float) -> None:
+def _bring_up(root: DataRoot, desks: Desks, desk: desks_mod.Desk, plan: DeskPlan, old: OldDatabase,
+              result: dict, ls_dir: Path, timeout: float) -> None:
     """Uploads and media into the desk, its local storages set, its API checked; the desk stopped again."""
     for name in result.get("uploads") or []:  # uploaded task files of the kept projects (rare)
         src, dst = root.label_studio_upload(name), root.desk_label_studio_upload(desk.slug, name)
