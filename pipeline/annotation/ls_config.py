@@ -11,21 +11,29 @@ at its end (:func:`turn_player`). Below the dialogue a Repeater gives every row 
 marked ``*``. Control names carry the unit's position in the task: ``<field>_<i>`` and, for
 record slots, ``<field>__<slot>__<subfield>_<i>``; the unit list in the task data maps ``i`` to
 the row_index.
+
+This module renders the labeling config and owns the pre-fill mark. Its other parts have one
+module each and are re-exported here, so every caller keeps ``ls_config.<name>``: the words and
+defaults of a round's YAML (:mod:`.round_ui`), the task data (:mod:`.ls_tasks`), values <->
+results (:mod:`.ls_results`).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from functools import lru_cache
 from html import escape
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-import yaml
-
 from pipeline import taxonomy
-from pipeline.annotation import voice_naming, windows
-from pipeline.annotation.naming import control_name, heading
+from pipeline.annotation import voice_naming
+from pipeline.annotation.ls_results import result_value, values_to_results  # noqa: F401 (re-exported)
+from pipeline.annotation.ls_tasks import (DYNAMIC_KEY, EVIDENCE_AFTER, EVIDENCE_BEFORE,  # noqa: F401 (re-exported)
+                                          UNIT_ROW_OPTIONS, build_task_data, build_tasks_data, content_sha,
+                                          turn_player)
+from pipeline.annotation.naming import control_name
+from pipeline.annotation.round_ui import (DEFAULTS, check_defaults, choice_text, default_value,  # noqa: F401
+                                          default_values, field_label, has_defaults, record_defaults,
+                                          shown_choice, ui_text)
 from pipeline.annotation.rounds import Field, Round, load_round, round_names
 from pipeline.config import SCHEMAS_DIR
 
@@ -35,8 +43,6 @@ GUIDANCE_KIND = {  # taxonomy list -> the guidance section shown as hints
     "taxonomy:relation_patterns": "relation_patterns",
     "taxonomy:support_strategies": "support_strategies",
 }
-# Task-data keys that hold the per-sample choice lists of dynamic fields.
-DYNAMIC_KEY = {"entities": "entities", "clients": "clients"}
 # The annotators' keys (added to the page by the desk's front, desk_front.comfort.KEYS_JS).
 KEYS_HELP = ("Keys (through the desk's front): Tab goes from list to list, one stop each; the arrow keys move "
              "in a list (in a one-answer list they also choose), Space ticks; 1-9, 0 pick the 1st-10th choice "
@@ -53,11 +59,6 @@ KEYS_HELP = ("Keys (through the desk's front): Tab goes from list to list, one s
 # control is left a key, with or without the desk's front (the front's own keys act instead).
 AUTO_HOTKEYS = "1234567890qwetasdfgzxcvbyiopjklnm"
 HOTKEY_SINK = "no_auto_hotkeys"
-UNIT_ROW_OPTIONS = "row_options"  # per unit: the rows offered for a ``rows`` field (evidence)
-# Rows offered as evidence around a unit's own row, as one-click boxes: in the release's head
-# every evidence row but one lies within 5 before and 4 after the therapist row.
-EVIDENCE_BEFORE = 6
-EVIDENCE_AFTER = 6
 # A form the push pre-filled in full (every control Label Studio requires holds a value, so it
 # would take the form untouched) is marked by the prediction itself with a hidden choice
 # (PREFILLED_MARK); the marked form shows a required "checked" box (PREFILL_CHECK) that the
@@ -71,111 +72,11 @@ PREFILL_CHECK, PREFILL_CHECK_VALUE = "prefill-checked", "pre-fill checked"
 PREFILL_CONTROLS = (PREFILLED_MARK, PREFILL_CHECK)
 
 
-
 def config_path(round_name: str, scenario: str) -> Path:
     return CONFIG_DIR / f"{round_name}_{scenario}.xml"
 
 
 # --- config ------------------------------------------------------------------------------
-
-
-
-
-def _ui_text(rnd: Round) -> dict[str, dict]:
-    """``{field or field.subfield: {"label", "help", "default", "shown"}}``: the words annotators
-    see, the pre-filled defaults and the text shown for a choice (``shown:`` in the round YAML,
-    ``{stored value: shown text}``), from the round YAML."""
-    raw = yaml.safe_load(rnd.source.read_text(encoding="utf-8")) or {}
-    out: dict[str, dict] = {}
-
-    def text(f: dict) -> dict:
-        return {"label": f.get("label"), "help": f.get("help"), "default": f.get("default"),
-                "shown": dict(f.get("shown") or {})}
-
-    for f in raw.get("fields") or []:
-        out[f["name"]] = text(f)
-        for sub in f.get("subfields") or []:
-            out[f"{f['name']}.{sub['name']}"] = text(sub)
-    return out
-
-
-def shown_choice(ui: dict[str, dict], path: str, value: str) -> str:
-    """The text a choice shows: the round YAML's ``shown`` for it, else a taxonomy identifier in
-    words (``goal_align`` -> ``goal align``). What is stored is always the value itself (the
-    Choice's ``alias``): label names are facts of the taxonomy."""
-    return ((ui.get(path) or {}).get("shown") or {}).get(value) or value.replace("_", " ")
-
-
-def choice_text(rnd: Round, path: str, value: str) -> str:
-    """:func:`shown_choice` of a round's field (``field`` or ``field.subfield``)."""
-    return shown_choice(_ui_text(rnd), path, value)
-
-
-# What a round YAML's ``default:`` may name: a value read from the row itself.
-DEFAULTS = {"speaker": lambda row: row.get("primary_speaker")}
-
-
-def default_values(rnd: Round, sample: dict) -> dict[int, dict]:
-    """``{row_index: {field: value}}``: the round's sensible defaults (``default:`` in its YAML,
-    e.g. "who feels it" = the speaker, right for 36 of 41 client rows of the release's head),
-    pushed as pre-filled values (a prediction) where no other pre-annotation gives the field.
-    A records subfield's default starts the first entry."""
-    ui = _ui_text(rnd)
-    out: dict[int, dict] = {}
-    for row in sample["rows"]:
-        if not rnd.applies(row.get("primary_speaker")):
-            continue
-        values: dict = {}
-        for f in rnd.fields:
-            if f.type == "records":
-                rec = {s.name: DEFAULTS[d](row) for s in f.subfields
-                       if (d := (ui.get(f"{f.name}.{s.name}") or {}).get("default"))}
-                rec = {k: v for k, v in rec.items() if v not in (None, "", [])}
-                if rec:
-                    values[f.name] = [rec]
-            elif (d := (ui.get(f.name) or {}).get("default")) and DEFAULTS[d](row) not in (None, "", []):
-                values[f.name] = DEFAULTS[d](row)
-        if values:
-            out[row["row_index"]] = values
-    return out
-
-
-@lru_cache(maxsize=32)
-def record_defaults(rnd: Round) -> dict[str, dict[str, str]]:
-    """``{records field: {subfield: default}}`` of a round (``default:`` in its YAML): the pull
-    takes an entry holding nothing but these pre-filled values, untouched, as no entry."""
-    out: dict[str, dict[str, str]] = {}
-    for path, text in _ui_text(rnd).items():
-        if "." in path and text.get("default"):
-            fname, sub = path.split(".", 1)
-            out.setdefault(fname, {})[sub] = text["default"]
-    return out
-
-
-def default_value(kind: str, speaker: str | None):
-    """The value a ``default:`` of kind ``kind`` gives on a row spoken by ``speaker``."""
-    return DEFAULTS[kind]({"primary_speaker": speaker})
-
-
-def has_defaults(rnd: Round) -> bool:
-    return any(text.get("default") for text in _ui_text(rnd).values())
-
-
-def check_defaults(rnd: Round) -> None:
-    """A ``default:`` that names nothing :data:`DEFAULTS` knows is an error naming the round and field."""
-    for path, text in _ui_text(rnd).items():
-        if text.get("default") and text["default"] not in DEFAULTS:
-            raise ValueError(f"annotation_schemas/rounds/{rnd.name}.yaml: {path}: default {text['default']!r} "
-                             f"is not one of {sorted(DEFAULTS)}")
-
-
-def field_label(field: Field, ui: dict[str, dict], path: str, required: bool) -> str:
-    """A control's label in words: its name from the round YAML, the range, a required mark."""
-    label = (ui.get(path) or {}).get("label") or path.split(".")[-1].replace("_", " ").capitalize()
-    if field.type == "number" and field.minimum is not None and field.maximum is not None:
-        label += f" {field.minimum:g}-{field.maximum:g}"
-    return label + (" *" if required else "")
-
 
 def _required_message(label: str) -> str:
     # Label Studio names the first form (from the top) where it is missing; the desk's front puts the
@@ -254,7 +155,7 @@ def instructions_html(rnd: Round, scenario: str) -> str:
     """The project's instruction panel: the round's instructions, every field in words, and the
     guidance of each label of the round's taxonomy lists (from the taxonomy, never typed twice)."""
     
-    ui = _ui_text(rnd)
+    ui = ui_text(rnd)
     parts = [f"<h3>{escape(rnd.title)}</h3>", f"<p>{escape(rnd.instructions)}</p>", "<ul>"]
 
     def describe(f: Field, path: str, required: bool) -> None:
@@ -293,7 +194,7 @@ def render_config(rnd: Round, scenario: str) -> str:
     """
     taxonomy.check_scenario(scenario)
     check_defaults(rnd)
-    ui = _ui_text(rnd)
+    ui = ui_text(rnd)
     out = [
         f"<!-- Generated from annotation_schemas/rounds/{rnd.name}.yaml (version {rnd.version}) by"
         f" `rescue annotate render-configs`; do not edit. -->",
@@ -375,7 +276,7 @@ def stale_configs() -> list[Path]:
             if not p.exists() or p.read_text(encoding="utf-8") != text]
 
 
-# --- task data ---------------------------------------------------------------------------
+# --- the pre-fill mark ----------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
 def required_controls(round_name: str) -> tuple[str, ...]:
@@ -406,180 +307,3 @@ def mark_prefilled(rnd: Round, data: dict, prediction: list[dict]) -> list[dict]
 def is_prefill_control(name: str) -> bool:
     """Whether a result's ``from_name`` is a form's pre-fill mark or "checked" box (no field)."""
     return any(name.startswith(f"{c}_") for c in PREFILL_CONTROLS)
-
-
-def _first_words(text: str, n: int = 8) -> str:
-    words = (text or "").split()
-    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
-
-
-
-
-
-def turn_player(media_url: str, start: float, end: float) -> str:
-    """An audio control that plays exactly one turn: the media with a temporal fragment
-    (``#t=start,end``), which the browser starts at ``start`` and pauses at ``end``. (Label
-    Studio 1.23's Paragraphs play buttons keep playing past the line's end.)"""
-    if not media_url:
-        return ""
-    src = escape(f"{media_url}#t={start:.2f},{end:.2f}", quote=True)
-    return (f'<audio controls preload="none" src="{src}" style="height: 28px; width: 260px"'
-            f' title="plays this row, {start:.2f}-{end:.2f} s"></audio>')
-
-
-def build_task_data(rnd: Round, sample: dict, media_url: str = "") -> dict:
-    """Task data of one sample: every turn for the dialogue, the round's units, choice lists.
-
-    ``sample`` has the ``pipeline.rows`` shape (sample_id, scenario, participants, rows with
-    row_index, start_time, end_time, primary_speaker, target, dialogue_cleaned). Each person is
-    one author of the dialogue (``speaker`` is the name alone; the row number leads the line).
-    A round with a ``rows`` field gives each unit the rows around it as choices
-    (:data:`EVIDENCE_BEFORE` before, :data:`EVIDENCE_AFTER` after), shown with speaker and
-    first words.
-    """
-    scenario = sample["scenario"]
-    rows = sorted(sample["rows"], key=lambda r: r["row_index"])
-    participants = list(sample.get("participants") or [])
-    turns = [{"row_index": r["row_index"], "speaker": r.get("primary_speaker") or "?",
-              "text": r.get("dialogue_cleaned") or "",
-              "line": f"{r['row_index']}  {r.get('dialogue_cleaned') or ''}",
-              "start": float(r["start_time"]), "end": float(r["end_time"])} for r in rows]
-    wants_rows = any(f.type == "rows" for f in rnd.fields)
-    position = {r["row_index"]: i for i, r in enumerate(rows)}
-    units = []
-    for r in rows:
-        if not rnd.applies(r.get("primary_speaker")):
-            continue
-        to = ", ".join(r.get("target") or []) or "?"
-        speaker = r.get("primary_speaker") or "?"
-        unit = {"row_index": r["row_index"], "speaker": r.get("primary_speaker") or "",
-                "title": f"Row {r['row_index']} · {speaker} → {to}",  # the form's heading
-                "text": r.get("dialogue_cleaned") or "",
-                "clip": turn_player(media_url, float(r["start_time"]), float(r["end_time"]))}
-        if wants_rows:
-            i = position[r["row_index"]]
-            # shown: "12 · Ann: first words ..."; stored (the alias): "12"
-            unit[UNIT_ROW_OPTIONS] = [
-                {"value": f"{o['row_index']} · {o.get('primary_speaker') or '?'}: "
-                          f"{_first_words(o.get('dialogue_cleaned') or '', 5)}",
-                 "alias": str(o["row_index"])}
-                for o in rows[max(0, i - EVIDENCE_BEFORE): i + 1 + EVIDENCE_AFTER]]
-        units.append(unit)
-    data = {
-        "sample_id": sample["sample_id"],
-        "scenario": scenario,
-        "round": rnd.name,
-        "round_version": rnd.version,
-        "participants": participants,
-        "media_url": media_url,
-        "n_rows": len(rows),
-        "turns": turns,
-        "units": units,
-        "entities": [{"value": v} for v in (*participants, taxonomy.THERAPIST, taxonomy.group_label(scenario))],
-        "clients": [{"value": v} for v in (*participants, taxonomy.group_label(scenario))],
-    }
-    voice_naming.add_task_data(rnd, sample, data, media_url, turn_player)  # the transcript round's voice block
-    data["heading"] = heading(data)
-    return data
-
-
-def build_tasks_data(rnd: Round, sample: dict, media_url: str = "", window: int | None = None) -> list[dict]:
-    """The task data of one sample as pushed: one task, or windows for a long sample (default:
-    more than ``windows.SPLIT_ABOVE`` units, windows of ``windows.WINDOW_UNITS``; ``window``:
-    more than ``window`` units, windows of ``window``)."""
-    whole = build_task_data(rnd, sample, media_url)
-    parts = voice_naming.first_part_only(windows.split(whole, window))  # voices are named in part 1
-    if len(parts) > 1:
-        for part in parts:
-            part["heading"] = heading(part)
-    return parts
-
-
-def content_sha(data: dict, prediction: list[dict] | None) -> str:
-    """Content address of what a task shows (data + pre-annotation), for change detection."""
-    payload = json.dumps({"data": {k: v for k, v in data.items() if k != "content_sha"},
-                          "prediction": prediction or []}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-
-# --- values <-> results --------------------------------------------------------------------
-
-def _result(name: str, unit: int, kind: str, value) -> dict:
-    key = {"choices": "choices", "textarea": "text", "number": "number"}[kind]
-    return {"from_name": name, "to_name": f"turn_{unit}", "type": kind, "value": {key: value}}
-
-
-def _field_results(field: Field, name: str, unit: int, value, scenario: str) -> list[dict]:
-    if value is None:
-        return []
-    if field.type == "text":
-        return [_result(name, unit, "textarea", [value])] if value != "" else []
-    if field.type == "number":
-        return [_result(name, unit, "number", value)]
-    if field.type == "choice":
-        if value == "" and field.empty_choice:
-            value = field.empty_choice
-        return [_result(name, unit, "choices", [value])] if value != "" else []
-    if field.type == "multichoice":
-        return [_result(name, unit, "choices", list(value))] if value else []
-    if field.type == "rows":  # 0-based positions -> displayed row_index
-        return [_result(name, unit, "choices", [str(int(v) + 1) for v in value])] if value else []
-    return []
-
-
-def values_to_results(rnd: Round, data: dict, values: dict[int, dict]) -> list[dict]:
-    """Label Studio results (a prediction) from ``{row_index: {field: value}}``.
-
-    Values outside a dynamic field's choice list (e.g. an undiarized ``SPEAKER_01``) are left
-    out: Label Studio could not show them.
-    """
-    scenario = data["scenario"]
-    n_rows = len(data["turns"])
-    participants = data.get("participants") or []
-    results: list[dict] = []
-    for unit, u in enumerate(data["units"]):
-        row_values = values.get(u["row_index"]) or {}
-        for field in rnd.fields:
-            value = row_values.get(field.name)
-            if field.type == "records":
-                records = list(value or [])[: field.max_items]
-                if not records and field.required:
-                    empty = next((s for s in field.subfields if s.empty_choice), None)
-                    if empty is not None and value is not None:  # a known "none" decision
-                        results += _field_results(empty, control_name(field.name, unit, 1, empty.name),
-                                                  unit, empty.empty_choice, scenario)
-                for slot, rec in enumerate(records, start=1):
-                    for sub in field.subfields:
-                        if sub.type == "const":
-                            continue
-                        v = rec.get(sub.name)
-                        if not _offerable(sub, v, scenario, participants, n_rows):
-                            continue
-                        results += _field_results(sub, control_name(field.name, unit, slot, sub.name),
-                                                  unit, v, scenario)
-                continue
-            if not _offerable(field, value, scenario, participants, n_rows):
-                continue
-            results += _field_results(field, control_name(field.name, unit), unit, value, scenario)
-    return results
-
-
-def _offerable(field: Field, value, scenario: str, participants, n_rows: int) -> bool:
-    if value is None or field.type not in ("choice", "multichoice"):
-        return value is not None
-    allowed = set(field.options(scenario, participants, n_rows))
-    items = value if isinstance(value, list) else [value]
-    return all(v in allowed or (v == "" and field.empty_choice) for v in items)
-
-
-def result_value(result: dict):
-    """The raw value of one Label Studio result item (list of choices, text, number)."""
-    value = result.get("value") or {}
-    if "choices" in value:
-        return list(value["choices"])
-    if "text" in value:
-        text = value["text"]
-        return "\n".join(text) if isinstance(text, list) else text
-    if "number" in value:
-        return value["number"]
-    return None
