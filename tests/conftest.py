@@ -1,37 +1,65 @@
 """Project-wide test fixtures. Each area keeps its own fixtures in tests/<area>/conftest.py;
-the Label Studio server is here so that every area shares one per session."""
+the Label Studio server is here so that every area shares one per session. Plain helpers (a free
+port, the browser, the shared-data location) are in tests/helpers.py."""
 from __future__ import annotations
 
 import os
 import secrets
-import socket
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data" / "rescue"
-BENCHMARK_HEAD = SHARED_DATA / "benchmark_head.jsonl"
+from tests.helpers import benchmark_head, free_port, launch_chromium, skip_without_chromium
 
+# Fixtures that start a server, a desk, a browser or a Prefect stack: a test that uses one
+# (directly or through another fixture) is marked ``slow``, so `scripts/test.sh --fast` (-m "not
+# slow") leaves it out without each test having to say so.
+SLOW_FIXTURES = frozenset({
+    "ls_server",      # the session's Label Studio (~15-60 s to start)
+    "desk_factory",   # real desks, one Label Studio each
+    "open_desks",     # tests/flows: real desks for a flow's data root
+    "stack",          # tests/flows: Prefect server + worker
+    "world",          # tests/security: three desks and a pushed round
+    "chromium", "browser",
+})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marks
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+# --- real data ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
 def benchmark_head_path() -> Path:
-    """The first three samples of the published release (read from ../shared, never copied)."""
-    if not BENCHMARK_HEAD.exists():
-        pytest.skip(f"real-data test: {BENCHMARK_HEAD} is not present on this machine "
-                    "(the published release's head is only available beside the project checkout)")
-    return BENCHMARK_HEAD
+    """The first three samples of the published release (read from ../shared, never copied);
+    skips, saying why, where ../shared is absent."""
+    return benchmark_head()
+
+
+# --- the browser --------------------------------------------------------------------------------
+
+@pytest.fixture
+def chromium():
+    """``launch_chromium`` (tests/helpers.py): ``with chromium(player=False) as browser``; skips,
+    saying why, where Chromium is missing, before the test sets anything up."""
+    skip_without_chromium()
+    return launch_chromium
+
+
+@pytest.fixture
+def browser(chromium):
+    """A headless Chromium (a Playwright ``Browser``) for the test, closed after it."""
+    with chromium() as b:
+        yield b
 
 
 # --- one real Label Studio server for the whole session ----------------------------------
 # (first start ~15 s from the template database; tests keep apart by their own annotators,
 # since projects are per annotator and round)
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="session")
 def ls_credentials():

@@ -1,28 +1,24 @@
-"""Samples and the headless browser for the annotation tests: the release's first three samples
-when the shared copy is present, else (and in addition) small generated ones. Generated text is
-neutral filler."""
+"""Samples for the annotation tests: small generated ones in the ``pipeline.rows`` shape (their
+text is neutral filler), and the release's first three samples where the shared copy is present.
+The browser set-up these tests share is in tests/helpers.py."""
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
+import warnings
 
-from pipeline.config import REPO_ROOT
+from tests.helpers import BENCHMARK_HEAD, benchmark_head_records
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's (scripts/setup.sh installs it)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# for pages whose players are tested (the flag only spares a user-gesture check; the play button is clicked)
-PLAYER_ARGS = [*CHROMIUM_ARGS, "--autoplay-policy=no-user-gesture-required"]
-SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
-BENCHMARK_HEAD = Path("/work/shared/data/rescue/benchmark_head.jsonl")
 UTTERANCE_TYPES = ("disclosure", "accusation", "defense", "request", "recollection")
 
 
 def release_head() -> list[dict]:
+    """The release head's samples, to run beside generated ones; where ../shared is absent, none,
+    with a warning saying so (the generated ones still run). A test of the real data alone takes
+    the ``benchmark_head_path`` fixture, which skips."""
     if not BENCHMARK_HEAD.is_file():
+        warnings.warn(f"{BENCHMARK_HEAD} is absent: only generated samples are used", stacklevel=2)
         return []
-    return [json.loads(line) for line in BENCHMARK_HEAD.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return benchmark_head_records()
 
 
 def make_sample(sample_id: str, scenario: str = "couple", n_rows: int = 12, seed: int = 0) -> dict:
@@ -57,13 +53,3 @@ def make_sample(sample_id: str, scenario: str = "couple", n_rows: int = 12, seed
         rows.append(row)
         t += dur + 0.3
     return {"sample_id": sample_id, "scenario": scenario, "participants": participants, "rows": rows}
-
-
-def browser_login(page, base: str, email: str, password: str, timeout_ms: float | None = None) -> None:
-    """Log ``page`` (a Playwright page) in through Label Studio's login form at ``base`` (the
-    desk or its front), as an annotator does; ``timeout_ms`` None: the page's default."""
-    page.goto(f"{base}/user/login/")
-    page.fill("input[name=email]", email)
-    page.fill("input[name=password]", password)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/user/login" not in url, timeout=timeout_ms)

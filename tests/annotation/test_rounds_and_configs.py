@@ -6,12 +6,13 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from ls_samples import make_sample, release_head
+from ls_samples import make_sample
 
 from pipeline import taxonomy
 from pipeline.annotation import ls_config, naming, push
 from pipeline.annotation.pull import parse_annotation
 from pipeline.annotation.rounds import RoundDefinitionError, load_round, parse_round, round_names
+from tests.helpers import benchmark_head_records
 
 
 def test_five_rounds_in_order_with_fields_from_the_taxonomy():
@@ -120,16 +121,19 @@ def test_an_unknown_default_names_the_round_and_field(tmp_path):
         ls_config.render_config(rnd, "couple")
 
 
-def _samples():
-    return release_head() + [make_sample("synthetic/family_001", "family", 10)]
+# the samples each round trip is checked on: generated ones always, the release's head where
+# ../shared is present (else that case is skipped, saying why)
+SAMPLES = {"generated": lambda: [make_sample("synthetic/family_001", "family", 10)],
+           "release head": benchmark_head_records}
 
 
+@pytest.mark.parametrize("source", SAMPLES)
 @pytest.mark.parametrize("name", ["transcript", "emotion", "viewpoints", "relation", "strategy"])
-def test_values_survive_the_label_studio_round_trip(name):
+def test_values_survive_the_label_studio_round_trip(name, source):
     """values -> Label Studio results -> validated values: identical, no problems."""
     rnd = load_round(name)
     checked = 0
-    for sample in _samples():
+    for sample in SAMPLES[source]():
         data = ls_config.build_task_data(rnd, sample)
         values = push.input_values(rnd, sample)
         # The release keeps the relation reason on the row before; give therapist rows their own.

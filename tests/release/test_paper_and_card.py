@@ -32,11 +32,11 @@ ER_KEYS = ["sample_id", "couple", "row_index", "timestamp", "speaker", "target",
 
 # --- paper/ in a release --------------------------------------------------------------------
 
-def test_head_release_has_the_paper_shapes(head_input, head_path, tmp_path):
+def test_head_release_has_the_paper_shapes(head_input, benchmark_head_path, tmp_path):
     res = release.build_release(head_input, "1.0.0", tmp_path)
     paper = res.path / "paper"
-    assert (paper / "benchmark.jsonl").read_bytes() == head_path.read_bytes()  # byte-identical round trip
-    lines = head_path.read_text(encoding="utf-8").splitlines()
+    assert (paper / "benchmark.jsonl").read_bytes() == benchmark_head_path.read_bytes()  # byte-identical round trip
+    lines = benchmark_head_path.read_text(encoding="utf-8").splitlines()
     for line in lines:
         # paper/data: the same sample, each therapist row with its own relation_cycle_reason / _evidence_rows
         published = json.loads(line)

@@ -21,7 +21,7 @@ def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_layout_manifest_and_card(head_input, head_path, tmp_path):
+def test_layout_manifest_and_card(head_input, benchmark_head_path, tmp_path):
     res = release.build_release(head_input, "1.0.0", tmp_path)
     assert res.path == tmp_path / "releases" / "1.0.0"
     for config in schemas.RELEASE_CONFIGS:
@@ -35,7 +35,7 @@ def test_layout_manifest_and_card(head_input, head_path, tmp_path):
     assert m["statistics"]["couple"]["samples"] == 3 and m["statistics"]["couple"]["total_turns"] == 16 + 17 + 36
     assert m["statistics"]["couple"]["avg_speakers"] == 3.0
     assert m["label_distributions"]["itp"]["all"] == {"no": 15, "yes": 15}
-    assert m["source"] == {"kind": "rescue_jsonl", "files": {"benchmark_head.jsonl": store.sha256_file(head_path)},
+    assert m["source"] == {"kind": "rescue_jsonl", "files": {"benchmark_head.jsonl": store.sha256_file(benchmark_head_path)},
                            "skipped": 0}
     text = (res.path / "manifest.json").read_text() + (res.path / "README.md").read_text()
     assert str(tmp_path) not in text and "/Users/" not in text  # no absolute paths
@@ -61,9 +61,9 @@ def test_synthetic_release_loads_with_datasets_and_polars(small_input, tmp_path)
     assert set(df["label"].unique()) == {"yes", "no"}
 
 
-def test_rebuild_is_byte_identical(head_path, tmp_path):
+def test_rebuild_is_byte_identical(benchmark_head_path, tmp_path):
     for root in ("a", "b"):
-        inp = release.load_jsonl(head_path)
+        inp = release.load_jsonl(benchmark_head_path)
         release.validate(inp)
         release.build_release(inp, "1.0.0", tmp_path / root, dev_fraction=0.5)
     a = _files(tmp_path / "a" / "releases" / "1.0.0")

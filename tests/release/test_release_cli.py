@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 
 
-def test_build_synthetic_then_reuse_or_refuse_then_diff(tmp_path, head_path):
+def test_build_synthetic_then_reuse_or_refuse_then_diff(tmp_path, benchmark_head_path):
     runner = CliRunner()
     res = runner.invoke(app, ["release", "build", "--version", "0.1.0", "--synthetic", "--scale", "0.05",
                               "--data-root", str(tmp_path)])
@@ -28,7 +28,7 @@ def test_build_synthetic_then_reuse_or_refuse_then_diff(tmp_path, head_path):
     assert other.exit_code == 1 and "0.1.0 already exists" in other.output and "different input" in other.output
     assert {p: p.read_bytes() for p in (tmp_path / "releases").rglob("*") if p.is_file()} == before
 
-    res2 = runner.invoke(app, ["release", "build", "--version", "0.2.0", "--input", str(head_path),
+    res2 = runner.invoke(app, ["release", "build", "--version", "0.2.0", "--input", str(benchmark_head_path),
                                "--data-root", str(tmp_path)])
     assert res2.exit_code == 0, res2.output
     diff = runner.invoke(app, ["release", "diff", "0.1.0", "0.2.0", "--data-root", str(tmp_path), "--json"])
@@ -36,7 +36,7 @@ def test_build_synthetic_then_reuse_or_refuse_then_diff(tmp_path, head_path):
     report = json.loads(diff.output)
     assert report["samples"]["added"] == 3 and report["samples"]["removed"] == manifest["statistics"]["all"]["samples"]
 
-    both = runner.invoke(app, ["release", "build", "--version", "0.3.0", "--synthetic", "--input", str(head_path),
+    both = runner.invoke(app, ["release", "build", "--version", "0.3.0", "--synthetic", "--input", str(benchmark_head_path),
                                "--data-root", str(tmp_path)])
     assert both.exit_code == 2 and "at most one of" in both.output
     # no input given: the corpus is the default, and an empty data root has none yet

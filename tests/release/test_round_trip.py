@@ -112,15 +112,15 @@ def test_the_extra_fields_appear_only_where_the_published_shape_cannot_carry_a_v
                                                  paper_format.dumps_line(paper_format.release_sample(s, True)))
 
 
-def test_the_published_head_round_trips(head_path, tmp_path):
-    _cli("release", "build", "--version", "1.0.0", "--input", str(head_path), "--data-root", str(tmp_path))
+def test_the_published_head_round_trips(benchmark_head_path, tmp_path):
+    _cli("release", "build", "--version", "1.0.0", "--input", str(benchmark_head_path), "--data-root", str(tmp_path))
     first = tmp_path / "releases" / "1.0.0"
-    assert (first / "paper" / "benchmark.jsonl").read_bytes() == head_path.read_bytes()
+    assert (first / "paper" / "benchmark.jsonl").read_bytes() == benchmark_head_path.read_bytes()
     _assert_same(first, _round_trip(tmp_path, first))
 
 
-def test_import_reads_the_own_copy_and_flags_a_disagreement(head_path):
-    obj = json.loads(head_path.read_text(encoding="utf-8").splitlines()[0])
+def test_import_reads_the_own_copy_and_flags_a_disagreement(benchmark_head_path):
+    obj = json.loads(benchmark_head_path.read_text(encoding="utf-8").splitlines()[0])
     therapist = obj["rows"][2]  # row 3; row 2 carries the shifted copy
     therapist["relation_cycle_reason"], therapist["relation_cycle_evidence_rows"] = "another reason", [1, 2]
     res = paper_format.read_rescue_lines([json.dumps(obj)])
