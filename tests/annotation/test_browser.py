@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import subprocess
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
+from ls_samples import make_sample
+from playwright.sync_api import Error as PlaywrightError
 from typer.testing import CliRunner
 
 from desk_front import FrontServer
@@ -21,6 +21,7 @@ from desk_front.comfort import KEYS_PATH
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
+from tests.helpers import SCREENSHOTS, browser_login
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +33,6 @@ def _fill(page, rnd, data, values) -> None:
     record slot after the first appears once the slot before it has its first choice), so the
     k-th group is the k-th choice control. Short lists are buttons in a line; evidence rows a
     dropdown whose options show "row · speaker: first words"."""
-    from playwright.sync_api import Error as PlaywrightError
-
     k = 0
     groups = None
 
@@ -182,13 +181,10 @@ _PROJECTS = """() => fetch('/api/projects?page_size=1000').then(r => r.json())
   .then(j => (j.results || j).map(p => ({id: p.id, description: p.description || ''})))"""
 
 
-def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, monkeypatch):
+def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, monkeypatch, chromium):
     """Through the front of the annotator's own (real) desk, as annotators work: its keys, its
     cached assets; their page shows their own projects only (another annotator's, pushed to
     their own desk, is not there)."""
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
     desks = desk_factory.desks
     root = desks.root.root
     email, password = f"browser-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
@@ -215,8 +211,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
 
     front = FrontServer(desks.url(email)).start()
     assert front.report.version_ok, front.report
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, front.url, email, password, timeout_ms=60_000)  # the person's own password
@@ -231,7 +226,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                 page.goto(f"{front.url}/projects/{pid}/data?task={task['id']}")
                 try:
                     page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
-                except playwright.Error:  # say which round and keep what the annotator saw
+                except PlaywrightError:  # say which round and keep what the annotator saw
                     page.screenshot(path=str(SCREENSHOTS / f"{name}_no_form.png"), full_page=True)
                     raise AssertionError(f"round {name}: no form within 120 s at {page.url}; "
                                          f"page text: {page.inner_text('body')[:500]!r}") from None
@@ -285,5 +280,4 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                         else:
                             assert got[(u["row_index"], f.name)] == want, (name, u, f.name)
         finally:
-            browser.close()
             front.stop()

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import time
 
 import pytest
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
+from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.rounds import load_round
+from tests.helpers import SCREENSHOTS, browser_login
 
 pytestmark = pytest.mark.slow
 _CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices input`)].filter(i => i.checked).map(i => i.name)"
@@ -34,10 +34,7 @@ def _press_outside_fields(page, key: str) -> None:
 
 
 def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_client, ls_desks, new_annotators,
-                                                                   tmp_path):
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+                                                                   tmp_path, chromium):
     rnd = load_round("emotion")
     [email] = new_annotators(1)
     password = secrets.token_urlsafe(12)
@@ -58,8 +55,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
     control_task = ls_client.tasks(control.id)[0]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
@@ -95,7 +91,6 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
                 assert time.monotonic() < deadline, "the annotation was not saved"
                 time.sleep(0.5)
         finally:
-            browser.close()
             # the control project is no round's: off the shared server again
             ls_client.request("DELETE", f"/api/projects/{control.id}/", "delete the control project")
 

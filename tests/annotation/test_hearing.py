@@ -5,26 +5,25 @@ the next lines), and a click on the line itself (which also outlines the row's f
 from __future__ import annotations
 
 import secrets
-import shutil
 import subprocess
 import time
 
 import pytest
-from ls_samples import CHROMIUM, PLAYER_ARGS, SCREENSHOTS, browser_login, make_sample
+from ls_samples import make_sample
+from playwright.sync_api import Error as PlaywrightError
 
 # the dialogue's own audio (Label Studio's Paragraphs), not a form's player
 _LINE_AUDIO = "[...document.querySelectorAll('audio')].find(a => !a.closest('[id^=unit_], [id^=voice_]'))"
 
 from desk_front import FrontServer
 from pipeline.annotation import push
+from tests.helpers import SCREENSHOTS, browser_login
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_client, ls_desks, ls_data_root):
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_client, ls_desks, ls_data_root,
+                                                                  chromium):
     email, password = f"hear-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
     ls_desks.add(email)
     ls_server.set_password(email, password)
@@ -39,8 +38,7 @@ def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_
     task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
     turn = next(t for t in task["data"]["turns"] if t["row_index"] == task["data"]["units"][1]["row_index"])
     front = FrontServer(ls_server.url).start()
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=PLAYER_ARGS)
+    with chromium(player=True) as browser:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.set_default_timeout(120_000)
@@ -57,7 +55,7 @@ def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_
                     page.wait_for_function(f"() => {{ const m = document.querySelector('{sel}'); "
                                            "return m && !m.paused && m.currentTime > 0 }", timeout=5_000)
                     break
-                except playwright.Error:
+                except PlaywrightError:
                     continue
             seen = []
             t0 = time.monotonic()
@@ -97,5 +95,4 @@ def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_
                     assert page.evaluate("() => document.getElementById('unit_1').style.outlineStyle") == "solid"
             page.screenshot(path=str(SCREENSHOTS / "hearing.png"))
         finally:
-            browser.close()
             front.stop()

@@ -6,14 +6,13 @@ Studio's own key ignores inputs); number keys in "Who is each voice?" change onl
 from __future__ import annotations
 
 import secrets
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
+from ls_samples import make_sample
 from test_voice_naming import neutral
 
 from desk_front import FrontServer
@@ -22,6 +21,7 @@ from pipeline.annotation import push
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
+from tests.helpers import SCREENSHOTS, browser_login
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_annotator_ui as bench  # noqa: E402
@@ -32,18 +32,10 @@ _TICKED = "id => [...document.querySelectorAll(`#${id} .lsf-choices`)].map(g => 
 
 
 @pytest.fixture
-def browser_page():
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(120_000)
-            yield page
-        finally:
-            browser.close()
+def browser_page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    return page
 
 
 def _saved(client, pid: int, task_id: int, timeout: float = 60) -> bool:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 import secrets
-import shutil
 import time
 
 import pyarrow as pa
 import pytest
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
+from ls_samples import make_sample
 from test_voice_naming import neutral
 
 from desk_front import FrontServer
@@ -22,6 +21,7 @@ from pipeline import schemas, taxonomy
 from pipeline.annotation import push
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
+from tests.helpers import SCREENSHOTS, browser_login
 
 pytestmark = pytest.mark.slow
 
@@ -41,19 +41,6 @@ _CONTRAST = """() => {
   });
 }"""
 _CLOSE = 'button[aria-label="Close modal"]'
-
-
-@pytest.fixture
-def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
-    with playwright.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _open(page, url: str) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import sys
 import threading
 import time
@@ -27,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pyarrow as pa
 import pytest
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser_login, make_sample
+from ls_samples import make_sample
 from typer.testing import CliRunner
 
 from pipeline import corpus, schemas, store, taxonomy
@@ -38,6 +37,7 @@ from pipeline.config import REPO_ROOT
 from pipeline.catalog import record_catalog
 from pipeline.paths import DataRoot
 from pipeline.quality import gold
+from tests.helpers import SCREENSHOTS, browser_login
 
 # `import flows` / `desk_front`: the repository's packages, not the tests/flows or tests/desk_front
 # folders (which pytest's rootdir handling would otherwise offer as namespace packages)
@@ -292,10 +292,7 @@ def _saved(client, pid: int, sid: str, page) -> None:
 
 @pytest.mark.slow
 def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_server, ls_client, ls_desks,
-                                                                         new_annotators, tmp_path):
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+                                                                         new_annotators, tmp_path, chromium):
     from desk_front import FrontServer
 
     [email] = new_annotators(1)
@@ -314,8 +311,7 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
     rel_task = ls_client.tasks(rel_pid)[0]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     front = FrontServer(ls_server.url).start()
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
@@ -346,7 +342,6 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
             page.get_by_role("button", name="Submit").click()
             _saved(ls_client, rel_pid, modelled["sample_id"], page)
         finally:
-            browser.close()
             front.stop()
 
     result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)

@@ -1,7 +1,7 @@
 """Desk-front fixtures: a tiny fake upstream (a Starlette app served by uvicorn on 127.0.0.1 in a
 thread) and the installed Label Studio's build files. The real Label Studio (``ls_server``,
-``ls_client``, ``ls_credentials``) is the session-wide one of tests/conftest.py; the shared
-Chromium settings come from tests/annotation/ls_samples.py."""
+``ls_client``, ``ls_credentials``) is the session-wide one of tests/conftest.py, as is the
+browser (the ``chromium`` fixture)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # front_helpers
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "annotation"))  # ls_samples
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "annotation"))  # ls_samples (front_pages' samples)
 from front_helpers import serve_app  # noqa: E402
 
 

@@ -5,13 +5,13 @@ same pre-filled annotation."""
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 from front_pages import emotion_project
-from ls_samples import CHROMIUM, CHROMIUM_ARGS, browser_login
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from desk_front import FrontServer
+from tests.helpers import browser_login
 
 pytestmark = pytest.mark.slow
 # every key mark Label Studio shows on a choice: the form, the choice's text and its key
@@ -25,30 +25,23 @@ _RESULTS = """() => { const a = window.Htx && window.Htx.annotationStore.selecte
 
 
 def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server, ls_client, ls_credentials,
-                                                                       monkeypatch):
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+                                                                       monkeypatch, chromium):
     project, task, prediction, people = emotion_project(ls_client, "keys", keys=True)
 
     def page_through(front: FrontServer) -> tuple[list[str], int]:
-        with playwright.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],
+                          ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
+            page.goto(f"{front.url}/projects/{project.id}/data?task={task}")
+            page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
             try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],
-                              ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
-                page.goto(f"{front.url}/projects/{project.id}/data?task={task}")
-                page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
-                try:
-                    page.wait_for_function(_PREFILL_SHOWN, timeout=30_000)
-                except playwright.TimeoutError:
-                    pass  # not shown at all: the results say so
-                page.wait_for_load_state("networkidle")
-                page.wait_for_timeout(1000)
-                return page.evaluate(_MARKS), page.evaluate(_RESULTS)
-            finally:
-                browser.close()
+                page.wait_for_function(_PREFILL_SHOWN, timeout=30_000)
+            except PlaywrightTimeoutError:
+                pass  # not shown at all: the results say so
+            page.wait_for_load_state("networkidle")
+            page.wait_for_timeout(1000)
+            return page.evaluate(_MARKS), page.evaluate(_RESULTS)
 
     try:
         with monkeypatch.context() as env:

@@ -6,12 +6,10 @@ come from the front's memory with cache headers, gzip and 304s."""
 from __future__ import annotations
 
 import gzip
-import shutil
 
 import httpx
 import pytest
 from front_pages import emotion_project
-from ls_samples import CHROMIUM, CHROMIUM_ARGS
 
 from desk_front import FrontServer
 from desk_front.app import SW_PATH, SW_REGISTER_PATH
@@ -54,17 +52,14 @@ def test_build_assets_come_from_the_fronts_cache(ls_server):
 
 
 @pytest.mark.slow
-def test_login_page_registers_the_worker_which_serves_the_build_from_its_cache(ls_server, ls_client, ls_credentials):
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+def test_login_page_registers_the_worker_which_serves_the_build_from_its_cache(ls_server, ls_client, ls_credentials,
+                                                                              chromium):
     project, task, _, _ = emotion_project(ls_client, "service-worker", "couple")
     front = FrontServer(ls_server.url).start()
     try:
         worker = httpx.get(f"{front.url}{SW_PATH}").text
         assert "rescue-ls-" in worker and "handlePresignedUrl" in worker  # ours in front of Label Studio's
-        with playwright.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        with chromium() as browser:
             context = browser.new_context()
             page = context.new_page()
             page.goto(f"{front.url}/user/login/")
@@ -91,7 +86,6 @@ def test_login_page_registers_the_worker_which_serves_the_build_from_its_cache(l
             assert scripts.get(main[0]) is True, scripts
             assert scripts.get(f"/api/tasks/{task}?project={project.id}") is not True  # data never from the cache
             context.close()
-            browser.close()
     finally:
         front.stop()
         ls_client.request("DELETE", f"/api/projects/{project.id}/", "delete the test project")
