@@ -16,6 +16,7 @@ from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.cli import app
 from pipeline.paths import DataRoot
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -77,18 +78,12 @@ def test_a_desk_killed_mid_push_fails_clearly_and_a_rerun_completes(desk_factory
 def _cli_env(monkeypatch):
     """A fresh data root's desks on free ports; passwords from the environment (never printed)."""
     password = secrets.token_urlsafe(12)
-    monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(_free_port()))
+    monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
     monkeypatch.setenv("RESCUE_ANNOTATOR_PASSWORD", password)
     monkeypatch.setenv("COLUMNS", "320")  # rich wraps tables at the terminal width
     for var in ("RESCUE_DESK_URL", "RESCUE_DESK_PUBLIC_URL"):
         monkeypatch.delenv(var, raising=False)
     return password
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _table_cells(output: str, people) -> list[tuple[str, ...]]:

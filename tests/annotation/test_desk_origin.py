@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.annotation.desks import Desks
 from pipeline.config import Settings
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +24,9 @@ def _login(url: str, email: str, password: str, origin: str) -> int:
         return r.status_code
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_desk_trusts_its_public_address_for_logins_and_no_other(tmp_path):
     root = tmp_path / "data"
-    settings = dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port(),
+    settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port(),
                                    desk_public_url="https://desk-{port}.annotate.example.org")
     desks = Desks(root, settings)
     password = secrets.token_urlsafe(12)

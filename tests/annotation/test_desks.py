@@ -21,19 +21,12 @@ from pipeline.annotation.server import DEFAULT_VENV
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 from pipeline.quality import adjudication
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 
 A, B, J = "desk-a@rescue.test", "desk-b@rescue.test", "desk-judge@rescue.test"
 ROUND = "emotion"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mode(path) -> int:
@@ -46,7 +39,7 @@ def world(tmp_path_factory):
     if not (DEFAULT_VENV / "bin" / "label-studio").exists():
         pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
     root = tmp_path_factory.mktemp("desks") / "data"
-    settings = dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port(), desk_url="http://127.0.0.1:{port}",
+    settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port(), desk_url="http://127.0.0.1:{port}",
                                    desk_public_url="")
     desks = Desks(root, settings)
     passwords = {e: secrets.token_urlsafe(12) for e in (A, B, J)}
@@ -237,7 +230,7 @@ def test_roles_are_explicit_and_one_per_person(world, pushed, tmp_path):
     labels = pull.pull_round(desks, ROUND, desks.root, annotators=[A, B]).labels
     s12 = [samples["s1"], samples["s2"]]
     # without an adjudicator (another data root: A and B only), a disagreement has nowhere to go
-    lone = Desks(tmp_path / "other", dataclasses.replace(desks.settings, desk_base_port=_free_port()))
+    lone = Desks(tmp_path / "other", dataclasses.replace(desks.settings, desk_base_port=free_port()))
     lone.register(A, "annotator")
     lone.register(B, "annotator")
     with pytest.raises(adjudication.NoAdjudicator, match="nobody is an adjudicator"):

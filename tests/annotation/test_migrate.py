@@ -22,18 +22,12 @@ from pipeline.annotation.rounds import load_round
 from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer
 from pipeline.paths import DataRoot
 from pipeline.quality import adjudication
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 
 ROUND = "emotion"
 A, B, J = "ann.migrate@rescue.test", "ben.migrate@rescue.test", "jo.judge@rescue.test"
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wav(path: Path, rate: int = 8000) -> None:
@@ -94,7 +88,7 @@ def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_cr
     if not (DEFAULT_VENV / "bin" / "label-studio").exists():
         pytest.fail("Label Studio is not installed: run scripts/setup.sh")
     t0 = time.monotonic()
-    monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(_free_port()))
+    monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
     root = DataRoot(tmp_path / "data")
     rnd = load_round(ROUND)
     samples = [make_sample(f"migrate/couple_{i:03d}", "couple", 6, seed=i) for i in range(3)]
@@ -104,7 +98,7 @@ def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_cr
     url_of = {s["sample_id"]: f"/data/local-files/?d=media/mig-{i}.wav" for i, s in enumerate(samples)}
 
     # --- the old layout: one shared server, two annotators, one adjudicator --------------------
-    old = LabelStudioServer(root.label_studio_dir(), port=_free_port(), media_root=root.root)
+    old = LabelStudioServer(root.label_studio_dir(), port=free_port(), media_root=root.root)
     old.start(timeout=400)
     desks = None
     try:

@@ -3,12 +3,12 @@ scripts that behave like a misbehaving server) so no real 35-second start is nee
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import pytest
 
 from pipeline.annotation.server import LabelStudioServer, LabelStudioServerError
+from tests.helpers import free_port
 
 
 def _fake_venv(tmp_path, body: str):
@@ -19,12 +19,6 @@ def _fake_venv(tmp_path, body: str):
     return exe.parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def creds(monkeypatch):
     monkeypatch.setenv("LABEL_STUDIO_USERNAME", "admin@rescue.test")
@@ -33,7 +27,7 @@ def creds(monkeypatch):
 
 
 def test_a_server_that_moved_to_another_port_is_stopped_and_reported(tmp_path, creds):
-    port = _free_port()
+    port = free_port()
     venv = _fake_venv(tmp_path, f'echo "Starting development server at http://127.0.0.1:{port + 1}/"\nexec sleep 60\n')
     server = LabelStudioServer(tmp_path / "ls", port=port, venv=venv)
     with pytest.raises(LabelStudioServerError, match=f"port {port} was taken, Label Studio moved to port {port + 1}"):
@@ -43,7 +37,7 @@ def test_a_server_that_moved_to_another_port_is_stopped_and_reported(tmp_path, c
 
 def test_a_server_that_dies_during_start_points_to_its_log(tmp_path, creds):
     venv = _fake_venv(tmp_path, 'echo "django.db.utils.OperationalError: disk I/O error" >&2\nexit 1\n')
-    server = LabelStudioServer(tmp_path / "ls", port=_free_port(), venv=venv)
+    server = LabelStudioServer(tmp_path / "ls", port=free_port(), venv=venv)
     with pytest.raises(LabelStudioServerError, match="exited during start-up; see .*server.log"):
         server.start(timeout=20)
     assert "disk I/O error" in server.log_file.read_text()
@@ -51,7 +45,7 @@ def test_a_server_that_dies_during_start_points_to_its_log(tmp_path, creds):
 
 def test_an_unhealthy_server_times_out_with_a_clear_message(tmp_path, creds):
     venv = _fake_venv(tmp_path, "exec sleep 60\n")
-    server = LabelStudioServer(tmp_path / "ls", port=_free_port(), venv=venv)
+    server = LabelStudioServer(tmp_path / "ls", port=free_port(), venv=venv)
     start = time.monotonic()
     with pytest.raises(LabelStudioServerError, match=r"did not become healthy at http://127.0.0.1:\d+/health within 3 s"):
         server.start(timeout=3)
@@ -62,7 +56,7 @@ def test_an_unhealthy_server_times_out_with_a_clear_message(tmp_path, creds):
 def test_missing_credentials_and_bad_token_are_named(tmp_path, monkeypatch):
     for var in ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN"):
         monkeypatch.delenv(var, raising=False)
-    server = LabelStudioServer(tmp_path / "ls", port=_free_port(), venv=_fake_venv(tmp_path, "exit 0\n"))
+    server = LabelStudioServer(tmp_path / "ls", port=free_port(), venv=_fake_venv(tmp_path, "exit 0\n"))
     with pytest.raises(LabelStudioServerError, match="set LABEL_STUDIO_USERNAME, LABEL_STUDIO_PASSWORD, LABEL_STUDIO_USER_TOKEN"):
         server.start()
     monkeypatch.setenv("LABEL_STUDIO_USERNAME", "admin@rescue.test")

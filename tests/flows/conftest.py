@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from unittest import mock
 import pytest
 
 from pipeline.config import REPO_ROOT, Settings
+from tests.helpers import free_port
 
 # `import flows` must find the repository's package, not this tests/flows folder (which
 # pytest's rootdir handling would otherwise offer as a namespace package).
@@ -28,12 +28,6 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 DESK_START_TIMEOUT_S = 400  # a busy 2-core host
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

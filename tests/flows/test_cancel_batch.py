@@ -17,23 +17,18 @@ state and readable result, and a rerun of the batch computes only what did not f
 from __future__ import annotations
 
 import os
-import socket
 import time
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
+from tests.helpers import free_port
+
 pytestmark = pytest.mark.slow
 
 N = 3
 PARENT_CANCELLED = "The parent flow run was cancelled"  # Prefect's words; the batch adds its name
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import time
 import uuid
 from collections import Counter
@@ -33,6 +32,8 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -42,12 +43,6 @@ BROKEN = "scaleout/broken"
 PG = dict(host=os.environ.get("RESCUE_TEST_PG_HOST", "127.0.0.1"),
           port=int(os.environ.get("RESCUE_TEST_PG_PORT", "5432")),
           user=os.environ.get("RESCUE_TEST_PG_USER", "root"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pg(sql: list[str], database: str = "postgres") -> None:

@@ -27,6 +27,7 @@ import pytest
 
 from ops.remote import authorized_keys_line, caddy_site
 from pipeline.config import REPO_ROOT
+from tests.helpers import free_port
 
 CADDYFILE = REPO_ROOT / "docs" / "examples" / "Caddyfile.desks"
 OPERATIONS = REPO_ROOT / "docs" / "OPERATIONS.md"
@@ -176,12 +177,6 @@ def test_caddy_site_shape_and_refusals():
 _ssh_missing = [name for name, path in (("sshd", SSHD), ("ssh", SSH), ("ssh-keygen", SSH_KEYGEN)) if not path]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_port(port: int, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -258,7 +253,7 @@ def sshd(tmp_path):
     procs = []
 
     def start(keys_text: str, hardening: str = "") -> tuple[int, list[str]]:
-        port = _free_port()
+        port = free_port()
         keys = tmp_path / f"authorized_keys.{port}"
         keys.write_text(keys_text)
         keys.chmod(0o600)
@@ -310,7 +305,7 @@ def _stop(proc: subprocess.Popen) -> str:
 def test_ssh_line_forwards_to_the_own_desk_only(sshd, desks):
     own, other = desks
     sshd_port, client = sshd(authorized_keys_line(sshd.public_key, own, "alice@example.org") + "\n")
-    l_own, l_other, l_name = _free_port(), _free_port(), _free_port()
+    l_own, l_other, l_name = free_port(), free_port(), free_port()
     tunnel = _tunnel(client, [f"{l_own}:127.0.0.1:{own}", f"{l_other}:127.0.0.1:{other}",
                               f"{l_name}:localhost:{own}"])
     try:
@@ -351,7 +346,7 @@ def test_ssh_line_refuses_forwards_to_unix_sockets(sshd, desks):
     unix.settimeout(3)
     try:
         _, client = sshd(authorized_keys_line(sshd.public_key, own, "alice@example.org") + "\n")
-        local = _free_port()
+        local = free_port()
         tunnel = _tunnel(client, [f"{local}:{sock_path}"])
         try:
             _wait_port(local)
@@ -375,12 +370,12 @@ def test_sshd_block_stops_remote_forwards(sshd, desks):
     docs (AllowTcpForwarding local) refuses it."""
     own, other = desks
     _, client = sshd(authorized_keys_line(sshd.public_key, own, "alice@example.org") + "\n", HARDENING)
-    remote = _free_port()
+    remote = free_port()
     proc = subprocess.run([*client[:-1], "-N", "-R", f"127.0.0.1:{remote}:127.0.0.1:{other}", client[-1]],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0 and "remote port forwarding failed" in proc.stderr, proc.stderr
     # and the permitted desk still works under the block
-    local = _free_port()
+    local = free_port()
     tunnel = _tunnel(client, [f"{local}:127.0.0.1:{own}"])
     try:
         _wait_port(local)

@@ -24,14 +24,6 @@ def _open_to_others(folder: Path) -> list[str]:
             if not p.is_symlink() and mode(p) & 0o077]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_desk_start_and_push_leave_home_empty_and_its_files_owner_only(desk_factory, tmp_path, monkeypatch):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "annotation"))

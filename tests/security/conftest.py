@@ -6,7 +6,6 @@ logs in to A's own desk through the real login form and keeps A's session and to
 from __future__ import annotations
 
 import secrets
-import socket
 import sys
 import wave
 from concurrent.futures import ThreadPoolExecutor
@@ -22,11 +21,7 @@ sys.path.insert(0, str(HERE.parent / "annotation"))  # ls_samples: samples in th
 from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, ROUND, Login, answer_values,  # noqa: E402,F401
                         credential_variants, desk_state, diff, form_login)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers import free_port  # noqa: E402
 
 
 def _wav(path: Path, seconds: float = 0.2, rate: int = 8000) -> None:
@@ -103,7 +98,7 @@ def world(tmp_path_factory):
         pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
     root = tmp_path_factory.mktemp("security") / "data"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RESCUE_DESK_BASE_PORT", str(_free_port()))
+        mp.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
         desks = Desks(root)
     passwords = {e: secrets.token_urlsafe(12) for e in (A_EMAIL, B_EMAIL, J_EMAIL)}
     roles = {A_EMAIL: "annotator", B_EMAIL: "annotator", J_EMAIL: "adjudicator"}
