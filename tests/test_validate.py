@@ -110,7 +110,7 @@ PRIVATE_EXAMPLES = {
 def _hinted(texts: list[str]) -> list[bool]:
     import pyarrow as pa
 
-    from pipeline.validate import _hint_mask
+    from pipeline.validate.private_scan import _hint_mask
 
     return _hint_mask(pa.array(texts, pa.large_string())).to_pylist()
 
@@ -170,7 +170,7 @@ def test_batch_validation_finds_the_same_v16_as_one_by_one(sample, field):
 
 
 def test_text_blocks_keep_line_numbers_across_block_boundaries(tmp_path, monkeypatch):
-    from pipeline import validate
+    from pipeline.validate import private_scan as validate  # _TEXT_BLOCK and the scan live there
 
     monkeypatch.setattr(validate, "_TEXT_BLOCK", 64)  # many blocks, several files per batch
     lines = [f"line {i} is plain text" for i in range(1, 60)]
@@ -189,7 +189,7 @@ def test_the_table_scan_opens_every_nested_type_like_the_cell_by_cell_scan():
     sliced chunks: the column scan reports exactly what reading every cell into Python finds."""
     import pyarrow as pa
 
-    from pipeline.validate import _strings, private_strings, scan_table
+    from pipeline.validate.private_scan import private_strings, scan_table, string_fields as _strings
 
     p = "/home/ann/x.wav"
     table = pa.table({
