@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import benchmark_head, free_port, launch_chromium, skip_without_chromium
+from tests.helpers import OneServerDesks, benchmark_head, free_port, launch_chromium, skip_without_chromium
 
 # Fixtures that start a server, a desk, a browser or a Prefect stack: a test that uses one
 # (directly or through another fixture) is marked ``slow``, so `scripts/test.sh --fast` (-m "not
@@ -103,62 +103,6 @@ def ls_client(ls_server, ls_credentials):
 
 
 # --- desks -------------------------------------------------------------------------------------
-
-class _DeskView:
-    """One person's "desk" on the shared test server: the session client, except that round
-    projects named for other people (other tests' annotators) are not listed, as they would not
-    be on a real desk (a pull reports such a project as foreign)."""
-
-    def __init__(self, client, email):
-        self._client, self._email = client, email
-
-    def __getattr__(self, name):
-        return getattr(self._client, name)
-
-    def projects(self):
-        from pipeline.annotation.push import parse_project_key
-        return [p for p in self._client.projects()
-                if (parsed := parse_project_key(p.key)) is None or parsed[2] == self._email]
-
-
-class OneServerDesks:
-    """A TEST ARRANGEMENT, not a desk set: every person's "desk" is the one session server (so
-    tests of push/pull/status semantics, which isolation does not change, need no server per
-    person). It implements :class:`pipeline.annotation.desks.DeskAccess`; tests of isolation
-    itself use real :class:`pipeline.annotation.desks.Desks` (``desk_factory``)."""
-
-    def __init__(self, server, client):
-        self.server, self._client = server, client
-        self.roles: dict[str, str] = {}
-
-    def add(self, email: str, role: str = "annotator") -> str:
-        self._client.create_user(email)
-        self.roles[email] = role
-        return email
-
-    def people(self, role=None):
-        return sorted(e for e, r in self.roles.items() if role is None or r == role)
-
-    def client(self, email):
-        if email not in self.roles:
-            from pipeline.annotation.desks import DeskError
-            raise DeskError(f"{email} has no desk")
-        return _DeskView(self._client, email)
-
-    def owner_id(self, email):
-        user = self._client.find_user(email)
-        return user and user["id"]
-
-    def stage_media(self, email, urls):
-        from pipeline.annotation.desks import media_path
-        return sorted({(self.server.media_root / p).parent for u in urls if (p := media_path(u))})
-
-    def where(self, email):
-        return f"{email}'s desk (the shared test server)"
-
-    def public_url(self, email):
-        return self._client.url
-
 
 @pytest.fixture
 def ls_desks(ls_server, ls_client):

@@ -1,5 +1,6 @@
 """What test areas share, written once: a free local port, the headless Chromium the browser
-tests drive, and where the real data lies (``../shared`` beside the checkout).
+tests drive, where the real data lies (``../shared`` beside the checkout), a short noise WAV for
+media a desk serves, and every person's "desk" on one Label Studio (:class:`OneServerDesks`).
 
 Imported as ``tests.helpers``: pyproject's ``[tool.pytest.ini_options] pythonpath = ["."]`` puts
 the repository root on ``sys.path``, where ``tests`` is a namespace package. Fixtures built on
@@ -7,8 +8,10 @@ these (``chromium``, ``browser``, ``benchmark_head_path``) are in tests/conftest
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import socket
+import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +46,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- media ---------------------------------------------------------------------------------------
+
+def noise_wav(path: Path, seconds: float = 0.2, rate: int = 8000) -> Path:
+    """A short mono 16-bit WAV of random noise at ``path`` (its folders made): media to serve, not to hear."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(secrets.token_bytes(int(seconds * rate) * 2))
+    return path
 
 
 # --- the browser --------------------------------------------------------------------------------
@@ -85,3 +101,61 @@ def browser_login(page, base: str, email: str, password: str, timeout_ms: float 
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/user/login" not in url, timeout=timeout_ms)
+
+
+# --- desks on one server -----------------------------------------------------------------------
+
+class _DeskView:
+    """One person's "desk" on the shared test server: the session client, except that round
+    projects named for other people (other tests' annotators) are not listed, as they would not
+    be on a real desk (a pull reports such a project as foreign)."""
+
+    def __init__(self, client, email):
+        self._client, self._email = client, email
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def projects(self):
+        from pipeline.annotation.push import parse_project_key
+        return [p for p in self._client.projects()
+                if (parsed := parse_project_key(p.key)) is None or parsed[2] == self._email]
+
+
+class OneServerDesks:
+    """A TEST ARRANGEMENT, not a desk set: every person's "desk" is the one session server (so
+    tests of push/pull/status semantics, which isolation does not change, need no server per
+    person). It implements :class:`pipeline.annotation.desks.DeskAccess`; tests of isolation
+    itself use real :class:`pipeline.annotation.desks.Desks` (``desk_factory``)."""
+
+    def __init__(self, server, client):
+        self.server, self._client = server, client
+        self.roles: dict[str, str] = {}
+
+    def add(self, email: str, role: str = "annotator") -> str:
+        self._client.create_user(email)
+        self.roles[email] = role
+        return email
+
+    def people(self, role=None):
+        return sorted(e for e, r in self.roles.items() if role is None or r == role)
+
+    def client(self, email):
+        if email not in self.roles:
+            from pipeline.annotation.desks import DeskError
+            raise DeskError(f"{email} has no desk")
+        return _DeskView(self._client, email)
+
+    def owner_id(self, email):
+        user = self._client.find_user(email)
+        return user and user["id"]
+
+    def stage_media(self, email, urls):
+        from pipeline.annotation.desks import media_path
+        return sorted({(self.server.media_root / p).parent for u in urls if (p := media_path(u))})
+
+    def where(self, email):
+        return f"{email}'s desk (the shared test server)"
+
+    def public_url(self, email):
+        return self._client.url

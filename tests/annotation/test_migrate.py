@@ -8,7 +8,6 @@ import secrets
 import sqlite3
 import stat
 import time
-import wave
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from pipeline.annotation.rounds import load_round
 from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer
 from pipeline.paths import DataRoot
 from pipeline.quality import adjudication
-from tests.helpers import free_port
+from tests.helpers import OneServerDesks, free_port, noise_wav
 
 pytestmark = pytest.mark.slow
 
@@ -30,44 +29,15 @@ ROUND = "emotion"
 A, B, J = "ann.migrate@rescue.test", "ben.migrate@rescue.test", "jo.judge@rescue.test"
 
 
-def _wav(path: Path, rate: int = 8000) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(secrets.token_bytes(rate // 5 * 2))
-
-
-class SharedServer:
-    """The layout before desks: every person's "desk" is the one shared server (as tests/conftest.py's
-    OneServerDesks), media served from the whole data root."""
-
-    def __init__(self, server: LabelStudioServer, client: LabelStudioClient):
-        self.server, self._client, self.roles = server, client, {}
-
-    def add(self, email: str, role: str = "annotator") -> None:
-        self._client.create_user(email)
-        self.roles[email] = role
-
-    def people(self, role=None):
-        return sorted(e for e, r in self.roles.items() if role is None or r == role)
+class SharedServer(OneServerDesks):
+    """The layout before desks: every person's "desk" is the one shared server, with all its
+    projects in view (as the old layout had them), media served from the whole data root."""
 
     def client(self, email):
         return self._client
 
-    def owner_id(self, email):
-        user = self._client.find_user(email)
-        return user and user["id"]
-
-    def stage_media(self, email, urls):
-        return sorted({(self.server.media_root / p).parent for u in urls if (p := media_path(u))})
-
     def where(self, email):
         return f"{email}'s projects on the shared server"
-
-    def public_url(self, email):
-        return self._client.url
 
 
 def _values(rnd, sample, tone: str, utterance: str | None = None) -> dict:
@@ -94,7 +64,7 @@ def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_cr
     samples = [make_sample(f"migrate/couple_{i:03d}", "couple", 6, seed=i) for i in range(3)]
     by_id = {s["sample_id"]: s for s in samples}
     for i, s in enumerate(samples):
-        _wav(root.root / "media" / f"mig-{i}.wav")
+        noise_wav(root.root / "media" / f"mig-{i}.wav")
     url_of = {s["sample_id"]: f"/data/local-files/?d=media/mig-{i}.wav" for i, s in enumerate(samples)}
 
     # --- the old layout: one shared server, two annotators, one adjudicator --------------------

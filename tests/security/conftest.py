@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import secrets
 import sys
-import wave
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +20,7 @@ sys.path.insert(0, str(HERE.parent / "annotation"))  # ls_samples: samples in th
 from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, ROUND, Login, answer_values,  # noqa: E402,F401
                         credential_variants, desk_state, diff, form_login)
 
-from tests.helpers import free_port  # noqa: E402
-
-
-def _wav(path: Path, seconds: float = 0.2, rate: int = 8000) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(secrets.token_bytes(int(seconds * rate) * 2))
+from tests.helpers import free_port, noise_wav  # noqa: E402
 
 
 @dataclass
@@ -114,7 +104,7 @@ def world(tmp_path_factory):
         media = {s["sample_id"]: f"media/sec-shared-{i}.wav" for i, s in enumerate(samples, 1)}
         media[b_only["sample_id"]] = "media/sec-b-only.wav"
         for rel in media.values():
-            _wav(root / rel)
+            noise_wav(root / rel)
         url_of = lambda s: f"/data/local-files/?d={media[s['sample_id']]}"  # noqa: E731
         push.push_round(desks, ROUND, samples, [A_EMAIL, B_EMAIL], data_root=root, media_url=url_of)
         push.push_round(desks, ROUND, [b_only], [B_EMAIL], data_root=root, media_url=url_of, k=1)
