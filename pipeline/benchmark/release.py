@@ -28,6 +28,10 @@ file layout (:data:`RELEASE_LAYOUT`: which files a release holds) and card optio
 (:func:`load_corpus_input`, the default), a rows directory, or the paper's JSONL
 (:func:`load_source` picks by the source given); the synthetic corpus comes from
 :func:`pipeline.synthetic.corpus.load_synthetic`.
+
+This module is the release stage: its input, the build and the reuse. The manifest's figures are
+:mod:`.release_figures`; reading a built release and the diff of two are :mod:`.release_files`
+(their public names are re-exported here).
 """
 from __future__ import annotations
 
@@ -44,15 +48,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline import schemas, store, taxonomy
+from pipeline import schemas, store
 from pipeline.benchmark import tasks
-from pipeline.benchmark.card import CardOptions, SIMULATED_ANNOTATOR_PREFIX, dataset_card, synthetic_markers
+from pipeline.benchmark.card import CardOptions, dataset_card, synthetic_markers
 from pipeline.benchmark.paper_export import (PAPER_CONTEXT, paper_task_records,  # noqa: F401 (public here too)
                                              write_paper_files)
 from pipeline.benchmark.paper_format import load_rescue_jsonl
-from pipeline.annotation import pushed
+from pipeline.benchmark.release_figures import annotation_rounds, count_by_scenario, label_distribution, statistics
+from pipeline.benchmark.release_files import (ReleaseError, diff_releases, open_release,  # noqa: F401 (public here)
+                                              read_config, release_path)
 from pipeline.config import Settings
-from pipeline.paths import DataRoot, InvalidId, check_version
+from pipeline.paths import DataRoot
 from pipeline.quality import gates
 from pipeline.rows import group_id_of, read_rows_dir, rows_dir_paths, samples_to_tables
 from pipeline.validate import private_strings, scan_release, scan_table, validate_samples
@@ -61,13 +67,8 @@ from pipeline.validate import private_strings, scan_release, scan_table, validat
 # (editable install, cwd outside the repo) in which pipeline/__init__.py never ran.
 PIPELINE_VERSION = importlib.metadata.version("rescue-pipeline")
 SPLITS = ("dev", "test")
-LABEL_TASKS = ("itp", "rpp", "stp", "ssp")  # tasks with a categorical label
 # What a release holds; part of "the same input" for reuse. 2: Parquet + paper/ + the full card.
 RELEASE_LAYOUT = 2
-
-
-class ReleaseError(ValueError):
-    """A release cannot be built or read (bad version, missing input, unknown release)."""
 
 
 # --- input ------------------------------------------------------------------------------
@@ -156,106 +157,6 @@ def _split_tables(table: pa.Table, split_by_sample: dict[str, str]) -> dict[str,
     return {name: table.filter(pc.equal(splits, name)) for name in SPLITS if name in set(split_by_sample.values())}
 
 
-def _count_by_scenario(table: pa.Table) -> dict:
-    count_all = pc.CountOptions(mode="all")
-    g = table.group_by("scenario").aggregate([("sample_id", "count", count_all),
-                                              ("sample_id", "count_distinct", count_all)])
-    got = {s: {"instances": n, "samples": d} for s, n, d in
-           zip(*(g[c].to_pylist() for c in ("scenario", "sample_id_count", "sample_id_count_distinct")))}
-    out = {s: got.get(s, {"instances": 0, "samples": 0}) for s in taxonomy.SCENARIOS}
-    out["all"] = {"instances": table.num_rows, "samples": pc.count_distinct(table["sample_id"], mode="all").as_py()}
-    return out
-
-
-def _label_distribution(task: str, table: pa.Table) -> dict:
-    if task in LABEL_TASKS:
-        values = table["label"]
-    elif task == "er":  # intensity histogram
-        values = pc.fill_null(pc.cast(table["label_intensity"], pa.string()), "None")
-    else:  # vp: gold viewpoints per instance
-        values = pc.cast(pc.list_value_length(table["label"]), pa.string())
-    t = pa.table({"scenario": table["scenario"], "value": values})
-
-    def counts(keys: list[str]) -> pa.Table:
-        return t.group_by(keys + ["value"]).aggregate([([], "count_all")])
-
-    per = counts(["scenario"])
-    out = {s: {} for s in taxonomy.SCENARIOS}
-    for s, v, n in zip(*(per[c].to_pylist() for c in ("scenario", "value", "count_all"))):
-        if s in out:
-            out[s][v] = n
-    every = counts([])
-    out["all"] = dict(zip(every["value"].to_pylist(), every["count_all"].to_pylist()))
-    return {s: dict(sorted(d.items())) for s, d in out.items()}
-
-
-def statistics(samples_t: pa.Table, rows_t: pa.Table) -> dict:
-    """The paper's Table 3: per couple / family / all (speakers count the therapist)."""
-    is_t = pc.equal(rows_t["primary_speaker"], taxonomy.THERAPIST)
-    per_sample = pa.table({"sample_id": rows_t["sample_id"], "end": rows_t["end_time"],
-                           "t": pc.cast(is_t, pa.int64())}).group_by("sample_id").aggregate(
-        [("sample_id", "count"), ("end", "max"), ("t", "sum")])
-    agg = {sid: (n, end, t) for sid, n, end, t in zip(*(per_sample[c].to_pylist() for c in
-                                                        ("sample_id", "sample_id_count", "end_max", "t_sum")))}
-    out = {}
-    meta = samples_t.select(["sample_id", "scenario", "participants", "duration_s"]).to_pylist()
-    for scenario in (*taxonomy.SCENARIOS, "all"):
-        n = turns = therapist = 0
-        seconds = speakers = 0.0
-        for m in meta:
-            if scenario != "all" and m["scenario"] != scenario:
-                continue
-            rows, last_end, t = agg.get(m["sample_id"], (0, None, 0))
-            n += 1
-            turns += rows
-            therapist += t
-            seconds += m["duration_s"] if m["duration_s"] is not None else (last_end or 0.0)
-            speakers += len(m["participants"] or []) + (1 if t else 0)
-        minutes = seconds / 60
-        out[scenario] = {
-            "samples": n,
-            "total_duration_min": round(minutes, 1),
-            "total_turns": turns,
-            "avg_duration_min": round(minutes / n, 2) if n else 0.0,
-            "avg_turns": round(turns / n, 2) if n else 0.0,
-            "avg_speakers": round(speakers / n, 2) if n else 0.0,
-            "therapist_turn_share": round(therapist / turns, 4) if turns else 0.0,
-        }
-    return out
-
-
-def annotation_rounds(data_root: str | os.PathLike, gate_list: list[dict]) -> list[dict]:
-    """Per round behind the corpus, for the manifest and the card: annotators (a count, and how
-    many are simulated - never their names), units, adjudicated rows, the gate's figures and the
-    override that lets a failing round through."""
-    root = DataRoot(data_root)
-    out = []
-    for g in gate_list:
-        rec = {"round": g["round"], "passed": g["passed"], "fields": g["fields"], "override": g["override"],
-               "annotators": max((f.get("n_annotators") or 0 for f in g["fields"]), default=0),
-               "simulated_annotators": 0, "units": None, "adjudicated_rows": 0, "prefilled": []}
-        try:  # fields the round's pushes really pre-filled (the push record, not the round's definition)
-            rec["prefilled"] = pushed.prefilled_fields(data_root, g["round"])
-        except (KeyError, ValueError, OSError):
-            pass
-        try:
-            labels_path, adj_path = root.labels(g["round"]), root.adjudications(g["round"])
-        except InvalidId:
-            out.append(rec)
-            continue
-        if labels_path.is_file():
-            t = pq.read_table(labels_path, columns=["annotator", "sample_id", "row_index"])
-            anns = set(t["annotator"].to_pylist())
-            rec["annotators"] = len(anns)
-            rec["simulated_annotators"] = sum(1 for a in anns if str(a).startswith(SIMULATED_ANNOTATOR_PREFIX))
-            rec["units"] = len(set(zip(t["sample_id"].to_pylist(), t["row_index"].to_pylist())))
-        if adj_path.is_file():
-            t = pq.read_table(adj_path, columns=["sample_id", "row_index"])
-            rec["adjudicated_rows"] = len(set(zip(t["sample_id"].to_pylist(), t["row_index"].to_pylist())))
-        out.append(rec)
-    return out
-
-
 def build_release(
     inp: ReleaseInput,
     version: str,
@@ -270,7 +171,7 @@ def build_release(
 ) -> ReleaseResult:
     """Build ``releases/<version>/`` under ``data_root`` from ``inp``; an existing version is
     refused (:func:`build_or_reuse` reuses one built from the same input); see the module doc."""
-    final = _release_path(data_root, version)
+    final = release_path(data_root, version)
     if not 0.0 <= dev_fraction < 1.0:
         raise ReleaseError(f"dev fraction must be in [0, 1), got {dev_fraction}")
     if final.exists():
@@ -347,8 +248,8 @@ def build_release(
                        "samples": {s: split_counts.get(s, 0) for s in SPLITS}},
             "files": files,
             "statistics": statistics(samples_t, rows_t),
-            "counts": {t: _count_by_scenario(tables[t]) for t in tasks.TASKS},
-            "label_distributions": {t: _label_distribution(t, tables[t]) for t in tasks.TASKS},
+            "counts": {t: count_by_scenario(tables[t]) for t in tasks.TASKS},
+            "label_distributions": {t: label_distribution(t, tables[t]) for t in tasks.TASKS},
             "validation": {"problems": sum(problems.values()), "by_rule": dict(sorted(problems.items()))},
             "agreement_gates": gate_list,
             "annotation": {"rounds": rounds},
@@ -379,13 +280,6 @@ def _parquet_bytes(table: pa.Table) -> memoryview:
     return memoryview(sink.getvalue())  # no copy
 
 
-def _release_path(data_root: str | os.PathLike, version: str) -> Path:
-    try:
-        return DataRoot(data_root).release(check_version(version))
-    except InvalidId as exc:
-        raise ReleaseError(f"{exc} (semantic versioning X.Y.Z)") from None
-
-
 def _jsonable(obj):
     return json.loads(json.dumps(obj))
 
@@ -405,7 +299,7 @@ def build_or_reuse(
     already, return it untouched (``reused=True``) if it was built from the same input (source
     hashes) and dev fraction, and raise :class:`pipeline.store.AlreadyExists` naming the version
     if not. A rerun after a crash or a repeated command is therefore a no-op that says so."""
-    final = _release_path(data_root, version)
+    final = release_path(data_root, version)
     validate(inp)
     manifest_path = final / "manifest.json"
     if manifest_path.is_file():
@@ -432,69 +326,6 @@ def build_or_reuse(
                                   "releases are immutable - choose a new version")
     return build_release(inp, version, data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
                          on_step=on_step, card=card)
-
-
-# --- reading and diff -------------------------------------------------------------------
-
-def open_release(data_root: str | os.PathLike, version: str) -> Path:
-    path = _release_path(data_root, version)
-    if not (path / "manifest.json").is_file():
-        raise ReleaseError(f"no release {version!r} under {DataRoot(data_root).releases_dir()}")
-    return path
-
-
-def read_config(release_path: str | Path, config: str) -> pa.Table:
-    """All splits of one config, concatenated and sorted like the build."""
-    release_path = Path(release_path)
-    parts = [pq.ParquetFile(p).read() for p in sorted((release_path / "data" / config).glob("*.parquet"))]
-    if not parts:
-        raise ReleaseError(f"{release_path}: no files for config {config!r}")
-    return pa.concat_tables(parts)
-
-
-def _fingerprints(table: pa.Table, key: list[str], columns: list[str] | None = None) -> dict[tuple, dict]:
-    cols = columns or [c for c in table.column_names if c not in key]
-    out = {}
-    for rec in table.select(key + cols).to_pylist():
-        out[tuple(rec[k] for k in key)] = {c: rec[c] for c in cols}
-    return out
-
-
-def _compare(a: dict[tuple, dict], b: dict[tuple, dict], examples: int) -> dict:
-    added = sorted(set(b) - set(a))
-    removed = sorted(set(a) - set(b))
-    changed, fields, detail = [], Counter(), []
-    for k in sorted(set(a) & set(b)):
-        diff = [c for c in b[k] if a[k].get(c) != b[k][c]]
-        if diff:
-            changed.append(k)
-            fields.update(diff)
-            if len(detail) < examples:  # which sample/row and which fields: the first few, by key
-                detail.append({"key": "/".join(str(p) for p in k), "fields": diff})
-    show = lambda keys: ["/".join(str(p) for p in k) for k in keys[:examples]]  # noqa: E731
-    return {"added": len(added), "removed": len(removed), "changed": len(changed),
-            "changed_fields": dict(sorted(fields.items())),
-            "examples": {"added": show(added), "removed": show(removed), "changed": show(changed),
-                         "changed_fields": detail}}
-
-
-def diff_releases(data_root: str | Path, a: str, b: str, examples: int = 10) -> dict:
-    """What changed from release ``a`` to ``b``: samples, rows and task labels."""
-    pa_, pb = open_release(data_root, a), open_release(data_root, b)
-    out = {"from": a, "to": b}
-    out["samples"] = _compare(_fingerprints(read_config(pa_, "samples"), ["sample_id"]),
-                              _fingerprints(read_config(pb, "samples"), ["sample_id"]), examples)
-    out["rows"] = _compare(_fingerprints(read_config(pa_, "rows"), ["sample_id", "row_index"]),
-                           _fingerprints(read_config(pb, "rows"), ["sample_id", "row_index"]), examples)
-    labels = {}
-    for task in tasks.TASKS:
-        ta, tb = read_config(pa_, task), read_config(pb, task)
-        label_cols = [c for c in tb.column_names if c.startswith("label")]
-        # keyed by sample and row (one instance per row and task; readable, unlike the opaque id)
-        labels[task] = _compare(_fingerprints(ta, ["sample_id", "row_index"], label_cols),
-                                _fingerprints(tb, ["sample_id", "row_index"], label_cols), examples)
-    out["labels"] = labels
-    return out
 
 
 # --- the paper's er.jsonl / vp.jsonl shapes (spec §7.4, §7.5): pipeline.benchmark.paper_export ---------
