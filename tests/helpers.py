@@ -1,6 +1,6 @@
 """What test areas share, written once: a free local port, the headless Chromium the browser
-tests drive, where the real data lies (``../shared`` beside the checkout), a short noise WAV for
-media a desk serves, and every person's "desk" on one Label Studio (:class:`OneServerDesks`).
+tests drive, where the real data lies (``../shared`` beside the checkout), short WAVs for media a
+desk serves, and every person's "desk" on one Label Studio (:class:`OneServerDesks`).
 
 Imported as ``tests.helpers``: pyproject's ``[tool.pytest.ini_options] pythonpath = ["."]`` puts
 the repository root on ``sys.path``, where ``tests`` is a namespace package. Fixtures built on
@@ -11,6 +11,8 @@ import json
 import secrets
 import shutil
 import socket
+import subprocess
+import time
 import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +63,14 @@ def noise_wav(path: Path, seconds: float = 0.2, rate: int = 8000) -> Path:
     return path
 
 
+def tone_wav(path: Path, seconds: float) -> Path:
+    """A 16 kHz mono WAV of a steady 330 Hz tone (ffmpeg): media a player can play through."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", f"sine=frequency=330:duration={seconds}",
+                    "-ar", "16000", "-ac", "1", str(path)], check=True)
+    return path
+
+
 # --- the browser --------------------------------------------------------------------------------
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's (scripts/setup.sh installs it)
@@ -101,6 +111,43 @@ def browser_login(page, base: str, email: str, password: str, timeout_ms: float 
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/user/login" not in url, timeout=timeout_ms)
+
+
+# --- Label Studio's task page -------------------------------------------------------------------
+
+def open_task(page, url: str) -> None:
+    """Open a task page and wait until its first form's choices are drawn and its requests have
+    settled (Label Studio re-renders once they do)."""
+    page.goto(url)
+    page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+    page.wait_for_load_state("networkidle")
+    page.locator("#unit_0 .lsf-choices").first.wait_for()
+
+
+def play_until_stopped(page, sel: str, span: tuple[float, float]) -> list[tuple[float, bool]]:
+    """Click the play button of the media element ``sel``, which should play ``span`` (s); its
+    (currentTime, paused), read every 0.2 s until it stops past the span's start (or 4 s after
+    the span's length)."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    for _ in range(5):  # the form may still re-render right after it appears
+        try:
+            page.locator(sel).scroll_into_view_if_needed(timeout=10_000)
+            box = page.locator(sel).bounding_box(timeout=10_000)
+            page.mouse.click(box["x"] + 16, box["y"] + box["height"] / 2)  # its play button
+            page.wait_for_function(f"() => {{ const m = document.querySelector('{sel}'); "
+                                   "return m && !m.paused && m.currentTime > 0 }", timeout=5_000)
+            break
+        except PlaywrightError:
+            continue
+    seen, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < (span[1] - span[0]) + 4:
+        seen.append(tuple(page.evaluate(f"() => {{ const m = document.querySelector('{sel}'); "
+                                        "return [m.currentTime, m.paused] }")))
+        if seen[-1][1] and seen[-1][0] > span[0]:
+            break
+        time.sleep(0.2)
+    return seen
 
 
 # --- desks on one server -----------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ from desk_front.comfort import KEYS_PATH
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
-from tests.helpers import SCREENSHOTS, browser_login
+from tests.helpers import SCREENSHOTS, browser_login, tone_wav
 
 pytestmark = pytest.mark.slow
 
@@ -197,10 +196,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
     assert added.exit_code == 0, added.output
     assert password not in added.output
 
-    media = desks.root.media_dir()
-    media.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=20",
-                    "-ar", "16000", "-ac", "1", str(media / "browser.wav")], check=True)
+    tone_wav(desks.root.media_dir() / "browser.wav", seconds=20)
     media_url = lambda s: "/data/local-files/?d=media/browser.wav"  # noqa: E731
     sample = make_sample("synthetic/browser_001", "couple", 6)  # therapist rows 3 (no strategy), 6 (a strategy)
     # the other annotator's work: on their desk, never on this annotator's page

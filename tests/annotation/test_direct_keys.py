@@ -13,17 +13,10 @@ from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.rounds import load_round
-from tests.helpers import SCREENSHOTS, browser_login
+from tests.helpers import SCREENSHOTS, browser_login, open_task
 
 pytestmark = pytest.mark.slow
 _CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices input`)].filter(i => i.checked).map(i => i.name)"
-
-
-def _open(page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
-    page.wait_for_load_state("networkidle")  # Label Studio re-renders once its requests settle
-    page.locator("#unit_0 .lsf-choices").first.wait_for()
 
 
 def _press_outside_fields(page, key: str) -> None:
@@ -60,13 +53,13 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
 
-            _open(page, f"{ls_server.url}/projects/{control.id}/data?task={control_task['id']}")
+            open_task(page, f"{ls_server.url}/projects/{control.id}/data?task={control_task['id']}")
             assert page.evaluate(_CHECKED, "unit_0") == []
             _press_outside_fields(page, "1")
             ticked = page.evaluate(_CHECKED, "unit_0")
             assert ticked, "control: Label Studio's automatic key 1 ticked nothing (the check below would prove nothing)"
 
-            _open(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
+            open_task(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
             # the default is pre-filled; no automatic key marks ([1], [q]) on any form
             assert page.evaluate(_CHECKED, "unit_0") == [units[0]["speaker"]]
             assert page.locator("[id^=unit_] sup").count() == 0

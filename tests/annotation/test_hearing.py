@@ -5,19 +5,17 @@ the next lines), and a click on the line itself (which also outlines the row's f
 from __future__ import annotations
 
 import secrets
-import subprocess
 import time
 
 import pytest
 from ls_samples import make_sample
-from playwright.sync_api import Error as PlaywrightError
 
 # the dialogue's own audio (Label Studio's Paragraphs), not a form's player
 _LINE_AUDIO = "[...document.querySelectorAll('audio')].find(a => !a.closest('[id^=unit_], [id^=voice_]'))"
 
 from desk_front import FrontServer
 from pipeline.annotation import push
-from tests.helpers import SCREENSHOTS, browser_login
+from tests.helpers import SCREENSHOTS, browser_login, play_until_stopped, tone_wav
 
 pytestmark = pytest.mark.slow
 
@@ -27,10 +25,7 @@ def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_
     email, password = f"hear-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
     ls_desks.add(email)
     ls_server.set_password(email, password)
-    media = ls_data_root / "media"
-    media.mkdir(exist_ok=True)
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=30",
-                    "-ar", "16000", "-ac", "1", str(media / "hear.wav")], check=True)
+    tone_wav(ls_data_root / "media" / "hear.wav", seconds=30)
     sample = make_sample("synthetic/hear_001", "couple", 6)
     report = push.push_round(ls_desks, "relation", [sample], [email], k=1, prelabel=None,
                              media_url=lambda s: "/data/local-files/?d=media/hear.wav")
@@ -46,25 +41,8 @@ def test_a_line_play_control_plays_that_line_and_stops_at_its_end(ls_server, ls_
             page.goto(f"{front.url}/projects/{pid}/data?task={task['id']}")
             page.locator("#unit_0").wait_for(state="attached")
             page.wait_for_load_state("networkidle")
-            sel = "#unit_1 audio"  # the second therapist row (row 6) has its own player
-            for _ in range(5):  # the form may still re-render right after it appears
-                try:
-                    page.locator("#unit_1").scroll_into_view_if_needed(timeout=10_000)
-                    box = page.locator(sel).bounding_box(timeout=10_000)
-                    page.mouse.click(box["x"] + 16, box["y"] + box["height"] / 2)  # its play button
-                    page.wait_for_function(f"() => {{ const m = document.querySelector('{sel}'); "
-                                           "return m && !m.paused && m.currentTime > 0 }", timeout=5_000)
-                    break
-                except PlaywrightError:
-                    continue
-            seen = []
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < (turn["end"] - turn["start"]) + 4:
-                seen.append(page.evaluate(f"() => {{ const m = document.querySelector('{sel}'); "
-                                          "return [m.currentTime, m.paused] }"))
-                if seen[-1][1] and seen[-1][0] > turn["start"]:
-                    break
-                time.sleep(0.2)
+            # the second therapist row (row 6) has its own player
+            seen = play_until_stopped(page, "#unit_1 audio", (turn["start"], turn["end"]))
             playing = [t for t, paused in seen if not paused and t > 0]
             assert playing and turn["start"] - 0.05 <= playing[0] <= turn["start"] + 1.0, (turn, seen)
             end, paused = seen[-1]

@@ -21,7 +21,7 @@ from pipeline import schemas, taxonomy
 from pipeline.annotation import push
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
-from tests.helpers import SCREENSHOTS, browser_login
+from tests.helpers import SCREENSHOTS, browser_login, open_task
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +41,6 @@ _CONTRAST = """() => {
   });
 }"""
 _CLOSE = 'button[aria-label="Close modal"]'
-
-
-def _open(page, url: str) -> None:
-    page.goto(url)
-    page.locator("#unit_0 .lsf-choices").first.wait_for()
-    page.wait_for_load_state("networkidle")
 
 
 def test_the_page_shows_only_what_the_work_needs(ls_server, ls_client, ls_desks, new_annotators, tmp_path, browser):
@@ -97,7 +91,7 @@ def test_the_page_shows_only_what_the_work_needs(ls_server, ls_client, ls_desks,
         page.locator(_CLOSE).wait_for(state="detached")
 
         # the task: no side column; the forms take the width
-        _open(page, f"{front.url}/projects/{pid}/data?task={task['id']}")
+        open_task(page, f"{front.url}/projects/{pid}/data?task={task['id']}")
         panels = page.evaluate("() => [...document.querySelectorAll('.lsf-sidepanels__wrapper, .lsf-tabs-panel')]"
                                ".map(p => p.getBoundingClientRect().width)")
         assert all(w == 0 for w in panels), panels
@@ -128,7 +122,7 @@ def test_the_page_shows_only_what_the_work_needs(ls_server, ls_client, ls_desks,
         page.screenshot(path=str(SCREENSHOTS / "page_relation.png"))
 
         # the transcript round: one "Therapist" in each row's speaker and spoken-to lists
-        _open(page, f"{front.url}/projects/{tid}/data?task={ttask['id']}")
+        open_task(page, f"{front.url}/projects/{tid}/data?task={ttask['id']}")
         for i in range(len(ttask["data"]["units"])):
             lists = page.evaluate(f"() => [...document.querySelectorAll('#unit_{i} .lsf-choices')].slice(0, 2)"
                                   ".map(g => [...g.querySelectorAll('input')].map(x => x.name))")

@@ -37,7 +37,7 @@ from pipeline.config import REPO_ROOT
 from pipeline.catalog import record_catalog
 from pipeline.paths import DataRoot
 from pipeline.quality import gold
-from tests.helpers import SCREENSHOTS, browser_login
+from tests.helpers import SCREENSHOTS, browser_login, open_task
 
 # `import flows` / `desk_front`: the repository's packages, not the tests/flows or tests/desk_front
 # folders (which pytest's rootdir handling would otherwise offer as namespace packages)
@@ -259,13 +259,6 @@ def test_only_a_form_filled_in_full_is_marked():
 _BOXES = "() => [...document.querySelectorAll('[id^=\"prefill-checked_\"]')].map(v => [v.id, v.offsetParent !== null, v.querySelector('input').checked])"
 
 
-def _open(page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
-    page.wait_for_load_state("networkidle")  # Label Studio re-renders once its requests settle
-    page.locator("#unit_0 .lsf-choices").first.wait_for()
-
-
 def _refused(page, form: int) -> None:
     """Submit is refused for an unchecked pre-filled form, and ``form`` is the first such from the
     top (the one the message means: forms carry no numbers on the page)."""
@@ -316,7 +309,7 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
             # straight to Label Studio: its own validation refuses every unchecked pre-filled form
-            _open(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
+            open_task(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
             assert page.evaluate(_BOXES) == [[f"{CHECK}_{i}", True, False] for i in range(3)]
             page.screenshot(path=str(SCREENSHOTS / "prefill_unchecked.png"), full_page=True)
             _refused(page, 0)
@@ -329,7 +322,7 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
 
             # through the desk's front: Enter keeps a form (checks it), a change in a form checks it
             # (the session cookie is the host's, whatever the port: no second login)
-            _open(page, f"{front.url}/projects/{rel_pid}/data?task={rel_task['id']}")
+            open_task(page, f"{front.url}/projects/{rel_pid}/data?task={rel_task['id']}")
             assert [c for _, _, c in page.evaluate(_BOXES)] == [False, False]
             page.evaluate("() => document.activeElement && document.activeElement.blur()")
             page.keyboard.press("Enter")  # to form 0

@@ -8,7 +8,6 @@ import contextlib
 import json
 import re
 import secrets
-import subprocess
 import time
 import warnings
 
@@ -23,7 +22,7 @@ from pipeline.annotation.rounds import load_round
 from pipeline.annotation.windows import WINDOW_UNITS, stitch_tasks
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
-from tests.helpers import SCREENSHOTS, browser_login
+from tests.helpers import SCREENSHOTS, browser_login, play_until_stopped, tone_wav
 
 def neutral(sample_id: str, scenario: str, n_rows: int) -> tuple[dict, dict, list[dict]]:
     """(script, draft, voice table): ``make_sample``'s rows as the script, the same rows with each
@@ -214,28 +213,6 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, ls_d
         assert got[(r["row_index"], "target")] == r["target"]
 
 
-def _playback(page, sel: str, span: tuple[float, float]) -> list[tuple[float, bool]]:
-    """Click the play button of the media element ``sel``; its (currentTime, paused) until it stops."""
-    for _ in range(5):  # the form may still re-render right after it appears
-        try:
-            page.locator(sel).scroll_into_view_if_needed(timeout=10_000)
-            box = page.locator(sel).bounding_box(timeout=10_000)
-            page.mouse.click(box["x"] + 16, box["y"] + box["height"] / 2)
-            page.wait_for_function(f"() => {{ const m = document.querySelector('{sel}'); "
-                                   "return m && !m.paused && m.currentTime > 0 }", timeout=5_000)
-            break
-        except PlaywrightError:
-            continue
-    seen, t0 = [], time.monotonic()
-    while time.monotonic() - t0 < (span[1] - span[0]) + 4:
-        seen.append(tuple(page.evaluate(f"() => {{ const m = document.querySelector('{sel}'); "
-                                        "return [m.currentTime, m.paused] }")))
-        if seen[-1][1] and seen[-1][0] > span[0]:
-            break
-        time.sleep(0.2)
-    return seen
-
-
 VOICE_CHOICE = r"(voice:)?Speaker \d( \(voice\))?"  # a row's choice of a voice (its name, or its label)
 
 
@@ -253,10 +230,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
     email, password = f"voices-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
     ls_desks.add(email)
     ls_server.set_password(email, password)
-    media = ls_data_root / "media"
-    media.mkdir(exist_ok=True)
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=330:duration=30",
-                    "-ar", "16000", "-ac", "1", str(media / "voices.wav")], check=True)
+    tone_wav(ls_data_root / "media" / "voices.wav", seconds=30)
     script, draft, table = neutral("synthetic/voices_browser", "couple", 7)
     write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
                   DataRoot(tmp_path).draft_voices(draft["sample_id"]))
@@ -283,7 +257,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
                 assert draft["rows"][ri - 1]["dialogue_cleaned"] in text, (v, text)
         # its play control plays that voice's stretch and stops at its end
         span = (table[1]["sample_start"], table[1]["sample_end"])
-        seen = _playback(page, "#voice_1 audio", span)
+        seen = play_until_stopped(page, "#voice_1 audio", span)
         playing = [t for t, paused in seen if not paused and t > 0]
         assert playing and span[0] - 0.05 <= playing[0] <= span[0] + 1.0, (span, seen)
         end, paused = seen[-1]
