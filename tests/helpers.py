@@ -1,6 +1,7 @@
 """What test areas share, written once: a free local port, the headless Chromium the browser
 tests drive, where the real data lies (``../shared`` beside the checkout), short WAVs for media a
-desk serves, and every person's "desk" on one Label Studio (:class:`OneServerDesks`).
+desk serves, one example of each private pattern a release must not carry, and every
+person's "desk" on one Label Studio (:class:`OneServerDesks`).
 
 Imported as ``tests.helpers``: pyproject's ``[tool.pytest.ini_options] pythonpath = ["."]`` puts
 the repository root on ``sys.path``, where ``tests`` is a namespace package. Fixtures built on
@@ -39,6 +40,22 @@ def benchmark_head_records() -> list[dict]:
     """The release head's samples as published (JSON lines, not converted); skips where absent."""
     text = benchmark_head().read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+# --- what a release must never carry ----------------------------------------------------------
+
+# One example per private pattern of pipeline.validate (private_scan._PRIVATE): the validation
+# tests and the release scan's tests check each by name.
+PRIVATE_EXAMPLES = {
+    "posix_path": "/home/ann/videos/001.wav",
+    "home_path": "~ann/notes.txt",
+    "drive_path_backslash": "C:\\Users\\ann\\x.wav",
+    "drive_path_slash": "d:/media/x.wav",
+    "unc_share": "\\\\server\\share\\x.wav",
+    "url": "https://intranet.example/clip?id=3",
+    "file_url": "file:relative/x.wav",
+    "www": "www.example.org/clip",
+}
 
 
 # --- ports --------------------------------------------------------------------------------------

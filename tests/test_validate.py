@@ -6,6 +6,7 @@ import copy
 import pytest
 
 from pipeline.validate import validate_sample
+from tests.helpers import PRIVATE_EXAMPLES
 
 
 def _row(i, speaker, target, text="Some words here.", **extra):
@@ -93,19 +94,6 @@ def test_v13_subtitle_coverage(sample):
 
 
 # --- V16 at column speed: the RE2 hint never misses what the exact pattern finds ------------------
-
-# One example per private pattern of pipeline.validate._PRIVATE (the names the release tests use too).
-PRIVATE_EXAMPLES = {
-    "posix_path": "/home/ann/videos/001.wav",
-    "home_path": "~ann/notes.txt",
-    "drive_path_backslash": "C:\\Users\\ann\\x.wav",
-    "drive_path_slash": "d:/media/x.wav",
-    "unc_share": "\\\\server\\share\\x.wav",
-    "url": "https://intranet.example/clip?id=3",
-    "file_url": "file:relative/x.wav",
-    "www": "www.example.org/clip",
-}
-
 
 def _hinted(texts: list[str]) -> list[bool]:
     import pyarrow as pa

@@ -15,18 +15,7 @@ from pipeline.benchmark import release
 from pipeline.benchmark.paper_export import sample_file
 from pipeline.synthetic.corpus import load_synthetic
 from pipeline.validate import private_strings, scan_release
-
-PRIVATE_EXAMPLES = {
-    "posix_path": "/home/ann/videos/001.wav",
-    "home_path": "~ann/notes.txt",
-    "drive_path_backslash": "C:\\Users\\ann\\x.wav",
-    "drive_path_slash": "d:/media/x.wav",
-    "unc_share": "\\\\server\\share\\x.wav",
-    "url": "https://intranet.example/clip?id=3",
-    "file_url": "file:relative/x.wav",
-    "www": "www.example.org/clip",
-}
-
+from tests.helpers import PRIVATE_EXAMPLES
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
