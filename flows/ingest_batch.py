@@ -36,6 +36,7 @@ from pipeline.config import Settings
 from pipeline.media import voices
 from pipeline.media.manifest import ManifestEntry, ManifestError, find_manifest, read_manifest
 from pipeline.media.turns import Segmented
+from pipeline.paths import DataRoot
 
 CHILD_DEPLOYMENT = "ingest-interview/default"     # rescue-cpu
 CHILD_GPU_DEPLOYMENT = "ingest-interview/gpu"     # rescue-gpu
@@ -43,7 +44,7 @@ POLL_S = 1.0  # one query for all children per poll
 
 
 @task(name="push-transcript-round", cache_policy=RESUME, **NETWORK_RETRIES)
-def push_drafts(drafted: list[Segmented], data_root: str, annotators: list[str] | None) -> dict:
+def push_drafts(drafted: list[Segmented], root: DataRoot, annotators: list[str] | None) -> dict:
     """The first round for this batch's segmented interviews (:func:`pipeline.annotation.intake.open_round`:
     admitted to the work store, then pushed). ``drafted`` (the segment results, with their drafts'
     sha256) is the cache key; pushing is idempotent on its own, the cache just skips the round trip."""
@@ -52,8 +53,7 @@ def push_drafts(drafted: list[Segmented], data_root: str, annotators: list[str] 
 
     ids = sorted(d.sample_id for d in drafted)
     with push_slot():  # across hosts; the fcntl lock inside holds only on one
-        opened = intake.open_round(Desks(data_root), data_root,
-                                   intake.first_round(), annotators or None, sample_ids=ids)
+        opened = intake.open_round(Desks(root), root, intake.first_round(), annotators or None, sample_ids=ids)
     rep = opened.report
     return {"round": opened.round, "created": rep.created, "projects": sorted(rep.projects),
             "annotators": list(rep.annotators)}
@@ -239,7 +239,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     one model load, which pays for many short interviews.
     """
     logger = get_run_logger()
-    root = str(Settings.from_env(data_root).data_root.resolve())
+    root = DataRoot(Settings.from_env(data_root).data_root.resolve())  # built once, handed to every stage
     batch = Path(batch_dir).resolve()
     manifest_warnings: list[str] = []
     try:
@@ -260,7 +260,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                    device=device, voices=enrolled, allow_outside_batch=allow_outside_batch)
     child = _child_deployment(fan_out, device, logger) if good else None
     if child:
-        outcomes = _fan_out(child, good, {"batch_dir": str(batch), "data_root": root, **options}, logger,
+        outcomes = _fan_out(child, good, {"batch_dir": str(batch), "data_root": str(root), **options}, logger,
                             chunk_size)
     else:
         with ThreadPoolTaskRunner(max_workers=max_workers) as runner:

@@ -7,8 +7,9 @@ takes interviews (``ingest-interview/default`` on ``rescue-cpu``; ``ingest-inter
 ``fan_out=False``) the batch flow submits the very same task chain (:func:`submit_interview`)
 to its own thread pool instead.
 
-Per interview, each task calls its stage's one entry point (the CLI calls the same ones) and
-passes its typed, content-addressed record on: ingest (:func:`pipeline.media.ingest.ingest_entry`:
+Per interview, each task calls its stage's one entry point (the CLI calls the same ones) with the
+:class:`pipeline.paths.DataRoot` the flow built once from its ``data_root`` parameter, and
+passes its typed, content-addressed record on (the later stages never read the catalog): ingest (:func:`pipeline.media.ingest.ingest_entry`:
 probe, sha256, 16 kHz wav, catalog line -> ``Ingested``) -> transcript
 (:func:`pipeline.media.transcribe.transcribe_stage`: subtitles or WhisperX, chosen by
 ``transcribe.resolve_backend`` -> ``Transcribed``) and diarize
@@ -52,6 +53,7 @@ from pipeline.media.vad import VadError
 from pipeline.media.voices import VoiceError
 from pipeline.media.transcribe import Transcribed
 from pipeline.media.turns import Segmented
+from pipeline.paths import DataRoot
 
 STAGES = ("ingest", "transcript", "diarize", "segment")
 
@@ -89,12 +91,12 @@ def where_running() -> str:
 
 @task(name="ingest", task_run_name="ingest[{entry.sample_id}]", cache_policy=file_resume("video"))
 @quarantine_expected
-def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
+def ingest(video: str, entry: ManifestEntry, batch_dir: str, root: DataRoot,
            subtitles_sha256: str | None = None, allow_outside_batch: bool = False) -> Ingested:
     """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
     batch folder, which is refused unread); ``subtitles_sha256``: only part of the cache key (a
     changed subtitle file is ingested again)."""
-    result = ingest_entry(entry, data_root, batch_dir, allow_outside_batch=allow_outside_batch)
+    result = ingest_entry(entry, root, batch_dir, allow_outside_batch=allow_outside_batch)
     if result.ingested is None:
         raise MediaError(result.reason)
     return result.ingested
@@ -102,27 +104,29 @@ def ingest(video: str, entry: ManifestEntry, batch_dir: str, data_root: str,
 
 @task(name="transcript", task_run_name="transcript[{ingested.sample_id}]", cache_policy=RESUME)
 @quarantine_expected
-def transcript(ingested: Ingested, data_root: str, backend: str, asr_model: str | None, align_model: str | None,
+def transcript(ingested: Ingested, root: DataRoot, backend: str, asr_model: str | None, align_model: str | None,
                device: str) -> Transcribed:
     chosen = tr.resolve_backend(backend, ingested.subtitle_path)
     with gpu_slot(device) if chosen == "whisperx" else contextlib.nullcontext():  # subtitles: no model, no slot
-        return tr.transcribe_stage(ingested.sample_id, data_root, chosen, asr_model, align_model, device)
+        return tr.transcribe_stage(ingested, root, chosen, asr_model, align_model, device)
 
 
 @task(name="diarize", task_run_name="diarize[{ingested.sample_id}]", cache_policy=RESUME)
 @quarantine_expected
-def diarize(ingested: Ingested, data_root: str, diarization: str | None, device: str, voices: str = "") -> Diarized:
+def diarize(ingested: Ingested, root: DataRoot, diarization: str | None, device: str, voices: str = "") -> Diarized:
     """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
     from the voices under the data root)."""
-    model = dz.load_pipeline(diarization, device, Settings.from_env(data_root))  # once per process
+    model = dz.load_pipeline(diarization, device, Settings.from_env(root.root))  # once per process
     with gpu_slot(device):
-        return dz.diarize_stage(ingested.sample_id, data_root, pipeline=model, device=device)
+        return dz.diarize_stage(ingested, root, pipeline=model, device=device)
 
 
 @task(name="segment", task_run_name="segment[{ingested.sample_id}]", cache_policy=RESUME)
 @quarantine_expected
-def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, data_root: str) -> Segmented:
-    return turns.segment_stage(ingested.sample_id, data_root)
+def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, root: DataRoot) -> Segmented:
+    """``transcribed`` and ``diarized``: what segment waits for, and part of its cache key (the
+    stage reads the transcript and RTTM they wrote)."""
+    return turns.segment_stage(ingested, root)
 
 
 def entry_of(raw: dict) -> ManifestEntry:
@@ -130,7 +134,7 @@ def entry_of(raw: dict) -> ManifestEntry:
     return ManifestEntry(**{**raw, "participants": tuple(raw.get("participants") or ())})
 
 
-def submit_interview(runner, entry: ManifestEntry, batch: Path, root: str, *, backend: str,
+def submit_interview(runner, entry: ManifestEntry, batch: Path, root: DataRoot, *, backend: str,
                      asr_model: str | None, align_model: str | None, diarization: str | None, device: str,
                      voices: str, allow_outside_batch: bool) -> list[tuple[str, object]]:
     """Submit one interview's chain to ``runner``; its ``(stage, future)`` pairs for :func:`flows.settle`."""
@@ -138,14 +142,14 @@ def submit_interview(runner, entry: ManifestEntry, batch: Path, root: str, *, ba
     inside = allow_outside_batch or not any(
         outside_batch(batch, name) for name in (entry.video, entry.subtitles) if name)
     f_in = runner.submit(ingest, {"video": str(batch / entry.video) if inside else "", "entry": entry,
-                                  "batch_dir": str(batch), "data_root": root,
+                                  "batch_dir": str(batch), "root": root,
                                   "subtitles_sha256": sha256_file(subs) if inside and subs and subs.is_file()
                                   else None, "allow_outside_batch": allow_outside_batch})
-    f_tr = runner.submit(transcript, {"ingested": f_in, "data_root": root, "backend": backend,
+    f_tr = runner.submit(transcript, {"ingested": f_in, "root": root, "backend": backend,
                                       "asr_model": asr_model, "align_model": align_model, "device": device})
-    f_dz = runner.submit(diarize, {"ingested": f_in, "data_root": root, "diarization": diarization,
+    f_dz = runner.submit(diarize, {"ingested": f_in, "root": root, "diarization": diarization,
                                    "device": device, "voices": voices})
-    f_sg = runner.submit(segment, {"ingested": f_in, "transcribed": f_tr, "diarized": f_dz, "data_root": root})
+    f_sg = runner.submit(segment, {"ingested": f_in, "transcribed": f_tr, "diarized": f_dz, "root": root})
     return [("ingest", f_in), ("transcript", f_tr), ("diarize", f_dz), ("segment", f_sg)]
 
 
@@ -163,9 +167,10 @@ def ingest_interview_flow(entry: dict | list[dict], batch_dir: str, data_root: s
     <stage>: <reason>``, with the same result as its data (no traceback: it is no error of the
     run); in a chunk it is listed with its reason and the others go on."""
     chunk = [entry_of(e) for e in entry] if isinstance(entry, list) else [entry_of(entry)]
+    root = DataRoot(data_root)  # built once, handed to every stage
     with ThreadPoolTaskRunner(max_workers=2) as runner:  # transcript and diarize side by side
         outs = settle({one.sample_id: submit_interview(
-            runner, one, Path(batch_dir), data_root, backend=backend, asr_model=asr_model, align_model=align_model,
+            runner, one, Path(batch_dir), root, backend=backend, asr_model=asr_model, align_model=align_model,
             diarization=diarization, device=device, voices=voices, allow_outside_batch=allow_outside_batch)
             for one in chunk})
     logger = get_run_logger()

@@ -1,15 +1,16 @@
 """The catalog of ingested media: ``catalog.parquet`` under the data root (``schemas.CATALOG``),
 one line per sample_id, and :class:`Ingested`, the typed record of a usable line.
 
-``pipeline.media.ingest`` writes it (under ``catalog.lock``); every later media stage and the
-annotation rounds (intake, push) read it. It lives in the core so that ``annotation`` and
-``media`` stand side by side, neither importing the other.
+``pipeline.media.ingest`` writes it (under ``catalog.lock``). The later media stages do not read
+it: they take the :class:`Ingested` record (the flows pass the ingest task's; a command looks its
+samples up in one :class:`Catalog` read). The annotation rounds (intake, push) read it too. It
+lives in the core so that ``annotation`` and ``media`` stand side by side, neither importing the other.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,10 @@ class Ingested:
     subtitle_path: str | None  # relative to the data root, None when the manifest gave none
     duration_s: float
     speaking_order: bool = False  # the manifest's naming hint (part of the segment task's cache key)
+
+
+class QuarantinedAtIngest(ValueError):
+    """A catalogued sample that ingest quarantined: no later stage runs on it."""
 
 
 def read_catalog(data_root: str | Path) -> pa.Table:
@@ -72,12 +77,41 @@ def record_catalog(data_root: str | Path, row: dict) -> None:
         write_catalog(data_root, rows)
 
 
+@dataclass(frozen=True)
+class Catalog:
+    """One read of the catalog: a command that runs a stage on several samples looks each one up
+    here instead of reading the file once per sample."""
+
+    root: DataRoot
+    rows: Mapping[str, dict]  # sample_id -> catalog line
+
+    @classmethod
+    def read(cls, root: DataRoot) -> "Catalog":
+        return cls(root, {r["sample_id"]: r for r in read_catalog(root).to_pylist()})
+
+    def entry(self, sample_id: str) -> dict:
+        """The catalog line of ``sample_id`` (``KeyError`` naming the data root when it has none)."""
+        check_sample_id(sample_id)
+        if sample_id not in self.rows:
+            raise KeyError(f"{sample_id!r} is not in the catalog of {self.root}")
+        return self.rows[sample_id]
+
+    def ingested(self, sample_id: str) -> Ingested:
+        """The typed record of a usable sample; :class:`QuarantinedAtIngest` with ingest's reason otherwise."""
+        row = self.entry(sample_id)
+        if row["status"] != "done":
+            raise QuarantinedAtIngest(f"{sample_id}: quarantined at ingest ({row['reason']})")
+        return ingested(row)
+
+    def done(self) -> list[str]:
+        """The sample ids ingest made usable, in id order."""
+        return sorted(sid for sid, r in self.rows.items() if r["status"] == "done")
+
+
 def catalog_entry(data_root: str | Path, sample_id: str) -> dict:
-    check_sample_id(sample_id)
-    for row in read_catalog(data_root).to_pylist():
-        if row["sample_id"] == sample_id:
-            return row
-    raise KeyError(f"{sample_id!r} is not in the catalog of {data_root}")
+    """One sample's catalog line (one read; :class:`Catalog` for several)."""
+    check_sample_id(sample_id)  # before any read
+    return Catalog.read(DataRoot(data_root)).entry(sample_id)
 
 
 def ingested(row: dict) -> Ingested:

@@ -1,6 +1,7 @@
 """The few ways the pipeline writes files (where they go is :class:`pipeline.paths.DataRoot`).
 
-Writes are atomic: a temp file (or temp directory) next to the target, then a
+:func:`prepare_data_root` checks a data root before a stage writes under it and makes its
+private areas (:data:`PRIVATE_AREAS`) owner-only. Writes are atomic: a temp file (or temp directory) next to the target, then a
 rename, so a reader never sees half a file and a crash leaves the old state intact.
 Immutable things (releases, archived snapshots) are written once: writing over an existing
 one is an error (:class:`AlreadyExists`), never a silent overwrite.
@@ -18,6 +19,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipeline.config import check_data_root
+from pipeline.paths import DataRoot
 
 
 class AlreadyExists(FileExistsError):
@@ -81,6 +85,32 @@ def _make_parents(directory: Path) -> None:
             d.mkdir(mode=0o700 if private else 0o777)
         if private:
             os.chmod(d, 0o700)
+
+
+# The areas of the data root that hold interviews (audio, subtitle copies, transcripts, RTTM,
+# drafts, voice prints): owner-only folders, so every file written there is 0600.
+PRIVATE_AREAS = ("media", "subtitles", "transcripts", "diarization", "drafts", "draft-voices", "voices")
+
+
+def prepare_data_root(data_root: str | os.PathLike, areas: tuple[str, ...] = ()) -> DataRoot:
+    """The checked data root (:func:`pipeline.config.check_data_root`: a writable folder, else
+    ``DataRootError`` naming it), with ``areas`` (of :data:`PRIVATE_AREAS`) made owner-only
+    folders (0700). The CLI and the flows call it once where they build the root; every media
+    stage calls it for the areas it writes."""
+    root = DataRoot(check_data_root(DataRoot(data_root).root))
+    for name in areas:
+        private_area(root, name)
+    return root
+
+
+def private_area(root: DataRoot, name: str) -> Path:
+    """The private folder ``name`` of :data:`PRIVATE_AREAS` under the root, created (or narrowed) to 0700."""
+    if name not in PRIVATE_AREAS:
+        raise ValueError(f"{name!r} is not a private area ({', '.join(PRIVATE_AREAS)})")
+    area = root.resolve(name)
+    if not private_dir(area):
+        make_private_dir(area)
+    return area
 
 
 def _fsync_dir(path: Path) -> None:

@@ -2,7 +2,9 @@
 
 Each command calls its stage's one entry point (the ``ingest-batch`` flow calls the same ones):
 ``ingest.ingest_batch`` -> ``ingest.ingest_entry``, ``transcribe.transcribe_stage``,
-``diarize.diarize_stage`` / ``diarize.diarize_file``, ``turns.segment_stage``. Sample ids given on
+``diarize.diarize_stage`` / ``diarize.diarize_file``, ``turns.segment_stage``. A command checks
+its data root and builds the :class:`pipeline.paths.DataRoot` once, reads the catalog once and
+hands each stage the sample's :class:`pipeline.catalog.Ingested` record. Sample ids given on
 the command line are checked against the sample-id grammar first: a bad one is an error
 (exit 2) before anything runs.
 """
@@ -14,22 +16,23 @@ from typing import Optional
 import typer
 
 from pipeline.cli.app import app
-from pipeline.config import DataRootError, Settings, check_data_root
-from pipeline.paths import InvalidId, check_sample_id
+from pipeline.config import DataRootError, Settings
+from pipeline.paths import DataRoot, InvalidId, check_sample_id
 
 # --- media, transcription, diarization, turns (pipeline.media.ingest, .transcribe, .diarize, .turns)
 # The stage modules are imported inside the commands: they pull in ffmpeg bindings, numpy, scipy
 # (and torch, whisperx, pyannote when a model runs), and `rescue --help` stays fast.
 
 
-def _media_settings(data_root: Optional[Path]) -> Settings:
-    """The settings, with the data root checked (a writable folder): else an error naming it (exit 2)."""
+def _media_root(data_root: Optional[Path]) -> tuple[Settings, DataRoot]:
+    """The settings and the data root, checked (a writable folder) and built once: else an error
+    naming it (exit 2)."""
+    from pipeline.store import prepare_data_root  # pyarrow: not for `rescue --help`
     try:
         settings = Settings.from_env(data_root)
-        check_data_root(settings.data_root)
+        return settings, prepare_data_root(settings.data_root)
     except (DataRootError, ValueError) as exc:
         _refuse(str(exc))
-    return settings
 
 
 def _refuse(message: str) -> None:
@@ -47,10 +50,10 @@ def _checked_ids(ids: list[str]) -> list[str]:
     return ids
 
 
-def _sample_ids(data_root: Path, ids: list[str], all_: bool) -> list[str]:
-    from pipeline.catalog import read_catalog
+def _sample_ids(catalog, ids: list[str], all_: bool) -> list[str]:
+    """The ids a command runs on: those given (checked), or with ``--all`` every usable one in ``catalog``."""
     if all_:
-        return [r["sample_id"] for r in read_catalog(data_root).to_pylist() if r["status"] == "done"]
+        return catalog.done()
     if not ids:
         raise typer.BadParameter("give sample ids or --all")
     return _checked_ids(ids)
@@ -74,7 +77,7 @@ def ingest(
     from pipeline.media.manifest import ManifestError
 
     console = Console()
-    root = _media_settings(data_root).data_root
+    _, root = _media_root(data_root)
     try:
         report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration, jobs=jobs,
                               allow_outside_batch=allow_outside_batch)
@@ -110,14 +113,18 @@ def transcribe_cmd(
     """Transcripts (subtitle import or WhisperX) -> DATA_ROOT/transcripts/<sample_id>.json."""
     from rich.console import Console
     from rich.progress import track
+    from pipeline.catalog import Catalog
     from pipeline.media.transcribe import SubtitleError, transcribe_stage
 
     console = Console()
-    root = _media_settings(data_root).data_root
+    _, root = _media_root(data_root)
+    ids = _checked_ids(sample_ids or [])  # bad ids end the command before the catalog is read
+    catalog = Catalog.read(root)
     failed = 0
-    for sid in track(_sample_ids(root, sample_ids, all_), description="transcribe", console=console):
+    for sid in track(_sample_ids(catalog, ids, all_), description="transcribe", console=console):
         try:
-            tr = transcribe_stage(sid, root, backend, asr_model, align_model, device, compute_type, batch_size)
+            tr = transcribe_stage(catalog.ingested(sid), root, backend, asr_model, align_model, device,
+                                  compute_type, batch_size)
             console.print(f"{sid}: {tr.units} {tr.kind}s" + "".join(f"\n  [yellow]{w}[/yellow]" for w in tr.warnings),
                           highlight=False)
         except (SubtitleError, ValueError, KeyError, FileNotFoundError) as exc:
@@ -147,16 +154,18 @@ def diarize_cmd(
     from rich.console import Console
     from rich.progress import track
     from pipeline.media.audio import MediaError
+    from pipeline.catalog import Catalog, QuarantinedAtIngest
     from pipeline.media.diarize import DiarizationError, NoSpeech, diarize_file, diarize_stage, load_pipeline
 
     console = Console()
     if min_speakers and max_speakers and min_speakers > max_speakers:
         raise typer.BadParameter(f"--min-speakers {min_speakers} is more than --max-speakers {max_speakers}")
-    settings = _media_settings(data_root)
+    settings, root = _media_root(data_root)
     items = list(targets or [])
     _checked_ids([item for item in items if not Path(item).is_file()])
+    catalog = Catalog.read(root)
     if all_:
-        items += _sample_ids(settings.data_root, [], True)
+        items += _sample_ids(catalog, [], True)
     if not items:
         raise typer.BadParameter("give WAV files, sample ids or --all")
     if out is not None and len(items) > 1:
@@ -167,17 +176,17 @@ def diarize_cmd(
     for item in track(items, description="diarize", console=console):
         try:
             if Path(item).is_file():
-                done = diarize_file(item, settings.data_root, out, num_speakers, min_speakers, max_speakers,
+                done = diarize_file(item, root, out, num_speakers, min_speakers, max_speakers,
                                     pipeline=model, device=device, refine=refine)
             else:  # a sample id: its WAV from the catalog
-                done = diarize_stage(item, settings.data_root, num_speakers, pipeline=model, device=device,
+                done = diarize_stage(catalog.ingested(item), root, num_speakers, pipeline=model, device=device,
                                      min_speakers=min_speakers, max_speakers=max_speakers, refine=refine, out=out)
             console.print(f"{item}: {done.turns} turns, {len(done.speakers)} speakers -> {done.rttm}",
                           highlight=False, soft_wrap=True)
         except NoSpeech as exc:
             failed += 1
             console.print(f"[red]{item}: quarantined: {exc}[/red]", highlight=False, soft_wrap=True)
-        except (DiarizationError, MediaError, KeyError, FileNotFoundError) as exc:
+        except (DiarizationError, QuarantinedAtIngest, MediaError, KeyError, FileNotFoundError) as exc:
             failed += 1
             reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # KeyError quotes itself
             console.print(f"[red]{item}: {reason}[/red]", highlight=False, soft_wrap=True)
@@ -202,20 +211,23 @@ def segment_cmd(
     """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet) and the interview's
     voices (DATA_ROOT/draft-voices/<sample_id>.parquet)."""
     from rich.console import Console
-    from pipeline.media.ingest import prepare_data_root
+    from pipeline.catalog import Catalog, QuarantinedAtIngest
     from pipeline.media.turns import SegmenterConfig, segment_stage
 
     console = Console()
     hint = _yes_no(speaking_order, "--speaking-order")
-    root = _media_settings(data_root).data_root
+    _, root = _media_root(data_root)
     cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
     failed = 0
-    ids = _sample_ids(root, sample_ids, all_)  # bad ids end the command before anything is written
-    prepare_data_root(root, ("drafts", "draft-voices"))
-    for sid in ids:
+    ids = _checked_ids(sample_ids or [])  # bad ids end the command before anything is read or written
+    catalog = Catalog.read(root)
+    for sid in _sample_ids(catalog, ids, all_):
         try:
-            done = segment_stage(sid, root, cfg, speaking_order=hint)
+            done = segment_stage(catalog.ingested(sid), root, cfg, speaking_order=hint)
             console.print(f"{sid}: {done.rows} draft rows", highlight=False)
+        except QuarantinedAtIngest as exc:
+            failed += 1
+            console.print(f"[red]{exc}[/red]", highlight=False, soft_wrap=True)
         except (FileNotFoundError, KeyError) as exc:
             failed += 1
             console.print(f"[red]{sid}: {exc} (run `rescue transcribe` / `rescue diarize` first)[/red]", highlight=False)
@@ -255,12 +267,12 @@ def voices_enroll(
     from pipeline.media.diarize import load_pipeline
     from pipeline.media.voices import VoiceError, enroll
 
-    from pipeline.media.ingest import prepare_data_root
+    from pipeline.store import prepare_data_root
 
-    settings = _media_settings(data_root)
-    prepare_data_root(settings.data_root, ("voices",))
+    settings, root = _media_root(data_root)
+    prepare_data_root(root, ("voices",))
     try:
-        voice = enroll(name, files, settings.data_root, load_pipeline(pipeline_source, device, settings))
+        voice = enroll(name, files, root, load_pipeline(pipeline_source, device, settings))
     except VoiceError as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]{exc}[/red]", highlight=False)
         raise typer.Exit(1)
@@ -275,7 +287,7 @@ def voices_list(data_root: Optional[Path] = typer.Option(None)) -> None:
     from pipeline.media.voices import load_voices
 
     console = Console()
-    enrolled = load_voices(_media_settings(data_root).data_root)
+    enrolled = load_voices(_media_root(data_root)[1])
     for v in enrolled:
         console.print(f"{v.name}\t{v.seconds:.1f} s\t{v.model}\t{len(v.sources)} file(s)", highlight=False)
     if not enrolled:
@@ -286,7 +298,7 @@ def voices_list(data_root: Optional[Path] = typer.Option(None)) -> None:
 def voices_remove(name: str, data_root: Optional[Path] = typer.Option(None)) -> None:
     """Delete NAME's voice print."""
     from pipeline.media.voices import remove
-    if not remove(name, _media_settings(data_root).data_root):
+    if not remove(name, _media_root(data_root)[1]):
         raise typer.BadParameter(f"no enrolled voice named {name!r}")
     typer.echo(f"removed {name}")
 
@@ -306,7 +318,7 @@ def models_prepare_offline(
     from pipeline.synthetic.test_models import prepare_test_models
 
     console = Console()
-    target = models_dir or _media_settings(None).models_dir
+    target = models_dir or Settings.from_env().models_dir  # no data root needed
     with console.status(f"preparing models in {target}"):
         built = prepare_test_models(target) if test_models else {
             "diarization": prepare_offline_diarization(target)}

@@ -9,8 +9,9 @@ and speakers whose voice is enrolled get their names (``pipeline.media.voices``)
 
 Entry points, shared by ``rescue diarize`` and the ``ingest-batch`` flow:
 
-* :func:`diarize_stage` - a catalogued sample -> ``diarization/<sample_id>.rttm``
-  (``DataRoot.rttm``) -> a :class:`Diarized` record;
+* :func:`diarize_stage` - an ingested sample (its :class:`pipeline.catalog.Ingested` record: the
+  catalog is not read again) -> ``diarization/<sample_id>.rttm`` (``DataRoot.rttm``) -> a
+  :class:`Diarized` record;
 * :func:`diarize_file` - any 16 kHz mono WAV -> an RTTM beside it (or ``out``).
 
 Turns, RTTM files and DER live in ``pipeline.media.rttm``; word/cue -> speaker assignment in
@@ -25,15 +26,14 @@ from pathlib import Path
 from typing import Sequence
 
 from pipeline import taxonomy
-from pipeline.catalog import catalog_entry
+from pipeline.catalog import Ingested
 from pipeline.config import Settings
 from pipeline.media import vad, voices
 from pipeline.media.audio import SAMPLE_RATE, load_wav
-from pipeline.media.ingest import prepare_data_root
 from pipeline.media.refine import embed_segments, refine_turns
 from pipeline.media.rttm import DiarizationError, Turn, sort_turns, write_rttm
 from pipeline.paths import DataRoot
-from pipeline.store import sha256_file
+from pipeline.store import prepare_data_root, sha256_file
 
 @dataclass(frozen=True)
 class Diarized:
@@ -157,12 +157,12 @@ def diarize_audio(
     return turns
 
 
-def name_speakers(audio_path: str | Path, turns: Sequence[Turn], pipeline, data_root: str | Path,
+def name_speakers(audio_path: str | Path, turns: Sequence[Turn], pipeline, root: DataRoot,
                   candidates: Sequence[str] | None = None) -> tuple[list[Turn], dict[str, str]]:
     """Turns renamed by the voices enrolled under the data root (none enrolled: unchanged)."""
-    if not voices.has_voices(data_root):
+    if not voices.has_voices(root):
         return list(turns), {}
-    return voices.name_speakers(load_wav(audio_path), turns, pipeline, data_root, candidates)
+    return voices.name_speakers(load_wav(audio_path), turns, pipeline, root, candidates)
 
 
 def _record(sample_id: str | None, path: Path, turns: Sequence[Turn], mapping: dict[str, str]) -> Diarized:
@@ -170,41 +170,39 @@ def _record(sample_id: str | None, path: Path, turns: Sequence[Turn], mapping: d
                     tuple(sorted(set(mapping.values()))))
 
 
-def _diarize_sample(sample_id: str, root: DataRoot, num_speakers: int | None, source, device: str, pipeline,
+def _diarize_sample(ingested: Ingested, root: DataRoot, num_speakers: int | None, source, device: str, pipeline,
                     min_speakers: int | None, max_speakers: int | None,
                     refine: bool) -> tuple[list[Turn], dict[str, str]]:
-    """Turns of a catalogued sample (speaker count: therapist + participants unless given), named
+    """Turns of an ingested sample (speaker count: therapist + participants unless given), named
     by enrolled voice where one matches (candidates: the interview's therapist and participants)."""
-    entry = catalog_entry(root, sample_id)
-    if entry["status"] != "done":
-        raise DiarizationError(f"{sample_id}: quarantined at ingest ({entry['reason']})")
-    participants = list(entry.get("participants") or [])
+    participants = list(ingested.participants)
     if num_speakers is None and min_speakers is None and max_speakers is None and participants:
         num_speakers = 1 + len(participants)
     pipeline = pipeline or load_pipeline(source, device)
-    audio = root.resolve(entry["audio_path"])
+    audio = root.resolve(ingested.audio_path)
     turns = diarize_audio(audio, num_speakers, min_speakers, max_speakers, pipeline=pipeline, device=device,
                           refine=refine)
     candidates = [taxonomy.THERAPIST, *participants] if participants else None
     return name_speakers(audio, turns, pipeline, root, candidates)
 
 
-def diarize_stage(sample_id: str, data_root: str | Path, num_speakers: int | None = None,
+def diarize_stage(ingested: Ingested, root: DataRoot, num_speakers: int | None = None,
                   source: str | Path | None = None, device: str = "cpu", pipeline=None,
                   min_speakers: int | None = None, max_speakers: int | None = None, refine: bool = True,
                   out: str | Path | None = None, require_speech: bool = True) -> Diarized:
-    """The diarization stage for a catalogued sample (CLI and flow). The speaker count defaults to
+    """The diarization stage for an ingested sample (CLI and flow). The speaker count defaults to
     therapist + manifest participants; speakers whose voice is enrolled get their names. The RTTM
     is written to ``diarization/<sample_id>.rttm`` (or ``out``).
 
     First a cheap voice-activity check (:mod:`pipeline.media.vad`, seconds even for a long file):
     audio without speech (silent, music only) raises :class:`NoSpeech` and is not diarized
     (``require_speech=False`` skips the check)."""
-    root = prepare_data_root(data_root, ("diarization", "drafts", "draft-voices"))
+    root = prepare_data_root(root, ("diarization", "drafts", "draft-voices"))
     if require_speech:
-        check_speech(sample_id, root)
-    turns, mapping = _diarize_sample(sample_id, root, num_speakers, source, device, pipeline, min_speakers,
+        check_speech(ingested, root)
+    turns, mapping = _diarize_sample(ingested, root, num_speakers, source, device, pipeline, min_speakers,
                                      max_speakers, refine)
+    sample_id = ingested.sample_id
     path = write_rttm(turns, out if out is not None else root.rttm(sample_id), uri=Path(sample_id).name)
     return _record(sample_id, path, turns, mapping)
 
@@ -213,20 +211,16 @@ class NoSpeech(DiarizationError):
     """Audio without speech (silent or music only): quarantined before diarization."""
 
 
-def check_speech(sample_id: str, data_root: str | Path) -> vad.SpeechCheck:
-    """Voice activity in a catalogued sample's audio; :class:`NoSpeech` when there is (almost) none."""
-    root = DataRoot(data_root)
-    entry = catalog_entry(root, sample_id)
-    if entry["status"] != "done":
-        raise DiarizationError(f"{sample_id}: quarantined at ingest ({entry['reason']})")
-    found = vad.check_speech(load_wav(root.resolve(entry["audio_path"])))
+def check_speech(ingested: Ingested, root: DataRoot) -> vad.SpeechCheck:
+    """Voice activity in an ingested sample's audio; :class:`NoSpeech` when there is (almost) none."""
+    found = vad.check_speech(load_wav(root.resolve(ingested.audio_path)))
     if not found.has_speech:
-        raise NoSpeech(f"{sample_id}: no speech: voice activity detection found {found.speech_s:.1f} s of speech "
-                       f"in {found.duration_s:.1f} s of audio (silent or music only); not diarized")
+        raise NoSpeech(f"{ingested.sample_id}: no speech: voice activity detection found {found.speech_s:.1f} s of "
+                       f"speech in {found.duration_s:.1f} s of audio (silent or music only); not diarized")
     return found
 
 
-def diarize_file(audio_path: str | Path, data_root: str | Path, out: str | Path | None = None,
+def diarize_file(audio_path: str | Path, root: DataRoot, out: str | Path | None = None,
                  num_speakers: int | None = None, min_speakers: int | None = None,
                  max_speakers: int | None = None, source: str | Path | None = None, device: str = "cpu",
                  pipeline=None, refine: bool = True) -> Diarized:
@@ -236,6 +230,6 @@ def diarize_file(audio_path: str | Path, data_root: str | Path, out: str | Path 
     pipeline = pipeline or load_pipeline(source, device)
     turns = diarize_audio(audio_path, num_speakers, min_speakers, max_speakers, pipeline=pipeline, device=device,
                           refine=refine)
-    turns, mapping = name_speakers(audio_path, turns, pipeline, data_root)
+    turns, mapping = name_speakers(audio_path, turns, pipeline, root)
     path = write_rttm(turns, out if out is not None else audio_path.with_suffix(".rttm"), uri=audio_path.stem)
     return _record(None, path, turns, mapping)

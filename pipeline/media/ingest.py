@@ -29,13 +29,12 @@ from pathlib import Path
 
 from rich.progress import Progress
 
-from pipeline.catalog import Ingested, ingested, read_catalog, record_catalog
-from pipeline.config import check_data_root
+from pipeline.catalog import Catalog, Ingested, ingested, record_catalog
 from pipeline.media.audio import Extraction, MediaError, check_regular_file, probe, wav_duration
 from pipeline.media.manifest import ManifestEntry, find_manifest, outside_batch, read_manifest
 from pipeline.media.subtitles import SubtitleError, parse_subtitles
 from pipeline.paths import DataRoot, InvalidId, check_name, check_sample_id, slug
-from pipeline.store import atomic_write_bytes, make_private_dir, private_dir, sha256_file
+from pipeline.store import atomic_write_bytes, prepare_data_root, private_area, sha256_file
 
 MIN_DURATION_S = 5.0  # shorter clips hold no usable interaction (the paper drops clips < 2 min)
 TRUNCATED_SHARE = 0.9       # decoded audio shorter than this share of what the file declares: truncated
@@ -67,7 +66,7 @@ def ingest_video(
     video: str | Path,
     sample_id: str,
     scenario: str,
-    data_root: str | Path,
+    root: DataRoot,
     participants: tuple[str, ...] | list[str] = (),
     subtitles: str | Path | None = None,
     previous: dict | None = None,
@@ -79,7 +78,7 @@ def ingest_video(
     Never raises for a bad media file: the row is quarantined with the reason instead.
     ``previous`` is this sample's current catalog row (if any): an unchanged file is cached.
     """
-    video, root = Path(video), DataRoot(data_root)
+    video = Path(video)
     check_sample_id(sample_id)
     row = {"sample_id": sample_id, "scenario": scenario, "source_name": video.name, "sha256": "",
            "duration_s": None, "audio_path": None, "status": "quarantined", "reason": None,
@@ -167,31 +166,6 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-PRIVATE_AREAS = ("media", "subtitles", "transcripts", "diarization", "drafts", "draft-voices", "voices")
-
-
-def prepare_data_root(data_root: str | Path, areas: tuple[str, ...] = ()) -> DataRoot:
-    """Check the data root (:func:`pipeline.config.check_data_root`: a writable folder, else
-    ``DataRootError`` naming it) and make ``areas`` (of :data:`PRIVATE_AREAS`: WAVs, subtitle
-    copies, transcripts, RTTM, drafts, voice prints) owner-only folders (0700), so every file the
-    stages write there is 0600. Every media stage entry calls it first."""
-    root = DataRoot(check_data_root(DataRoot(data_root).root))
-    for name in areas:
-        private_area(root, name)
-    return root
-
-
-def private_area(root: DataRoot, name: str) -> Path:
-    """The private folder ``name`` of :data:`PRIVATE_AREAS` under the root, created (or narrowed) to 0700."""
-    if name not in PRIVATE_AREAS:
-        raise ValueError(f"{name!r} is not a private area ({', '.join(PRIVATE_AREAS)})")
-    area = root.resolve(name)
-    if not private_dir(area):
-        make_private_dir(area)
-    return area
-
-
-
 def _refused_outside(entry: ManifestEntry, batch_dir: Path) -> str | None:
     for what, name in (("video", entry.video), ("subtitles", entry.subtitles)):
         why = outside_batch(batch_dir, name) if name else None
@@ -202,46 +176,49 @@ def _refused_outside(entry: ManifestEntry, batch_dir: Path) -> str | None:
     return None
 
 
-def ingest_entry(entry: ManifestEntry, data_root: str | Path, batch_dir: str | Path = ".",
-                 min_duration_s: float = MIN_DURATION_S, allow_outside_batch: bool = False) -> IngestResult:
+def ingest_entry(entry: ManifestEntry, root: DataRoot, batch_dir: str | Path = ".",
+                 min_duration_s: float = MIN_DURATION_S, allow_outside_batch: bool = False,
+                 catalog: Catalog | None = None) -> IngestResult:
     """The ingest stage for one manifest entry (video and subtitles relative to ``batch_dir``):
     ingest it and record its catalog line (under the catalog lock; an unchanged, cached entry
     leaves the catalog alone). A refused entry (bad sample id) touches nothing under the data root.
     A video or subtitle file outside ``batch_dir`` (absolute path, ``..``, a symlink out) is
     quarantined without being read unless ``allow_outside_batch``. An unusable data root raises
-    :class:`pipeline.config.DataRootError`."""
+    :class:`pipeline.config.DataRootError`. ``catalog``: a read of the catalog to find the
+    entry's previous line in (:func:`ingest_batch` reads it once for the batch); else it is read."""
     if entry.refused:
         return IngestResult(entry.sample_id, "quarantined", entry.refused)
     if not min_duration_s >= 0:
         raise ValueError(f"min_duration_s must be >= 0 seconds, got {min_duration_s!r}")
-    prepare_data_root(data_root)
+    root = prepare_data_root(root)
     batch_dir = Path(batch_dir)
-    previous = next((r for r in read_catalog(data_root).to_pylist() if r["sample_id"] == entry.sample_id), None)
+    previous = (catalog or Catalog.read(root)).rows.get(entry.sample_id)
     outside = None if allow_outside_batch else _refused_outside(entry, batch_dir)
     if outside:
         row = {"sample_id": entry.sample_id, "scenario": entry.scenario, "source_name": Path(entry.video).name,
                "sha256": "", "duration_s": None, "audio_path": None, "status": "quarantined", "reason": outside,
                "participants": list(entry.participants), "subtitle_path": None,
                "speaking_order": bool(entry.speaking_order)}
-        record_catalog(data_root, row)
+        record_catalog(root, row)
         return IngestResult(entry.sample_id, "quarantined", outside)
     subs = batch_dir / entry.subtitles if entry.subtitles else None
-    row, outcome = ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, data_root,
+    row, outcome = ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, root,
                                 entry.participants, subs, previous, min_duration_s, entry.speaking_order)
     if outcome != "cached":
-        record_catalog(data_root, row)
+        record_catalog(root, row)
     if outcome == "quarantined":
         return IngestResult(entry.sample_id, outcome, row["reason"], row["duration_s"])
     return IngestResult(entry.sample_id, outcome, None, row["duration_s"], ingested(row))
 
 
-def ingest_batch(batch_dir: str | Path, data_root: str | Path, progress: bool = False,
+def ingest_batch(batch_dir: str | Path, root: DataRoot, progress: bool = False,
                  min_duration_s: float = MIN_DURATION_S, jobs: int | None = None,
                  allow_outside_batch: bool = False) -> IngestReport:
     """Ingest every manifest entry of a batch (:func:`ingest_entry`), ``jobs`` videos at a time
     (default: one per core, at most 4; each is one ffmpeg process). Each catalog line is recorded
     as soon as its video is done, so an interrupted batch keeps everything already done. The
-    report lists samples in manifest order. ``allow_outside_batch``: see :func:`ingest_entry`."""
+    report lists samples in manifest order. ``allow_outside_batch``: see :func:`ingest_entry`.
+    The catalog is read once for the batch (each line is then recorded under its lock)."""
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     if not min_duration_s >= 0:
@@ -249,14 +226,15 @@ def ingest_batch(batch_dir: str | Path, data_root: str | Path, progress: bool = 
     batch_dir = Path(batch_dir)
     report = IngestReport()
     entries = read_manifest(find_manifest(batch_dir), report.warnings)
-    prepare_data_root(data_root)
+    root = prepare_data_root(root)
+    before = Catalog.read(root)
     with Progress(disable=not progress, transient=False) as bar, \
             ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
         task = bar.add_task(f"ingest {batch_dir.name}", total=len(entries))
 
         def one(entry: ManifestEntry) -> IngestResult:
             try:
-                return ingest_entry(entry, data_root, batch_dir, min_duration_s, allow_outside_batch)
+                return ingest_entry(entry, root, batch_dir, min_duration_s, allow_outside_batch, before)
             finally:
                 bar.advance(task)
 
@@ -271,10 +249,9 @@ def ingest_batch(batch_dir: str | Path, data_root: str | Path, progress: bool = 
     return report
 
 
-def remove_stale_media(data_root: str | Path) -> list[Path]:
+def remove_stale_media(root: DataRoot) -> list[Path]:
     """Delete WAVs no catalog row points at (after files changed); returns what was removed."""
-    root = DataRoot(data_root)
-    used = {r["audio_path"] for r in read_catalog(root).to_pylist() if r["audio_path"]}
+    used = {r["audio_path"] for r in Catalog.read(root).rows.values() if r["audio_path"]}
     removed = []
     for wav in sorted(root.media_dir().glob("*.wav")):
         if root.relative(wav) not in used:

@@ -7,8 +7,9 @@ WebVTT ``<v Josh>`` tag); diarization fills the rest (``pipeline.media.assign`` 
 segmenter).
 
 :func:`transcribe_stage` is the stage's one entry point (``rescue transcribe`` and the
-``ingest-batch`` flow): it transcribes a catalogued sample, writes
-``transcripts/<sample_id>.json`` (``DataRoot.transcript``) and returns a :class:`Transcribed`.
+``ingest-batch`` flow): it transcribes an ingested sample (its :class:`pipeline.catalog.Ingested`
+record: the catalog is not read again), writes ``transcripts/<sample_id>.json``
+(``DataRoot.transcript``) and returns a :class:`Transcribed`.
 :func:`resolve_backend` is the one place the ``auto`` backend is decided (subtitles when the
 manifest gave them, else WhisperX).
 """
@@ -21,13 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import taxonomy
-from pipeline.catalog import catalog_entry
+from pipeline.catalog import Ingested
 from pipeline.config import Settings
 from pipeline.media.audio import load_wav
-from pipeline.media.ingest import prepare_data_root
 from pipeline.media.subtitles import SubtitleError, Transcript, Unit, parse_subtitles  # noqa: F401  (re-exported)
 from pipeline.paths import DataRoot
-from pipeline.store import atomic_write_text, sha256_file
+from pipeline.store import atomic_write_text, prepare_data_root, private_area, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -116,51 +116,47 @@ def resolve_backend(backend: str, subtitle_path: str | None) -> str:
     return backend
 
 
-def transcribe_sample(sample_id: str, data_root: str | Path, backend: str = "auto",
+def transcribe_sample(ingested: Ingested, root: DataRoot, backend: str = "auto",
                       asr_model: str | Path | None = None, align_model: str | Path | None = None,
                       device: str = "cpu", compute_type: str = "int8", batch_size: int = 8,
                       max_new_tokens: int | None = None, write: bool = True) -> Transcript:
-    """Transcript of a catalogued sample. backend: auto (:func:`resolve_backend`) | subtitles |
+    """Transcript of an ingested sample. backend: auto (:func:`resolve_backend`) | subtitles |
     whisperx. Written to ``transcripts/<sample_id>.json`` when ``write``."""
-    root = DataRoot(data_root)
-    entry = catalog_entry(root, sample_id)
-    if entry["status"] != "done":
-        raise ValueError(f"{sample_id}: quarantined at ingest ({entry['reason']})")
-    backend = resolve_backend(backend, entry.get("subtitle_path"))
+    sample_id = ingested.sample_id
+    backend = resolve_backend(backend, ingested.subtitle_path)
     if backend == "subtitles":
-        if not entry.get("subtitle_path"):
+        if not ingested.subtitle_path:
             raise ValueError(f"{sample_id}: the manifest gave no subtitle file; use --backend whisperx")
-        names = [taxonomy.THERAPIST, *(entry.get("participants") or [])]
-        transcript = parse_subtitles(root.resolve(entry["subtitle_path"]), entry["duration_s"], names)
+        names = [taxonomy.THERAPIST, *ingested.participants]
+        transcript = parse_subtitles(root.resolve(ingested.subtitle_path), ingested.duration_s, names)
         if not transcript.units:
-            raise SubtitleError(f"{sample_id}: no cue with text in {Path(entry['subtitle_path']).name} "
+            raise SubtitleError(f"{sample_id}: no cue with text in {Path(ingested.subtitle_path).name} "
                                 "(empty subtitle file, or every cue empty or past the end of the media); quarantined")
     else:
         if asr_model is None:
             raise ValueError("the WhisperX backend needs --asr-model (a CTranslate2 directory or a model name)")
-        transcript = whisperx_transcribe(root.resolve(entry["audio_path"]), asr_model, align_model, device,
+        transcript = whisperx_transcribe(root.resolve(ingested.audio_path), asr_model, align_model, device,
                                          compute_type, batch_size, max_new_tokens=max_new_tokens)
     if write:
-        prepare_data_root(root, ("transcripts",))
+        private_area(root, "transcripts")
         atomic_write_text(root.transcript(sample_id), json.dumps(transcript.to_dict(), indent=1))
     return transcript
 
 
-def transcribe_stage(sample_id: str, data_root: str | Path, backend: str = "auto",
+def transcribe_stage(ingested: Ingested, root: DataRoot, backend: str = "auto",
                      asr_model: str | Path | None = None, align_model: str | Path | None = None,
                      device: str = "cpu", compute_type: str = "int8", batch_size: int = 8,
                      max_new_tokens: int | None = None) -> Transcribed:
     """The transcript stage (CLI and flow): :func:`transcribe_sample`, written, as a typed record.
     An unusable data root raises ``pipeline.config.DataRootError``."""
-    root = prepare_data_root(data_root, ("transcripts", "drafts", "draft-voices"))
-    entry = catalog_entry(root, sample_id)
-    chosen = resolve_backend(backend, entry.get("subtitle_path"))
-    transcript = transcribe_sample(sample_id, root, chosen, asr_model, align_model, device, compute_type,
+    root = prepare_data_root(root, ("transcripts", "drafts", "draft-voices"))
+    chosen = resolve_backend(backend, ingested.subtitle_path)
+    transcript = transcribe_sample(ingested, root, chosen, asr_model, align_model, device, compute_type,
                                    batch_size, max_new_tokens, write=True)
-    return Transcribed(sample_id, chosen, transcript.kind, len(transcript.units), tuple(transcript.warnings),
-                       sha256_file(root.transcript(sample_id)))
+    return Transcribed(ingested.sample_id, chosen, transcript.kind, len(transcript.units),
+                       tuple(transcript.warnings), sha256_file(root.transcript(ingested.sample_id)))
 
 
-def read_transcript(sample_id: str, data_root: str | Path) -> Transcript:
+def read_transcript(sample_id: str, root: DataRoot) -> Transcript:
     """The stored transcript of a sample (``FileNotFoundError`` when it was not transcribed yet)."""
-    return Transcript.from_dict(json.loads(DataRoot(data_root).transcript(sample_id).read_text()))
+    return Transcript.from_dict(json.loads(root.transcript(sample_id).read_text()))

@@ -35,34 +35,19 @@ Rules, in this order (spec §2.2-2.4):
 6. ``target`` is a draft: the previous row's speaker (the ongoing exchange, spec §2.4), the
    group label for an opening therapist row. Annotators confirm it in the transcript round.
 
-Naming voices (:func:`voice_labels`). Rows carry one stable label per diarized voice:
-
-* a voice an enrolled voice print named (``pipeline.media.voices``, already in the RTTM) keeps
-  that name (``named_by="voice"``);
-* with a speaking-order hint (the manifest's ``speaking_order`` column, or ``speaking_order=``
-  given to :func:`segment`): the other voices, in the order of their first turn of at least
-  1 s, get the names left in that order (``"order"``: the behaviour before voice labels);
-* without a hint (the default): the therapist when identified (``"role"``: the first voice to
-  speak is also the one whose sentences of three words or more are most often questions, at
-  least 30 % of them, ahead of every other voice), and ``Speaker 1``, ``Speaker 2``, ... for
-  the others in the order of their first turn; the participants' order is not used.
-
-The voice table (:func:`voice_table`, written to ``draft-voices/<sample_id>.parquet``) lists each
-label with its first rows and a few seconds where that voice speaks alone. The transcript round
-shows it as one block and the annotator names each voice once; pull applies the names to every
-row of the voice, and a row the annotator gave another speaker keeps it
-(``pipeline.annotation.voice_naming``). :func:`apply_voice_names` renames a sample's rows from
-such a mapping outside Label Studio (speaker, targets, background speakers and targets).
+Naming voices (rows carry one stable label per diarized voice, and the voice table lists each
+with a stretch where it speaks alone, so an annotator names each voice once):
+:mod:`pipeline.media.voice_labels`.
 
 :func:`segment_stage` is the stage's one entry point (``rescue segment`` and the ``ingest-batch``
-flow): a catalogued sample's stored transcript and RTTM -> ``drafts/<sample_id>.parquet``
-(``DataRoot.drafts``) and the voice table (``DataRoot.draft_voices``) -> a :class:`Segmented`.
+flow): an ingested sample (its :class:`pipeline.catalog.Ingested` record: the catalog is not read
+again), its stored transcript and RTTM -> ``drafts/<sample_id>.parquet`` (``DataRoot.drafts``)
+and the voice table (``DataRoot.draft_voices``) -> a :class:`Segmented`.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -70,23 +55,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import schemas
-from pipeline.catalog import catalog_entry
+from pipeline.catalog import Ingested
 from pipeline.media.assign import MAX_WORD_S, assign_speakers, fill_word_times, speaker_overlaps
 from pipeline.media.refine import MIN_PIECE_S
 from pipeline.media.rttm import Turn, read_rttm
 from pipeline.media.transcribe import Transcript, Unit, read_transcript
+from pipeline.media.voice_labels import (SENTENCE_END, VoiceName, apply_voice_names,  # noqa: F401 (re-exported:
+                                         default_speaking_order, hint_of, speaker_names,  # the segmenter's API)
+                                         voice_labels, voice_table)
 from pipeline.paths import DataRoot
-from pipeline.store import sha256_file, write_parquet
-from pipeline.taxonomy import THERAPIST, fallback_addressee, group_label
+from pipeline.store import prepare_data_root, sha256_file, write_parquet
+from pipeline.taxonomy import THERAPIST, group_label
 
-_SENTENCE_END = re.compile(r"[.?!…][\"')\]]*$")
-_UNNAMED = re.compile(r"SPEAKER_\d+")   # pyannote's labels; any other RTTM label is a name (enrolled voice)
-VOICE_LABEL = "Speaker {n}"   # a voice nobody named yet
-MIN_FIRST_TURN_S = 1.0        # a voice's place in the speaking order: its first turn this long
 WORD_OTHER_SHARE = 0.5        # an enclosed ASR word changes speaker when another is active this much of it
 MIN_ACTIVE_S = MIN_PIECE_S    # a speaker counts as active during a cue from this much overlap: a shorter
                               # piece kept pyannote's label, which no voice print checked (pipeline.media.refine)
-THERAPIST_QUESTION_SHARE = 0.3
 
 
 @dataclass
@@ -122,108 +105,6 @@ class _Run:
         k = sum(1 for t in self.background_at if t <= at)  # time order
         self.background.insert(k, entry)
         self.background_at.insert(k, at)
-
-
-@dataclass(frozen=True)
-class VoiceName:
-    """What the rows call one diarized voice, and how that name was found."""
-
-    label: str
-    named_by: str | None  # voice | order | role | None (a neutral "Speaker n")
-
-
-def _first_turns(turns: Sequence[Turn], skip: set[str], min_turn_s: float = MIN_FIRST_TURN_S) -> list[str]:
-    """Labels (not in ``skip``) in the order of their first turn of at least ``min_turn_s`` (a stray
-    fragment must not reorder them); labels with only fragments come after."""
-    first: dict[str, tuple[int, float]] = {}
-    in_time = sorted((t for t in turns if t.speaker not in skip), key=lambda t: (t.start, t.speaker))
-    for t in in_time:
-        if t.end - t.start >= min_turn_s:
-            first.setdefault(t.speaker, (0, t.start))
-    for t in in_time:
-        first.setdefault(t.speaker, (1, t.start))  # only fragments: after the real speakers
-    return sorted(first, key=lambda s: (first[s], s))
-
-
-def speaker_names(turns: Sequence[Turn], speaking_order: Sequence[str], min_turn_s: float = MIN_FIRST_TURN_S
-                  ) -> dict[str, str]:
-    """Map diarization labels to names by a speaking-order hint. A label that already is a name of
-    the order (an enrolled voice named it: ``pipeline.media.voices``) keeps it; the other labels,
-    ordered by their first turn of at least ``min_turn_s`` (a stray fragment must not reorder
-    them), are zipped with the names left. Labels beyond the order keep their SPEAKER_xx name."""
-    named = {t.speaker for t in turns if t.speaker in speaking_order}
-    left = [name for name in speaking_order if name not in named]
-    ordered = _first_turns(turns, named, min_turn_s)
-    return {name: name for name in named} | {
-        label: (left[i] if i < len(left) else label) for i, label in enumerate(ordered)}
-
-
-def default_speaking_order(participants: Sequence[str]) -> list[str]:
-    """The hint read from a manifest whose participants are in speaking order: therapist first
-    (interviews open with the therapist) unless the manifest places them."""
-    people = list(participants)
-    return people if THERAPIST in people else [THERAPIST, *people]
-
-
-def voice_labels(turns: Sequence[Turn], units: Sequence[Unit] = (), participants: Sequence[str] = (),
-                 speaking_order: Sequence[str] | None = None) -> dict[str, VoiceName]:
-    """The label of every diarization speaker (and of any other unnamed label the ``units`` carry),
-    by the rules of the module docstring: enrolled name, else the speaking-order hint when given,
-    else the therapist when identified and ``Speaker n`` for the others."""
-    labels = {t.speaker for t in turns}
-    if speaking_order:
-        names = speaker_names(turns, speaking_order)
-        out = {label: VoiceName(name, "voice" if label in speaking_order else
-                                ("order" if name != label else None)) for label, name in names.items()}
-    else:
-        known = {THERAPIST, *participants}
-        enrolled = {label for label in labels if label in known or not _UNNAMED.fullmatch(label)}
-        out = {label: VoiceName(label, "voice") for label in enrolled}
-        ordered = _first_turns(turns, enrolled)
-        if THERAPIST not in enrolled and ordered:
-            therapist = _therapist_by_role(ordered, units)
-            if therapist:
-                out[therapist] = VoiceName(THERAPIST, "role")
-                ordered = [label for label in ordered if label != therapist]
-        taken = {v.label for v in out.values()}
-        n = 0
-        for label in ordered:
-            n += 1
-            while VOICE_LABEL.format(n=n) in taken:
-                n += 1
-            out[label] = VoiceName(VOICE_LABEL.format(n=n), None)
-    # labels only the units know (no diarization turns at all: the attribution's fallback label)
-    extra = sorted({u.speaker for u in units if u.speaker and _UNNAMED.fullmatch(u.speaker)} - set(out))
-    n = sum(1 for v in out.values() if v.named_by is None)
-    for label in extra:
-        n += 1
-        out[label] = VoiceName(label if speaking_order else VOICE_LABEL.format(n=n), None)
-    return out
-
-
-def _therapist_by_role(ordered: Sequence[str], units: Sequence[Unit]) -> str | None:
-    """The therapist: the first voice to speak, when its sentences are also the most often
-    questions (at least THERAPIST_QUESTION_SHARE, strictly ahead of every other voice)."""
-    ends: dict[str, int] = {}
-    questions: dict[str, int] = {}
-    sentence: list[str] = []
-    speaker = None
-    for u in sorted(units, key=lambda u: (u.start, u.end)):  # cues, or ASR words joined into sentences
-        if u.speaker != speaker:
-            sentence, speaker = [], u.speaker
-        sentence.append(u.text.strip())
-        text = " ".join(sentence)
-        if _SENTENCE_END.search(text):
-            sentence = []
-            if speaker and len(text.split()) >= 3:  # not a backchannel
-                ends[speaker] = ends.get(speaker, 0) + 1
-                questions[speaker] = questions.get(speaker, 0) + text.rstrip("\"')]").endswith("?")
-    share = {s: questions.get(s, 0) / ends[s] for s in ends}
-    first = ordered[0]
-    mine = share.get(first, 0.0)
-    if mine >= THERAPIST_QUESTION_SHARE and all(v < mine for s, v in share.items() if s != first):
-        return first
-    return None
 
 
 def attribute(units: Sequence[Unit], turns: Sequence[Turn], names: Mapping[str, str] | None = None,
@@ -363,7 +244,7 @@ def _split_long(run: _Run, max_row_s: float) -> list[_Run]:
     for j, u in enumerate(run.units):
         current.append(u)
         too_long = current[-1].end - current[0].start >= max_row_s
-        if _SENTENCE_END.search(u.text) and j + 1 < len(run.units):
+        if SENTENCE_END.search(u.text) and j + 1 < len(run.units):
             nxt = run.units[j + 1]
             if too_long or nxt.end - current[0].start > max_row_s:
                 out.append(_Run(run.speaker, current))
@@ -425,75 +306,6 @@ def segment_with_voices(sample_id: str, transcript: Transcript, turns: Sequence[
     return rows, voice_table(sample_id, rows, turns, names)
 
 
-def voice_table(sample_id: str, rows: pa.Table, turns: Sequence[Turn], names: Mapping[str, VoiceName],
-                sample_s: float = 5.0) -> pa.Table:
-    """DRAFT_VOICES: every label the rows carry (primary or background speaker), in the order of
-    its first row, with its first rows and up to ``sample_s`` seconds where that voice speaks
-    alone (its first diarization turn of at least 2 s that no other turn overlaps, else its longest turn;
-    a voice without turns: its first row)."""
-    records = rows.to_pylist()
-    by_label: dict[str, list[str]] = {}
-    for label, name in names.items():
-        by_label.setdefault(name.label, []).append(label)
-    seen: list[str] = []
-    for r in records:
-        for who in [r["primary_speaker"], *(b["speaker"] for b in r["background_dialogue"] or [])]:
-            if who not in seen:
-                seen.append(who)
-    out = []
-    for voice in seen:
-        labels = by_label.get(voice, [])
-        own = sorted((t for t in turns if t.speaker in labels), key=lambda t: (t.start, t.end))
-        alone = [t for t in own if t.end - t.start >= 2.0  # no other turn, not even its own voice's, overlaps
-                 and not any(o is not t and o.start < t.end and t.start < o.end for o in turns)]
-        its_rows = [r for r in records if r["primary_speaker"] == voice]
-        if alone or own:
-            pick = alone[0] if alone else max(own, key=lambda t: t.end - t.start)
-            span = (pick.start, min(pick.end, pick.start + sample_s))
-        elif its_rows:
-            span = (its_rows[0]["start_time"], min(its_rows[0]["end_time"], its_rows[0]["start_time"] + sample_s))
-        else:
-            span = (None, None)
-        named_by = {names[label].named_by for label in labels} - {None}
-        out.append({"sample_id": sample_id, "voice": voice, "diarization_speaker": ",".join(labels) or None,
-                    "named_by": (sorted(named_by)[0] if named_by else None) if labels else "subtitles",
-                    "first_rows": [r["row_index"] for r in its_rows[:3]],
-                    "sample_start": None if span[0] is None else round(span[0], 3),
-                    "sample_end": None if span[1] is None else round(span[1], 3),
-                    "n_rows": len(its_rows), "speech_s": round(sum(t.end - t.start for t in own), 3)})
-    return pa.Table.from_pylist(out, schema=schemas.DRAFT_VOICES)
-
-
-def apply_voice_names(rows, names: Mapping[str, str], scenario: str | None = None):
-    """Rename voices on every row of a sample: ``names`` maps a voice label of the rows ("Speaker 1",
-    or any name to correct) to a person's name. Renames ``primary_speaker``, every ``target`` item
-    and every ``background_dialogue`` speaker and target. A row whose targets then hold its own
-    speaker (two voices named as one person) drops that target; an emptied target becomes
-    :func:`pipeline.taxonomy.fallback_addressee`. ``rows``: a DRAFT_ROWS
-    table, a list of row dicts, or a sample dict with ``rows``; the same kind comes back."""
-    if isinstance(rows, pa.Table):
-        return pa.Table.from_pylist(apply_voice_names(rows.to_pylist(), names, scenario), schema=rows.schema)
-    if isinstance(rows, Mapping):
-        return {**rows, "rows": apply_voice_names(rows["rows"], names, scenario or rows.get("scenario"))}
-    rename = lambda who: names.get(who, who)
-
-    def targets(speaker: str, items) -> list[str]:
-        got = list(dict.fromkeys(rename(t) for t in items or []))
-        kept = [t for t in got if t != speaker]
-        if got and not kept:
-            kept = fallback_addressee(speaker, scenario)
-        return kept
-
-    out = []
-    for r in rows:
-        speaker = rename(r["primary_speaker"])
-        background = [{**b, "speaker": rename(b["speaker"]), "target": targets(rename(b["speaker"]), b["target"])}
-                      for b in r.get("background_dialogue") or []]
-        out.append({**r, "primary_speaker": speaker, "target": targets(speaker, r.get("target")),
-                    "background_dialogue": background})
-    return out
-
-
 @dataclass(frozen=True)
 class Segmented:
     """A sample's written draft rows; content addressed by ``drafts_sha256``."""
@@ -506,47 +318,32 @@ class Segmented:
     drafts_sha256: str
 
 
-def hint_of(entry: Mapping, speaking_order: Sequence[str] | bool | None = None) -> list[str] | None:
-    """The speaking-order hint for a catalogued sample: ``speaking_order`` as given (a list: that
-    order; True/False: the manifest's participants are / are not in speaking order), else the
-    catalog's ``speaking_order`` (the manifest column). None: no hint (voice labels)."""
-    if speaking_order is None:
-        speaking_order = bool(entry.get("speaking_order"))
-    if speaking_order is True:
-        return default_speaking_order(entry.get("participants") or [])
-    if speaking_order is False:
-        return None
-    return list(speaking_order) or None
-
-
-def segment_sample(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None,
+def segment_sample(ingested: Ingested, root: DataRoot, config: SegmenterConfig | None = None,
                    write: bool = True, speaking_order: Sequence[str] | bool | None = None) -> pa.Table:
-    """Segment a catalogued sample from its stored transcript and RTTM (no RTTM: no diarization
+    """Segment an ingested sample from its stored transcript and RTTM (no RTTM: no diarization
     turns); writes ``drafts/<sample_id>.parquet`` and its voice table
     (``draft-voices/<sample_id>.parquet``) when ``write``. ``speaking_order``: :func:`hint_of`."""
-    root = DataRoot(data_root)
-    entry = catalog_entry(root, sample_id)
+    sample_id = ingested.sample_id
     transcript = read_transcript(sample_id, root)
     rttm = root.rttm(sample_id)
     turns = read_rttm(rttm) if rttm.exists() else []
-    table, voices = segment_with_voices(sample_id, transcript, turns, entry["scenario"],
-                                        entry.get("participants") or [], hint_of(entry, speaking_order), config)
+    table, voices = segment_with_voices(sample_id, transcript, turns, ingested.scenario, ingested.participants,
+                                        hint_of(ingested, speaking_order), config)
     if write:
+        root = prepare_data_root(root, ("drafts", "draft-voices"))  # inputs read first: a missing one writes nothing
         write_parquet(voices, root.draft_voices(sample_id))
         write_parquet(table, root.drafts(sample_id))
     return table
 
 
-def read_voice_table(sample_id: str, data_root: str | Path) -> pa.Table:
+def read_voice_table(sample_id: str, root: DataRoot) -> pa.Table:
     """The voice table :func:`segment_sample` wrote for a sample."""
-    return pq.read_table(DataRoot(data_root).draft_voices(sample_id), schema=schemas.DRAFT_VOICES)
+    return pq.read_table(root.draft_voices(sample_id), schema=schemas.DRAFT_VOICES)
 
 
-def segment_stage(sample_id: str, data_root: str | Path, config: SegmenterConfig | None = None,
+def segment_stage(ingested: Ingested, root: DataRoot, config: SegmenterConfig | None = None,
                   speaking_order: Sequence[str] | bool | None = None) -> Segmented:
     """The segment stage (CLI and flow): :func:`segment_sample`, written, as a typed record."""
-    root = DataRoot(data_root)
-    table = segment_sample(sample_id, root, config, write=True, speaking_order=speaking_order)
-    entry = catalog_entry(root, sample_id)
-    return Segmented(sample_id, entry["scenario"], tuple(entry.get("participants") or ()), entry["duration_s"],
-                     table.num_rows, sha256_file(root.drafts(sample_id)))
+    table = segment_sample(ingested, root, config, write=True, speaking_order=speaking_order)
+    return Segmented(ingested.sample_id, ingested.scenario, ingested.participants, ingested.duration_s,
+                     table.num_rows, sha256_file(root.drafts(ingested.sample_id)))

@@ -11,7 +11,7 @@ After diarization (``pipeline.media.diarize``) every speaker label gets the prin
 labels and enrolled names are paired one to one (Hungarian assignment on cosine similarity) and
 a pair counts only above ``MATCH_THRESHOLD`` and ``MATCH_MARGIN`` ahead of the label's next-best
 enrolled voice. Names so found are written into the RTTM; the turn
-segmenter maps the labels still unnamed by speaking order (``turns.speaker_names``).
+segmenter maps the labels still unnamed by speaking order (``voice_labels.speaker_names``).
 
 Voice prints are biometric data of private interviews: they stay under the data root like the
 media, and are never logged or released.

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from pipeline import schemas
 from pipeline.cli import app
 from pipeline.config import REPO_ROOT
-from pipeline.catalog import catalog_entry, read_catalog, record_catalog
+from pipeline.catalog import Catalog, Ingested, catalog_entry, read_catalog, record_catalog
 from pipeline.media.ingest import ingest_batch, ingest_entry
 from pipeline.media.manifest import read_manifest
 from pipeline.media import transcribe, turns, voices
@@ -88,11 +88,15 @@ def test_ingest_refuses_bad_ids_and_writes_nothing_outside_the_root(bad_batch, t
 
 
 def test_library_entry_points_refuse_bad_ids(tmp_path):
+    root = DataRoot(tmp_path)
     for sid in BAD_IDS:
         with pytest.raises(ValueError, match="is not allowed"):
             catalog_entry(tmp_path, sid)
         with pytest.raises(ValueError, match="is not allowed"):
-            turns.segment_stage(sid, tmp_path)
+            Catalog.read(root).ingested(sid)
+        forged = Ingested(sid, "couple", ("A", "B"), "0" * 64, "media/x.wav", None, 6.0)  # not from the catalog
+        with pytest.raises(ValueError, match="is not allowed"):
+            turns.segment_stage(forged, root)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -142,12 +146,12 @@ def test_stage_entry_points_return_typed_content_addressed_records(tmp_path):
     assert transcribe.resolve_backend("auto", None) == "whisperx"
     with pytest.raises(ValueError, match="unknown transcript backend"):
         transcribe.resolve_backend("magic", None)
-    done = transcribe.transcribe_stage(sid, root)
+    done = transcribe.transcribe_stage(result.ingested, root)
     assert (done.backend, done.kind) == ("subtitles", "cue") and done.sha256 == sha256_file(root.transcript(sid))
 
     root.rttm(sid).parent.mkdir(parents=True)
     shutil.copy(batch / "s3.rttm", root.rttm(sid))
-    seg = turns.segment_stage(sid, root)
+    seg = turns.segment_stage(result.ingested, root)
     assert seg == turns.Segmented(sid, "couple", result.ingested.participants, result.ingested.duration_s,
                                   seg.rows, sha256_file(root.drafts(sid)))
     assert seg.rows == len(json.loads((batch / "s3.rows.json").read_text())["rows"])

@@ -9,6 +9,7 @@ from pipeline.catalog import catalog_entry, read_catalog
 from pipeline.media.audio import extraction_command
 from pipeline.media.ingest import ingest_batch, remove_stale_media
 from pipeline.media.manifest import ManifestError, find_manifest, read_manifest
+from pipeline.paths import DataRoot
 from pipeline.store import sha256_file
 
 MANIFEST = """sample_id,scenario,video,participants,subtitles
@@ -81,7 +82,7 @@ def test_reingest_unchanged_is_cached_and_changed_file_is_redone(batch, tmp_path
     assert third.done == ["grp_a/good"]
     entry = catalog_entry(root, "grp_a/good")
     assert entry["sha256"] == sha256_file(batch / "good.mp4") and abs(entry["duration_s"] - 7.0) < 0.1
-    assert remove_stale_media(root) == [wav]  # the old WAV is now unreferenced
+    assert remove_stale_media(DataRoot(root)) == [wav]  # the old WAV is now unreferenced
 
 
 def test_manifest_errors_name_file_and_line(tmp_path):

@@ -10,7 +10,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.catalog import record_catalog
+from pipeline.catalog import Catalog, record_catalog
 from pipeline.media.ingest import ingest_batch
 from pipeline.media import turns
 from pipeline.media.rttm import Turn, write_rttm
@@ -199,8 +199,9 @@ def test_segment_stage_reads_the_manifest_hint_from_the_catalog_and_writes_the_v
     _catalogued(tmp_path, "g/plain", ["Mark", "Dana", "Lily"], None, transcript, dia)
     _catalogued(tmp_path, "g/hinted", ["Mark", "Dana", "Lily"], True, transcript, dia)
     root = DataRoot(tmp_path)
-    plain = turns.segment_stage("g/plain", root)
-    hinted = turns.segment_stage("g/hinted", root)
+    catalog = Catalog.read(root)
+    plain = turns.segment_stage(catalog.ingested("g/plain"), root)
+    hinted = turns.segment_stage(catalog.ingested("g/hinted"), root)
     assert plain.rows == hinted.rows == 8
     speakers = lambda sid: [r["primary_speaker"] for r in pq.read_table(root.drafts(sid)).to_pylist()]
     assert speakers("g/plain")[:4] == ["Therapist", "Speaker 1", "Therapist", "Speaker 2"]
@@ -209,7 +210,7 @@ def test_segment_stage_reads_the_manifest_hint_from_the_catalog_and_writes_the_v
         "Therapist", "Speaker 1", "Speaker 2", "Speaker 3"]
     assert {v["named_by"] for v in turns.read_voice_table("g/hinted", root).to_pylist()} == {"order"}
     # an explicit hint wins over the catalog's
-    turns.segment_stage("g/hinted", root, speaking_order=False)
+    turns.segment_stage(catalog.ingested("g/hinted"), root, speaking_order=False)
     assert speakers("g/hinted")[:2] == ["Therapist", "Speaker 1"]
 
 
@@ -239,18 +240,19 @@ def diarized_batch(tmp_path_factory, diar_pipeline):
     report = ingest_batch(batch, root)
     assert len(report.done) == len(CASES), report.quarantined
     out = {}
+    ingested = {r.sample_id: r.ingested for r in report.results}
     for spec in specs:
         sid = f"synthetic_{spec['scenario']}/{spec['name']}"
-        transcribe.transcribe_stage(sid, root)
-        diarize.diarize_stage(sid, root, pipeline=diar_pipeline)
-        turns.segment_stage(sid, root)
+        transcribe.transcribe_stage(ingested[sid], root)
+        diarize.diarize_stage(ingested[sid], root, pipeline=diar_pipeline)
+        turns.segment_stage(ingested[sid], root)
         out[sid] = (spec, json.loads((batch / f"{spec['name']}.rows.json").read_text()), batch / f"{spec['name']}.rttm")
-    return root, batch, out
+    return root, batch, out, ingested
 
 
 @pytest.mark.slow
 def test_manifest_order_is_no_longer_used_and_a_wrong_one_swaps_names_only_as_a_hint(diarized_batch):
-    root, batch, cases = diarized_batch
+    root, batch, cases, ingested = diarized_batch
     assert "Alan;Evelyn" not in (batch / "manifest.csv").read_text()  # listed in another order than they speak
     for sid, (spec, truth, _) in cases.items():
         rows = pq.read_table(root.drafts(sid)).to_pylist()
@@ -258,7 +260,7 @@ def test_manifest_order_is_no_longer_used_and_a_wrong_one_swaps_names_only_as_a_
         n_clients = len(truth["participants"])
         assert speakers <= {"Therapist", *(f"Speaker {n}" for n in range(1, n_clients + 2))}, (sid, speakers)
         # given as a hint, the wrong order names the clients wrongly (the issue's swapped rows)
-        hinted = turns.segment_sample(sid, root, write=False, speaking_order=True).to_pylist()
+        hinted = turns.segment_sample(ingested[sid], root, write=False, speaking_order=True).to_pylist()
         assert row_match(hinted, truth["rows"]) < 0.8, sid
 
 
@@ -267,7 +269,7 @@ def test_rows_and_backchannels_match_the_script_once_each_voice_is_named(diarize
     """Each voice named once from the voice table (a simulated annotator listens to the voice's
     stretch), applied to every row: rows match the script >= 95 %, backchannels found >= 90 %
     (over the interviews together; every interview >= 90 % of rows)."""
-    root, _, cases = diarized_batch
+    root, _, cases, _ = diarized_batch
     matched = total_rows = found = total_bc = 0
     for sid, (spec, truth, truth_rttm) in cases.items():
         voices = turns.read_voice_table(sid, root).to_pylist()

@@ -8,9 +8,11 @@ import time
 import pytest
 
 from media_util import cli, ffmpeg
+from pipeline.catalog import Catalog
 from pipeline.media import diarize, vad
 from pipeline.media.audio import extract_wav, load_wav
 from pipeline.media.ingest import ingest_batch
+from pipeline.paths import DataRoot
 from pipeline.synthetic import interviews as synth
 
 
@@ -44,9 +46,11 @@ def no_speech_root(tmp_path_factory):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sid", ["g/silent", "g/music"])
 def test_library_refuses_audio_without_speech_before_diarizing(no_speech_root, sid):
+    root = DataRoot(no_speech_root)
+    ingested = Catalog.read(root).ingested(sid)
     started = time.monotonic()
     with pytest.raises(diarize.NoSpeech, match=rf"{sid}: no speech: voice activity detection found 0.0 s of speech"):
-        diarize.diarize_stage(sid, no_speech_root, pipeline=object())  # the pipeline is never called
+        diarize.diarize_stage(ingested, root, pipeline=object())  # the pipeline is never called
     assert time.monotonic() - started < 30
     assert not (no_speech_root / "diarization" / f"{sid}.rttm").exists()
 
