@@ -57,6 +57,20 @@ def browser(chromium):
         yield b
 
 
+# --- Prefect in-process ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    """Prefect's test harness (a temporary server and database) for the module's flow runs in
+    this process; per module, since it sets this process's Prefect settings while it runs."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):  # ~1 s less per flow call
+            yield
+
+
 # --- one real Label Studio server for the whole session ----------------------------------
 # (first start ~15 s from the template database; tests keep apart by their own annotators,
 # since projects are per annotator and round)

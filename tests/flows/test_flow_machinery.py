@@ -27,18 +27,8 @@ def test_file_key_follows_content_and_target_not_file_name(tmp_path):
     assert key(ctx, {"video": str(a), "data_root": "/r"}) != before
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):  # ~1 s less per flow call
-            yield
-
-
 @pytest.fixture
-def storage(harness, tmp_path):
+def storage(prefect_harness, tmp_path):
     from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
 
     with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path / "results"}):

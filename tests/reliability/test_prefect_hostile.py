@@ -23,18 +23,8 @@ from pipeline.errors import TransientError
 FAST = {**NETWORK_RETRIES, "retry_delay_seconds": 0, "retry_jitter_factor": None}
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            yield
-
-
 @pytest.fixture
-def storage(harness, tmp_path, monkeypatch):
+def storage(prefect_harness, tmp_path, monkeypatch):
     from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
 
     monkeypatch.setenv("RESCUE_GPU_LIMIT", "")
