@@ -57,14 +57,14 @@ class VoicePrint:
     sources: tuple[str, ...]  # sha256 of each enrolled file
 
 
-def _files(data_root: str | Path) -> list[Path]:
-    folder = DataRoot(data_root).voices_dir()
+def _files(root: DataRoot) -> list[Path]:
+    folder = root.voices_dir()
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
-def has_voices(data_root: str | Path) -> bool:
+def has_voices(root: DataRoot) -> bool:
     """Whether any voice is enrolled under the data root."""
-    return bool(_files(data_root))
+    return bool(_files(root))
 
 
 def model_identity(pipeline) -> str:
@@ -84,7 +84,7 @@ def speech_spans(samples: np.ndarray, min_s: float = MIN_PIECE_S, max_s: float =
     return spans
 
 
-def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeline) -> VoicePrint:
+def enroll(name: str, files: Sequence[str | Path], root: DataRoot, pipeline) -> VoicePrint:
     """Make and store ``name``'s voice print from ``files``; replaces an earlier print of ``name``."""
     if not _NAME.match(name):
         raise VoiceError(f"{name!r} is not a usable speaker name (letters, digits, space, . ' - ; at most 64)")
@@ -111,15 +111,15 @@ def enroll(name: str, files: Sequence[str | Path], data_root: str | Path, pipeli
         raise VoiceError(f"{name}: only {seconds:.1f} s of speech in {', '.join(map(str, files))}; "
                          f"enrolment needs at least {MIN_ENROLL_S:.0f} s")
     voice = VoicePrint(name, vector, model_identity(pipeline), round(seconds, 2), tuple(sources))
-    atomic_write_text(DataRoot(data_root).voice(name), json.dumps({
+    atomic_write_text(root.voice(name), json.dumps({
         "name": name, "model": voice.model, "seconds": voice.seconds, "sources": list(voice.sources),
         "vector": [round(float(v), 7) for v in vector]}, indent=1))
     return voice
 
 
-def load_voices(data_root: str | Path) -> list[VoicePrint]:
+def load_voices(root: DataRoot) -> list[VoicePrint]:
     out = []
-    for path in _files(data_root):
+    for path in _files(root):
         try:
             d = json.loads(path.read_text())
             out.append(VoicePrint(d["name"], np.array(d["vector"], dtype=np.float64), d["model"],
@@ -129,20 +129,20 @@ def load_voices(data_root: str | Path) -> list[VoicePrint]:
     return out
 
 
-def fingerprint(data_root: str | Path) -> str:
+def fingerprint(root: DataRoot) -> str:
     """Changes whenever a voice is enrolled, replaced or removed ("" when none are): part of the
     ingest flow's cache key for diarization, so a rerun names speakers by the current voices."""
     digest = hashlib.sha256()
-    paths = _files(data_root)
+    paths = _files(root)
     for path in paths:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest() if paths else ""
 
 
-def remove(name: str, data_root: str | Path) -> bool:
+def remove(name: str, root: DataRoot) -> bool:
     if not _NAME.match(name):
         return False  # never enrolled: enroll refuses such names
-    path = DataRoot(data_root).voice(name)
+    path = root.voice(name)
     if path.exists():
         path.unlink()
         return True
@@ -183,13 +183,13 @@ def match(prints: dict[str, np.ndarray], voices: Sequence[VoicePrint], threshold
     return out
 
 
-def name_speakers(samples: np.ndarray, turns: Sequence[Turn], pipeline, data_root: str | Path,
+def name_speakers(samples: np.ndarray, turns: Sequence[Turn], pipeline, root: DataRoot,
                   candidates: Sequence[str] | None = None) -> tuple[list[Turn], dict[str, str]]:
     """Turns with labels renamed by enrolled voice (only ``candidates`` when given: the interview's
     therapist and participants). Returns the turns (sorted like ``diarize_audio``'s) and the
     label -> name mapping used."""
     model = model_identity(pipeline)
-    voices = [v for v in load_voices(data_root)
+    voices = [v for v in load_voices(root)
               if v.model == model and (candidates is None or v.name in candidates)]
     if not voices:
         return list(turns), {}

@@ -170,10 +170,11 @@ def test_a_voice_name_with_a_space_is_stored_under_a_safe_file_name(tmp_path):
     assert DataRoot(tmp_path).voice("Ann") == DataRoot(tmp_path).voices_dir() / "Ann.json"
     path.parent.mkdir(parents=True)
     path.write_text('{"name": "Ann Lee", "model": "m", "seconds": 4.0, "sources": [], "vector": [1.0, 0.0]}')
-    [voice] = voices.load_voices(tmp_path)
-    assert voice.name == "Ann Lee" and np.allclose(voice.vector, [1.0, 0.0]) and voices.has_voices(tmp_path)
-    assert not voices.remove("../Ann Lee", tmp_path)
-    assert voices.remove("Ann Lee", tmp_path) and not voices.has_voices(tmp_path)
+    root = DataRoot(tmp_path)
+    [voice] = voices.load_voices(root)
+    assert voice.name == "Ann Lee" and np.allclose(voice.vector, [1.0, 0.0]) and voices.has_voices(root)
+    assert not voices.remove("../Ann Lee", root)
+    assert voices.remove("Ann Lee", root) and not voices.has_voices(root)
 
 
 # Imports inside functions are only for heavy, lazily loaded packages, never to hide a cycle.

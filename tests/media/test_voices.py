@@ -91,12 +91,13 @@ def test_enrol_errors_name_the_file(tmp_path, models_dir, make_video):
 
 
 def test_fingerprint_follows_the_enrolled_voices(tmp_path):
-    assert voices.fingerprint(tmp_path) == ""
-    folder = DataRoot(tmp_path).voices_dir()
+    root = DataRoot(tmp_path)
+    assert voices.fingerprint(root) == ""
+    folder = root.voices_dir()
     folder.mkdir()
     (folder / "Ann.json").write_text('{"name": "Ann"}')
-    first = voices.fingerprint(tmp_path)
+    first = voices.fingerprint(root)
     (folder / "Ann.json").write_text('{"name": "Ann", "again": 1}')  # re-enrolled
-    second = voices.fingerprint(tmp_path)
+    second = voices.fingerprint(root)
     (folder / "Ann.json").unlink()
-    assert first and second and first != second and voices.fingerprint(tmp_path) == ""
+    assert first and second and first != second and voices.fingerprint(root) == ""
