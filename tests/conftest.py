@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import OneServerDesks, benchmark_head, free_port, launch_chromium, skip_without_chromium
+from tests.helpers import (OneServerDesks, benchmark_head, free_port, launch_chromium, require_label_studio,
+                           skip_without_chromium)
 
 # Fixtures that start a server, a desk, a browser or a Prefect stack: a test that uses one
 # (directly or through another fixture) is marked ``slow``, so `scripts/test.sh --fast` (-m "not
@@ -99,9 +100,8 @@ def ls_data_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ls_server(ls_credentials, ls_data_root):
-    from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer
-    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
-        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    from pipeline.annotation.server import LabelStudioServer
+    require_label_studio()
     server = LabelStudioServer(ls_data_root / "label-studio", port=free_port(), media_root=ls_data_root)
     server.start(timeout=400)
     yield server
@@ -130,10 +130,7 @@ def desk_factory(tmp_path, monkeypatch):
     -> ``(desks, desk)`` with the person's password in ``desks.passwords[email]``; every desk
     started is stopped at the end."""
     from pipeline.annotation.desks import Desks
-    from pipeline.annotation.server import DEFAULT_VENV
-
-    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
-        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    require_label_studio()
     root = tmp_path / "data"
     monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
     desks = Desks(root)

@@ -1,7 +1,8 @@
-"""What test areas share, written once: a free local port, the headless Chromium the browser
-tests drive, where the real data lies (``../shared`` beside the checkout), short WAVs for media a
-desk serves, one example of each private pattern a release must not carry, and every
-person's "desk" on one Label Studio (:class:`OneServerDesks`).
+"""What several test areas need, written once (one section each below): where the real data lies
+(``../shared`` beside the checkout), examples of what a release must never carry, a free local
+port, Label Studio's presence, short WAVs for media a desk serves, the headless Chromium the
+browser tests drive and the steps they take on Label Studio's task page, and every person's
+"desk" on one Label Studio (:class:`OneServerDesks`).
 
 Imported as ``tests.helpers``: pyproject's ``[tool.pytest.ini_options] pythonpath = ["."]`` puts
 the repository root on ``sys.path``, where ``tests`` is a namespace package. Fixtures built on
@@ -65,6 +66,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- Label Studio ----------------------------------------------------------------------------
+
+def require_label_studio() -> None:
+    """Fails the calling test where Label Studio's own virtual environment is missing: a broken
+    set-up, not a machine without it (scripts/setup.sh always installs it)."""
+    from pipeline.annotation.server import DEFAULT_VENV
+
+    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
+        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
 
 
 # --- media ---------------------------------------------------------------------------------------

@@ -17,11 +17,10 @@ from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.client import LabelStudioError
 from pipeline.annotation.desks import DeskError, Desks
 from pipeline.annotation.rounds import load_round
-from pipeline.annotation.server import DEFAULT_VENV
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 from pipeline.quality import adjudication
-from tests.helpers import free_port
+from tests.helpers import free_port, require_label_studio
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +35,7 @@ def mode(path) -> int:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Real desks under a fresh data root: A and B annotate, J adjudicates (started side by side)."""
-    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
-        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    require_label_studio()
     root = tmp_path_factory.mktemp("desks") / "data"
     settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port(), desk_url="http://127.0.0.1:{port}",
                                    desk_public_url="")

@@ -18,10 +18,10 @@ from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.desks import SERVICE_EMAIL, Desks, media_path
 from pipeline.annotation.migrate import MigrationError, migrate_to_desks
 from pipeline.annotation.rounds import load_round
-from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer
+from pipeline.annotation.server import DB_NAME, LabelStudioServer
 from pipeline.paths import DataRoot
 from pipeline.quality import adjudication
-from tests.helpers import OneServerDesks, free_port, noise_wav
+from tests.helpers import OneServerDesks, free_port, noise_wav, require_label_studio
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +55,7 @@ def _env_key(path: Path) -> str:
 
 
 def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_credentials, tmp_path, monkeypatch):
-    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
-        pytest.fail("Label Studio is not installed: run scripts/setup.sh")
+    require_label_studio()
     t0 = time.monotonic()
     monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
     root = DataRoot(tmp_path / "data")

@@ -20,7 +20,7 @@ from unittest import mock
 import pytest
 
 from pipeline.config import REPO_ROOT, Settings
-from tests.helpers import free_port
+from tests.helpers import free_port, require_label_studio
 
 # `import flows` must find the repository's package, not this tests/flows folder (which
 # pytest's rootdir handling would otherwise offer as a namespace package).
@@ -41,10 +41,7 @@ def desks_of(root: Path, people: Iterable[tuple[str, str]]) -> Iterator:
     Ports: from a free port of their own (``RESCUE_DESK_BASE_PORT`` of this data root), so data
     roots registered one after the other never share one."""
     from pipeline.annotation.desks import Desks
-    from pipeline.annotation.server import DEFAULT_VENV
-
-    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
-        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    require_label_studio()
     people = list(people)
     settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port())
     desks = Desks(root, settings)

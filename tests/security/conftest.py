@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE.parent / "annotation"))  # ls_samples: samples in th
 from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, ROUND, Login, answer_values,  # noqa: E402,F401
                         credential_variants, desk_state, diff, form_login)
 
-from tests.helpers import free_port, noise_wav  # noqa: E402
+from tests.helpers import free_port, noise_wav, require_label_studio  # noqa: E402
 
 
 @dataclass
@@ -81,11 +81,9 @@ def world(tmp_path_factory):
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.annotation.desks import Desks
     from pipeline.annotation.rounds import load_round
-    from pipeline.annotation.server import DEFAULT_VENV
     from pipeline.quality import adjudication
 
-    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
-        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    require_label_studio()
     root = tmp_path_factory.mktemp("security") / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
