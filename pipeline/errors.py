@@ -6,7 +6,10 @@ A :class:`TransientError` is a fault that may pass by itself: a service that did
 boundary where such a fault shows raises it as a subclass that also belongs to its own family:
 
 - the Label Studio client (``pipeline.annotation.client``): ``LabelStudioUnavailable`` (no
-  answer, a timeout) and ``LabelStudioFault`` (HTTP 5xx), each a ``LabelStudioError`` too;
+  answer, a timeout) and ``LabelStudioFault`` (HTTP 5xx), each a ``LabelStudioError`` too; the
+  same two where a desk's signup form is reached without the client (``Desks._sign_up``);
+- the model endpoint of pre-annotation (``pipeline.annotation.prelabel``): ``ModelUnreachable``,
+  ``ModelFault``; pre-annotation is optional, so the prelabeler records them and the push goes on;
 - the push (``pipeline.annotation.push``): ``PushInterrupted``, a ``PushError`` stopped by one
   of those;
 - the flows' own calls to the Prefect server (``flows.prefect_calls``): ``PrefectUnavailable``,
@@ -22,6 +25,9 @@ The flows retry this family and only this (``flows.NETWORK_RETRIES``: ``isinstan
 TransientError)``, never a type name or a message). Every other error - a configuration error,
 bad input, an HTTP 4xx answer, a corrupt file - fails at once with its message: it would only
 fail the same way again.
+
+Not raised at all: the health probes (``LabelStudioServer.healthy``), whose answer to a server
+that does not answer is "not healthy".
 
 Not transient, on purpose: an ffprobe/ffmpeg timeout (``pipeline.media.audio``). A file that
 hangs ffprobe hangs it again, so the stage quarantines it with its reason and the batch goes on;

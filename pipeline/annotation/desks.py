@@ -41,7 +41,7 @@ from typing import Protocol
 import httpx
 
 from pipeline import store
-from pipeline.annotation.client import LabelStudioClient
+from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
 from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
@@ -292,18 +292,26 @@ class Desks:
 
     def _sign_up(self, desk: Desk, password: str) -> None:
         """The person's login through the desk's own signup form and invite link (a second, where
-        the management command that sets a password takes 15 s)."""
-        import httpx
-
+        the management command that sets a password takes 15 s). The form is reached without the
+        API client, so its faults join the transient family here: no answer is
+        :class:`LabelStudioUnavailable`, HTTP 5xx :class:`LabelStudioFault`, each naming the URL."""
         invite = self.client(desk.email)._json("GET", "/api/invite", "read the desk's invite link")["invite_url"]
         with httpx.Client(base_url=self.url(desk), timeout=60) as http:
-            http.get(invite)
-            r = http.post(invite, headers={"Referer": f"{self.url(desk)}{invite}"},
-                          data={"csrfmiddlewaretoken": http.cookies.get("csrftoken", ""), "email": desk.email,
-                                "password": password})
+            form = http.base_url.join(invite.split("?", 1)[0])  # named without its invite token
+            try:
+                shown = http.get(invite)
+                r = shown if shown.status_code >= 500 else http.post(
+                    invite, headers={"Referer": f"{self.url(desk)}{invite}"},
+                    data={"csrfmiddlewaretoken": http.cookies.get("csrftoken", ""), "email": desk.email,
+                          "password": password})
+            except httpx.TransportError as exc:
+                raise LabelStudioUnavailable(
+                    f"desk of {desk.email}: Label Studio at {form} did not answer while signing {desk.email} up "
+                    f"({type(exc).__name__}); is it running? (`rescue label-studio status`)") from None
+        if r.status_code >= 500:
+            raise LabelStudioFault(f"desk of {desk.email}: Label Studio at {form} failed while signing "
+                                   f"{desk.email} up (HTTP {r.status_code})")
         if r.status_code != 302:  # the form is shown again with its complaint (e.g. a short password)
-            import re
-
             said = re.findall(r'field_errors">\s*<li>([^<]+)<', r.text)
             raise DeskError(f"desk of {desk.email}: Label Studio refused the login (HTTP {r.status_code}"
                             f"{': ' + '; '.join(x.strip() for x in said) if said else ''})")

@@ -6,8 +6,14 @@ types and allowed values in the prompt. Its answers only pre-fill the Label Stud
 values outside a field's choices are dropped by :func:`ls_config.values_to_results`, and every
 submitted annotation is validated on pull like any other. The model is asked for every field
 ('"" for none'), so an empty answer is its proposal and is pre-filled ("no clear pattern", "no
-strategy"), unlike the empty values of the stores (:func:`.push.input_values`). A failing request leaves that
-sample without pre-annotation and is recorded in ``failures``; the push goes on.
+strategy"), unlike the empty values of the stores (:func:`.push.input_values`).
+
+The request (:meth:`ModelPrelabeler.ask`) is the boundary where the endpoint's faults are seen:
+no answer (refused, reset, a timeout) raises :class:`ModelUnreachable`, HTTP 5xx
+:class:`ModelFault` - both of the transient family (:mod:`pipeline.errors`) - and a refusal
+(HTTP 4xx) or an answer that is not the JSON asked for a plain :class:`PrelabelError`; each names
+the URL. Pre-annotation is optional, so the prelabeler itself catches them: that sample gets no
+pre-annotation, the reason is recorded in ``failures`` and the push goes on.
 The API key, if the endpoint needs one, comes from ``RESCUE_PRELABEL_API_KEY``.
 """
 from __future__ import annotations
@@ -18,6 +24,19 @@ import os
 import httpx
 
 from pipeline.annotation.rounds import Field, Round
+from pipeline.errors import ServerFault, Unreachable
+
+
+class PrelabelError(RuntimeError):
+    """The model endpoint refused the request or its answer is not the JSON asked for."""
+
+
+class ModelUnreachable(PrelabelError, Unreachable):
+    """The model endpoint did not answer (connection refused or reset, a timeout): transient."""
+
+
+class ModelFault(PrelabelError, ServerFault):
+    """The model endpoint answered with a server error (HTTP 5xx): transient."""
 
 
 def _describe(f: Field, scenario: str, participants: list[str], n_rows: int) -> str:
@@ -58,22 +77,46 @@ class ModelPrelabeler:
                   f"therapy dialogue. Fields:\n{fields}\n\nReturn JSON only: "
                   '{"rows": [{"row_index": <int>, <field>: <value>, ...}]}\n\n'
                   f"Dialogue:\n{json.dumps(dialogue, ensure_ascii=False)}")
+        try:
+            answer = self.ask(prompt)
+        except PrelabelError as exc:
+            self.failures.append((sample["sample_id"], str(exc)))
+            return {}
+        rows_answered = answer.get("rows", [])
+        if not isinstance(rows_answered, list) or not all(isinstance(item, dict) for item in rows_answered):
+            self.failures.append((sample["sample_id"], f"the model endpoint {self.url} answered 'rows' that are "
+                                                       "not a list of objects"))
+            return {}
+        out = {}
+        for item in rows_answered:
+            ri = item.get("row_index")
+            if isinstance(ri, int):
+                out[ri] = {f.name: item[f.name] for f in rnd.fields if f.name in item}
+        return out
+
+    def ask(self, prompt: str) -> dict:
+        """The model's JSON object for ``prompt``; raises :class:`ModelUnreachable`,
+        :class:`ModelFault` or :class:`PrelabelError` (see the module), naming the URL."""
+        url = f"{self.url}/chat/completions"
         headers = {}
         if os.environ.get("RESCUE_PRELABEL_API_KEY"):
             headers["Authorization"] = f"Bearer {os.environ['RESCUE_PRELABEL_API_KEY']}"
         try:
-            r = httpx.post(f"{self.url}/chat/completions", headers=headers, timeout=self.timeout, json={
+            r = httpx.post(url, headers=headers, timeout=self.timeout, json={
                 "model": self.model, "temperature": 0, "response_format": {"type": "json_object"},
                 "messages": [{"role": "user", "content": prompt}]})
-            r.raise_for_status()
-            content = r.json()["choices"][0]["message"]["content"]
-            answer = json.loads(content)
-            out = {}
-            for item in answer.get("rows", []):
-                ri = item.get("row_index")
-                if isinstance(ri, int):
-                    out[ri] = {f.name: item[f.name] for f in rnd.fields if f.name in item}
-            return out
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            self.failures.append((sample["sample_id"], f"{type(exc).__name__}: {str(exc)[:200]}"))
-            return {}
+        except httpx.TransportError as exc:
+            raise ModelUnreachable(f"the model endpoint {url} did not answer ({type(exc).__name__})") from None
+        if r.status_code >= 500:
+            raise ModelFault(f"the model endpoint {url} failed (HTTP {r.status_code})")
+        if r.status_code >= 400:
+            raise PrelabelError(f"the model endpoint {url} refused the request (HTTP {r.status_code}): "
+                                f"{r.text[:200]}")
+        try:
+            answer = json.loads(r.json()["choices"][0]["message"]["content"])
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise PrelabelError(f"the model endpoint {url} answered no chat completion holding a JSON object "
+                                f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        if not isinstance(answer, dict):
+            raise PrelabelError(f"the model endpoint {url} answered {type(answer).__name__}, not a JSON object")
+        return answer

@@ -95,18 +95,23 @@ class LabelStudioServer:
             return pid
 
     def healthy(self, timeout: float = 2.0) -> bool:
+        """Whether ``/health`` answers UP. A probe, not a call that needs the server: no answer,
+        a server error or an answer of another shape all mean False, and nothing is raised (the
+        wait in :meth:`start` says what did not become healthy; the API client raises the
+        transient family where the server is needed)."""
         try:
             r = httpx.get(f"{self.url}/health", timeout=timeout)
             return r.status_code == 200 and r.json().get("status") == "UP"
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, AttributeError):  # AttributeError: JSON, not an object
             return False
 
     def version(self) -> str | None:
+        """The server's Label Studio version; None where it does not tell (a probe, as :meth:`healthy`)."""
         try:
             r = httpx.get(f"{self.url}/api/version", timeout=2.0)
             return (r.json().get("release") or r.json().get("label-studio-os-package", {}).get("version")) \
                 if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, AttributeError):
             return None
 
     def status(self) -> ServerStatus:
