@@ -9,10 +9,10 @@ to its own thread pool instead.
 
 Per interview, each task calls its stage's one entry point (the CLI calls the same ones) with the
 :class:`pipeline.paths.DataRoot` the flow built once from its ``data_root`` parameter, and
-passes its typed, content-addressed record on (the later stages never read the catalog): ingest (:func:`pipeline.media.ingest.ingest_entry`:
-probe, sha256, 16 kHz wav, catalog line -> ``Ingested``) -> transcript
-(:func:`pipeline.media.transcribe.transcribe_stage`: subtitles or WhisperX, chosen by
-``transcribe.resolve_backend`` -> ``Transcribed``) and diarize
+passes its typed, content-addressed record on (the later stages never read the catalog):
+ingest (:func:`pipeline.media.ingest.ingest_entry`: probe, sha256, 16 kHz wav, catalog line ->
+``Ingested``) -> transcript (:func:`pipeline.media.transcribe.transcribe_stage`: subtitles or
+WhisperX, chosen by ``transcribe.resolve_backend`` -> ``Transcribed``) and diarize
 (:func:`pipeline.media.diarize.diarize_stage` -> ``Diarized``), side by side -> segment
 (:func:`pipeline.media.turns.segment_stage`: draft rows -> ``Segmented``). Every stage is
 cached on its inputs' CONTENT (file sha256s + task source + pipeline version) in the shared
