@@ -20,7 +20,7 @@ SLOW_FIXTURES = frozenset({
     "desk_factory",   # real desks, one Label Studio each
     "open_desks",     # tests/flows: real desks for a flow's data root
     "stack",          # tests/flows: Prefect server + worker
-    "world",          # tests/security: three desks and a pushed round
+    "world",          # tests/security, test_desks, test_noop_sync: desks started for the package or module
     "chromium", "browser",
 })
 
