@@ -9,6 +9,7 @@ import pytest
 from pipeline.media import diarize, rttm
 from pipeline.media import transcribe
 from pipeline.media import turns
+from pipeline.media import voice_labels as vl
 
 pytestmark = pytest.mark.slow
 
@@ -175,7 +176,7 @@ def test_subtitle_path_rows(request, row_match, interview):
     truth = files["truth"]
     transcript = transcribe.parse_subtitles(files["srt"], truth["duration_s"])
     rows = turns.segment(f"synthetic/{interview}", transcript, diarized, interview, truth["participants"],
-                         speaking_order=turns.default_speaking_order(truth["participants"])).to_pylist()
+                         speaking_order=vl.default_speaking_order(truth["participants"])).to_pylist()
     share = row_match(rows, truth["rows"])
     print(f"{interview}: subtitle path rows matching the script: {share:.0%} of {len(truth['rows'])}")
     assert share >= 0.9

@@ -13,6 +13,7 @@ import pytest
 from pipeline.catalog import Catalog, record_catalog
 from pipeline.media.ingest import ingest_batch
 from pipeline.media import turns
+from pipeline.media import voice_labels as vl
 from pipeline.media.rttm import Turn, write_rttm
 from pipeline.media.transcribe import Transcript, Unit
 from pipeline.paths import DataRoot
@@ -136,22 +137,22 @@ def test_without_a_hint_voices_get_neutral_labels_whatever_order_the_participant
         "Therapist", "Speaker 1", "Therapist", "Speaker 2", "Therapist", "Speaker 3", "Therapist", "Speaker 1"]
     # with the hint, the order names them (the behaviour before voice labels)
     hinted = turns.segment("g/f", transcript, dia, "family", ["Mark", "Dana", "Lily"],
-                           speaking_order=turns.default_speaking_order(["Mark", "Dana", "Lily"])).to_pylist()
+                           speaking_order=vl.default_speaking_order(["Mark", "Dana", "Lily"])).to_pylist()
     assert [r["primary_speaker"] for r in hinted][:6] == ["Therapist", "Mark", "Therapist", "Dana", "Therapist", "Lily"]
 
 
 def test_the_therapist_is_named_by_role_only_on_clear_evidence():
     transcript, dia = family_case()
-    labels = turns.voice_labels(dia, turns.attribute(transcript.units, dia), ["Dana", "Mark", "Lily"])
-    assert labels["SPEAKER_03"] == turns.VoiceName("Therapist", "role")
+    labels = vl.voice_labels(dia, turns.attribute(transcript.units, dia), ["Dana", "Mark", "Lily"])
+    assert labels["SPEAKER_03"] == vl.VoiceName("Therapist", "role")
     # the first voice asks no questions: nobody is called the therapist
     flat = Transcript("cue", [Unit(u.start, u.end, u.text.replace("?", ".")) for u in transcript.units])
-    labels = turns.voice_labels(dia, turns.attribute(flat.units, dia), ["Dana", "Mark", "Lily"])
+    labels = vl.voice_labels(dia, turns.attribute(flat.units, dia), ["Dana", "Mark", "Lily"])
     assert {v.label for v in labels.values()} == {"Speaker 1", "Speaker 2", "Speaker 3", "Speaker 4"}
     # an enrolled voice keeps its name (the RTTM carries it), whatever the hint
     enrolled = [Turn(t.start, t.end, "Mark" if t.speaker == "SPEAKER_00" else t.speaker) for t in dia]
-    labels = turns.voice_labels(enrolled, turns.attribute(transcript.units, enrolled), ["Dana", "Mark", "Lily"])
-    assert labels["Mark"] == turns.VoiceName("Mark", "voice") and labels["SPEAKER_02"].label == "Speaker 2"
+    labels = vl.voice_labels(enrolled, turns.attribute(transcript.units, enrolled), ["Dana", "Mark", "Lily"])
+    assert labels["Mark"] == vl.VoiceName("Mark", "voice") and labels["SPEAKER_02"].label == "Speaker 2"
 
 
 def test_voice_table_and_naming_each_voice_once():
@@ -162,7 +163,7 @@ def test_voice_table_and_naming_each_voice_once():
         ("Therapist", "SPEAKER_03", "role", [1, 3, 5], 4), ("Speaker 1", "SPEAKER_01", None, [2, 8], 2),
         ("Speaker 2", "SPEAKER_00", None, [4], 1), ("Speaker 3", "SPEAKER_02", None, [6], 1)]
     assert all(v["sample_end"] - v["sample_start"] >= 2.0 for v in table)  # something to listen to
-    named = turns.apply_voice_names(rows, {"Speaker 1": "Dana", "Speaker 2": "Mark", "Speaker 3": "Lily"})
+    named = vl.apply_voice_names(rows, {"Speaker 1": "Dana", "Speaker 2": "Mark", "Speaker 3": "Lily"})
     assert [r["primary_speaker"] for r in named.to_pylist()] == [
         "Therapist", "Dana", "Therapist", "Mark", "Therapist", "Lily", "Therapist", "Dana"]
     assert named.to_pylist()[2]["target"] == ["Dana"] and named.schema == rows.schema
@@ -173,16 +174,16 @@ def test_apply_voice_names_renames_background_and_never_makes_a_self_target():
              "background_dialogue": [{"speaker": "Speaker 2", "target": ["Speaker 1"], "content": "Yeah."}]},
             {"row_index": 2, "primary_speaker": "Speaker 2", "target": ["Speaker 1"], "dialogue_cleaned": "b",
              "background_dialogue": []}]
-    got = turns.apply_voice_names(rows, {"Speaker 1": "Alan", "Speaker 2": "Therapist"})
+    got = vl.apply_voice_names(rows, {"Speaker 1": "Alan", "Speaker 2": "Therapist"})
     assert got[0]["primary_speaker"] == "Alan" and got[0]["target"] == ["Therapist"]
     assert got[0]["background_dialogue"] == [{"speaker": "Therapist", "target": ["Alan"], "content": "Yeah."}]
     # two voices that are one person (diarization split them): no row addresses its own speaker
-    merged = turns.apply_voice_names({"scenario": "couple", "rows": rows}, {"Speaker 1": "Alan", "Speaker 2": "Alan"})
+    merged = vl.apply_voice_names({"scenario": "couple", "rows": rows}, {"Speaker 1": "Alan", "Speaker 2": "Alan"})
     assert [r["target"] for r in merged["rows"]] == [["Therapist"], ["Therapist"]]
     # the therapist's own row addresses the group instead (taxonomy.fallback_addressee, the pull's rule too)
-    therapist = turns.apply_voice_names({"scenario": "couple", "rows": rows}, {"Speaker 1": "Therapist", "Speaker 2": "Therapist"})
+    therapist = vl.apply_voice_names({"scenario": "couple", "rows": rows}, {"Speaker 1": "Therapist", "Speaker 2": "Therapist"})
     assert [r["target"] for r in therapist["rows"]] == [["Couple"], ["Couple"]]
-    assert turns.apply_voice_names(rows, {"Speaker 1": "Therapist", "Speaker 2": "Therapist"})[0]["target"] == []
+    assert vl.apply_voice_names(rows, {"Speaker 1": "Therapist", "Speaker 2": "Therapist"})[0]["target"] == []
     assert rows[0]["primary_speaker"] == "Speaker 1"  # the input is left as it was
 
 
@@ -276,7 +277,7 @@ def test_rows_and_backchannels_match_the_script_once_each_voice_is_named(diarize
         assert voices[0]["voice"] == "Therapist" and voices[0]["named_by"] == "role", (sid, voices[0])
         names = name_voices_from_truth(voices, truth_rttm)
         assert sorted(set(names.values()) - {"Therapist"}) == sorted(truth["participants"]), (sid, names)
-        rows = turns.apply_voice_names(pq.read_table(root.drafts(sid)), names, spec["scenario"]).to_pylist()
+        rows = vl.apply_voice_names(pq.read_table(root.drafts(sid)), names, spec["scenario"]).to_pylist()
         share = row_match(rows, truth["rows"])
         f, t = backchannels_found(rows, truth["rows"])
         print(f"{sid}: rows matching the script {share:.0%} of {len(truth['rows'])}, backchannels found {f}/{t}")

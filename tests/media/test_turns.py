@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pipeline.media.rttm import Turn
 from pipeline.media.transcribe import Transcript, Unit
-from pipeline.media.turns import SegmenterConfig, default_speaking_order, segment, segment_units, speaker_names
+from pipeline.media.turns import SegmenterConfig, segment, segment_units
+from pipeline.media.voice_labels import default_speaking_order, speaker_names
 
 
 def U(s, e, text, who):
