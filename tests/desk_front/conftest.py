@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # front_helpers
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "annotation"))  # ls_samples (front_pages' samples)
 from front_helpers import serve_app  # noqa: E402
 
 

@@ -2,10 +2,9 @@
 Studio (``ensure_project`` / ``import_tasks``) from the emotion round's config and task data."""
 from __future__ import annotations
 
-from ls_samples import make_sample
-
 from pipeline.annotation import ls_config
 from pipeline.annotation.rounds import load_round
+from tests.annotation.ls_samples import make_sample
 
 
 def emotion_project(ls_client, name: str, scenario: str = "family", keys: bool = False):

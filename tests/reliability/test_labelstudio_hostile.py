@@ -13,11 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "annotation"))
-from ls_samples import make_sample  # noqa: E402
-
-from pipeline.annotation import ls_config, pull, push  # noqa: E402
-from pipeline.annotation.pushed import read_pushed  # noqa: E402
+from pipeline.annotation import ls_config, pull, push
+from pipeline.annotation.pushed import read_pushed
+from tests.annotation.ls_samples import make_sample
 from pipeline.annotation.rounds import load_round  # noqa: E402
 from pipeline.paths import DataRoot  # noqa: E402
 
@@ -136,8 +134,7 @@ def test_a_project_deleted_after_the_push_is_reported_per_sample(ls_client, ls_d
 _PUSHER = textwrap.dedent("""
     import sys, time, json
     from pathlib import Path
-    sys.path.insert(0, {ann_dir!r})
-    from ls_samples import make_sample
+    from tests.annotation.ls_samples import make_sample
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.annotation import push
     url, token, root, go, *annotators = sys.argv[1:]
@@ -153,17 +150,17 @@ _PUSHER = textwrap.dedent("""
         def stage_media(self, email, urls):
             return []
 
-    samples = [make_sample(f"rel_race/s{{i}}", "couple", 3) for i in range(30)]
+    samples = [make_sample(f"rel_race/s{i}", "couple", 3) for i in range(30)]
     while not Path(go).exists():
         time.sleep(0.01)
     rep = push.push_round(SharedDesks(), "emotion", samples, annotators, data_root=root)
-    print(json.dumps({{"created": rep.created}}))
+    print(json.dumps({"created": rep.created}))
 """)
 
 
 def test_two_pushes_at_once_make_no_duplicate_project_or_task(ls_server, ls_client, ls_credentials, two, tmp_path):
     script = tmp_path / "pusher.py"
-    script.write_text(_PUSHER.format(ann_dir=str(Path(__file__).resolve().parents[1] / "annotation")))
+    script.write_text(_PUSHER)
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     args = [sys.executable, str(script), ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"],

@@ -26,10 +26,8 @@ def _open_to_others(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_a_desk_start_and_push_leave_home_empty_and_its_files_owner_only(desk_factory, tmp_path, monkeypatch):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "annotation"))
-    from ls_samples import make_sample
-
     from pipeline.annotation import push
+    from tests.annotation.ls_samples import make_sample
 
     home = tmp_path / "home"
     home.mkdir()

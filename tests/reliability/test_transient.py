@@ -84,19 +84,12 @@ def _desks(tmp_path, url: str):
 
 
 def _sample() -> dict:
-    from ls_samples import make_sample  # tests/annotation's generated samples
+    from tests.annotation.ls_samples import make_sample
 
     return make_sample("synthetic/transient_001", "couple", 4)
 
 
-@pytest.fixture
-def annotation_helpers(monkeypatch):
-    from pipeline.config import REPO_ROOT
-
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "tests" / "annotation"))
-
-
-def test_a_push_stopped_by_a_desk_that_does_not_answer_is_interrupted(tmp_path, annotation_helpers):
+def test_a_push_stopped_by_a_desk_that_does_not_answer_is_interrupted(tmp_path):
     from pipeline.annotation import push
 
     with closed_port() as port:
@@ -107,7 +100,7 @@ def test_a_push_stopped_by_a_desk_that_does_not_answer_is_interrupted(tmp_path, 
     assert "stopped before importing" in str(err.value) and "did not answer" in str(err.value)
 
 
-def test_a_push_stopped_by_a_server_error_is_interrupted_and_a_refusal_is_not(tmp_path, annotation_helpers):
+def test_a_push_stopped_by_a_server_error_is_interrupted_and_a_refusal_is_not(tmp_path):
     from pipeline.annotation import push
 
     with answering(then=503) as server:

@@ -15,7 +15,6 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "annotation"))  # ls_samples: samples in the pipeline.rows shape
 
 from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, ROUND, Login, answer_values,  # noqa: E402,F401
                         credential_variants, desk_state, diff, form_login)
@@ -75,13 +74,12 @@ def _answer(client, rnd, samples_by_id, tone: str, utterance: str) -> list[dict]
 
 @pytest.fixture(scope="package")
 def world(tmp_path_factory):
-    from ls_samples import make_sample
-
     from pipeline.annotation import ls_config, pull, push
     from pipeline.annotation.client import LabelStudioClient
     from pipeline.annotation.desks import Desks
     from pipeline.annotation.rounds import load_round
     from pipeline.quality import adjudication
+    from tests.annotation.ls_samples import make_sample
 
     require_label_studio()
     root = tmp_path_factory.mktemp("security") / "data"
