@@ -1,7 +1,8 @@
 """What a round's YAML says to the people who annotate it: each field's label and help, the text
 a choice shows (``shown:``), and the defaults it pre-fills (``default:``). Read from the round
 YAML itself (:mod:`pipeline.annotation.rounds` keeps the fields' facts); used by the labeling
-config (:mod:`.ls_config`), the pull and the acceptance.
+config (:mod:`.ls_config`, which re-exports these names) and through it by the push (pre-filled
+defaults) and the reading of answers (an entry of nothing but defaults is no entry).
 """
 from __future__ import annotations
 
