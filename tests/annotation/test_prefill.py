@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 import threading
 import time
 import types
@@ -33,16 +32,10 @@ from pipeline import corpus, schemas, store, taxonomy
 from pipeline.annotation import intake, ls_config, pull, push, pushed
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
-from pipeline.config import REPO_ROOT
 from pipeline.catalog import record_catalog
 from pipeline.paths import DataRoot
 from pipeline.quality import gold
 from tests.helpers import SCREENSHOTS, browser_login, open_task
-
-# `import flows` / `desk_front`: the repository's packages, not the tests/flows or tests/desk_front
-# folders (which pytest's rootdir handling would otherwise offer as namespace packages)
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
 MARK, CHECK = ls_config.PREFILLED_MARK, ls_config.PREFILL_CHECK
 

@@ -22,11 +22,6 @@ import pytest
 from pipeline.config import REPO_ROOT, Settings
 from tests.helpers import free_port, require_label_studio
 
-# `import flows` must find the repository's package, not this tests/flows folder (which
-# pytest's rootdir handling would otherwise offer as a namespace package).
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
 DESK_START_TIMEOUT_S = 400  # a busy 2-core host
 
 
