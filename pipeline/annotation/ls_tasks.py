@@ -28,7 +28,6 @@ def _first_words(text: str, n: int = 8) -> str:
     return " ".join(words[:n]) + (" ..." if len(words) > n else "")
 
 
-
 def turn_player(media_url: str, start: float, end: float) -> str:
     """An audio control that plays exactly one turn: the media with a temporal fragment
     (``#t=start,end``), which the browser starts at ``start`` and pauses at ``end``. (Label

@@ -28,7 +28,6 @@ class MigrationError(RuntimeError):
     """The migration cannot go on; the message says why and what to do. The old data dir is untouched."""
 
 
-
 # --- reading the old database ------------------------------------------------------------------
 
 @dataclass

@@ -19,13 +19,12 @@ class ReleaseError(ValueError):
     """A release cannot be built or read (bad version, missing input, unknown release)."""
 
 
-
 def release_path(data_root: str | os.PathLike, version: str) -> Path:
+    """Where release ``version`` lives under the data root (the version checked: X.Y.Z)."""
     try:
         return DataRoot(data_root).release(check_version(version))
     except InvalidId as exc:
         raise ReleaseError(f"{exc} (semantic versioning X.Y.Z)") from None
-
 
 
 def open_release(data_root: str | os.PathLike, version: str) -> Path:

@@ -72,8 +72,6 @@ def rows_flagged(samples: list[dict]) -> list[bool]:
     return out
 
 
-
-
 # A superset of _PRIVATE for RE2 (pyarrow's string kernels, which have no lookbehind): every
 # string in which the exact pattern finds something matches this one, also when it is written
 # JSON-escaped in a .json file ("C:\\Users", "\u00e4", "\n/home", "\/"). It runs over whole
