@@ -1,6 +1,6 @@
 """Stages take the data root and typed records (#27 part 3). Given a sample's ``Ingested``
 record, transcript, diarize and segment run with the catalog moved away and read it not once;
-the batch ingest reads it once (then once per line it records, under the lock); a command reads
+a batch ingest reads it once (and once more per line it records, under the lock); a command reads
 it once however many samples it names, and writes the same bytes as the library calls."""
 from __future__ import annotations
 
@@ -51,7 +51,10 @@ def test_stages_run_on_their_records_and_commands_read_the_catalog_once(tmp_path
     root = DataRoot(tmp_path / "data")
     report = ingest_batch(batch, root)
     assert report.done == ["synthetic_couple/a", "synthetic_family/b"] and list(report.quarantined) == ["g/missing"]
-    assert len(catalog_reads) == 1 + len(report.results)  # the batch's one read + one per recorded line
+    catalog_reads.clear()
+    again = ingest_batch(batch, root)
+    assert again.cached == report.done and list(again.quarantined) == ["g/missing"]
+    assert len(catalog_reads) == 1 + 1  # the batch's one read + the quarantined line recorded again (under the lock)
     records = [r.ingested for r in report.results if r.ingested]
     assert all(isinstance(r, Ingested) for r in records)
 
