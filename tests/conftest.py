@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import (OneServerDesks, benchmark_head, free_port, launch_chromium, require_label_studio,
                            skip_without_chromium)
 
-# Fixtures that start a server, a desk, a browser or a Prefect stack: a test that uses one
+# Fixtures that start a server, a desk, a browser or Prefect: a test that uses one
 # (directly or through another fixture) is marked ``slow``, so `scripts/test.sh --fast` (-m "not
 # slow") leaves it out without each test having to say so.
 SLOW_FIXTURES = frozenset({
@@ -20,6 +20,7 @@ SLOW_FIXTURES = frozenset({
     "desk_factory",   # real desks, one Label Studio each
     "open_desks",     # tests/flows: real desks for a flow's data root
     "stack",          # tests/flows: Prefect server + worker
+    "prefect_harness",  # a temporary Prefect server per module (~50 s to start on a busy host)
     "world",          # tests/security, test_desks, test_noop_sync: desks started for the package or module
     "chromium", "browser",
 })
@@ -30,6 +31,24 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+SLOW_S = 20  # a test that takes longer (set-up, call and teardown) is to be marked slow
+_took: dict[str, float] = {}   # node id -> seconds, of the tests not marked slow
+
+
+def pytest_runtest_logreport(report):
+    if "slow" not in report.keywords:
+        _took[report.nodeid] = _took.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Names the tests not marked slow that took over SLOW_S here: each makes --fast slower."""
+    over = sorted(((s, n) for n, s in _took.items() if s > SLOW_S), reverse=True)
+    if over:
+        terminalreporter.write_sep("-", f"over {SLOW_S} s here but not marked slow")
+        for seconds, nodeid in over:
+            terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")
 
 
 # --- real data ----------------------------------------------------------------------------------

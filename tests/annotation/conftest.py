@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 _counter = itertools.count()
 
