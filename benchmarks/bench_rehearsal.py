@@ -1,4 +1,4 @@
-"""The RESCUE rehearsal, machine half (issue #26 part 2): a RESCUE-shaped batch through `ingest-batch`.
+"""The RESCUE rehearsal (issue #26): a RESCUE-shaped batch through every deployment, as a maintainer rebuilds RESCUE.
 
     .venv/bin/python benchmarks/bench_rehearsal.py --scale S [--workers N] [--database-url URL]
                      [--seed N] [--max-rows R] [--chunk-size C] [--json PATH] [--keep]
@@ -6,33 +6,53 @@
 What an operator does, on a stack of its own under a temporary data root:
 
 1. ``rescue synth batch --scale S --seed N --out rehearsal`` (the generator, issue #26 part 1:
-   videos, subtitles, manifest.csv, truth.json; a few planted bad files), while
+   videos, subtitles, manifest.csv, truth.json with the simulated annotators' per-field error
+   rates; a few planted bad files), while
 2. ``ops.stack.up`` starts a Prefect server - on a fresh database of the machine's PostgreSQL
    (127.0.0.1:5432, user root; created here and dropped at the end), or on ``--database-url``
    (used as given, never dropped), or on SQLite when PostgreSQL is unreachable (said so) - and
    N workers on ``rescue-cpu`` (the first with two slots: the batch run waits in one; the others
-   one slot each: N interviews at a time) and the sweeper; no desks;
-3. ``ingest-batch/default`` is run through the deployment (``ops.demo.start_deployment``, what
-   ``prefect deployment run`` does) with the subtitles backend and ``push=False``: one
-   ``ingest-interview`` child run per interview (ingest -> transcript + diarize -> segment).
+   one slot each: N interviews at a time) and the sweeper, and four desks (a Label Studio each,
+   ``rescue annotators add``): the generator's three simulated annotators and an adjudicator;
+3. the machine half: ``ingest-batch/default`` through the deployment (``ops.demo.start_deployment``,
+   what ``prefect deployment run`` does) with the subtitles backend: one ``ingest-interview``
+   child run per interview (ingest -> transcript + diarize -> segment), then the transcript
+   round pushed to the three annotators' desks;
+4. the human half, per round (transcript, emotion, viewpoints, relation, strategy), as
+   docs/OPERATIONS.md says: the three simulated annotators answer every task through their own
+   desk's HTTP API, as the browser posts it, each with the generator's error rates; one
+   ``annotation-round/default`` run pulls, measures agreement, sends the disagreements to the
+   adjudication desk and pauses; the simulated adjudicator answers there (from the truth); the
+   run is resumed, pulls the adjudication, builds gold and pushes the next round. A round below
+   its agreement threshold gets a recorded override (the manifest carries it). Then
+   ``build-release/default`` writes release 1.0.0.
 
-It prints, per stage (ingest, transcribe, diarize, segment), the task runs' own records (wall
-seconds: sum and mean per interview, span) and CPU seconds (each flow-run process's CPU,
-its ffmpeg children included, sampled from /proc every ``--sample-s`` and credited to the stage
-whose task ran in that process then; two stages at once share it; the rest is the flow run's own
-overhead: process start, imports, Prefect); peak resident memory (VmHWM) per kind of process
-(Prefect server, worker, sweeper, batch flow run, interview flow runs, their ffmpeg, the
-generator); counts (interviews, draft rows, diarized turns, quarantined). Then the checks of
-the machine half: every interview of truth.json has its drafts or is quarantined with a
-reason; each planted bad file is quarantined and its reason names the file and the problem;
-no good interview is quarantined; each drafted interview's row count equals truth.json's.
-``nothing_lost`` is yes when every interview is accounted for (drafts, or the quarantine its
-planted fault calls for); the exit status is 1 when any check fails.
+It prints, for the machine half, per stage (ingest, transcribe, diarize, segment, push) the task
+runs' own records (wall seconds: sum and mean per interview, span) and CPU seconds (each
+flow-run process's CPU, its ffmpeg children included, sampled from /proc every ``--sample-s``
+and credited to the stage whose task ran in that process then; two stages at once share it;
+the rest is the flow run's own overhead: process start, imports, Prefect); for the human half,
+per step, wall seconds and the CPU seconds of every process it started in that time, by group
+(desks, flow runs, Prefect server, the simulated people in this process); peak resident memory
+(VmHWM) per kind of process (Prefect server, worker, sweeper, each desk, the flow runs of each
+deployment, their ffmpeg, the generator, this bench); counts (interviews, draft rows, diarized
+turns, quarantined; per round tasks, annotations, label lines, problems, disagreements, gold
+rows). Then the checks against truth.json: every interview has its drafts or is quarantined
+with a reason; each planted bad file is quarantined and its reason names the file and the
+problem; no good interview is quarantined; each drafted interview's row count equals the
+truth's; every interview is in the release or quarantined with its reason; released row
+counts equal the truth's; where all three annotators gave one value, gold equals the truth
+(unless all three made the same mistake, which the bench recomputes from the simulated
+answers), and so does every adjudicated value; each field's Krippendorff alpha has the alpha
+its error rates imply (truth.json's ``expected_agreement``) inside its bootstrap 95% interval
+(fields without a closed form, or with fewer than 50 pairable units, are listed, not judged). ``nothing_lost`` is yes when every
+interview is accounted for, in the drafts and in the release; the exit status is 1 when any
+check fails.
 
 The last line: ``rehearsal scale=S interviews=N minutes=M wall_s=W per_interview_s=P
-nothing_lost=yes|no`` (wall_s: the batch run, from `deployment run` to its final state;
-per_interview_s = wall_s / interviews). The human half (desks, rounds, agreement, release) is
-not in it yet. Stops everything it started (also on Ctrl+C or an error) and drops its database.
+nothing_lost=yes|no`` (wall_s: from `deployment run ingest-batch` to the release written;
+per_interview_s = wall_s / interviews); the line before it splits wall_s into the two halves.
+Stops everything it started (also on Ctrl+C or an error) and drops its database.
 """
 from __future__ import annotations
 
@@ -40,6 +60,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -58,8 +79,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-STAGES = {"ingest": "ingest", "transcript": "transcribe", "diarize": "diarize", "segment": "segment"}
+STAGES = {"ingest": "ingest", "transcript": "transcribe", "diarize": "diarize", "segment": "segment",
+          "push-transcript-round": "push"}  # the last in the batch run itself: the first round to the desks
 BATCH_NAME = "rehearsal"
+RELEASE_VERSION = "1.0.0"
+ADJUDICATOR = "sim-adjudicator@example.org"
+ADJUDICATION_WAIT_S = 900      # a round's run pauses at most this long for the adjudicator (<= 900: polled every second)
+OVERRIDE_BY = "bench_rehearsal"
+OVERRIDE_REASON = ("REHEARSAL: simulated annotators with planted per-field error rates "
+                   "(benchmarks/bench_rehearsal.py); their agreement is measured against theory, not gated")
 PG = dict(host=os.environ.get("RESCUE_TEST_PG_HOST", "127.0.0.1"),
           port=int(os.environ.get("RESCUE_TEST_PG_PORT", "5432")),
           user=os.environ.get("RESCUE_TEST_PG_USER", "root"))
@@ -167,6 +195,9 @@ class Sampler(threading.Thread):
         while not self.halt.wait(self.every):
             with contextlib.suppress(Exception):  # a process gone mid-read: the next sample sees it
                 self.sample()
+            self.own_cpu_s = time.thread_time()  # this thread's CPU: not the simulated people's
+
+    own_cpu_s = 0.0
 
     def stop(self) -> None:
         self.halt.set()
@@ -179,7 +210,10 @@ class Sampler(threading.Thread):
         parent = self.procs.get(rec.parent) if rec.parent else None
         rec.flow_run_id = None
         rec.cmd = cmd[:160].decode(errors="replace").strip()
-        if b"server start" in cmd:
+        if b"label-studio" in cmd and b" start" in cmd:  # a desk: its data dir names whose
+            desk = re.search(rb"/desks/([^/ ]+)/", cmd)
+            rec.kind = f"desk {desk.group(1).decode(errors='replace') if desk else '?'} (Label Studio)"
+        elif b"server start" in cmd:
             rec.kind = "prefect server"
         elif b"worker start" in cmd:
             rec.kind = "prefect worker"
@@ -373,7 +407,7 @@ def main(argv=None) -> int:
         from ops import stack as st
 
         with contextlib.suppress(BaseException):
-            st.down(root, label_studio=False, log=lambda *_: None)
+            st.down(root, label_studio=True, log=lambda *_: None)
         sampler.stop()
         if left := kill_leftovers(sampler):
             say(f"rehearsal: stopped leftover processes it had started: {', '.join(left)}")
@@ -397,13 +431,16 @@ def main(argv=None) -> int:
 
 
 def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int:
+    import secrets
     from concurrent.futures import ThreadPoolExecutor
 
     from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
 
     from ops import stack as st
     from ops.demo import start_deployment, wait_flow_run
+    from pipeline.annotation.desks import Desks
     from pipeline.paths import DataRoot
+    from pipeline.synthetic.batch import ANNOTATORS
 
     data = DataRoot(root)
     batch = data.batches_dir() / BATCH_NAME
@@ -423,59 +460,279 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
             raise RuntimeError(f"rescue synth batch failed ({proc.returncode}):\n{out}")
         return time.monotonic() - t0, ru.ru_utime + ru.ru_stime, out
 
+    # The generator's three annotators, and an adjudicator: a desk each (`rescue annotators add`),
+    # a throw-away password nobody keeps (the simulated people answer through the desk's API).
+    annotators = [person_email(name) for name in ANNOTATORS]
+    people = [(e, "annotator") for e in annotators] + [(ADJUDICATOR, "adjudicator")]
+    desks = Desks(root)
+
+    def desks_up():
+        t0 = time.monotonic()
+        for email, role in people:  # registered first: their ports; then started side by side
+            desks.register(email, role)
+        desks.up(log=lambda *_: None)
+        for email, role in people:
+            desks.add(email, role, secrets.token_urlsafe(18))
+        return time.monotonic() - t0
+
     say(f"rehearsal: scale {args.scale:g}, seed {args.seed}" + (f", rows cut to {args.max_rows}" if args.max_rows else "")
         + f"; {args.workers} worker(s); {os.cpu_count()} cores, load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    with ThreadPoolExecutor(1) as pool:  # the batch is generated while the stack starts
-        made = pool.submit(generate)
+    with ThreadPoolExecutor(2) as pool:  # the batch is generated and the desks start while the stack starts
+        made, desked = pool.submit(generate), pool.submit(desks_up)
         t0 = time.monotonic()
         env.update(st.up(root, label_studio=False, worker_limit=2, workers=1, log=lambda *_: None))
         for i in range(2, args.workers + 1):  # one slot each: N interviews at a time beside the batch run
             st.add_worker(root, f"prefect-worker-{i}", 1, log=lambda *_: None)
         t_stack = time.monotonic() - t0
         gen_wall, gen_cpu, gen_out = made.result()
-    say(f"stack up ({args.workers} workers) in {t_stack:.1f} s; batch generated in {gen_wall:.1f} s wall, "
-        f"{gen_cpu:.1f} s CPU:")
+        t_desks = desked.result()
+    say(f"stack up ({args.workers} workers) in {t_stack:.1f} s; {len(people)} desks up in {t_desks:.1f} s; "
+        f"batch generated in {gen_wall:.1f} s wall, {gen_cpu:.1f} s CPU:")
     say("  " + "\n  ".join(line for line in gen_out.strip().splitlines() if line.strip()))
     truth = json.loads((batch / "truth.json").read_text())
-    report.update(stack_up_s=round(t_stack, 1), generate={"wall_s": round(gen_wall, 1), "cpu_s": round(gen_cpu, 1)},
-                  truth_totals=truth["totals"])
+    if sorted(person_email(a["name"]) for a in truth["annotators"]) != sorted(annotators):
+        raise RuntimeError(f"{batch / 'truth.json'}: its annotators {[a['name'] for a in truth['annotators']]} are "
+                           f"not the desks' {annotators}")
+    report.update(stack_up_s=round(t_stack, 1), desks_up_s=round(t_desks, 1), truth_totals=truth["totals"],
+                  generate={"wall_s": round(gen_wall, 1), "cpu_s": round(gen_cpu, 1)})
 
     settings = temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"],
                                    PREFECT_RESULTS_LOCAL_STORAGE_PATH: env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]})
-    result, error, state = None, None, "?"
+    result, error, state, human, run_kinds = None, None, "?", None, {}
+    steps = Steps(sampler)
     with settings:
         t0 = time.monotonic()
         run_id = start_deployment("ingest-batch/default", {
-            "batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": False,
-            "chunk_size": args.chunk_size})
-        say(f"ingest-batch/default: flow run {run_id} submitted (backend subtitles, push=False) ...")
+            "batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
+            "annotators": annotators, "chunk_size": args.chunk_size})
+        run_kinds[str(run_id)] = "ingest-batch"
+        say(f"ingest-batch/default: flow run {run_id} submitted (backend subtitles; the transcript round "
+            f"pushed to {len(annotators)} annotators' desks) ...")
         try:
             run = wait_flow_run(run_id, timeout_s=args.timeout_s)
             state, result = run.state.name, run.state.result()
         except Exception as exc:  # noqa: BLE001 - reported, and the checks say what it left
             error = f"{type(exc).__name__}: {exc}"
-        wall = time.monotonic() - t0
-        say(f"ingest-batch: {'ended: ' + error if error else state} after {wall:.1f} s "
+        batch_wall = time.monotonic() - t0
+        say(f"ingest-batch: {'ended: ' + error if error else state} after {batch_wall:.1f} s "
             f"(load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
         time.sleep(2 * args.sample_s)  # the last samples of the last flow-run processes
         figures = measure(run_id, result, sampler, truth)
-    report.update(batch_wall_s=round(wall, 1), batch_error=error, **figures)
+        if not error:
+            try:
+                human = human_half(root, desks, truth, annotators, steps, run_kinds, args.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - reported; the checks say what is missing
+                traceback.print_exc()
+                error = f"human half: {type(exc).__name__}: {exc}"
+        wall = time.monotonic() - t0
+    report.update(batch_wall_s=round(batch_wall, 1), batch_error=error, wall_s=round(wall, 1), **figures,
+                  steps=steps.rows, **process_table(sampler, run_kinds))
     checks = check(truth, result, data)
+    checks.update(human_checks(truth, result, data, human))
     report["checks"] = checks
     report["quarantined"] = (result or {}).get("quarantined", {})
+    report["human"] = human
     print_report(report, truth)
 
     n = truth["totals"]["interviews"]
     ok = all(c["ok"] for c in checks.values())
-    lost = not (checks["accounted"]["ok"] and checks["bad_files"]["ok"] and checks["good_not_quarantined"]["ok"])
+    lost = not all(checks[k]["ok"] for k in ("accounted", "bad_files", "good_not_quarantined", "release_accounted",
+                                             "release_rows"))
     report["nothing_lost"] = not lost
-    report["note"] = ("(machine half only: ingest-batch with push=False; the human half - desks, annotation rounds, "
-                      "agreement, adjudication, gold, release - is not in this rehearsal yet)")
+    report["note"] = (f"(wall_s: from `deployment run ingest-batch` to the release written: the machine half "
+                      f"{batch_wall:.1f} s, the human half {wall - batch_wall:.1f} s)")
     report["final"] = (f"rehearsal scale={args.scale:g} interviews={n} minutes={truth['totals']['minutes']:g} "
                        f"wall_s={wall:.1f} per_interview_s={wall / max(n, 1):.1f} "
                        f"nothing_lost={'no' if lost else 'yes'}")
     return 0 if ok and not error else 1
+
+
+def human_half(root: Path, desks, truth: dict, annotators: list[str], steps: Steps, run_kinds: dict,
+               timeout_s: float) -> dict:
+    """The five rounds as the docs say (docs/OPERATIONS.md): the annotators answer on their desks;
+    one `annotation-round` run per round pulls, measures agreement, puts the disagreements on the
+    adjudicator's desk and pauses; the adjudicator answers; the run is resumed, pulls the
+    adjudication, builds gold and pushes the next round. Then `build-release`."""
+    import pyarrow.parquet as pq
+    from prefect.flow_runs import resume_flow_run
+
+    from ops.demo import adjudicate_round, start_deployment, wait_flow_run
+    from pipeline.annotation.rounds import round_names
+    from pipeline.paths import DataRoot
+    from pipeline.quality import gates
+
+    data = DataRoot(root)
+    samples, sims = truth_samples(truth), simulated_annotators(truth)
+    rounds = {}
+    for name in round_names():
+        answered = steps.run(f"{name}: 3 annotators answer on their desks",
+                             lambda n=name: answer_round(desks, n, samples, sims))
+        steps.count(tasks=answered["tasks"], annotations=answered["annotations"])
+        run_id = start_deployment("annotation-round/default", {
+            "round_name": name, "data_root": str(root), "annotators": annotators,
+            "wait_for_adjudication_s": ADJUDICATION_WAIT_S})
+        run_kinds[str(run_id)] = "annotation-round"
+        fr = steps.run(f"{name}: annotation-round (pull, agreement, disagreements out)",
+                       lambda r=run_id: wait_flow_run(r, until_paused=True, timeout_s=timeout_s))
+        adjudicated = 0
+        if fr.state.is_paused():
+            adjudicated = steps.run(f"{name}: adjudicator answers on the adjudication desk",
+                                    lambda n=name: adjudicate_round(desks, n, samples, ADJUDICATOR))
+            steps.count(annotations=adjudicated)
+            resume_flow_run(run_id)
+            fr = steps.run(f"{name}: annotation-round resumed (adjudication in, gold, next round out)",
+                           lambda r=run_id: wait_flow_run(r, timeout_s=timeout_s))
+        out = fr.state.result()
+        if out["status"] != "done":
+            raise RuntimeError(f"round {name}: still waits for adjudication after the adjudicator answered")
+        if not out["passed"]:  # recorded as an operator would, and carried by the release's manifest
+            gates.record_override(root, name, OVERRIDE_REASON, OVERRIDE_BY)
+        problems = data.label_problems(name)
+        rounds[name] = {"passed": out["passed"], "overridden": not out["passed"], "tasks": answered["tasks"],
+                        "annotations": answered["annotations"], "adjudications": adjudicated,
+                        "disagreements": out["disagreements"], "gold_rows": (out.get("gold") or {}).get("rows"),
+                        "label_lines": pq.read_metadata(data.labels(name)).num_rows,
+                        "problems": pq.read_metadata(problems).num_rows if problems.is_file() else 0,
+                        "next": out.get("next")}
+    run_id = start_deployment("build-release/default", {"version": RELEASE_VERSION, "data_root": str(root)})
+    run_kinds[str(run_id)] = "build-release"
+    fr = steps.run("build-release", lambda: wait_flow_run(run_id, timeout_s=timeout_s))
+    return {"rounds": rounds, "release": fr.state.result()}
+
+
+def process_table(sampler: Sampler, run_kinds: dict[str, str]) -> dict:
+    """Per kind of process: how many, the largest VmHWM, CPU s; ``run_kinds``: flow run id -> its
+    deployment's flow (a flow-run process is named by the run it ran)."""
+    with sampler.lock:
+        procs = list(sampler.procs.values())
+        peak_total_kb = sampler.peak_total_kb
+    kinds: dict[str, dict] = {}
+    for p in procs:
+        kind = p.kind
+        if kind == "flow run":
+            kind = f"flow run: {run_kinds.get(p.flow_run_id, 'ingest-interview')}"
+        k = kinds.setdefault(kind, {"processes": 0, "peak_rss_mb": 0.0, "cpu_s": 0.0})
+        k["processes"] += 1
+        k["peak_rss_mb"] = max(k["peak_rss_mb"], round(p.hwm_kb / 1024, 1))
+        if kind.startswith("flow run"):
+            k["cpu_s"] += p.cpu_self + p.cpu_children  # with its ffmpeg children
+        elif not kind.startswith(("ffmpeg", "generator")):  # those are counted by their parents
+            k["cpu_s"] += p.cpu_self
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    kinds["this bench (the simulated people, the sampler)"] = {
+        "processes": 1, "peak_rss_mb": round(ru.ru_maxrss / 1024, 1), "cpu_s": ru.ru_utime + ru.ru_stime}
+    for k in kinds.values():
+        k["cpu_s"] = round(k["cpu_s"], 1)
+    listed = [{"pid": p.pid, "kind": p.kind, "cmd": p.cmd, "peak_rss_mb": round(p.hwm_kb / 1024, 1),
+               "cpu_s": round(p.cpu_self, 1), "seen_s": round(p.last_t - p.first_t, 1)}
+              for p in sorted(procs, key=lambda p: p.first_t)]
+    return {"processes": kinds, "process_list": listed, "peak_total_rss_mb": round(peak_total_kb / 1024, 1)}
+
+
+def cpu_by_group(sampler: Sampler) -> dict[str, float]:
+    """CPU seconds so far of what this bench started, by group of processes, and of the bench's
+    own threads without the sampler (the simulated people): deltas of two give a stage's CPU."""
+    with contextlib.suppress(Exception):
+        sampler.sample()
+    out: dict[str, float] = defaultdict(float)
+    with sampler.lock:
+        for p in sampler.procs.values():
+            if p.kind.startswith(("ffmpeg", "generator")):
+                continue  # counted by their parents
+            group = ("flow runs" if p.kind == "flow run" else "desks" if p.kind.startswith("desk ")
+                     else "prefect server" if p.kind == "prefect server" else "workers, sweeper, other")
+            out[group] += p.cpu_self + (p.cpu_children if p.kind == "flow run" else 0.0)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out["simulated people (this bench)"] = ru.ru_utime + ru.ru_stime - sampler.own_cpu_s
+    return out
+
+
+class Steps:
+    """The human half's steps, each timed: wall, CPU per group of processes (cpu_by_group), counts."""
+
+    def __init__(self, sampler: Sampler):
+        self.sampler, self.rows = sampler, []
+
+    def run(self, name: str, fn, **counts):
+        c0, t0 = cpu_by_group(self.sampler), time.monotonic()
+        row = {"step": name, **counts}
+        self.rows.append(row)
+        try:
+            out = fn()
+        finally:
+            row["wall_s"] = round(time.monotonic() - t0, 2)
+            c1 = cpu_by_group(self.sampler)
+            row["cpu_s"] = {k: round(c1[k] - c0.get(k, 0.0), 1) for k in c1 if c1[k] - c0.get(k, 0.0) >= 0.05}
+        return out
+
+    def count(self, **counts) -> None:
+        self.rows[-1].update(counts)
+
+
+# --- the human half: simulated people on their desks ------------------------------------------
+
+def person_email(name: str) -> str:
+    return f"{name}@example.org"
+
+
+def truth_samples(truth: dict) -> dict[str, dict]:
+    """sample_id -> the generator's truth of each interview without a planted fault: what the
+    simulated annotators and the adjudicator answer from."""
+    return {e["sample_id"]: {"sample_id": e["sample_id"], "scenario": e["scenario"],
+                             "participants": e["participants"], "rows": e["rows"]}
+            for e in truth["interviews"] if not e["fault"]}
+
+
+def simulated_annotators(truth: dict) -> dict:
+    """e-mail -> the generator's simulated annotator (its per-field error rates and seed)."""
+    from pipeline.synthetic.annotators import SimulatedAnnotator
+
+    return {person_email(a["name"]): SimulatedAnnotator(a["name"], a["error_rates"], seed=a["seed"])
+            for a in truth["annotators"]}
+
+
+def answer_round(desks, round_name: str, samples: dict[str, dict], sims: dict, twice: str | None = None) -> dict:
+    """Every simulated annotator answers every open task of the round on their own desk, through
+    its HTTP API as the browser would post it (side by side: one desk each). ``twice``: this
+    annotator submits their first task a second time (a double click: part of --faults).
+    Returns the counts: tasks seen, annotations posted, and the task posted twice."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.annotation.ls_config import values_to_results
+    from pipeline.annotation.push import parse_project_key
+    from pipeline.annotation.rounds import load_round
+
+    rnd = load_round(round_name)
+
+    def one(who: str) -> dict:
+        sim, client, uid = sims[who], desks.client(who), desks.owner_id(who)
+        out = {"tasks": 0, "annotations": 0, "twice": None}
+        for project in client.projects():
+            parsed = parse_project_key(project.key or "")
+            if not parsed or parsed[0] != rnd.name or parsed[2] != who:
+                continue
+            for task in client.tasks(project.id):
+                out["tasks"] += 1
+                sample = samples.get(task["data"].get("sample_id"))
+                if sample is None or task.get("total_annotations"):
+                    continue  # not one of the truth's, or answered before this (a rerun)
+                answers = sim.answer_sample(rnd, sample)
+                if answers is None:
+                    continue
+                result = values_to_results(rnd, task["data"], answers)
+                client.create_annotation(task["id"], result, completed_by=uid, lead_time=sim.lead_time_s)
+                out["annotations"] += 1
+                if who == twice and out["twice"] is None:
+                    client.create_annotation(task["id"], result, completed_by=uid, lead_time=sim.lead_time_s)
+                    out["annotations"] += 1
+                    out["twice"] = f"{who}: task {task['id']} ({sample['sample_id']}) submitted twice"
+        return out
+
+    with ThreadPoolExecutor(len(sims)) as pool:
+        per = list(pool.map(one, sorted(sims)))
+    return {"tasks": sum(p["tasks"] for p in per), "annotations": sum(p["annotations"] for p in per),
+            "twice": next((p["twice"] for p in per if p["twice"]), None)}
 
 
 def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dict:
@@ -486,17 +743,17 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
     child_ids = sorted({it["flow_run"].rsplit("/", 1)[-1] for it in items.values() if it.get("flow_run")})
     with get_client(sync_client=True) as client:
         runs = read_flow_runs(client, child_ids + [str(batch_id)])
-        tasks = read_task_runs(client, child_ids or [str(batch_id)])
+        tasks = read_task_runs(client, child_ids + [str(batch_id)])
     with sampler.lock:
         procs = list(sampler.procs.values())
-        peak_total_kb = sampler.peak_total_kb
     by_run = {p.flow_run_id: p for p in procs if p.kind == "flow run" and p.flow_run_id}
 
     stages = {name: {"runs": 0, "cached": 0, "wall_sum_s": 0.0, "wall_max_s": 0.0, "first": None, "last": None,
                      "cpu_s": 0.0} for name in STAGES.values()}
     intervals: dict[str, list] = defaultdict(list)
     for tr in tasks:
-        stage = STAGES.get(tr.name.split("[", 1)[0])
+        name = tr.name.split("[", 1)[0]
+        stage = STAGES.get(name) or STAGES.get(name.rsplit("-", 1)[0])  # push-transcript-round-a1b
         start, end = _ts(tr.start_time), _ts(tr.end_time)
         if stage is None or start is None or end is None:
             continue
@@ -511,6 +768,10 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
         st_["last"] = end if st_["last"] is None else max(st_["last"], end)
         intervals[str(tr.flow_run_id)].append((stage, start, end))
     overhead_cpu, overhead_wall, starts = 0.0, [], []
+    if (proc := by_run.get(str(batch_id))) is not None:  # the batch run's own stage (the push): the rest waits
+        for stage, cpu in attribute_cpu(proc, intervals.get(str(batch_id), [])).items():
+            if stage != "overhead":
+                stages[stage]["cpu_s"] += cpu
     for rid in child_ids:
         proc = by_run.get(rid)
         if proc is None:
@@ -532,29 +793,10 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
             st_[k] = round(st_[k], 2)
         del st_["first"], st_["last"]
 
-    kinds: dict[str, dict] = {}
-    for p in procs:
-        kind = p.kind
-        if kind == "flow run":
-            kind = "flow run: ingest-batch" if p.flow_run_id == str(batch_id) else "flow run: ingest-interview"
-        k = kinds.setdefault(kind, {"processes": 0, "peak_rss_mb": 0.0, "cpu_s": 0.0})
-        k["processes"] += 1
-        k["peak_rss_mb"] = max(k["peak_rss_mb"], round(p.hwm_kb / 1024, 1))
-        if kind.startswith("flow run"):
-            k["cpu_s"] += p.cpu_self + p.cpu_children  # with its ffmpeg children
-        elif not kind.startswith(("ffmpeg", "generator")):  # those are counted by their parents
-            k["cpu_s"] += p.cpu_self
-    for k in kinds.values():
-        k["cpu_s"] = round(k["cpu_s"], 1)
-
     children = [runs[r] for r in child_ids if r in runs]
     run_walls = [(_ts(r.end_time) - _ts(r.start_time)) for r in children if r.start_time and r.end_time]
     mean = lambda xs: round(sum(xs) / len(xs), 2) if xs else None  # noqa: E731
-    listed = [{"pid": p.pid, "kind": p.kind, "cmd": p.cmd, "peak_rss_mb": round(p.hwm_kb / 1024, 1),
-               "cpu_s": round(p.cpu_self, 1), "seen_s": round(p.last_t - p.first_t, 1)}
-              for p in sorted(procs, key=lambda p: p.first_t)]
-    return {"stages": stages, "processes": kinds, "process_list": listed, "peak_total_rss_mb": round(peak_total_kb / 1024, 1),
-            "child_runs": {"count": len(child_ids), "mean_running_s": mean(run_walls),
+    return {"stages": stages, "child_runs": {"count": len(child_ids), "mean_running_s": mean(run_walls),
                            "mean_process_start_s": mean(starts), "mean_outside_stages_s": mean(overhead_wall),
                            "overhead_cpu_s": round(overhead_cpu, 1)}}
 
@@ -611,6 +853,127 @@ def check(truth: dict, result: dict | None, data) -> dict:
     }
 
 
+def _canonical(f, v):
+    """A comparable form of a stored label value: set-valued fields unordered, records by their
+    subfields' filled values, text by its words (how the truth and a pulled value may differ in
+    form only)."""
+    from pipeline.quality.disagreements import value_key
+
+    if f is None:
+        return value_key(v)
+    if f.type in ("multichoice", "rows"):
+        return value_key(sorted(v or [], key=str))
+    if f.type == "records":
+        return tuple(sorted(value_key({s.name: r.get(s.name) for s in f.subfields
+                                       if s.type != "const" and r.get(s.name) not in (None, "", [])})
+                            for r in (v or [])))
+    if f.type == "text":
+        return " ".join((v or "").split())
+    return value_key("" if v is None and f.type == "choice" else v)
+
+
+def alpha_verdict(measured: dict, expected: float | None) -> tuple[bool | None, str]:
+    """Whether a field's measured alpha (agreement.json's figures) agrees with the alpha the
+    error rates imply: the bootstrap 95% interval holds it. Not judged (None) without a closed
+    form, or below the agreement report's own floor of pairable units, where a percentile
+    bootstrap is no interval at all (5 units all agreeing resample to [1.0, 1.0])."""
+    from pipeline.quality.measures import MIN_UNITS
+
+    lo, hi = measured.get("ci_low"), measured.get("ci_high")
+    if expected is None:
+        return None, "no closed form"
+    if (measured.get("n_pairable") or 0) < MIN_UNITS:
+        return None, f"{measured.get('n_pairable') or 0} pairable units, fewer than {MIN_UNITS}: not judged"
+    if lo is None or hi is None:
+        return False, "no interval measured"
+    return lo <= expected <= hi, "inside" if lo <= expected <= hi else "OUTSIDE"
+
+
+def human_checks(truth: dict, result: dict | None, data, human: dict | None) -> dict:
+    """The human half's checks: the release against truth.json, gold against the truth, and each
+    field's measured alpha against the alpha the generator's error rates imply."""
+    import pyarrow.parquet as pq
+
+    from pipeline.annotation.rounds import load_round
+    from pipeline.benchmark.paper_export import read_release_samples
+
+    if not human:
+        missing = {"ok": False, "problems": ["no release: the human half did not finish"]}
+        return {k: dict(missing) for k in ("release_accounted", "release_rows", "gold_truth", "alpha")}
+    released = {s["sample_id"]: s for s in read_release_samples(human["release"])}
+    quarantined = (result or {}).get("quarantined", {})
+    accounted, rows_bad = [], []
+    for e in truth["interviews"]:
+        sid = e["sample_id"]
+        if sid in released:
+            if len(released[sid]["rows"]) != len(e["rows"]):
+                rows_bad.append(f"{sid}: {len(released[sid]['rows'])} rows in the release, truth {len(e['rows'])}")
+        elif not (e["fault"] and quarantined.get(sid, "").strip()):
+            accounted.append(f"{sid}: not in the release" + (", and not quarantined with a reason" if e["fault"] else
+                                                              " (no planted fault)"))
+    extra = sorted(set(released) - {e["sample_id"] for e in truth["interviews"]})
+    accounted += [f"{sid}: in the release, not in truth.json" for sid in extra]
+
+    # Gold against the truth: where the three annotators gave one value, and where the
+    # adjudicator decided. The simulated answers are recomputed (deterministic) to tell a value
+    # the annotators all got wrong the same way (a shared error: gold rightly keeps it) from a
+    # value the pipeline changed.
+    samples, sims = truth_samples(truth), simulated_annotators(truth)
+    by_row = {(sid, r["row_index"]): (s, r) for sid, s in samples.items() for r in s["rows"]}
+    prov = pq.read_table(data.gold_dir() / "provenance.parquet",
+                         columns=["round", "sample_id", "row_index", "field", "method", "value"]).to_pylist()
+    rounds, answers, gold_bad = {}, {}, []
+    tally = defaultdict(int)
+    for line in prov:
+        if line["method"] not in ("unanimous", "adjudicated"):
+            continue
+        rnd = rounds.setdefault(line["round"], load_round(line["round"]))
+        f = rnd.field(line["field"])
+        sample, row = by_row.get((line["sample_id"], line["row_index"]), (None, None))
+        where = f"{line['round']} {line['sample_id']} row {line['row_index']} {line['field']}"
+        if row is None:
+            gold_bad.append(f"{where}: no such row in the truth")
+            continue
+        gold, want = _canonical(f, json.loads(line["value"])), _canonical(f, row.get(line["field"]))
+        if gold == want:
+            tally[f"{line['method']}, equal to the truth"] += 1
+            continue
+        if line["method"] == "unanimous":
+            key = (line["round"], line["sample_id"], line["row_index"])
+            if key not in answers:
+                answers[key] = [sim.answer_row(rnd, sample, row) for sim in sims.values()]
+            given = {_canonical(f, a.get(line["field"])) for a in answers[key]}
+            if given == {gold}:
+                tally["unanimous, the same wrong answer from all three (kept, as it should be)"] += 1
+                continue
+        gold_bad.append(f"{where} ({line['method']}): gold {json.loads(line['value'])!r}, "
+                        f"truth {row.get(line['field'])!r}")
+
+    # Alpha per field: the measured one's bootstrap interval must hold the expected one.
+    alpha_bad, alpha_rows = [], []
+    for name in human["rounds"]:
+        report = json.loads((data.agreement_report_dir(name) / "agreement.json").read_text())
+        expected = truth["expected_agreement"].get(name, {})
+        for fa in report["fields"]:
+            exp = (expected.get(fa["field"]) or {}).get("alpha")
+            lo, hi = fa.get("ci_low"), fa.get("ci_high")
+            ok, why = alpha_verdict(fa, exp)
+            alpha_rows.append({"round": name, "field": fa["field"], "alpha": fa["alpha"], "ci_low": lo, "ci_high": hi,
+                               "expected": exp, "exact": (expected.get(fa["field"]) or {}).get("exact"),
+                               "units": fa["n_units"], "ok": ok, "why": why})
+            if ok is False:
+                alpha_bad.append(f"{name}.{fa['field']}: alpha {fa['alpha']} with interval {lo}-{hi}; "
+                                 f"the error rates imply {exp}")
+    return {
+        "release_accounted": {"ok": not accounted, "problems": accounted, "released": len(released)},
+        "release_rows": {"ok": not rows_bad and bool(released), "problems": rows_bad,
+                         "rows": sum(len(s["rows"]) for s in released.values())},
+        "gold_truth": {"ok": not gold_bad and bool(tally), "problems": gold_bad, "tally": dict(tally)},
+        "alpha": {"ok": not alpha_bad and bool(alpha_rows), "problems": alpha_bad, "fields": alpha_rows,
+                  "checked": sum(r["ok"] is not None for r in alpha_rows)},
+    }
+
+
 def print_report(report: dict, truth: dict) -> None:
     minutes = truth["totals"]["minutes"]
     say("\nper stage (task runs' own records; CPU sampled from /proc, ffmpeg included):")
@@ -625,6 +988,23 @@ def print_report(report: dict, truth: dict) -> None:
     say(f"  child runs: {c['count']}; per run, mean: {c['mean_process_start_s']} s from process start to Running "
         f"(imports, pull step), {c['mean_running_s']} s Running, {c['mean_outside_stages_s']} s of the process "
         f"outside its stages; {c['overhead_cpu_s']} CPU s outside the stages in all")
+    if report.get("steps"):
+        say("\nthe human half, per step (wall s; CPU s of every process in it, by group):")
+        for row in report["steps"]:
+            cpu = row.get("cpu_s", {})
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+            counts = ", ".join(f"{k} {row[k]}" for k in ("tasks", "annotations") if k in row)
+            say(f"  {row['step']:72s} {row.get('wall_s', 0):7.1f} s  CPU {sum(cpu.values()):7.1f} s"
+                + (f" ({parts})" if parts else "") + (f"; {counts}" if counts else ""))
+    human = report.get("human") or {}
+    if human.get("rounds"):
+        say("\nper round: tasks (all desks), annotations posted (annotators + adjudicator), label lines pulled, "
+            "problems, disagreeing rows, gold rows, gate:")
+        for name, r in human["rounds"].items():
+            say(f"  {name:11s} tasks {r['tasks']:5d}  annotations {r['annotations']:5d} + {r['adjudications']:4d}  "
+                f"label lines {r['label_lines']:7d}  problems {r['problems']:4d}  disagreements {r['disagreements']:5d}  "
+                f"gold rows {r['gold_rows']}  gate {'pass' if r['passed'] else 'below threshold (override recorded)'}")
+        say(f"  release: {human['release']}")
     say("\nper kind of process (peak resident memory: VmHWM of the largest one; CPU s: self, flow runs with "
         "their ffmpeg):")
     for kind, k in sorted(report["processes"].items()):
@@ -642,14 +1022,33 @@ def print_report(report: dict, truth: dict) -> None:
     labels = {"accounted": "every interview has its drafts or is quarantined with its reason",
               "bad_files": "each planted bad file is quarantined, its reason naming the file and the problem",
               "good_not_quarantined": "no interview without a planted fault is quarantined",
-              "rows_equal_truth": "each drafted interview's row count equals truth.json"}
+              "rows_equal_truth": "each drafted interview's row count equals truth.json",
+              "release_accounted": "every interview is in the release, or quarantined with its reason",
+              "release_rows": "each released interview's row count equals truth.json",
+              "gold_truth": "where all three annotators agree, and where the adjudicator decided, gold equals the truth",
+              "alpha": "each field's alpha (50 units or more): its bootstrap 95% interval holds the alpha the error "
+                       "rates imply"}
     for key, label in labels.items():
         ch = report["checks"][key]
         say(f"  [{'ok' if ch['ok'] else 'FAIL'}] {label}")
         for p in ch["problems"][:20]:
             say(f"         {p}")
+    ch = report["checks"]
+    if ch["release_accounted"].get("released") is not None:
+        say(f"  release: {ch['release_accounted']['released']} interviews, {ch['release_rows'].get('rows')} rows; "
+            f"gold cells checked: " + ", ".join(f"{k} {v}" for k, v in sorted(ch["gold_truth"].get("tally", {}).items())))
+    if ch["alpha"].get("fields"):
+        say("  alpha per field (measured [bootstrap 95%], expected from the error rates; exact: the theory covers "
+            "every case):")
+        for r in ch["alpha"]["fields"]:
+            iv = f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["ci_low"] is not None else "[no interval]"
+            alpha = f"{r['alpha']:.3f}" if r["alpha"] is not None else "n/a"
+            exp = f"{r['expected']:.3f}" if r["expected"] is not None else "none"
+            verdict = {True: "ok", False: "OUTSIDE", None: f"- ({r['why']})"}[r["ok"]]
+            say(f"    {r['round'] + '.' + r['field']:44s} {alpha:>6s} {iv:16s} expected {exp:6s} "
+                f"units {r['units']:5d} {'' if r['exact'] in (None, True) else '(not exact) '}{verdict}")
     if report.get("batch_error"):
-        say(f"  [FAIL] the batch run: {report['batch_error']}")
+        say(f"  [FAIL] the run: {report['batch_error']}")
 
 
 if __name__ == "__main__":
