@@ -9,94 +9,10 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+from pipeline.annotation import migrate_orm
 from pipeline.annotation.desks import SERVICE_EMAIL
 from pipeline.annotation.migrate_plan import DeskPlan, MigrationError, OldDatabase
 from pipeline.annotation.server import LabelStudioServer
-
-
-_DJANGO = r"""
-import json, os, sys
-sys.path.insert(0, os.environ["RESCUE_LS_PACKAGE"])
-import django
-django.setup()  # the slow part (tens of seconds on a busy machine): once for every desk
-from django.db import connection, transaction
-from core.utils.common import temporary_disconnect_all_signals
-from users.models import User
-from projects.models import Project
-from tasks.models import Annotation, AnnotationDraft, Task
-from organizations.models import Organization
-from rest_framework.authtoken.models import Token
-from io_storages.localfiles.models import LocalFilesExportStorage, LocalFilesImportStorage
-from data_export.models import Export
-from data_import.models import FileUpload
-
-
-def cut_down(args):
-    keep_projects = set(args["projects"])
-    owner, admin, service = args["owner_id"], args["admin_id"], args["service"]
-    keep_authors, drop_authors = set(args["keep_authors"]), set(args["drop_authors"])
-    out = {}
-    with transaction.atomic(), temporary_disconnect_all_signals():
-        Project._base_manager.exclude(id__in=keep_projects).delete()
-        # other adjudicators' answers and drafts: theirs go to their own desks
-        dropped = Annotation._base_manager.filter(task__project_id__in=keep_projects, completed_by_id__in=drop_authors)
-        touched = sorted(set(dropped.values_list("task_id", flat=True)))
-        AnnotationDraft._base_manager.filter(task__project_id__in=keep_projects, user_id__in=drop_authors).delete()
-        AnnotationDraft._base_manager.filter(annotation__in=dropped).delete()
-        dropped.delete()
-        users = {owner, admin} | keep_authors
-        User._base_manager.exclude(id__in={u for u in users if u is not None}).delete()
-        for user in User._base_manager.filter(id__in=keep_authors):
-            user.is_active = False
-            user.set_unusable_password()
-            user.save()
-            Token.objects.filter(user=user).delete()
-        org = Organization.objects.order_by("id").first()
-        if admin is not None and admin != owner:  # the old admin becomes the desk's service account
-            svc = User._base_manager.get(id=admin)
-            svc.email = svc.username = service["LABEL_STUDIO_USERNAME"]
-            svc.is_active = True
-        else:  # the old admin is this desk's owner (or there was none): a new service account
-            svc = User.objects.create_user(email=service["LABEL_STUDIO_USERNAME"],
-                                           password=service["LABEL_STUDIO_PASSWORD"])
-            svc.is_staff = svc.is_superuser = True
-            if org is not None:
-                org.add_user(svc)
-        svc.set_password(service["LABEL_STUDIO_PASSWORD"])
-        if org is not None:
-            svc.active_organization = org
-        svc.save()
-        Token.objects.filter(user=svc).delete()
-        Token.objects.create(user=svc, key=service["LABEL_STUDIO_USER_TOKEN"])
-        if org is not None:
-            org.reset_token()  # an old invite link opens no desk
-        LocalFilesImportStorage._base_manager.all().delete()
-        LocalFilesExportStorage._base_manager.all().delete()
-        Export._base_manager.all().delete()
-        with connection.cursor() as cur:
-            names = set(connection.introspection.table_names(cur))
-            for table in ("django_session", "django_admin_log", "core_deletedrow", "tasks_tasklock",
-                          "token_blacklist_blacklistedtoken", "token_blacklist_outstandingtoken"):
-                if table in names:
-                    cur.execute(f"DELETE FROM {table}")
-        for project in Project._base_manager.filter(id__in=keep_projects):
-            ids = list(Task._base_manager.filter(id__in=touched, project=project).values_list("id", flat=True))
-            if ids:
-                project._update_tasks_counters_and_is_labeled(ids)
-        out["uploads"] = [f.file.name for f in FileUpload._base_manager.filter(project_id__in=keep_projects) if f.file]
-        out["dropped"] = len(touched)
-    return out
-
-
-for job in json.loads(sys.stdin.read()):
-    connection.close()
-    connection.settings_dict["NAME"] = job["db"]  # each desk's own copy of the old database
-    result = cut_down(job)
-    if connection.settings_dict["NAME"] != job["db"]:
-        raise SystemExit("the database changed under the migration")
-    connection.close()
-    print("RESCUE-MIGRATION-RESULT " + json.dumps({"db": job["db"], **result}), flush=True)
-"""
 
 
 def _ls_package(venv: Path) -> Path:
@@ -108,7 +24,7 @@ def _ls_package(venv: Path) -> Path:
 
 def cut_down(jobs: list[tuple[Path, DeskPlan, dict[str, str]]], admin_id: int | None, work: Path,
              venv: Path) -> dict[Path, dict]:
-    """Run :data:`_DJANGO` on each ``(copy of the old database, plan, service account)``, one
+    """Run :mod:`.migrate_orm` on each ``(copy of the old database, plan, service account)``, one
     process for all (Label Studio's ORM, a throwaway data dir and SECRET_KEY in ``work``), then
     VACUUM each copy. ``{copy: what the script reports}``."""
     if not jobs:
@@ -122,10 +38,10 @@ def cut_down(jobs: list[tuple[Path, DeskPlan, dict[str, str]]], admin_id: int | 
     args = [{"db": str(db), "projects": plan.projects, "owner_id": plan.owner_id, "admin_id": admin_id,
              "service": service, "keep_authors": plan.keep_authors, "drop_authors": plan.drop_authors}
             for db, plan, service in jobs]
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", _DJANGO], input=json.dumps(args), env=env,
-                          cwd=work, capture_output=True, text=True, timeout=3600, umask=0o077)
-    results = {Path(r["db"]): r for line in proc.stdout.splitlines() if line.startswith("RESCUE-MIGRATION-RESULT ")
-               for r in [json.loads(line.split(" ", 1)[1])]}
+    proc = subprocess.run([str(venv / "bin" / "python"), "-P", migrate_orm.__file__], input=json.dumps(args),
+                          env=env, cwd=work, capture_output=True, text=True, timeout=3600, umask=0o077)
+    results = {Path(r["db"]): r for line in proc.stdout.splitlines() if line.startswith(migrate_orm.RESULT)
+               for r in [json.loads(line[len(migrate_orm.RESULT):])]}
     if proc.returncode != 0 or len(results) != len(jobs):
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
         raise MigrationError(f"cutting the old database down to each desk failed: {tail}")
