@@ -17,6 +17,9 @@ validation) <= 5 s, pull again <= 1 s.
     .venv/bin/python benchmarks/bench_ls.py [--round transcript] [--scale 1.0]
 
 ``--scale 0.05`` (10 samples) is a quick check that it runs (~1 min, most of it the desks' start).
+``--keep DIR`` copies the data root's ``annotation/`` folder after the first pull (archived
+exports with their predictions, push record, label, problem and acceptance tables, ledger, sync
+states) to ``DIR``: the pull's inputs and outputs, to compare a pull of the same archive by other code.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import argparse
 import dataclasses
 import hashlib
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -95,6 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--round", default="transcript")
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--keep", type=Path, help="copy annotation/ here after the first pull")
     args = ap.parse_args()
     samples = generate(scale=args.scale)
     rnd = load_round(args.round)
@@ -149,6 +154,8 @@ def main() -> None:
             pull_s = time.perf_counter() - t0
             print(_line("pull", pull_s, f"+ archive + validation; pipeline CPU {time.process_time() - c0:.2f} s; "
                                         f"{sum(requests.take().values())} requests; {result.summary()}"))
+            if args.keep:
+                shutil.copytree(root / "annotation", args.keep, dirs_exist_ok=True)
             t0, c0 = time.perf_counter(), time.process_time()
             again_pull = pull.pull_round(desks, rnd.name, root)
             print(_line("pull again", time.perf_counter() - t0,

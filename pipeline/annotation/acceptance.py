@@ -19,8 +19,8 @@ In the transcript round the names given to each voice in its "who is each voice?
 (:mod:`.voice_naming`) count too, as field ``voice_name`` on no row: a voice pre-named (by role,
 the speaking-order hint, an enrolled voice print) kept or renamed, or a neutral voice named.
 
-Both sides go through the pull's own parser (:func:`pipeline.annotation.pull.parse_annotation`,
-handed in by the pull),
+Both sides go through the pull's own parser (:func:`pipeline.annotation.parse.parse_annotation`,
+handed in by the pull, which shares its reading of the annotation with the label table),
 so values compare as the label table stores them (choice lists and records as sets: their order
 on the form does not matter); a value the parser refuses compares by its raw Label Studio result.
 A field counts as filled when any of its controls has a non-empty result ("no strategy" and the
@@ -70,14 +70,15 @@ SCHEMA = pa.schema([
     ("predicted", pa.string()),  # JSON of the label-table value (lists sorted); null when none was predicted
     ("value", pa.string()),      # JSON of the submitted value; null when cleared
 ])
-# The pull's parser, :func:`pipeline.annotation.pull.parse_annotation` (passed in by the pull,
-# which calls this module: no import cycle): (round, task data, annotation, annotator) -> (lines, problems).
+# The pull's parser, :func:`pipeline.annotation.parse.parse_annotation` or a
+# :class:`~pipeline.annotation.parse.ParseOnce` (passed in by the pull):
+# (round, task data, annotation, annotator) -> (lines, problems).
 Parser = Callable[[Round, dict, dict, str], tuple[list[dict], list[dict]]]
-_PREDICTOR = "\x00prediction"
+_PREDICTOR = "\x00prediction"  # the stand-in author of a prediction while windows are stitched
 # The transcript round's "who is each voice?" block (:mod:`.voice_naming`): one line per voice,
 # on no row (``row_index`` null), the voice and its name as the values.
 VOICE_FIELD = "voice_name"
-_VOICE_CHOICE = re.compile(voice_naming.CHOICE_NAME.format(v=r"(\d+)"))  # the stand-in author of a prediction while windows are stitched
+_VOICE_CHOICE = re.compile(voice_naming.CHOICE_NAME.format(v=r"(\d+)"))
 
 
 def project_predictions(client: LabelStudioClient, project_id: int) -> dict[int, list[dict]]:
@@ -149,11 +150,19 @@ def archived_states(data_root: str | os.PathLike, round_name: str) -> tuple[list
 def measure_archived(rnd: Round, tasks: list[dict], record: dict, *, parse: Parser) -> list[dict]:
     """Acceptance lines of one export state from its tasks and its predictions record
     (:func:`predictions_record`): what the pull and a rebuild from the archive both call."""
+    return measure_and_stitch(rnd, tasks, record, parse=parse)[0]
+
+
+def measure_and_stitch(rnd: Round, tasks: list[dict], record: dict, *,
+                       parse: Parser) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
+    """:func:`measure_archived`'s lines, and the export's tasks stitched as
+    :func:`.windows.stitch_tasks` gives them (one task per sample, and its notes), from one
+    stitching: the pull needs both. The tasks are those of the export that are objects."""
     predictions: dict[int, list[dict]] = {}
     for p in record.get("predictions") or []:
         predictions.setdefault(p.get("task"), []).append(p)
     users = {int(k): v for k, v in (record.get("users") or {}).items()}
-    return measure_tasks(rnd, record["scenario"], record["annotator"], tasks, predictions, users, parse=parse)
+    return _measure(rnd, record["scenario"], record["annotator"], tasks, predictions, users, parse)
 
 
 def _email(completed_by, users: dict[int, str]) -> str | None:
@@ -279,7 +288,12 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
     ``predictions``: :func:`project_predictions` of the project; ``users``: Label Studio user id
     -> e-mail (the synchronous export names annotators by id); ``parse``: the pull's parser.
     """
-    users = users or {}
+    return _measure(rnd, scenario, annotator, tasks, predictions, users or {}, parse)[0]
+
+
+def _measure(rnd: Round, scenario: str, annotator: str, tasks: list[dict], predictions: dict[int, list[dict]],
+             users: dict[int, str], parse: Parser) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
+    """(lines, the tasks stitched without the stand-ins, the stitching's notes)."""
     tasks = [t for t in tasks if isinstance(t, dict)]
     versions: dict[str, set[str]] = {}  # sample -> model versions of the predictions shown
     with_pred = []
@@ -291,7 +305,7 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
         stand_in = {"id": t.get("id"), "completed_by": _PREDICTOR, "result": (p or {}).get("result") or [],
                     "updated_at": ""}
         with_pred.append({**t, "annotations": [*(t.get("annotations") or []), stand_in]})
-    whole, _ = stitch_tasks(with_pred)
+    whole, notes = stitch_tasks(with_pred)  # every window has its stand-in: the stand-ins add no note
     lines: list[dict] = []
     seen: set[str] = set()
     for task in whole:
@@ -333,7 +347,8 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
                           "model_version": version,
                           "outcome": _outcome(voice in pnames, voice in anames, pnames.get(voice) == anames.get(voice)),
                           "predicted": named(pnames), "value": named(anames)})
-    return lines
+    return lines, [{**t, "annotations": [a for a in t["annotations"] if a.get("completed_by") != _PREDICTOR]}
+                   for t in whole], notes
 
 
 def write(data_root: str | os.PathLike, round_name: str, lines: list[dict], pulled: set[str],

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from functools import lru_cache
 
 from pipeline.annotation.naming import control_name, heading, parse_control_name
 
@@ -91,24 +92,30 @@ def split(data: dict, size: int | None = None, before: int = CONTEXT_BEFORE, aft
 
 
 def stitch_data(windows: list[dict]) -> dict:
-    """The whole-sample task data from all windows of one sample (in any order)."""
+    """The whole-sample task data from all windows of one sample (in any order). It shares the
+    windows' values (turns, units and the rest) instead of copying them: it is read, never
+    changed (a pull parses it), and copying every turn of a round cost seconds."""
     windows = sorted(windows, key=lambda d: d["window"]["index"])
-    whole = {k: copy.deepcopy(v) for k, v in windows[0].items()
-             if k not in ("turns", "units", "content_sha", *WINDOW_KEYS)}
+    whole = {k: v for k, v in windows[0].items() if k not in ("turns", "units", "content_sha", *WINDOW_KEYS)}
     turns: dict[int, dict] = {}
     for d in windows:
         for t in d["turns"]:
             turns.setdefault(t["row_index"], t)
-    whole["turns"] = [copy.deepcopy(turns[k]) for k in sorted(turns)]
-    whole["units"] = [copy.deepcopy(u) for d in windows for u in d["units"]]
+    whole["turns"] = [turns[k] for k in sorted(turns)]
+    whole["units"] = [u for d in windows for u in d["units"]]
     if "heading" in whole:
         whole["heading"] = heading(whole)
     return whole
 
 
+_control = lru_cache(maxsize=1 << 16)(parse_control_name)  # a round's few thousand names, met again and again
+
+
 def _renumber(result: dict, offset: int) -> dict:
-    parsed = parse_control_name(result.get("from_name", ""))
-    if parsed is None or not offset:
+    if not offset:
+        return result
+    parsed = _control(result.get("from_name", ""))
+    if parsed is None:
         return result
     field, slot, sub, unit = parsed
     out = dict(result, from_name=control_name(field, unit + offset, slot, sub))

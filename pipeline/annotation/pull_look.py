@@ -1,0 +1,194 @@
+"""What a pull sees of the round's projects before it exports them, read from the desks side by side.
+
+A pull asks each desk for its users and projects (:func:`read_desk`), and each project of the round
+what changed since the last pull (:func:`look`): its live counts and config, the tasks Label
+Studio changed since a window before the last look (a task is stamped whenever it, an
+annotation or a prediction of it is saved or deleted) and every task holding a draft, with a
+digest of those drafts. A project that looks as at the last pull is read from its archived
+export (:attr:`Wanted.archived`); any other is exported (:func:`export`). That costs, per desk,
+its users and projects, and per project one request, plus one per task holding a draft (up to
+:data:`DRAFTS_ONE_BY_ONE`; past that, one partial export). The looks are kept in the pull state
+(``annotation/sync/<round>.pull.json``, :mod:`.pushed`) by :func:`.pull.pull_round`.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.annotation import acceptance
+from pipeline.annotation.client import ID_CHUNK, SETTLE_S, LabelStudioClient, Project, chunks, format_time, parse_time
+from pipeline.annotation.desks import DeskAccess
+from pipeline.annotation.push import each_desk
+from pipeline.annotation.push_project import parse_project_key
+from pipeline.annotation.rounds import Round
+from pipeline.paths import DataRoot
+
+
+def settled(answered: dt.datetime | None) -> dt.datetime | None:
+    """A look's ``since`` from the server's clock: :data:`.client.SETTLE_S` before it."""
+    return answered - dt.timedelta(seconds=SETTLE_S) if answered else None
+
+
+DRAFTS_ONE_BY_ONE = 10  # up to this many tasks with drafts, a look reads their drafts task by task
+
+
+def look(client: LabelStudioClient, project: Project, since: dt.datetime) -> dict:
+    """What Label Studio shows of a project without exporting it: its live counts, its config,
+    every task changed since ``since`` or holding a draft (``[updated_at, annotations, skipped,
+    draft]``), and a digest of those drafts (read task by task, or by a partial export of those
+    tasks when there are many).
+    Two looks from the same ``since`` are equal only if no task, annotation, prediction or draft
+    of the project was added, changed or deleted in between (:data:`.client.SETTLE_S`)."""
+    seen, _ = client.changed_tasks(project.id, since, drafts=True,
+                                   include="id,updated_at,total_annotations,cancelled_annotations,draft_exists")
+    window = {str(t["id"]): [t.get("updated_at"), t.get("total_annotations", 0), t.get("cancelled_annotations", 0),
+                             bool(t.get("draft_exists"))] for t in seen}
+    drafts = None
+    with_drafts = [t["id"] for t in seen if t.get("draft_exists")]
+    if with_drafts:
+        if len(with_drafts) <= DRAFTS_ONE_BY_ONE:  # a request per task: nothing written on the desk
+            found = [d for task_id in with_drafts for d in client.task_drafts(task_id)]
+        else:  # a partial export (Label Studio keeps a copy of every export under its export/ folder)
+            found = [d for part in chunks(with_drafts, ID_CHUNK) for t in json.loads(client.export_tasks(project.id, ids=part))
+                     if isinstance(t, dict) for d in t.get("drafts") or []]
+        marks = sorted(([d.get("id"), d.get("task"), d.get("user"), d.get("annotation"), d.get("updated_at"),
+                         d.get("was_postponed")] for d in found if isinstance(d, dict)), key=json.dumps)
+        drafts = hashlib.sha256(json.dumps(marks).encode()).hexdigest()
+    return {"key": project.key, "counts": list(project.counts or ()),
+            "config": hashlib.sha256(project.label_config.encode()).hexdigest(),
+            "since": format_time(since), "window": window, "drafts": drafts}
+
+
+def narrowed(look: dict, since: dt.datetime) -> dict:
+    """``look`` as a look from the later ``since`` would have shown it (a subset of its window)."""
+    keep = {i: v for i, v in look["window"].items() if v[3] or (parse_time(v[0]) or since) >= since}
+    return {**look, "since": format_time(since), "window": keep}
+
+
+@dataclass
+class Wanted:
+    """One project of the round on its annotator's desk, as the pull reads it."""
+    client: LabelStudioClient
+    project: Project
+    scenario: str
+    annotator: str
+    users: dict[int, str]
+    owner: int | None
+    look: dict | None = None          # what Label Studio showed before the export (None: could not look)
+    raw: bytes | None = None          # exported now
+    predictions: dict | None = None   # read now, with the export
+    archived: Path | None = None      # unchanged since the last pull: its archived export
+    ready: threading.Event = field(default_factory=threading.Event)  # looked at (and exported)
+
+    @property
+    def sha(self) -> str:
+        """The sha256 of its export (the archived one's name)."""
+        return self.archived.stem if self.archived is not None else hashlib.sha256(self.raw).hexdigest()
+
+
+@dataclass
+class DeskRead:
+    """What a pull read from one desk: its users, the round's projects on it and the problems of
+    projects named for someone else; ``listed`` once those are known."""
+    users: dict[int, str] = field(default_factory=dict)
+    items: list[Wanted] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    listed: threading.Event = field(default_factory=threading.Event)
+
+
+@contextlib.contextmanager
+def reading(desks: DeskAccess, people: list[str], work: Callable[[str], None], read: dict[str, DeskRead]):
+    """Run ``work`` for every desk in the background (:func:`.push.each_desk`) and yield
+    ``failed(event, who)``: it waits for ``event`` and raises the first failure (in ``people``'s
+    order) of any desk; every event is set once the desks are done, failed or not."""
+    errors: dict[str, BaseException] = {}
+
+    def guarded(who: str) -> None:
+        try:
+            work(who)
+        except BaseException as exc:
+            errors[who] = exc
+            raise
+
+    def run_all() -> None:
+        try:
+            each_desk(desks, people, guarded)
+        finally:  # nothing waits forever on a desk that failed, or was never reached
+            for desk in read.values():
+                desk.listed.set()
+                for item in desk.items:
+                    item.ready.set()
+
+    def failed(event: threading.Event, who: str) -> None:
+        event.wait()
+        if errors:
+            raise errors[next(w for w in people if w in errors)]
+
+    with ThreadPoolExecutor(1) as runner:  # leaving waits for the desks (their exports finish)
+        background = runner.submit(run_all)
+        yield failed
+    background.result()
+
+
+def look_at(root: DataRoot, rnd: Round, item: Wanted, old: dict | None, since_new: dt.datetime | None) -> None:
+    """Look at the project: it is :attr:`Wanted.archived` when it is as the last pull left it
+    and that pull's export and predictions record are in the archive; else it is to be exported."""
+    try:  # the pull state is a cache: anything odd in it means an export
+        since_old = parse_time(old.get("since")) if isinstance(old, dict) else None
+    except (TypeError, ValueError, AttributeError):
+        old, since_old = None, None
+    if item.project.counts is None or not (since_old or since_new):
+        return  # nothing to compare with: exported
+    look = look(item.client, item.project, since_old or since_new)
+    if isinstance(old, dict) and old.get("export") and {k: old.get(k) for k in look} == look:
+        try:
+            path = root.export(rnd.name, item.scenario, item.annotator, old["export"])
+            records = root.export_predictions(rnd.name, item.scenario, item.annotator, old["export"])
+        except (TypeError, ValueError):
+            path = records = None
+        if path is not None and path.is_file() and records.is_file():
+            item.look, item.archived = look, path
+            return
+    item.look = narrowed(look, since_new) if since_old and since_new and since_new > since_old else look
+
+
+def export(item: Wanted) -> None:
+    item.raw = item.client.export_tasks(item.project.id)
+    item.predictions = acceptance.project_predictions(item.client, item.project.id)
+
+
+def read_desk(desks: DeskAccess, who: str, rnd: Round, root: DataRoot, old_projects: dict, desk: DeskRead) -> None:
+    """Fill ``desk`` from ``who``'s desk: its users and the round's projects on it (then
+    ``listed``), each project looked at (side by side) and, unless it is as the last pull left it
+    (``old_projects``: the pull state's looks), exported (one after another; then ``ready``)."""
+    client = desks.client(who)
+    with ThreadPoolExecutor(1) as aside:  # reads only: asked side by side, the export one at a time
+        users = aside.submit(client.users)
+        listed = sorted(client.projects(), key=lambda p: p.key)
+        since_new = settled(client.answered_at())
+        desk.users = {u["id"]: u["email"] for u in users.result()}
+    owner = next((uid for uid, email in desk.users.items() if email.lower() == who.lower()), None)  # as Desks.owner_id
+    for project in listed:
+        parsed = parse_project_key(project.key)
+        if parsed is None or parsed[0] != rnd.name:
+            continue
+        if parsed[2] != who:  # a project made on this desk in someone else's name
+            desk.foreign.append(f"project {project.id} on {desks.where(who)} is named for {parsed[2]}: not counted")
+            continue
+        desk.items.append(Wanted(client, project, parsed[1], who, desk.users, owner))
+    desk.listed.set()
+    if desk.items:
+        with ThreadPoolExecutor(min(len(desk.items), 4)) as looks:
+            list(looks.map(lambda item: look_at(root, rnd, item, old_projects.get(
+                f"{client.url}|{item.project.id}"), since_new), desk.items))
+    for item in desk.items:
+        if item.archived is None:
+            export(item)
+        item.ready.set()
