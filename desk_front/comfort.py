@@ -128,8 +128,33 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
     if (!t || !t.closest) return;
     if (e.type === "click" && (t.type === "checkbox" || t.type === "radio")) remember(t);
     if (t.closest('[id^="prefill-checked_"]')) return;
-    if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(formOf(t));
+    if (e.type !== "click" && editing(t)) {
+      // text typed: the box is ticked once the text is left. Label Studio closes a text being edited on
+      // any click anywhere, the box's click included: ticked at the first key, the text box closed under
+      // the person's fingers (the rest of their typing lost)
+      if (!t.__rescueTick) {
+        t.__rescueTick = formOf(t);
+        t.addEventListener("focusout", function () {
+          var form = t.__rescueTick; t.__rescueTick = null;
+          setTimeout(function () { check(document.getElementById(form.id) || form); }, 0);  // after Label Studio kept the text
+        }, {once: true});
+      }
+    } else if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(formOf(t));
     setTimeout(clearWhy, 0);
+  }
+  function textBox(el) {  // Label Studio's component of a text being edited (its save: keep it, close it)
+    var key = el && Object.keys(el).find(function (k) { return k.indexOf("__reactFiber") === 0; });
+    for (var f = key && el[key], i = 0; f && i < 15; f = f["return"], i++) {
+      var c = f.stateNode;
+      if (c && typeof c.save === "function" && typeof c.startEditing === "function") return c;
+    }
+    return null;
+  }
+  function leaveText(a) {  // a text being typed is kept (Label Studio keeps it on blur) and its box ticked
+    var form = a && a.__rescueTick;
+    if (!form) return;
+    a.blur();
+    check(form);
   }
   // Label Studio draws a choice list anew when one of its choices is clicked (by mouse, Space, a number
   // or arrow key): the focused box is replaced and the focus falls to the page, where the next key would
@@ -358,10 +383,16 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
     if ((e.ctrlKey || e.metaKey) && e.key === "Enter" && !e.altKey && !e.shiftKey) {
       // submit from anywhere, a focused choice or text included (Label Studio's own key skips inputs)
       var sb = submitButton();
-      if (sb && !sb.disabled) { stop(e); sb.click(); }
+      if (sb && !sb.disabled) { stop(e); leaveText(a); sb.click(); }
       return;
     }
     if (e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "Tab" && t && t.getAttribute && t.getAttribute("data-testid") === "htx-textbox-input") {
+      // Label Studio's Tab out of a text being edited closes it without keeping what was typed (its
+      // Shift+Enter and a click elsewhere keep it): kept here first, then Tab moves on as usual
+      var box = textBox(t);
+      if (box) box.save();
+    }
     var field = t && t.closest ? t.closest(FIELD) : null, form = formOf(t);
     if (e.key === "Enter" && e.shiftKey && field && form) {
       // Shift+Enter keeps a text (Label Studio adds it) or a number, then the form's next open field
