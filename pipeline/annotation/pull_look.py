@@ -146,17 +146,17 @@ def look_at(root: DataRoot, rnd: Round, item: Wanted, old: dict | None, since_ne
         old, since_old = None, None
     if item.project.counts is None or not (since_old or since_new):
         return  # nothing to compare with: exported
-    look = look(item.client, item.project, since_old or since_new)
-    if isinstance(old, dict) and old.get("export") and {k: old.get(k) for k in look} == look:
+    shown = look(item.client, item.project, since_old or since_new)
+    if isinstance(old, dict) and old.get("export") and {k: old.get(k) for k in shown} == shown:
         try:
             path = root.export(rnd.name, item.scenario, item.annotator, old["export"])
             records = root.export_predictions(rnd.name, item.scenario, item.annotator, old["export"])
         except (TypeError, ValueError):
             path = records = None
         if path is not None and path.is_file() and records.is_file():
-            item.look, item.archived = look, path
+            item.look, item.archived = shown, path
             return
-    item.look = narrowed(look, since_new) if since_old and since_new and since_new > since_old else look
+    item.look = narrowed(shown, since_new) if since_old and since_new and since_new > since_old else shown
 
 
 def export(item: Wanted) -> None:
