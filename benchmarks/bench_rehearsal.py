@@ -269,6 +269,25 @@ class Sampler(threading.Thread):
                 total += s["rss_kb"]
             self.peak_total_kb = max(self.peak_total_kb, total)
 
+    def adopt(self, pid: int) -> None:
+        """Follow a process this bench did not start itself (a desk started again by the CLI,
+        whose parent has exited)."""
+        s = _stat(pid)
+        if s:
+            with self.lock:
+                self.procs.setdefault((pid, s["start"]), Proc(pid, s["start"], None, first_t=time.time()))
+
+    def under(self, proc: Proc, ancestor: tuple[int, str]) -> bool:
+        """Whether ``ancestor`` (pid, start) started ``proc``, or started what started it."""
+        with self.lock:
+            seen, key = set(), proc.parent
+            while key and key not in seen:
+                if key == ancestor:
+                    return True
+                seen.add(key)
+                key = self.procs[key].parent if key in self.procs else None
+        return False
+
     def alive(self) -> list[Proc]:
         with self.lock:
             return [r for (pid, start), r in self.procs.items()
@@ -355,9 +374,26 @@ def parse_args(argv=None):
     ap.add_argument("--timeout-s", type=float, default=4 * 3600, help="give up on the batch run after this long")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures and checks to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data root (the stack is stopped all the same)")
+    ap.add_argument("--faults", action="store_true",
+                    help="inject four faults (a worker SIGKILLed mid-batch, a desk killed during a pull, the Prefect "
+                         "server restarted between rounds, a task submitted twice), recover each as "
+                         "docs/OPERATIONS.md says, and compare the release with --reference")
+    ap.add_argument("--reference", type=Path, default=None,
+                    help="a release of a run without faults on the same scale, seed and rows (--save-release): this "
+                         "run's release must hold the same bytes")
+    ap.add_argument("--save-release", type=Path, default=None, help="copy the release here (a --reference for a faulted run)")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error("--workers must be at least 1")
+    if args.faults and args.workers < 2:
+        ap.error("--faults kills one of the workers mid-batch: give --workers 2 or more")
+    if args.faults and args.reference is None:
+        ap.error("--faults needs --reference DIR: the release of a run without faults (--save-release DIR), "
+                 "which this run's release must equal")
+    if args.reference is not None and not (args.reference / "manifest.json").is_file():
+        ap.error(f"--reference {args.reference}: no release there (no manifest.json)")
+    if args.save_release is not None and args.save_release.exists():
+        ap.error(f"--save-release {args.save_release}: already exists; give a new folder")
     return args
 
 
@@ -374,6 +410,7 @@ def main(argv=None) -> int:
     root = tmp / "data"
     root.mkdir(mode=0o700)
     report: dict = {"scale": args.scale, "seed": args.seed, "max_rows": args.max_rows, "workers": args.workers,
+                    "faults": args.faults,
                     "chunk_size": args.chunk_size, "cores": os.cpu_count(), "load_start": os.getloadavg()}
     sampler = Sampler(args.sample_s)
     db_name, code = None, 1
@@ -501,6 +538,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
                                    PREFECT_RESULTS_LOCAL_STORAGE_PATH: env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]})
     result, error, state, human, run_kinds = None, None, "?", None, {}
     steps = Steps(sampler)
+    faults = Faults(root, desks, annotators, sampler, args.workers) if args.faults else None
     with settings:
         t0 = time.monotonic()
         run_id = start_deployment("ingest-batch/default", {
@@ -509,19 +547,26 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         run_kinds[str(run_id)] = "ingest-batch"
         say(f"ingest-batch/default: flow run {run_id} submitted (backend subtitles; the transcript round "
             f"pushed to {len(annotators)} annotators' desks) ...")
+        killer = faults.kill_worker_mid_batch() if faults else None
         try:
             run = wait_flow_run(run_id, timeout_s=args.timeout_s)
             state, result = run.state.name, run.state.result()
         except Exception as exc:  # noqa: BLE001 - reported, and the checks say what it left
             error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if killer:
+                faults.halt.set()
+                killer.join(timeout=5)
         batch_wall = time.monotonic() - t0
         say(f"ingest-batch: {'ended: ' + error if error else state} after {batch_wall:.1f} s "
             f"(load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
         time.sleep(2 * args.sample_s)  # the last samples of the last flow-run processes
         figures = measure(run_id, result, sampler, truth)
+        if faults and not error:
+            result, error = recover_batch(faults, result, steps, run_kinds, args, batch, root, annotators)
         if not error:
             try:
-                human = human_half(root, desks, truth, annotators, steps, run_kinds, args.timeout_s)
+                human = human_half(root, desks, truth, annotators, steps, run_kinds, args.timeout_s, faults)
             except Exception as exc:  # noqa: BLE001 - reported; the checks say what is missing
                 traceback.print_exc()
                 error = f"human half: {type(exc).__name__}: {exc}"
@@ -530,6 +575,15 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
                   steps=steps.rows, **process_table(sampler, run_kinds))
     checks = check(truth, result, data)
     checks.update(human_checks(truth, result, data, human))
+    if faults:
+        checks["faults"] = fault_check(faults)
+    if args.reference:
+        differ = compare_releases(Path(human["release"]), args.reference) if human else ["no release"]
+        checks["release_identical"] = {"ok": not differ, "problems": differ, "reference": str(args.reference)}
+    if args.save_release and human:
+        shutil.copytree(human["release"], args.save_release)
+        say(f"release copied to {args.save_release}")
+    report["fault_events"] = faults.events if faults else None
     report["checks"] = checks
     report["quarantined"] = (result or {}).get("quarantined", {})
     report["human"] = human
@@ -538,7 +592,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     n = truth["totals"]["interviews"]
     ok = all(c["ok"] for c in checks.values())
     lost = not all(checks[k]["ok"] for k in ("accounted", "bad_files", "good_not_quarantined", "release_accounted",
-                                             "release_rows"))
+                                             "release_rows", "faults", "release_identical") if k in checks)
     report["nothing_lost"] = not lost
     report["note"] = (f"(wall_s: from `deployment run ingest-batch` to the release written: the machine half "
                       f"{batch_wall:.1f} s, the human half {wall - batch_wall:.1f} s)")
@@ -548,8 +602,58 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     return 0 if ok and not error else 1
 
 
+def recover_batch(faults: "Faults", first: dict | None, steps: "Steps", run_kinds: dict, args, batch: Path,
+                  root: Path, annotators: list[str]) -> tuple[dict | None, str | None]:
+    """After the worker was killed mid-batch: its flow run Crashed (the sweeper) and the batch
+    quarantined that interview; `rescue stack up` starts the worker again and the batch is run
+    again with the same parameters (docs/OPERATIONS.md: it resumes from the cache). Returns the
+    second run's result (what the checks read) and its error."""
+    from ops.demo import start_deployment, wait_flow_run
+
+    ev = faults.events.get("worker") or {}
+    if not ev.get("injected"):
+        return first, None
+    victims = {str(v) for v in ev.get("flow_runs", [])}
+    hit = sorted(sid for sid, it in (first or {}).get("items", {}).items()
+                 if str(it.get("flow_run", "")).rsplit("/", 1)[-1] in victims)
+    ev["interviews"] = {sid: (first or {}).get("quarantined", {}).get(sid, "(not quarantined)") for sid in hit}
+    steps.run(f"FAULT recovery: {FAULT_WORKER} started again (`rescue stack up --workers {args.workers}`)",
+              lambda: faults.recover_worker(lambda *_: None))
+    params = {"batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
+              "annotators": annotators, "chunk_size": args.chunk_size}
+
+    def again():
+        run_id = start_deployment("ingest-batch/default", params)
+        run_kinds[str(run_id)] = "ingest-batch"
+        return wait_flow_run(run_id, timeout_s=args.timeout_s).state.result()
+
+    try:
+        result = steps.run("FAULT recovery: `prefect deployment run ingest-batch/default` again", again)
+    except Exception as exc:  # noqa: BLE001 - reported
+        return first, f"the batch run again after the worker was killed: {type(exc).__name__}: {exc}"
+    items = result.get("items", {})
+    ev["redone"] = {sid: items.get(sid, {}).get("status") for sid in hit}
+    ev["cached"] = sum(1 for it in items.values() if it.get("status") == "cached")
+    ev["recovered"] = all(items.get(sid, {}).get("status") in ("done", "cached", "quarantined") for sid in hit)
+    return result, None
+
+
+def fault_check(faults: "Faults") -> dict:
+    """Each of the four faults was injected and recovered."""
+    problems = []
+    for key, what in (("worker", "a worker SIGKILLed mid-batch"), ("desk", "a desk's Label Studio killed during a pull"),
+                      ("server", "the Prefect server restarted between rounds"),
+                      ("twice", "an annotator submitting a task twice")):
+        ev = faults.events.get(key)
+        if not ev or not ev.get("injected"):
+            problems.append(f"{what}: not injected ({(ev or {}).get('problem', 'its moment never came')})")
+        elif not ev.get("recovered"):
+            problems.append(f"{what}: not recovered ({ev})")
+    return {"ok": not problems, "problems": problems, "events": faults.events}
+
+
 def human_half(root: Path, desks, truth: dict, annotators: list[str], steps: Steps, run_kinds: dict,
-               timeout_s: float) -> dict:
+               timeout_s: float, faults: "Faults | None" = None) -> dict:
     """The five rounds as the docs say (docs/OPERATIONS.md): the annotators answer on their desks;
     one `annotation-round` run per round pulls, measures agreement, puts the disagreements on the
     adjudicator's desk and pauses; the adjudicator answers; the run is resumed, pulls the
@@ -565,31 +669,59 @@ def human_half(root: Path, desks, truth: dict, annotators: list[str], steps: Ste
     data = DataRoot(root)
     samples, sims = truth_samples(truth), simulated_annotators(truth)
     rounds = {}
-    for name in round_names():
-        answered = steps.run(f"{name}: 3 annotators answer on their desks",
-                             lambda n=name: answer_round(desks, n, samples, sims))
-        steps.count(tasks=answered["tasks"], annotations=answered["annotations"])
+    log = lambda *_: None  # noqa: E731 - the stack's own lines are not the bench's
+
+    def close_round(name: str) -> tuple[dict, int]:
+        """One annotation-round run: to its pause, the adjudicator, resumed, to its end."""
         run_id = start_deployment("annotation-round/default", {
             "round_name": name, "data_root": str(root), "annotators": annotators,
             "wait_for_adjudication_s": ADJUDICATION_WAIT_S})
         run_kinds[str(run_id)] = "annotation-round"
-        fr = steps.run(f"{name}: annotation-round (pull, agreement, disagreements out)",
-                       lambda r=run_id: wait_flow_run(r, until_paused=True, timeout_s=timeout_s))
+        killer = (faults.kill_desk_during_pull(run_id) if faults and name == FAULT_DESK_ROUND
+                  and "desk" not in faults.events else None)
+        try:
+            fr = steps.run(f"{name}: annotation-round (pull, agreement; to its pause, or its end)",
+                           lambda: wait_flow_run(run_id, until_paused=True, timeout_s=timeout_s))
+        finally:
+            if killer:
+                killer.done.set()
+                killer.join(timeout=5)
         adjudicated = 0
         if fr.state.is_paused():
             adjudicated = steps.run(f"{name}: adjudicator answers on the adjudication desk",
-                                    lambda n=name: adjudicate_round(desks, n, samples, ADJUDICATOR))
+                                    lambda: adjudicate_round(desks, name, samples, ADJUDICATOR))
             steps.count(annotations=adjudicated)
             resume_flow_run(run_id)
             fr = steps.run(f"{name}: annotation-round resumed (adjudication in, gold, next round out)",
-                           lambda r=run_id: wait_flow_run(r, timeout_s=timeout_s))
-        out = fr.state.result()
+                           lambda: wait_flow_run(run_id, timeout_s=timeout_s))
+        return fr.state.result(), adjudicated
+
+    for name in round_names():
+        if faults and name == FAULT_SERVER_BEFORE:
+            steps.run("FAULT: Prefect server stopped, then `rescue stack up`", lambda: faults.restart_server(log))
+        answered = steps.run(f"{name}: 3 annotators answer on their desks",
+                             lambda n=name: answer_round(desks, n, samples, sims, faults.twice(n) if faults else None))
+        steps.count(tasks=answered["tasks"], annotations=answered["annotations"])
+        try:
+            out, adjudicated = close_round(name)
+        except RuntimeError as exc:
+            desk = (faults.events.get("desk") or {}) if faults else {}
+            if not desk.get("injected") or desk.get("recovered"):
+                raise
+            say(f"  round {name}: the run failed as the desk was down ({exc}); recovering")
+            faults.events["desk"]["failed_run"] = str(exc)[:300]
+            steps.run("FAULT recovery: `rescue label-studio up --annotator EMAIL`", faults.recover_desk)
+            out, adjudicated = close_round(name)
+            faults.events["desk"]["recovered"] = True
+        if faults:
+            faults.saw_twice(name, answered, data)
         if out["status"] != "done":
             raise RuntimeError(f"round {name}: still waits for adjudication after the adjudicator answered")
         if not out["passed"]:  # recorded as an operator would, and carried by the release's manifest
             gates.record_override(root, name, OVERRIDE_REASON, OVERRIDE_BY)
         problems = data.label_problems(name)
         rounds[name] = {"passed": out["passed"], "overridden": not out["passed"], "tasks": answered["tasks"],
+                        "twice": answered["twice"],
                         "annotations": answered["annotations"], "adjudications": adjudicated,
                         "disagreements": out["disagreements"], "gold_rows": (out.get("gold") or {}).get("rows"),
                         "label_lines": pq.read_metadata(data.labels(name)).num_rows,
@@ -853,6 +985,200 @@ def check(truth: dict, result: dict | None, data) -> dict:
     }
 
 
+# --- faults (--faults) -------------------------------------------------------------------------
+
+FAULT_WORKER = "prefect-worker-2"   # SIGKILLed with the interview it runs, mid-batch
+FAULT_WORKER_AFTER_S = 3.0          # once its interview's flow run has been Running this long (diarizing)
+FAULT_DESK_ROUND = "emotion"        # the second annotator's desk dies as this round is pulled
+FAULT_TWICE_ROUND = "viewpoints"    # the third annotator submits a task twice in this round
+FAULT_SERVER_BEFORE = "relation"    # the Prefect server is restarted before this round
+TWICE_PROBLEM = "2 annotations; the latest is used"  # what the pull says of a task submitted twice
+
+
+class Faults:
+    """The four faults of ``--faults``, each injected once and recovered the way
+    docs/OPERATIONS.md says; ``events`` records each: what was done, when, how it was recovered."""
+
+    def __init__(self, root: Path, desks, annotators: list[str], sampler: Sampler, workers: int):
+        from ops.processes import StackPaths
+
+        self.root, self.desks, self.annotators, self.sampler = root, desks, annotators, sampler
+        self.paths = StackPaths(root.resolve())
+        self.workers = workers
+        self.events: dict[str, dict] = {}
+        self.halt = threading.Event()
+
+    def _event(self, key: str, **info) -> None:
+        self.events.setdefault(key, {"injected": False, "recovered": False}).update(info)
+        say(f"  fault [{key}]: " + "; ".join(f"{k} {v}" for k, v in info.items()))
+
+    # 1. a worker SIGKILLed mid-batch (with the flow run it runs: its host or container dies)
+    def kill_worker_mid_batch(self) -> threading.Thread:
+        """Once a flow run of the worker is Running (a run killed before it reaches Running stays
+        Pending: nothing marks it Crashed, and its batch waits for it)."""
+        import contextvars
+
+        from prefect.client.orchestration import get_client
+
+        from ops.processes import read_pid, start_time
+
+        def running_s(client, flow_run_id) -> float:
+            run = client.read_flow_run(flow_run_id)
+            if not (run.state and run.state.is_running() and run.start_time):
+                return 0.0
+            return time.time() - run.start_time.timestamp()
+
+        def run():
+            pid = read_pid(self.paths, FAULT_WORKER)
+            if pid is None:
+                self._event("worker", injected=False, problem=f"{FAULT_WORKER} is not running")
+                return
+            key = (pid, start_time(pid))
+            with get_client(sync_client=True) as client:
+                while not self.halt.wait(0.5):
+                    victims = [p for p in self.sampler.alive() if p.kind == "flow run" and p.flow_run_id
+                               and self.sampler.under(p, key)]
+                    if not victims or not any(running_s(client, v.flow_run_id) >= FAULT_WORKER_AFTER_S
+                                              for v in victims):
+                        continue
+                    break
+                else:
+                    return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            for v in victims:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(v.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)  # started by this process: reaped, so `stack up` sees it gone
+            self._event("worker", injected=True, what=f"SIGKILL to {FAULT_WORKER} (pid {pid}) and its flow run "
+                        f"{', '.join(str(v.flow_run_id) for v in victims)} (pid "
+                        f"{', '.join(str(v.pid) for v in victims)}), Running for {FAULT_WORKER_AFTER_S:.0f} s",
+                        flow_runs=[v.flow_run_id for v in victims])
+        context = contextvars.copy_context()  # this thread's Prefect settings (the bench's own server)
+        thread = threading.Thread(target=context.run, args=(run,), daemon=True, name="fault-worker")
+        thread.start()
+        return thread
+
+    def recover_worker(self, log) -> None:
+        """`rescue stack up --workers N`: the killed worker is started again (here as the bench
+        started it: one slot); then the batch is run again by the caller."""
+        from ops import stack as st
+
+        st.add_worker(self.root, FAULT_WORKER, 1, log=log)
+        self.events["worker"]["recovered_by"] = (f"{FAULT_WORKER} started again (`rescue stack up --workers "
+                                                 f"{self.workers}`), then `prefect deployment run ingest-batch/default` "
+                                                 "with the same parameters (resumes from the cache)")
+
+    # 2. a desk's Label Studio killed as a round is pulled
+    def kill_desk_during_pull(self, run_id) -> threading.Thread:
+        import contextvars
+
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        email = self.annotators[1]
+        done = threading.Event()
+
+        def run():
+            with get_client(sync_client=True) as client:
+                while not done.wait(0.1):
+                    tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+                    pull = [t for t in tasks if t.name.startswith("pull-round")]
+                    if not pull:
+                        continue
+                    status = self.desks.server(email).status()
+                    if status.pid:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(status.pid, signal.SIGKILL)
+                        with contextlib.suppress(ChildProcessError):
+                            os.waitpid(status.pid, 0)  # started by this process: reaped, so it reads as down
+                    self._event("desk", injected=bool(status.pid),
+                                what=f"SIGKILL to the Label Studio of {email}'s desk (pid {status.pid}) while the "
+                                     f"round's pull task was {pull[0].state.name if pull[0].state else '?'}")
+                    return
+        context = contextvars.copy_context()  # this thread's Prefect settings (the bench's own server)
+        thread = threading.Thread(target=context.run, args=(run,), daemon=True, name="fault-desk")
+        thread.done = done
+        thread.start()
+        return thread
+
+    def recover_desk(self) -> None:
+        """`rescue label-studio up --annotator EMAIL` (docs/OPERATIONS.md, a desk down during a run)."""
+        email = self.annotators[1]
+        cmd = [str(Path(sys.executable).with_name("rescue")), "label-studio", "up", "--annotator", email,
+               "--data-root", str(self.root)]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+        if proc.returncode:
+            raise RuntimeError(f"`rescue label-studio up --annotator {email}` failed ({proc.returncode}): "
+                               f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        pid = self.desks.server(email).status().pid
+        if pid:
+            self.sampler.adopt(pid)  # its parent, the command, has exited: followed by pid
+        self.events["desk"]["recovered_by"] = (f"`rescue label-studio up --annotator {email}`, then "
+                                               f"`prefect deployment run annotation-round/default` again")
+
+    # 3. the Prefect server restarted between rounds
+    def restart_server(self, log) -> None:
+        """The server stopped (SIGTERM, as `rescue stack down` does) and `rescue stack up` again:
+        what is running is left alone, the server starts on its database and re-registers."""
+        from ops import stack as st
+        from ops.processes import read_pid, stop
+
+        names = ["prefect-server", "prefect-worker", *(f"prefect-worker-{i}" for i in range(2, self.workers + 1))]
+        before = {n: read_pid(self.paths, n) for n in names}
+        stop(self.paths, "prefect-server")
+        time.sleep(5)  # down for a while: the workers' polls fail meanwhile
+        st.up(self.root, label_studio=False, worker_limit=2, workers=self.workers, log=log)
+        after = {n: read_pid(self.paths, n) for n in names}
+        restarted = [n for n in names[1:] if after[n] != before[n]]
+        self._event("server", injected=None not in (before["prefect-server"], after["prefect-server"])
+                    and after["prefect-server"] != before["prefect-server"],
+                    what=f"Prefect server (pid {before['prefect-server']}) stopped before round {FAULT_SERVER_BEFORE}, "
+                         f"down 5 s, started again (pid {after['prefect-server']})"
+                         + (f"; workers that had died meanwhile and were started again: {', '.join(restarted)}"
+                            if restarted else "; the workers outlived it"),
+                    recovered_by=f"`rescue stack up --workers {self.workers}` (idempotent: it starts what is down)")
+        self.events["server"]["recovered"] = self.events["server"]["injected"]
+
+    # 4. an annotator submits the same task twice
+    def twice(self, round_name: str) -> str | None:
+        return self.annotators[2] if round_name == FAULT_TWICE_ROUND else None
+
+    def saw_twice(self, round_name: str, answered: dict, data) -> None:
+        import pyarrow.parquet as pq
+
+        if round_name != FAULT_TWICE_ROUND:
+            return
+        path = data.label_problems(round_name)
+        said = [p for p in (pq.read_table(path).to_pylist() if path.is_file() else [])
+                if TWICE_PROBLEM in json.dumps(p, default=str)]
+        self._event("twice", injected=bool(answered.get("twice")), what=answered.get("twice"),
+                    recovered=bool(said), recovered_by=("nothing to run: the pull keeps the latest of the two and "
+                                                         "lists it in the round's problems" if said else
+                                                         f"NOT seen: no problem saying {TWICE_PROBLEM!r}"))
+
+
+def compare_releases(built: Path, reference: Path) -> list[str]:
+    """Files that differ between two releases (the time an agreement override was recorded,
+    which the manifest and card carry, masked: as tests/flows/test_cli_path.py does)."""
+    def files(path: Path) -> dict[str, bytes]:
+        out = {}
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            data = f.read_bytes()
+            if f.name in ("manifest.json", "README.md"):
+                data = re.sub(rb'"?recorded_at"?:\s*"?[0-9T:+\-]+"?', b"recorded_at: <time>", data)
+            out[f.relative_to(path).as_posix()] = data
+        return out
+
+    a, b = files(built), files(reference)
+    if not b:
+        return [f"{reference}: no release there"]
+    return ([f"only in this run's release: {n}" for n in sorted(set(a) - set(b))]
+            + [f"only in the reference: {n}" for n in sorted(set(b) - set(a))]
+            + [f"differs: {n}" for n in sorted(set(a) & set(b)) if a[n] != b[n]])
+
+
 def _canonical(f, v):
     """A comparable form of a stored label value: set-valued fields unordered, records by their
     subfields' filled values, text by its words (how the truth and a pulled value may differ in
@@ -1027,13 +1353,21 @@ def print_report(report: dict, truth: dict) -> None:
               "release_rows": "each released interview's row count equals truth.json",
               "gold_truth": "where all three annotators agree, and where the adjudicator decided, gold equals the truth",
               "alpha": "each field's alpha (50 units or more): its bootstrap 95% interval holds the alpha the error "
-                       "rates imply"}
+                       "rates imply",
+              "faults": "each fault injected once and recovered by the documented command",
+              "release_identical": "the release holds the same bytes as the reference release (a run without faults)"}
     for key, label in labels.items():
+        if key not in report["checks"]:
+            continue
         ch = report["checks"][key]
         say(f"  [{'ok' if ch['ok'] else 'FAIL'}] {label}")
         for p in ch["problems"][:20]:
             say(f"         {p}")
     ch = report["checks"]
+    for key, ev in (report.get("fault_events") or {}).items():
+        say(f"  fault {key}: {ev.get('what', '-')}; recovered by: {ev.get('recovered_by', '-')}"
+            + (f"; interviews it hit: {ev['interviews']}, after the rerun: {ev.get('redone')} "
+               f"({ev.get('cached')} interviews from the cache)" if key == "worker" and "interviews" in ev else ""))
     if ch["release_accounted"].get("released") is not None:
         say(f"  release: {ch['release_accounted']['released']} interviews, {ch['release_rows'].get('rows')} rows; "
             f"gold cells checked: " + ", ".join(f"{k} {v}" for k, v in sorted(ch["gold_truth"].get("tally", {}).items())))

@@ -1,0 +1,73 @@
+"""The rehearsal's own comparisons (benchmarks/bench_rehearsal.py), without a stack: how two
+releases are compared (--reference) and how a gold value is compared with the truth."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_rehearsal", REPO / "benchmarks" / "bench_rehearsal.py")
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench  # its dataclasses look their module up there
+_spec.loader.exec_module(bench)
+
+
+def _release(path: Path, recorded_at: str, rows: bytes = b"rows", by: str = "bench_rehearsal") -> Path:
+    (path / "data" / "rows").mkdir(parents=True)
+    (path / "data" / "rows" / "train.parquet").write_bytes(rows)
+    override = {"round": "relation", "by": by, "recorded_at": recorded_at}
+    (path / "manifest.json").write_text(json.dumps({"gates": [{"override": override}]}, indent=1))
+    (path / "README.md").write_text(f"Override by {by} (recorded_at: {recorded_at}), reason: \"x\"\n")
+    return path
+
+
+def test_releases_equal_but_for_the_time_an_override_was_recorded(tmp_path):
+    a = _release(tmp_path / "a", "2026-12-02T13:00:00+00:00")
+    b = _release(tmp_path / "b", "2026-12-02T14:11:09+00:00")
+    assert bench.compare_releases(a, b) == []
+
+
+def test_releases_that_differ_are_named_file_by_file(tmp_path):
+    a = _release(tmp_path / "a", "2026-12-02T13:00:00+00:00", rows=b"rows")
+    b = _release(tmp_path / "b", "2026-12-02T13:00:00+00:00", rows=b"other rows", by="someone else")
+    (a / "extra.txt").write_text("x")
+    assert bench.compare_releases(a, b) == ["only in this run's release: extra.txt", "differs: README.md",
+                                            "differs: data/rows/train.parquet", "differs: manifest.json"]
+    assert bench.compare_releases(a, tmp_path / "none") == [f"{tmp_path / 'none'}: no release there"]
+
+
+def test_gold_and_truth_compared_by_content_not_form():
+    from pipeline.annotation.rounds import load_round
+
+    transcript, strategy = load_round("transcript"), load_round("strategy")
+    target = transcript.field("target")
+    assert bench._canonical(target, ["Dana", "Mark"]) == bench._canonical(target, ["Mark", "Dana"])
+    assert bench._canonical(target, ["Dana"]) != bench._canonical(target, ["Mark"])
+    text = transcript.field("dialogue_cleaned")
+    assert bench._canonical(text, " I  never said that ") == bench._canonical(text, "I never said that")
+    assert bench._canonical(text, "I never said") != bench._canonical(text, "I never said that")
+    records = strategy.field("support_strategy")
+    const = [s.name for s in records.subfields if s.type == "const"]
+    assert const  # the provider: the therapist, always
+    filled = {s.name: ("reframe" if s.type == "choice" else ["Dana"] if s.type == "multichoice" else "softly")
+              for s in records.subfields if s.type != "const"}
+    with_const = {**filled, **{name: "x" for name in const}}
+    assert bench._canonical(records, [with_const]) == bench._canonical(records, [filled])
+    changed = {**filled, next(iter(filled)): "someone else"}
+    assert bench._canonical(records, [changed]) != bench._canonical(records, [filled])
+    assert bench._canonical(records, None) == bench._canonical(records, [])
+
+
+def test_alpha_judged_by_its_interval_only_where_there_are_units_enough():
+    from pipeline.quality.measures import MIN_UNITS
+
+    many = {"alpha": 0.61, "ci_low": 0.55, "ci_high": 0.68, "n_pairable": MIN_UNITS}
+    assert bench.alpha_verdict(many, 0.62) == (True, "inside")
+    assert bench.alpha_verdict(many, 0.70) == (False, "OUTSIDE")
+    assert bench.alpha_verdict({**many, "ci_low": None, "ci_high": None}, 0.62) == (False, "no interval measured")
+    assert bench.alpha_verdict(many, None) == (None, "no closed form")
+    few = {"alpha": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n_pairable": 5}  # five units, all agreeing
+    ok, why = bench.alpha_verdict(few, 0.62)
+    assert ok is None and "5 pairable units" in why
