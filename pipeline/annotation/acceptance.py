@@ -48,6 +48,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -79,6 +80,7 @@ _PREDICTOR = "\x00prediction"  # the stand-in author of a prediction while windo
 # on no row (``row_index`` null), the voice and its name as the values.
 VOICE_FIELD = "voice_name"
 _VOICE_CHOICE = re.compile(voice_naming.CHOICE_NAME.format(v=r"(\d+)"))
+_control = lru_cache(maxsize=1 << 16)(naming.parse_control_name)  # a round's names, met in every task
 
 
 def project_predictions(client: LabelStudioClient, project_id: int) -> dict[int, list[dict]]:
@@ -193,7 +195,7 @@ def _filled(results: list[dict], data: dict) -> set[tuple[int, str]]:
     units = data.get("units") or []
     out = set()
     for r in results or []:
-        parsed = naming.parse_control_name(r.get("from_name", ""))
+        parsed = _control(r.get("from_name", ""))
         value = ls_config.result_value(r)
         if parsed is None or parsed[3] >= len(units) or value in (None, [], "") \
                 or (isinstance(value, str) and not value.strip()):
@@ -221,7 +223,7 @@ def _slot_values(results: list[dict], data: dict) -> dict[tuple[int, str, int], 
     units = data.get("units") or []
     out = {}
     for r in results or []:
-        parsed = naming.parse_control_name(r.get("from_name", ""))
+        parsed = _control(r.get("from_name", ""))
         if parsed is None or parsed[1] is None or parsed[3] >= len(units):
             continue
         value = ls_config.result_value(r)
@@ -252,17 +254,24 @@ def _canonical(value) -> str:
     return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
 
 
+def _canonical_json(text: str) -> str:
+    """:func:`_canonical` of a label-table value (JSON). A JSON string is its own canonical form:
+    the parser wrote it with the same escaping (``ensure_ascii=False``), and a string has no
+    order to sort; only lists and records are read back and sorted."""
+    return text if text.startswith('"') else _canonical(json.loads(text))
+
+
 def _values(parse: Parser, rnd: Round, data: dict, results: list[dict],
             keys: set[tuple[int, str]]) -> tuple[dict, dict]:
     """``(parsed, raw)`` for ``keys`` (``(row_index, field)``): the canonical value by the pull's
     parser (fields it accepts), and each field's raw ``[control, value]`` items (every field)."""
     lines, _ = parse(rnd, data, {"result": results}, "")
     parsed = {(ln["row_index"], ln["field"]): ln["value"] for ln in lines}
-    parsed = {k: _canonical(json.loads(parsed[k])) for k in keys if k in parsed}
+    parsed = {k: _canonical_json(parsed[k]) for k in keys if k in parsed}
     units = data.get("units") or []
     raw: dict[tuple[int, str], list] = {}
     for r in results or []:
-        name = naming.parse_control_name(r.get("from_name", ""))
+        name = _control(r.get("from_name", ""))
         if name is not None and name[3] < len(units) and (units[name[3]]["row_index"], name[0]) in keys:
             control = naming.control_name(name[0], 0, name[1], name[2])  # the unit does not matter here
             raw.setdefault((units[name[3]]["row_index"], name[0]), []).append([control, ls_config.result_value(r)])
