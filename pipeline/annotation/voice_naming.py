@@ -1,7 +1,7 @@
 """Speakers named once per voice, in the transcript round.
 
 Without the manifest's speaking-order hint the segmenter labels each diarized voice neutrally
-(``Speaker 1``, ``Speaker 2``, the therapist by role when clear: :mod:`pipeline.media.turns`)
+(``Speaker 1``, ``Speaker 2``, the therapist by role when clear: :mod:`pipeline.media.voice_labels`)
 and writes the interview's voice table (``draft-voices/<sample_id>.parquet``,
 ``schemas.DRAFT_VOICES``). This module turns that table into one block at the top of the
 transcript round's task, and the annotator's choices back into row speakers on pull:

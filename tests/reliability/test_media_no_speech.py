@@ -55,6 +55,7 @@ def test_library_refuses_audio_without_speech_before_diarizing(no_speech_root, s
     assert not (no_speech_root / "diarization" / f"{sid}.rttm").exists()
 
 
+@pytest.mark.slow  # about 20 s: a real ffmpeg ingest and the CLI in a subprocess
 @pytest.mark.timeout(300)
 def test_cli_reports_no_speech_as_quarantined(no_speech_root):
     started = time.monotonic()
