@@ -10,8 +10,6 @@ import copy
 import dataclasses
 import hashlib
 import json
-import socket
-import wave
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,18 +23,13 @@ from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
+from tests.helpers import free_port, noise_wav, require_label_studio
 
 pytestmark = pytest.mark.slow
 
 ROUND = "transcript"
 A, B = "noop-a@rescue.test", "noop-b@rescue.test"
 WINDOW = 20  # units per task: the 45-row sample is pushed as 3 windows
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _samples() -> list[dict]:
@@ -48,12 +41,9 @@ def _samples() -> list[dict]:
 def world(tmp_path_factory):
     """Two annotators, each with a real desk (one Label Studio each) under one data root, the
     transcript round pushed to both with a WAV per sample (as `rescue annotate push` does)."""
-    from pipeline.annotation.server import DEFAULT_VENV
-
-    if not (DEFAULT_VENV / "bin" / "label-studio").exists():
-        pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
+    require_label_studio()
     root = tmp_path_factory.mktemp("noop-sync") / "data"
-    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port()))
+    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()))
     for who in (A, B):
         desks.register(who, "annotator")
     desks.up(timeout=400, log=lambda *_: None)
@@ -64,12 +54,7 @@ def world(tmp_path_factory):
         media = {}
         for s in samples:
             rel = f"media/{hashlib.sha256(s['sample_id'].encode()).hexdigest()}.wav"
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            with wave.open(str(root / rel), "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(16000)
-                w.writeframes(b"\0\0" * 160)
+            noise_wav(root / rel, seconds=0.01, rate=16000)
             media[s["sample_id"]] = push.local_media_url(rel)
         world = SimpleNamespace(root=root, desks=desks, samples=samples, rnd=load_round(ROUND),
                                 media_url=lambda s: media[s["sample_id"]])
