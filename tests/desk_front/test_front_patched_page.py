@@ -22,13 +22,17 @@ _PREFILL_SHOWN = """() => { const selected = window.Htx && window.Htx.annotation
   return !!selected && selected.serializeAnnotation().length > 0; }"""
 _RESULTS = """() => { const a = window.Htx && window.Htx.annotationStore.selected;
   return a ? a.serializeAnnotation().length : -1; }"""
+# what the editor holds, for a failure's message (a pre-fill not shown: was there a prediction? what was selected?)
+_STORE = """() => { const s = window.Htx && window.Htx.annotationStore; if (!s) return null;
+  const d = a => a && {type: a.type, pk: a.pk, userGenerate: a.userGenerate, results: a.serializeAnnotation().length};
+  return {annotations: s.annotations.map(d), predictions: s.predictions.map(d), selected: d(s.selected)}; }"""
 
 
 def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server, ls_client, ls_credentials,
                                                                        monkeypatch, chromium):
     project, task, prediction, people = emotion_project(ls_client, "keys", keys=True)
 
-    def page_through(front: FrontServer) -> tuple[list[str], int]:
+    def page_through(front: FrontServer) -> tuple[list[str], int, dict]:
         with chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],
@@ -41,7 +45,7 @@ def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server
                 pass  # not shown at all: the results say so
             page.wait_for_load_state("networkidle")
             page.wait_for_timeout(1000)
-            return page.evaluate(_MARKS), page.evaluate(_RESULTS)
+            return page.evaluate(_MARKS), page.evaluate(_RESULTS), page.evaluate(_STORE)
 
     try:
         with monkeypatch.context() as env:
@@ -61,8 +65,8 @@ def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server
     finally:
         ls_client.request("DELETE", f"/api/projects/{project.id}/", "delete the test project")
 
-    (unpatched_marks, unpatched_results), (marks, results) = unpatched, patched
+    (unpatched_marks, unpatched_results, unpatched_store), (marks, results, store) = unpatched, patched
     # the page shows keys, on a people list too: the comparison compares something
     assert any(re.sub(r"\[\w\]$", "", mark.split(":", 1)[1]) in people for mark in unpatched_marks), unpatched_marks
     assert marks == unpatched_marks
-    assert results == unpatched_results == len(prediction)
+    assert results == unpatched_results == len(prediction), {"unpatched": unpatched_store, "patched": store}
