@@ -1161,17 +1161,10 @@ class Faults:
 
 def compare_releases(built: Path, reference: Path) -> list[str]:
     """Files that differ between two releases (the time an agreement override was recorded,
-    which the manifest and card carry, masked: as tests/flows/test_cli_path.py does)."""
-    def files(path: Path) -> dict[str, bytes]:
-        out = {}
-        for f in sorted(p for p in path.rglob("*") if p.is_file()):
-            data = f.read_bytes()
-            if f.name in ("manifest.json", "README.md"):
-                data = re.sub(rb'"?recorded_at"?:\s*"?[0-9T:+\-]+"?', b"recorded_at: <time>", data)
-            out[f.relative_to(path).as_posix()] = data
-        return out
+    which the manifest and card carry, masked: ``release_files.comparable_files``)."""
+    from pipeline.benchmark.release_files import comparable_files
 
-    a, b = files(built), files(reference)
+    a, b = comparable_files(built), comparable_files(reference)
     if not b:
         return [f"{reference}: no release there"]
     return ([f"only in this run's release: {n}" for n in sorted(set(a) - set(b))]

@@ -5,6 +5,7 @@ step, is defined here, in the lowest of the release modules.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +14,23 @@ import pyarrow.parquet as pq
 
 from pipeline.benchmark import tasks
 from pipeline.paths import DataRoot, InvalidId, check_version
+
+
+# when an agreement override was recorded: the manifest and the card carry it, and it is the one
+# thing two builds of the same data may not share
+_RECORDED_AT = re.compile(rb'"?recorded_at"?:\s*"?[0-9T:+\-]+"?')
+
+
+def comparable_files(release: Path) -> dict[str, bytes]:
+    """A release's files by relative path, as bytes, the override's recording time masked: what
+    two builds of the same data (CLI and flows, a clean and a faulted run) must share exactly."""
+    out = {}
+    for f in sorted(p for p in Path(release).rglob("*") if p.is_file()):
+        data = f.read_bytes()
+        if f.name in ("manifest.json", "README.md"):
+            data = _RECORDED_AT.sub(b"recorded_at: <time>", data)
+        out[f.relative_to(release).as_posix()] = data
+    return out
 
 
 class ReleaseError(ValueError):

@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from pipeline.benchmark.release_files import comparable_files
+
 pytestmark = pytest.mark.slow
 
 ANNOTATORS = ["e2e-a@example.org", "e2e-b@example.org"]
@@ -53,16 +55,6 @@ def _ok(result, *expect: str):
     for text in expect:
         assert text in " ".join(result.output.split()), result.output[-3000:]
     return result
-
-
-def _release_files(path: Path) -> dict[str, bytes]:
-    out = {}
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        data = f.read_bytes()
-        if f.name in ("manifest.json", "README.md"):
-            data = re.sub(rb'"?recorded_at"?:\s*"?[0-9T:+\-]+"?', b"recorded_at: <time>", data)
-        out[f.relative_to(path).as_posix()] = data
-    return out
 
 
 PEOPLE = [*((a, "annotator") for a in ANNOTATORS), (ADJUDICATOR, "adjudicator")]
@@ -165,7 +157,7 @@ def flow_release(batch, stack, open_desks, cli_release):  # after the CLI side: 
 
 
 def test_cli_path_gives_the_flows_release_bytes(cli_release, flow_release):
-    cli, flows = _release_files(cli_release), _release_files(flow_release)
+    cli, flows = comparable_files(cli_release), comparable_files(flow_release)
     assert sorted(cli) == sorted(flows)
     assert any(name.endswith(".parquet") for name in cli)
     differ = [name for name in cli if cli[name] != flows[name]]
