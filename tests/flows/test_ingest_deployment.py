@@ -5,7 +5,8 @@ root has its own: one Label Studio per annotator).
 
 One synthetic batch (three interviews and a broken video) is ingested twice:
 - into data root "crashed": the flow-run process is killed with SIGKILL mid-batch, then the
-  run is repeated; only the interviews that had not finished are computed again (per-interview
+  run is repeated; only the interviews that had not finished (their segment task not Completed:
+  a draft on disk whose result Prefect had not yet recorded may be redone) are computed again (per-interview
   executed/cached lists from the runs' summary artifacts; the finished drafts' files are not
   rewritten), a third run is all cache, and no task exists twice on a desk;
 - into data root "clean", uninterrupted: its drafts are on its desks (the same tasks as on the
@@ -143,6 +144,18 @@ def _drafted(root: Path, ids: list[str]) -> set[str]:
     return {i for i in ids if (root / "drafts" / f"{i}.parquet").exists()}
 
 
+def _segmented(stack, run_id: str) -> set[str]:
+    """The interviews whose segment task Prefect recorded Completed in this flow run. Only these
+    are finished: the draft file is written a moment before the task's result is persisted and
+    its state recorded, and a kill in between leaves a draft whose task a rerun does again."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with api(stack) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+    return {r.name[len("segment["):-1] for r in runs
+            if r.name.startswith("segment[") and r.state is not None and r.state.is_completed()}
+
+
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory) -> tuple[Path, list[str]]:
     path = tmp_path_factory.mktemp("batch")
@@ -164,20 +177,21 @@ def crashed(stack, crashed_desks, batch) -> dict:
     deadline, pid = time.monotonic() + 900, None
     while time.monotonic() < deadline:
         pid = pid or _flow_run_pid(run_id)
-        if pid and 1 <= len(_drafted(root, ids)) < len(ids):
+        if pid and 1 <= len(_drafted(root, ids)) < len(ids) and _segmented(stack, run_id):
             os.kill(pid, signal.SIGKILL)
             break
         time.sleep(0.2)
     else:
         pytest.fail(f"flow run {run_id} never reached the middle of the batch")
-    finished = _drafted(root, ids)
-    assert 1 <= len(finished) < len(ids)
+    finished, drafted = _segmented(stack, run_id), _drafted(root, ids)  # the process is dead: final
+    assert finished <= drafted and 1 <= len(finished) and len(drafted) < len(ids), (finished, drafted)
     mtimes = {i: (root / "drafts" / f"{i}.parquet").stat().st_mtime_ns for i in finished}
     pushed_early = transcript_tasks(crashed_desks, "flowtest/")
 
     rerun = run_ingest(stack, path, root, "--param", "max_workers=1")
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    return {"root": root, "ids": ids, "finished": finished, "mtimes": mtimes, "pushed_early": pushed_early,
+    return {"root": root, "ids": ids, "finished": finished, "drafted": drafted, "mtimes": mtimes,
+            "pushed_early": pushed_early,
             "rerun": items_artifact(stack, flow_run_id(rerun.stdout))}
 
 
@@ -188,6 +202,8 @@ def test_rerun_after_sigkill_recomputes_only_unfinished_interviews(crashed):
         if i in crashed["finished"]:
             assert items[i]["status"] == "cached" and items[i]["executed"] == "", items[i]
             assert (root / "drafts" / f"{i}.parquet").stat().st_mtime_ns == crashed["mtimes"][i], f"{i} recomputed"
+        elif i in crashed["drafted"]:  # killed between its draft and its record: only segment again
+            assert items[i]["status"] == "done" and items[i]["executed"] == "segment", items[i]
         else:
             assert items[i]["status"] == "done" and "segment" in items[i]["executed"].split(","), items[i]
     assert items["flowtest/broken"]["status"] == "quarantined"
