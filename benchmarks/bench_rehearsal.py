@@ -1014,8 +1014,9 @@ class Faults:
 
     # 1. a worker SIGKILLed mid-batch (with the flow run it runs: its host or container dies)
     def kill_worker_mid_batch(self) -> threading.Thread:
-        """Once a flow run of the worker is Running (a run killed before it reaches Running stays
-        Pending: nothing marks it Crashed, and its batch waits for it)."""
+        """Once a flow run of the worker is Running: the fault this bench plants is a worker dying
+        mid-run (one dying between taking a run and starting it leaves the run Pending; the
+        sweeper crashes that one after RESCUE_SWEEP_PENDING_GRACE_S, tests/ops/test_sweeper_pending.py)."""
         import contextvars
 
         from prefect.client.orchestration import get_client

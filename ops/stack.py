@@ -2,8 +2,9 @@
 127.0.0.1 - what ``rescue stack up`` / ``down`` / ``status`` / ``register`` / ``env`` do.
 
 ``up`` starts what is not running yet (idempotent): the Prefect server, ``workers`` process
-workers on ``rescue-cpu``, the sweeper (:mod:`ops.sweeper`: flow runs whose process died are
-marked Crashed within ``RESCUE_SWEEP_EVERY_S``, 30 s, instead of staying Running) and the desks;
+workers on ``rescue-cpu``, the sweeper (:mod:`ops.sweeper`: flow runs whose process or worker
+died are marked Crashed within ``RESCUE_SWEEP_EVERY_S``, 30 s, instead of staying Running or
+Pending) and the desks;
 it registers the work pools, the ``gpu`` and ``rescue-push`` limits, the zombie automation and
 prefect.yaml's deployments (:mod:`ops.prefect_setup`). ``down`` stops what ``up`` started, by
 the pids it recorded, never by name (:mod:`ops.processes`); ``status`` says what runs where.
@@ -97,7 +98,7 @@ def _start_sweeper(paths: StackPaths, env: dict[str, str], log) -> None:
     if read_pid(paths, "sweeper"):
         return
     pid = spawn(paths, "sweeper", [sys.executable, "-m", "ops.sweeper"], env)
-    log(f"sweeper: marks flow runs whose process died as Crashed every {SWEEP_EVERY_S:.0f} s (pid {pid})")
+    log(f"sweeper: marks flow runs whose process or worker died as Crashed every {SWEEP_EVERY_S:.0f} s (pid {pid})")
 
 
 def _desks(settings: Settings):
