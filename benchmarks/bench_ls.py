@@ -14,12 +14,13 @@ they make (counted on the desks' own HTTP clients).
 Targets (issue #28), after the desks' start: push <= 5 s, push again <= 1 s, pull (+ archive +
 validation) <= 5 s, pull again <= 1 s.
 
-    .venv/bin/python benchmarks/bench_ls.py [--round transcript] [--scale 1.0]
+    .venv/bin/python benchmarks/bench_ls.py [--round transcript] [--scale 1.0] [--timeline]
 
 ``--scale 0.05`` (10 samples) is a quick check that it runs (~1 min, most of it the desks' start).
 ``--keep DIR`` copies the data root's ``annotation/`` folder after the first pull (archived
 exports with their predictions, push record, label, problem and acceptance tables, ledger, sync
 states) to ``DIR``: the pull's inputs and outputs, to compare a pull of the same archive by other code.
+``--timeline`` prints the first pull's requests (sent, answered, desk): where its wall goes.
 """
 from __future__ import annotations
 
@@ -70,25 +71,46 @@ def _media(root: Path, samples: list[dict]) -> dict[str, str]:
 
 
 class _Requests:
-    """Counts the requests the desks' clients send (an httpx event hook on each real client)."""
+    """Counts the requests the desks' clients send (httpx event hooks on each real client), and
+    when each was sent and its answer's head came back (a Label Studio export answers once it is
+    built): :meth:`timeline`."""
 
     def __init__(self, desks: Desks, people: list[str]):
         self.counts: Counter = Counter()
+        self.spans: list[list] = []  # [desk port, method path, sent, answered (None: not yet)]
+        self._open: dict[int, list] = {}
         for who in people:
-            desks.client(who)._http.event_hooks["request"].append(self._count)
+            hooks = desks.client(who)._http.event_hooks
+            hooks["request"].append(self._count)
+            hooks["response"].append(self._answered)
 
     def _count(self, request) -> None:
         self.counts[f"{request.method} {request.url.path}"] += 1
+        span = [request.url.port, f"{request.method} {request.url.path}", time.perf_counter(), None]
+        self.spans.append(span)
+        self._open[id(request)] = span
+
+    def _answered(self, response) -> None:
+        span = self._open.pop(id(response.request), None)
+        if span is not None:
+            span[3] = time.perf_counter()
 
     def take(self) -> Counter:
-        out, self.counts = self.counts, Counter()
+        out, self.counts, self.spans, self._open = self.counts, Counter(), [], {}
         return out
+
+    def timeline(self, t0: float) -> str:
+        """One line per request since the last :meth:`take`: seconds after ``t0`` it was sent
+        and answered, on which desk (port)."""
+        return "\n".join(f"    {sent - t0:6.2f} -> {'?' if done is None else f'{done - t0:6.2f}'}"
+                         f"  ({'?' if done is None else f'{done - sent:5.2f}'} s)  desk :{port}  {what}"
+                         for port, what, sent, done in sorted(self.spans, key=lambda s: s[2]))
 
 
 def _line(name: str, seconds: float, detail: str) -> str:
     target = TARGETS[name]
     return (f"{name + ':':<12} {seconds:6.2f} s  target <= {target:g} s: {'ok' if seconds <= target else 'MISSED'}"
-            f"  ({detail})")
+            f"  ({detail}; load {os.getloadavg()[0]:.1f})")
 
 
 def _asked(counts: Counter) -> str:
@@ -100,6 +122,8 @@ def main() -> None:
     ap.add_argument("--round", default="transcript")
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--keep", type=Path, help="copy annotation/ here after the first pull")
+    ap.add_argument("--timeline", action="store_true",
+                    help="print each request of the first pull: when sent and answered, on which desk")
     args = ap.parse_args()
     samples = generate(scale=args.scale)
     rnd = load_round(args.round)
@@ -152,8 +176,11 @@ def main() -> None:
             t0, c0 = time.perf_counter(), time.process_time()
             result = pull.pull_round(desks, rnd.name, root)
             pull_s = time.perf_counter() - t0
+            timeline = requests.timeline(t0) if args.timeline else ""
             print(_line("pull", pull_s, f"+ archive + validation; pipeline CPU {time.process_time() - c0:.2f} s; "
                                         f"{sum(requests.take().values())} requests; {result.summary()}"))
+            if timeline:
+                print(timeline)
             if args.keep:
                 shutil.copytree(root / "annotation", args.keep, dirs_exist_ok=True)
             t0, c0 = time.perf_counter(), time.process_time()

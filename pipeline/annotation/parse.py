@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pipeline import taxonomy
@@ -55,10 +55,11 @@ class _Problems:
 @dataclass
 class _Ctx:
     scenario: str
-    participants: list[str]
+    participants: tuple[str, ...]
     n_rows: int
     row_index: int
     speaker: str
+    options: dict = field(default_factory=dict)  # id(Field) -> its allowed values; shared by a task's rows
 
 
 def _convert(f: Field, raw, ctx: _Ctx, path: str, problems: _Problems) -> tuple[bool, object]:
@@ -79,7 +80,9 @@ def _convert(f: Field, raw, ctx: _Ctx, path: str, problems: _Problems) -> tuple[
             problems.add(ri, path, f"out of range [{lo:g}, {hi:g}]", raw)
             return False, None
         return True, int(raw)
-    allowed = _options(f, ctx.scenario, tuple(ctx.participants), ctx.n_rows)
+    allowed = ctx.options.get(id(f))
+    if allowed is None:  # the same for every row of a task (the lru_cache would hash the Field each time)
+        allowed = ctx.options[id(f)] = _options(f, ctx.scenario, ctx.participants, ctx.n_rows)
     items = raw if isinstance(raw, list) else [raw]
     bad = [v for v in items if v not in allowed]
     if bad:
@@ -111,14 +114,19 @@ def _check_multi(f: Field, value: list, other, ctx: _Ctx, path: str, problems: _
     return ok
 
 
-def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems) -> dict[str, object]:
-    """Validated ``{field: value}`` of one row; fields with a problem are left out."""
+def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems,
+                plain: dict[str, Field] | None = None, defaults: dict | None = None) -> dict[str, object]:
+    """Validated ``{field: value}`` of one row; fields with a problem are left out. ``plain``
+    (the round's fields but records) and ``defaults`` (``ls_config.record_defaults``): given by
+    a caller that reads many rows."""
     out: dict[str, object] = {}
-    plain = {f.name: f for f in rnd.fields if f.type != "records"}
+    if plain is None:
+        plain = {f.name: f for f in rnd.fields if f.type != "records"}
     for f in rnd.fields:
         if f.type == "records":
-            ok, records = _records(f, raw.get(f.name) or {}, ctx, problems,
-                                   ls_config.record_defaults(rnd).get(f.name, {}))
+            if defaults is None:
+                defaults = ls_config.record_defaults(rnd)
+            ok, records = _records(f, raw.get(f.name) or {}, ctx, problems, defaults.get(f.name, {}))
             if ok:
                 out[f.name] = records
             continue
@@ -237,6 +245,7 @@ def _read_results(rnd: Round, data: dict, results: list | None) -> tuple[list[tu
     # the voice names -> every row of the voice
     annotation = voice_naming.resolve(rnd, data, {"result": results}, problems.add)
     units = data.get("units") or []
+    fields = {f.name: f for f in rnd.fields}
     raw: dict[int, dict] = defaultdict(dict)
     for result in annotation.get("result") or []:
         name = result.get("from_name", "")
@@ -247,9 +256,9 @@ def _read_results(rnd: Round, data: dict, results: list | None) -> tuple[list[tu
             problems.add(None, name if isinstance(name, str) else _dumps(name), "unknown control", result.get("value"))
             continue
         fname, slot, sub, unit = parsed
+        f = fields.get(fname)
         try:
-            f = rnd.field(fname)
-            if (slot is None) != (f.type != "records") or (sub is not None and f.subfield(sub) is None):
+            if f is None or (slot is None) != (f.type != "records") or (sub is not None and f.subfield(sub) is None):
                 raise KeyError(name)
         except KeyError:
             problems.add(None, name, "unknown field", result.get("value"))
@@ -263,11 +272,17 @@ def _read_results(rnd: Round, data: dict, results: list | None) -> tuple[list[tu
         else:
             raw[unit].setdefault(fname, {}).setdefault(slot, {})[sub] = value
     values = []
+    if units:  # what every row of the task shares, once
+        scenario, participants = data["scenario"], tuple(data.get("participants") or [])
+        n_rows, options = len(data.get("turns") or []), {}
+        plain = {f.name: f for f in rnd.fields if f.type != "records"}
+        defaults = ls_config.record_defaults(rnd) if len(plain) < len(rnd.fields) else {}
+    empty: dict = {}
     for i, u in enumerate(units):
-        ctx = _Ctx(data["scenario"], list(data.get("participants") or []), len(data.get("turns") or []),
-                   u["row_index"], u.get("speaker") or "")
-        for fname, value in _row_values(rnd, raw.get(i, {}), ctx, problems).items():
-            values.append((u["row_index"], fname, _dumps(value)))
+        ri = u["row_index"]
+        ctx = _Ctx(scenario, participants, n_rows, ri, u.get("speaker") or "", options)
+        for fname, value in _row_values(rnd, raw.get(i, empty), ctx, problems, plain, defaults).items():
+            values.append((ri, fname, _dumps(value)))
     return values, problems.items
 
 

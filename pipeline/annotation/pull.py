@@ -38,6 +38,7 @@ import gc
 import hashlib
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,6 +105,17 @@ def _sorted_table(records: list[dict], schema: pa.Schema, keys: list[str]) -> pa
     return pa.Table.from_pylist(sorted(records, key=key), schema=schema)
 
 
+@dataclass
+class _Parsed:
+    """What one project's export gave a pull."""
+    path: Path | None = None
+    new: bool = False
+    labels: list[dict] = field(default_factory=list)
+    problems: list[dict] = field(default_factory=list)
+    accepted: list[dict] = field(default_factory=list)
+    progress: tuple[int, int] | None = None  # (done, total); None when the export is not JSON
+
+
 # --- what a pull saw of each project --------------------------------------------------------
 
 # What the pull's output is a function of, besides Label Studio: these files. A pull whose exports,
@@ -135,8 +147,13 @@ def pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
     not exported again. When every export is as at the last pull (and the push record, the
     annotators asked, the code and the stored tables too), nothing is parsed or written: the
     stored tables are the answer (the pull state, ``annotation/sync/<round>.pull.json``). Desks
-    are read side by side (:func:`.push.each_desk`); on a desk the projects are looked at side by
-    side and exported one after another, and each export is parsed here as it arrives.
+    are read side by side (:func:`.push.each_desk`); on a desk the projects are exported one
+    after another, largest first, each after its look, with the looks and prediction listings
+    beside (:func:`.pull_look.read_desk`), and each export is parsed here as soon as it arrives,
+    from whichever desk (the tables are put together in the desks' order all the same).
+
+    A desk that fails (down, a refused token) is raised as its client's error, which names it,
+    once the other desks' exports are archived; nothing else is written then.
     """
     with _collector_paused():
         return _pull_round(desks, round_name, data_root, annotators, write)
@@ -162,7 +179,6 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     labels, problems, accepted = [], [], []
-    result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
 
     def problem(who: str, message: str, sid: str = "") -> None:
         problems.append({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": who,
@@ -175,31 +191,33 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
              if not ((annotators and who not in annotators) or (not annotators and given and who not in given))]
     state = read_sync(root, rnd.name, "pull")
     old_projects = state.get("projects") if isinstance(state.get("projects"), dict) else {}
-    read = {who: DeskRead() for who in asked}
 
     def read_one(who: str) -> None:  # a desk the round never reached is not asked (it may be down)
         read_desk(desks, who, rnd, root, old_projects, read[who])
 
     seen = ledger.Ledger(root, rnd.name)
     exported: dict[tuple[str, str], set[str]] = {}  # (scenario, annotator) -> sample ids with a task
+    # What each project gave (its archive path, labels, problems, acceptance lines, progress):
+    # projects are parsed as they arrive, and put together in the desks' and projects' order, so
+    # the tables do not depend on which desk answered first. (The ledger and ``exported`` do
+    # not either: their keys name the annotator, and annotation ids are unique on a desk.)
+    parsed: dict[int, _Parsed] = {}
 
     def parse_item(item: Wanted) -> None:
         """Archive (when new), parse and validate one project's export, as it arrives."""
         project, scenario, annotator, users, owner = item.project, item.scenario, item.annotator, item.users, item.owner
+        out = parsed[id(item)] = _Parsed()
         exported.setdefault((scenario, annotator), set())
         if item.archived is not None:
-            path, raw = item.archived, item.archived.read_bytes()
-            result.snapshots.append(path)
+            out.path, raw = item.archived, item.archived.read_bytes()
         else:
             raw = item.raw
-            path, new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
-            result.snapshots.append(path)
-            result.new_snapshots += int(new)
+            out.path, out.new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
         try:
             tasks = json.loads(raw)
         except ValueError as exc:
-            problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": annotator,
-                             "field": None, "problem": f"export {path.name} is not JSON: {exc}", "value": None})
+            out.problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": annotator,
+                                 "field": None, "problem": f"export {out.path.name} is not JSON: {exc}", "value": None})
             return
         exported[(scenario, annotator)] |= {(t.get("data") or {}).get("sample_id") for t in tasks
                                             if isinstance(t, dict)}
@@ -208,42 +226,59 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         if item.archived is not None:
             record = json.loads(root.export_predictions(rnd.name, scenario, annotator, item.sha).read_bytes())
         else:
-            record, _ = acceptance.archive_predictions(root, path, acceptance.predictions_record(
+            record, _ = acceptance.archive_predictions(root, out.path, acceptance.predictions_record(
                 rnd.name, scenario, annotator, project.id, tasks, item.predictions, users))
         once = ParseOnce()  # the acceptance and the labels parse each submitted annotation once
         moved = seen.check(annotator, tasks)  # before stitching: a window is a task of its own
         if not moved:  # one stitching for both (the prediction rides along, then is dropped)
             lines, tasks, notes = acceptance.measure_and_stitch(rnd, tasks, record, parse=once)
-            accepted.extend(lines)
+            out.accepted.extend(lines)
         else:  # measured as exported; the labels without the moved annotations (stitched again)
-            accepted.extend(acceptance.measure_archived(rnd, tasks, record, parse=once))
+            out.accepted.extend(acceptance.measure_archived(rnd, tasks, record, parse=once))
             for task in [t for t in tasks if isinstance(t, dict)]:
                 data = task.get("data") or {}
                 for a in [a for a in task.get("annotations") or [] if a.get("id") in moved]:
-                    problem(annotator, f"annotation {a['id']} on {desks.where(annotator)}: {moved[a['id']]}; "
-                                       "not counted", data.get("sample_id", "?"))
+                    out.problems.append({
+                        "round": rnd.name, "sample_id": data.get("sample_id", "?"), "row_index": None,
+                        "annotator": annotator, "field": None, "value": None,
+                        "problem": f"annotation {a['id']} on {desks.where(annotator)}: {moved[a['id']]}; not counted"})
                     task["annotations"].remove(a)
             tasks, notes = stitch_tasks(tasks)  # windows of a long sample -> one task per sample
-        problems.extend({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
-                         "field": None, "problem": note, "value": None} for sid, note in notes)
+        out.problems.extend({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
+                             "field": None, "problem": note, "value": None} for sid, note in notes)
         lines, probs, n_done = parse_export(rnd, tasks, annotator, users, owner, desks.where(annotator), parse=once)
-        labels.extend(lines)
-        problems.extend(probs)
-        result.progress[(annotator, scenario)] = (n_done, len(tasks))
+        out.labels, out.progress = lines, (n_done, len(tasks))
+        out.problems.extend(probs)
 
-    # Desks are read side by side; each project is parsed here as its export arrives, in the
-    # desks' and projects' order. Projects as the last pull left them wait: if nothing else
-    # changed either, the pull may be a no-op and parses nothing.
+    # Desks are read side by side; each project is parsed here as soon as its export arrives,
+    # from whichever desk. Projects as the last pull left them wait: if nothing else changed
+    # either, the pull may be a no-op and parses nothing.
     wanted: list[Wanted] = []
     waiting: list[Wanted] = []
+    arrived = threading.Event()
+    read = {who: DeskRead(arrived=arrived) for who in asked}
+    # A desk that fails is raised when leaving, once the other desks' exports are archived.
     with reading(desks, asked, read_one, read) as failed:
+        # Made once the desks are asked: pyarrow's first table imports pandas (0.4 s of CPU).
+        result = PullResult(rnd.name, schemas.LABELS.empty_table(), schemas.LABEL_PROBLEMS.empty_table())
+        projects: list[Wanted] = []
         for who in asked:
             desk = read[who]
             failed(desk.listed, who)
             for message in desk.foreign:
                 problem(who, message)
-            for item in desk.items:
-                failed(item.ready, who)
+            projects += desk.items
+        todo = projects
+        while todo:
+            arrived.clear()  # before looking: an item ready after this sets it again
+            here = [item for item in todo if item.ready.is_set()]
+            if not here:
+                arrived.wait()
+                continue
+            todo = [item for item in todo if all(item is not h for h in here)]
+            for item in here:
+                if failed(item.ready, item.annotator) and not item.read:
+                    continue
                 wanted.append(item)
                 if item.archived is not None and all(w.archived is not None for w in wanted):
                     waiting.append(item)
@@ -252,6 +287,8 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
                     parse_item(early)
                 waiting.clear()
                 parse_item(item)
+        order = {id(item): n for n, item in enumerate(projects)}
+        wanted.sort(key=lambda item: order[id(item)])  # the desks' and projects' order again
     for who in annotators or []:
         if who not in people:
             problem(who, f"{who} has no annotator's desk; nothing pulled for them (earlier lines kept)")
@@ -270,6 +307,15 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             return _as_before(result, root, rnd, wanted, done)  # nothing new anywhere: a no-op
     for item in waiting:
         parse_item(item)
+    for item in wanted:  # what each project gave, in the desks' and projects' order
+        out = parsed[id(item)]
+        result.snapshots.append(out.path)
+        result.new_snapshots += int(out.new)
+        labels += out.labels
+        problems += out.problems
+        accepted += out.accepted
+        if out.progress is not None:
+            result.progress[(item.annotator, item.scenario)] = out.progress
     # Pushed but gone: a task or project deleted in Label Studio after the push.
     pulled = {a for (_, a) in exported}
     for key, sample_ids in sorted(pushed_record.items()):

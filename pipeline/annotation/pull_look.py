@@ -88,6 +88,11 @@ class Wanted:
     ready: threading.Event = field(default_factory=threading.Event)  # looked at (and exported)
 
     @property
+    def read(self) -> bool:
+        """Whether it is all here: archived, or exported with its predictions."""
+        return self.archived is not None or (self.raw is not None and self.predictions is not None)
+
+    @property
     def sha(self) -> str:
         """The sha256 of its export (the archived one's name)."""
         return self.archived.stem if self.archived is not None else hashlib.sha256(self.raw).hexdigest()
@@ -101,13 +106,16 @@ class DeskRead:
     items: list[Wanted] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
     listed: threading.Event = field(default_factory=threading.Event)
+    arrived: threading.Event = field(default_factory=threading.Event)  # set whenever an item is ready (may be shared)
 
 
 @contextlib.contextmanager
 def reading(desks: DeskAccess, people: list[str], work: Callable[[str], None], read: dict[str, DeskRead]):
     """Run ``work`` for every desk in the background (:func:`.push.each_desk`) and yield
-    ``failed(event, who)``: it waits for ``event`` and raises the first failure (in ``people``'s
-    order) of any desk; every event is set once the desks are done, failed or not."""
+    ``failed(event, who)``: it waits for ``event`` and says whether ``who``'s desk failed (what
+    that desk gave before is still read, and the other desks are read in full). Every event is
+    set once the desks are done, failed or not; leaving raises the first failure (in
+    ``people``'s order), after the work done meanwhile (e.g. archiving the other desks' exports)."""
     errors: dict[str, BaseException] = {}
 
     def guarded(who: str) -> None:
@@ -125,11 +133,11 @@ def reading(desks: DeskAccess, people: list[str], work: Callable[[str], None], r
                 desk.listed.set()
                 for item in desk.items:
                     item.ready.set()
+                desk.arrived.set()
 
-    def failed(event: threading.Event, who: str) -> None:
+    def failed(event: threading.Event, who: str) -> bool:
         event.wait()
-        if errors:
-            raise errors[next(w for w in people if w in errors)]
+        return who in errors
 
     with ThreadPoolExecutor(1) as runner:  # leaving waits for the desks (their exports finish)
         background = runner.submit(run_all)
@@ -159,17 +167,30 @@ def look_at(root: DataRoot, rnd: Round, item: Wanted, old: dict | None, since_ne
     item.look = narrowed(shown, since_new) if since_old and since_new and since_new > since_old else shown
 
 
-def export(item: Wanted) -> None:
+EXPORTS_PER_DESK = 1  # exports asked of one desk at once (Label Studio serializes an export in one process)
+LOOKS_PER_DESK = 4    # looks and prediction listings asked of one desk at once (small reads)
+
+
+def export(item: Wanted, aside: ThreadPoolExecutor | None = None) -> None:
+    """Export the project and list its predictions (``aside``: beside the export, as it runs)."""
+    predictions = aside.submit(acceptance.project_predictions, item.client, item.project.id) if aside else None
     item.raw = item.client.export_tasks(item.project.id)
-    item.predictions = acceptance.project_predictions(item.client, item.project.id)
+    item.predictions = (predictions.result() if predictions
+                        else acceptance.project_predictions(item.client, item.project.id))
 
 
 def read_desk(desks: DeskAccess, who: str, rnd: Round, root: DataRoot, old_projects: dict, desk: DeskRead) -> None:
     """Fill ``desk`` from ``who``'s desk: its users and the round's projects on it (then
-    ``listed``), each project looked at (side by side) and, unless it is as the last pull left it
-    (``old_projects``: the pull state's looks), exported (one after another; then ``ready``)."""
+    ``listed``), each project looked at and, unless it is as the last pull left it
+    (``old_projects``: the pull state's looks), exported (then ``ready``).
+
+    The projects are read largest first (the longest parse starts while the smaller projects
+    are still exported); a project's look comes before its
+    export, the other looks and the prediction listings run beside the exports (at most
+    :data:`LOOKS_PER_DESK`), and at most :data:`EXPORTS_PER_DESK` exports at once. A failure is
+    raised once the desk's other projects are read (their ``ready`` is set either way)."""
     client = desks.client(who)
-    with ThreadPoolExecutor(1) as aside:  # reads only: asked side by side, the export one at a time
+    with ThreadPoolExecutor(1) as aside:  # reads only: asked side by side
         users = aside.submit(client.users)
         listed = sorted(client.projects(), key=lambda p: p.key)
         since_new = settled(client.answered_at())
@@ -183,12 +204,24 @@ def read_desk(desks: DeskAccess, who: str, rnd: Round, root: DataRoot, old_proje
             desk.foreign.append(f"project {project.id} on {desks.where(who)} is named for {parsed[2]}: not counted")
             continue
         desk.items.append(Wanted(client, project, parsed[1], who, desk.users, owner))
+    desk.items.sort(key=lambda item: -(item.project.counts or (0,))[0])  # stable: by key among equals
     desk.listed.set()
-    if desk.items:
-        with ThreadPoolExecutor(min(len(desk.items), 4)) as looks:
-            list(looks.map(lambda item: look_at(root, rnd, item, old_projects.get(
-                f"{client.url}|{item.project.id}"), since_new), desk.items))
-    for item in desk.items:
-        if item.archived is None:
-            export(item)
-        item.ready.set()
+    if not desk.items:
+        return
+
+    def fetch(item: Wanted, looked) -> None:
+        try:
+            looked.result()  # the look comes before the export: a change after it shows next time
+            if item.archived is None:
+                export(item, side)
+        finally:
+            item.ready.set()
+            desk.arrived.set()
+
+    with ThreadPoolExecutor(min(2 * len(desk.items), LOOKS_PER_DESK)) as side, \
+            ThreadPoolExecutor(min(len(desk.items), EXPORTS_PER_DESK)) as exports:
+        looked = [side.submit(look_at, root, rnd, item, old_projects.get(f"{client.url}|{item.project.id}"), since_new)
+                  for item in desk.items]
+        done = [exports.submit(fetch, item, look) for item, look in zip(desk.items, looked)]
+        for future in done:
+            future.result()

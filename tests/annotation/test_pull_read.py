@@ -1,0 +1,164 @@
+"""How a pull reads the desks (issue #28), on two real desks (one Label Studio each): on each
+desk the projects are exported largest first, one export at a time (``EXPORTS_PER_DESK``), each
+after its own look; what the pull archives and writes is the same bytes however the reads are
+spread; a desk that is down is a clear error naming it, raised once the other desk's exports are
+archived."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import re
+import shutil
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from ls_samples import make_sample
+
+from pipeline.annotation import ls_config, pull, pull_look, push
+from pipeline.annotation.client import LabelStudioUnavailable
+from pipeline.annotation.desks import Desks
+from pipeline.annotation.rounds import load_round
+from pipeline.config import Settings
+from pipeline.paths import DataRoot
+from tests.helpers import free_port, noise_wav, require_label_studio
+
+pytestmark = pytest.mark.slow
+
+ROUND = "transcript"
+A, B = "read-a@rescue.test", "read-b@rescue.test"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Two annotators with a desk each, the transcript round pushed to both (per desk a family
+    project of 6 tasks and a couple one of 2) and every task annotated as pushed."""
+    require_label_studio()
+    root = tmp_path_factory.mktemp("pull-read") / "data"
+    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()))
+    for who in (A, B):
+        desks.register(who, "annotator")
+    desks.up(timeout=400, log=lambda *_: None)
+    try:
+        for who in (A, B):
+            desks.client(who).create_user(who)
+        # the family project the larger: first by size, though second by its key
+        samples = [make_sample(f"synthetic/couple_{i:03d}", "couple", 5) for i in range(2)] + [
+            make_sample(f"synthetic/family_{i:03d}", "family", 6 + i % 3) for i in range(6)]
+        media = {}
+        for s in samples:
+            rel = f"media/{hashlib.sha256(s['sample_id'].encode()).hexdigest()}.wav"
+            noise_wav(root / rel, seconds=0.01, rate=16000)
+            media[s["sample_id"]] = push.local_media_url(rel)
+        rnd = load_round(ROUND)
+        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root,
+                                 media_url=lambda s: media[s["sample_id"]])
+        by_id = {s["sample_id"]: s for s in samples}
+        for key, pid in report.projects.items():
+            who = push.parse_project_key(key)[2]
+            client = desks.client(who)
+            for task in client.tasks(pid):
+                values = push.input_values(rnd, by_id[task["data"]["sample_id"]])
+                client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
+                                         completed_by=desks.owner_id(who), lead_time=5.0)
+        yield SimpleNamespace(root=root, desks=desks, projects=report.projects)
+    finally:
+        desks.down()
+        desks.close()
+
+
+def _fresh(world, path: Path) -> Path:
+    """A data root holding only the push record: a first pull into it reads everything."""
+    shutil.copytree(DataRoot(world.root).pushed(ROUND).parent, DataRoot(path).pushed(ROUND).parent)
+    return path
+
+
+@contextlib.contextmanager
+def _spans(desks: Desks):
+    """``[(port, path, project, sent, answered)]`` of every request the desks' clients send."""
+    spans, open_ = [], {}
+
+    def sent(request):
+        open_[id(request)] = [request.url.port, request.url.path, request.url.params.get("project"),
+                              time.perf_counter(), None]
+        spans.append(open_[id(request)])
+
+    def answered(response):
+        span = open_.pop(id(response.request), None)
+        if span is not None:
+            span[4] = time.perf_counter()
+
+    clients = [desks.client(who)._http for who in (A, B)]
+    for http in clients:
+        http.event_hooks["request"].append(sent)
+        http.event_hooks["response"].append(answered)
+    try:
+        yield spans
+    finally:
+        for http in clients:
+            http.event_hooks["request"].remove(sent)
+            http.event_hooks["response"].remove(answered)
+
+
+def _bytes(root: Path) -> dict[str, bytes]:
+    """Every file a pull writes, the time a predictions record was taken and the pull state
+    (its looks are times) left out."""
+    out = {}
+    for path in sorted((root / "annotation").rglob("*")):
+        if path.is_file() and "sync" not in path.parts and "locks" not in path.parts:
+            data = path.read_bytes()
+            if path.name.endswith(".predictions.json"):
+                data = re.sub(rb'"pulled_at": "[^"]*"', b"", data)
+            out[str(path.relative_to(root))] = data
+    return out
+
+
+def test_each_desk_exports_its_largest_project_first_one_at_a_time_each_after_its_look(world, tmp_path):
+    desks = Desks(world.root)
+    with _spans(desks) as spans:
+        result = pull.pull_round(desks, ROUND, _fresh(world, tmp_path))
+    assert result.new_snapshots == 4, result.summary()
+    for who in (A, B):
+        port = int(desks.url(who).rsplit(":", 1)[1])
+        larger, smaller = (world.projects[push.project_key(ROUND, s, who)] for s in ("family", "couple"))
+        exports = [s for s in spans if s[0] == port and s[1].endswith("/export")]
+        assert [s[1] for s in exports] == [f"/api/projects/{larger}/export", f"/api/projects/{smaller}/export"]
+        assert exports[1][3] >= exports[0][4], "two exports at once on one desk"
+        for pid, export in zip((larger, smaller), exports):
+            looks = [s for s in spans if s[0] == port and s[1] == "/api/tasks/" and s[2] == str(pid)]
+            assert looks and looks[0][4] <= export[3], f"project {pid} exported before its look was answered"
+            assert any(s[1] == "/api/predictions/" and s[2] == str(pid) for s in spans if s[0] == port)
+    desks.close()
+
+
+def test_what_a_pull_writes_does_not_depend_on_how_its_reads_are_spread(world, tmp_path, monkeypatch):
+    desks = Desks(world.root)
+    first = pull.pull_round(desks, ROUND, _fresh(world, tmp_path / "spread"))
+    monkeypatch.setattr(pull_look, "EXPORTS_PER_DESK", 2)  # both projects of a desk at once
+    monkeypatch.setattr(pull_look, "LOOKS_PER_DESK", 1)    # looks and predictions one by one
+    other = pull.pull_round(desks, ROUND, _fresh(world, tmp_path / "other"))
+    desks.close()
+    assert first.labels.num_rows > 0 and first.labels.equals(other.labels)
+    spread, again = _bytes(tmp_path / "spread"), _bytes(tmp_path / "other")
+    assert len([p for p in spread if p.endswith(".predictions.json")]) == 4
+    assert spread.keys() == again.keys() and all(spread[p] == again[p] for p in spread), \
+        [p for p in spread if spread[p] != again.get(p)]
+
+
+def test_a_desk_that_is_down_is_named_and_the_other_desks_exports_are_archived(world, tmp_path):
+    desks = Desks(world.root)
+    url = desks.url(B)
+    desks.down([B])
+    try:
+        root = _fresh(world, tmp_path)
+        with pytest.raises(LabelStudioUnavailable, match=re.escape(url)):
+            pull.pull_round(desks, ROUND, root)
+        archived = {p.parent.name for p in DataRoot(root).root.rglob("*.predictions.json")}
+        assert archived == {"read-a_rescue.test"}, archived
+        assert len(list(DataRoot(root).root.rglob("*.predictions.json"))) == 2
+        assert not DataRoot(root).labels(ROUND).exists()  # the pull failed: no table is written
+    finally:
+        desks.up([B], log=lambda *_: None)
+        desks.close()
