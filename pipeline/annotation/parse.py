@@ -120,6 +120,7 @@ def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems,
     (the round's fields but records) and ``defaults`` (``ls_config.record_defaults``): given by
     a caller that reads many rows."""
     out: dict[str, object] = {}
+    converted: dict[str, tuple[bool, object]] = {}  # this row's plain fields converted so far
     if plain is None:
         plain = {f.name: f for f in rnd.fields if f.type != "records"}
     for f in rnd.fields:
@@ -130,15 +131,16 @@ def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems,
             if ok:
                 out[f.name] = records
             continue
-        ok, value = _convert(f, raw.get(f.name), ctx, f.name, problems)
+        ok, value = converted[f.name] = _convert(f, raw.get(f.name), ctx, f.name, problems)
         if not ok:
             continue
         if f.required and value in ("", [], None) and not (f.empty_choice and raw.get(f.name) is not None):
             problems.add(ctx.row_index, f.name, "missing required field")
             continue
         if f.distinct_from and value not in ("", [], None):
-            if f.distinct_from in plain:
-                o_ok, other = _convert(plain[f.distinct_from], raw.get(f.distinct_from), ctx, f.distinct_from, _Problems("", "", ""))
+            if f.distinct_from in plain:  # its problems are its own to report (or were reported)
+                o_ok, other = converted.get(f.distinct_from) or _convert(
+                    plain[f.distinct_from], raw.get(f.distinct_from), ctx, f.distinct_from, _Problems("", "", ""))
                 other = other if o_ok else None
             else:
                 other = ctx.speaker if f.distinct_from == "primary_speaker" else None

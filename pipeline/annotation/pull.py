@@ -98,10 +98,18 @@ class PullResult:
         return s
 
 
+def _sort_text(value) -> str:
+    """A key value as the tables sort it: None first, whole numbers by value (12 digits), else text."""
+    if value is None:
+        return ""
+    if type(value) is str:
+        return value
+    return f"{value:012d}" if isinstance(value, int) else str(value)
+
+
 def _sorted_table(records: list[dict], schema: pa.Schema, keys: list[str]) -> pa.Table:
     def key(r):
-        return tuple("" if r.get(k) is None else (f"{r[k]:012d}" if isinstance(r.get(k), int) else str(r[k]))
-                     for k in keys)
+        return tuple([_sort_text(r.get(k)) for k in keys])
     return pa.Table.from_pylist(sorted(records, key=key), schema=schema)
 
 
