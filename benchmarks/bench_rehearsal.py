@@ -72,7 +72,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -925,10 +925,13 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
             st_[k] = round(st_[k], 2)
         del st_["first"], st_["last"]
 
+    # which worker ran each interview's child run (the run's own record: worker name @ host pid)
+    workers = Counter(it["worker"].split("@", 1)[0] for it in items.values() if it.get("worker"))
     children = [runs[r] for r in child_ids if r in runs]
     run_walls = [(_ts(r.end_time) - _ts(r.start_time)) for r in children if r.start_time and r.end_time]
     mean = lambda xs: round(sum(xs) / len(xs), 2) if xs else None  # noqa: E731
-    return {"stages": stages, "child_runs": {"count": len(child_ids), "mean_running_s": mean(run_walls),
+    return {"stages": stages, "child_runs": {"count": len(child_ids), "workers": dict(sorted(workers.items())),
+                                             "mean_running_s": mean(run_walls),
                            "mean_process_start_s": mean(starts), "mean_outside_stages_s": mean(overhead_wall),
                            "overhead_cpu_s": round(overhead_cpu, 1)}}
 

@@ -205,21 +205,22 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
 
 
 def run_flows(desks, root: Path, batch_dir: Path, annotators: list[str], adjudicator: str, seed: int,
-              step: Callable = lambda name, fn: fn()) -> tuple[dict[str, dict], Path]:
+              step: Callable = lambda name, fn: fn(), fan_out: bool = False) -> tuple[dict[str, dict], Path]:
     """A batch through the deployments of a running stack, answered by simulated annotators:
     ingest-batch, one annotation-round run per round (paused while the simulated adjudicator
     works, then resumed), build-release. Returns each round's outcome and the release's path.
-    ``step(name, fn)`` runs and times each step. The CLI-only path must give the same release
-    (tests/flows/test_cli_path.py)."""
+    ``step(name, fn)`` runs and times each step; ``fan_out``: one ``ingest-interview`` child run
+    per interview (on the stack's workers) instead of the whole batch in the batch's process.
+    The CLI-only path must give the same release either way (tests/flows/test_cli_path.py fans out)."""
     from prefect.flow_runs import resume_flow_run
 
     from pipeline import corpus
     from pipeline.annotation.rounds import round_names
 
-    # fan_out=False: two short interviews cost less in the batch's own process than in one
-    # new flow-run process each (the fan-out pays off with several workers: docs/SCALING.md)
+    # the demo's fan_out=False: two short interviews cost less in the batch's own process than in
+    # one new flow-run process each (the fan-out pays off with several workers: docs/SCALING.md)
     step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
-        "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators, "fan_out": False}))
+        "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators, "fan_out": fan_out}))
     truth = demo_truth(corpus.load_work(root), seed)
     rounds = {}
     for name in round_names():

@@ -4,7 +4,8 @@ One synthetic couple interview goes two ways, answered by the same simulated ann
 - the CLI alone (``rescue ingest | transcribe | diarize | segment``, ``rescue annotate push``
   after ``rescue segment`` with no table given, ``annotate pull``, ``agreement``,
   ``adjudicate push|pull``, ``gold build``, ``release build``) against the desks of its data root;
-- the deployments through the real stack (``ops.demo.run_flows``: ingest-batch,
+- the deployments through the real stack (``ops.demo.run_flows``: ingest-batch fanned out to an
+  ingest-interview child run on a worker,
   annotation-round per round, build-release) against the desks of another data root.
 Each data root has the same three people (two annotators, one adjudicator), each with a desk of
 their own: three Label Studios per side, one side after the other (the CLI side's desks are
@@ -152,7 +153,9 @@ def flow_release(batch, stack, open_desks, cli_release):  # after the CLI side: 
 
     root = stack.root / "e2e-flows"
     with open_desks(root, PEOPLE) as desks, stack.prefect_settings():
-        _, path = demo.run_flows(desks, root, batch, ANNOTATORS, ADJUDICATOR, SEED)
+        # fanned out (one ingest-interview child run on a worker; fan_out=True fails without
+        # that deployment): the CLI's in-process stages and the fan-out give the same bytes
+        _, path = demo.run_flows(desks, root, batch, ANNOTATORS, ADJUDICATOR, SEED, fan_out=True)
     return path
 
 

@@ -54,7 +54,7 @@ def crashed_desks(stack, open_desks):
 
 def run_ingest(stack, batch: Path, root: Path, *extra: str, watch: bool = True):
     # fan_out=false: the whole batch in ONE flow-run process, the one the crash test kills
-    # (the fan-out over workers and its crash test: test_scaleout.py)
+    # (the fan-out over workers and its crash test: tests/test_bench_rehearsal.py)
     args = ["deployment", "run", "ingest-batch/default", "--param", f"batch_dir={batch}",
             "--param", f"data_root={root}", "--param", f"annotators={json.dumps(ANNOTATORS)}",
             "--param", "fan_out=false", *extra]
