@@ -11,4 +11,5 @@ args=()
 for arg in "$@"; do
   if [ "$arg" = --fast ]; then args+=(-m "not slow"); else args+=("$arg"); fi
 done
-exec .venv/bin/python -m pytest -q "${args[@]}"
+# --durations: the slowest tests in every run (CI keeps the suite well under 30 minutes)
+exec .venv/bin/python -m pytest -q --durations=25 "${args[@]}"
