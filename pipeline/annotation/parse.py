@@ -244,6 +244,13 @@ def _read_results(rnd: Round, data: dict, results: list | None) -> tuple[list[tu
     """What one set of results says of a task, whoever gave it: ``[(row_index, field, value
     JSON)]`` and the problems (without round, sample and annotator)."""
     problems = _Problems()
+    if results is not None and not isinstance(results, list):  # typed into a desk's API: say so, read nothing
+        problems.add(None, None, "the annotation's result is not a list of results", results)
+        results = []
+    for result in results or []:
+        if not isinstance(result, dict):
+            problems.add(None, None, "not a result (an object with from_name and value)", result)
+    results = [r for r in results or [] if isinstance(r, dict)]
     # the voice names -> every row of the voice
     annotation = voice_naming.resolve(rnd, data, {"result": results}, problems.add)
     units = data.get("units") or []

@@ -275,7 +275,7 @@ def resolve(rnd: Round, data: dict, annotation: dict, report) -> dict:
         if not _is_block(r):
             continue
         index = _block_index(r)
-        chosen = (r.get("value") or {}).get("choices") or []
+        chosen = _choices(r)
         if index is None or index >= len(voices):
             report(None, r.get("from_name"), f"voice {index} does not exist ({len(voices)} voices shown)", chosen)
         elif len(chosen) != 1 or chosen[0] not in people:
@@ -291,20 +291,20 @@ def resolve(rnd: Round, data: dict, annotation: dict, report) -> dict:
     for r in results:
         if _is_block(r):
             continue
-        unit = _unit_of(r.get("from_name", ""), SPEAKER_FIELD)
+        unit = _unit_of(_name(r), SPEAKER_FIELD)
         if unit is not None and _has_token(r):
             r = _renamed(r, names, units, unit, SPEAKER_FIELD, report)
             if r is None:
                 continue
             by_voice.add(unit)
         if unit is not None:
-            chosen = (r.get("value") or {}).get("choices") or []
+            chosen = _choices(r)
             if len(chosen) == 1:
                 speakers[unit] = chosen[0]
         out.append(r)
     final = []
     for r in out:  # targets once every row's speaker is known
-        unit = _unit_of(r.get("from_name", ""), TARGET_FIELD)
+        unit = _unit_of(_name(r), TARGET_FIELD)
         if unit is not None and (_has_token(r) or unit in by_voice):
             r = _renamed(r, names, units, unit, TARGET_FIELD, report, speaker=speakers.get(unit),
                          fallback=(taxonomy.fallback_addressee(speakers.get(unit), data.get("scenario"))
@@ -319,15 +319,27 @@ def _is_block(result: dict) -> bool:
     return _block_index(result) is not None
 
 
+def _name(result: dict) -> str:
+    """The result's control name; "" for anything but a string (typed into a desk's API: hostile)."""
+    name = result.get("from_name")
+    return name if isinstance(name, str) else ""
+
+
+def _choices(result: dict) -> list:
+    """The result's choices; [] where its value or choices are not what a choices control sends."""
+    value = result.get("value")
+    choices = value.get("choices") if isinstance(value, dict) else None
+    return choices if isinstance(choices, list) else []
+
+
 def _block_index(result: dict) -> int | None:
-    name = result.get("from_name", "")
-    head, _, tail = name.partition("_")
+    head, _, tail = _name(result).partition("_")
     index, _, rest = tail.partition("_")
     return int(index) if head == "voice" and rest == "is" and index.isdigit() else None
 
 
 def _has_token(result: dict) -> bool:
-    return any(isinstance(c, str) and c.startswith(TOKEN) for c in (result.get("value") or {}).get("choices") or [])
+    return any(isinstance(c, str) and c.startswith(TOKEN) for c in _choices(result))
 
 
 def _unit_of(name: str, field: str) -> int | None:
@@ -344,7 +356,7 @@ def _renamed(result: dict, names: dict[str, str], units: list[dict], unit: int, 
     target becomes ``fallback``, else it is a problem."""
     row = units[unit]["row_index"] if unit < len(units) else None
     chosen = []
-    for c in (result.get("value") or {}).get("choices") or []:
+    for c in _choices(result):
         if not (isinstance(c, str) and c.startswith(TOKEN)):
             chosen.append(c)
             continue
@@ -356,14 +368,15 @@ def _renamed(result: dict, names: dict[str, str], units: list[dict], unit: int, 
         if field == TARGET_FIELD and names[voice] == speaker:
             continue  # two voices named as one person: the draft's guess of a self-target goes
         chosen.append(names[voice])
-    chosen = list(dict.fromkeys(chosen))
+    chosen = [c for i, c in enumerate(chosen) if c not in chosen[:i]]  # once each (a typed value may be a list)
     if fallback is not None:
         chosen = [c for c in chosen if c != speaker] or fallback
     if not chosen:
         report(row, field, f"its only addressee was a voice named as the row's own speaker {speaker} (two voices "
                            f"named as one person?); pick whom this row addresses", result.get("value"))
         return None
-    return {**result, "value": {**result.get("value", {}), "choices": chosen}}
+    value = result.get("value")
+    return {**result, "value": {**(value if isinstance(value, dict) else {}), "choices": chosen}}
 
 
 # --- gold ----------------------------------------------------------------------------------

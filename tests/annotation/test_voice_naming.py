@@ -358,3 +358,25 @@ def test_the_segmenters_voice_table_feeds_the_block():
     assert [r["value"]["choices"] for r in pred if r["from_name"].startswith("primary_speaker_")] == [
         ["voice:Therapist"], ["voice:Speaker 1"], ["voice:Therapist"], ["voice:Speaker 2"], ["voice:Therapist"],
         ["voice:Speaker 3"]]
+
+
+def test_hostile_results_are_problems_not_crashes():
+    """What an annotator can post to their own desk's API: control names that are not strings,
+    values that are not objects, choices that are not a list, results that are not objects. Each
+    is a problem naming what is wrong; the well-formed rows of the same annotation still arrive."""
+    rnd = load_round("transcript")
+    script, draft, table = neutral("synthetic/voices_hostile", "couple", 6)
+    data = ls_config.build_task_data(rnd, {**draft, "voices": table})
+    good = answer(rnd, data, draft, names_for(script, draft))
+    expected, none = pull.parse_annotation(rnd, data, {"result": good}, "a")
+    assert none == [] and expected
+    hostile = [{"from_name": 7, "value": {"choices": ["x"]}}, {"from_name": None, "value": []},
+               {"from_name": "voice_0_is", "value": "Ann"}, {"from_name": "voice_1_is", "value": {"choices": "Ann"}},
+               {"from_name": "primary_speaker_0", "value": [["Ann"]]}, 5, "text", None, ["a"]]
+    labels, problems = pull.parse_annotation(rnd, data, {"result": hostile + good}, "a")
+    assert problems and all(p["problem"] for p in problems)
+    assert sum(p["problem"].startswith("not a result") for p in problems) == 4  # 5, "text", None, ["a"]
+    assert {(r["row_index"], r["field"]) for r in labels} >= {(r["row_index"], r["field"]) for r in expected} - {
+        (data["units"][0]["row_index"], "primary_speaker")}
+    _, problems = pull.parse_annotation(rnd, data, {"result": {"from_name": "x"}}, "a")
+    assert problems[0]["problem"] == "the annotation's result is not a list of results"  # then each row's missing field
