@@ -100,13 +100,43 @@ def _digest_seed(*key) -> int:
     return int.from_bytes(hashlib.blake2b(json.dumps(key).encode(), digest_size=6).digest(), "big")
 
 
+def cut_rows(sample: dict, max_rows: int) -> dict:
+    """``sample`` cut to ``max_rows`` consecutive rows (smoke runs) in which the therapist and
+    every participant speak, opening on a client row as every corpus sample does: the first such
+    run of rows, longer than ``max_rows`` only where no shorter one has every voice (a family of
+    four clients needs five rows). A plain prefix could leave a listed voice silent (at scale 0.05
+    and 6 rows, 4 of 8 good interviews), and the diarizer, told therapist + participants, then
+    split a real voice in two: more drafted rows than the truth (#26). Rows are renumbered from 1
+    and evidence rows shifted to the cut's positions."""
+    rows = sample["rows"]
+    if len(rows) <= max_rows:
+        return sample
+    voices = {taxonomy.THERAPIST, *sample["participants"]}
+    for length in range(max_rows, len(rows) + 1):
+        for start in range(len(rows) - length + 1):
+            run = rows[start:start + length]
+            if run[0]["primary_speaker"] != taxonomy.THERAPIST and voices <= {r["primary_speaker"] for r in run}:
+                return {**sample, "rows": [_moved(r, start, length, i) for i, r in enumerate(run)]}
+    return {**sample, "rows": rows[:max_rows]}  # the whole sample lacks a voice: nothing to keep
+
+
+def _moved(row: dict, start: int, length: int, i: int) -> dict:
+    """Row ``start + i`` of a sample as row ``i`` of its cut (``length`` rows from ``start``); its
+    times stay (the rendered audio sets the truth's)."""
+    out = dict(row, row_index=i + 1)
+    evidence = row.get("relation_cycle_evidence_rows")
+    if evidence is not None:
+        out["relation_cycle_evidence_rows"] = [e - start for e in evidence if 0 <= e - start < length]
+    return out
+
+
 def plan_batch(scale: float, seed: int = 0, max_rows: int | None = None) -> list[Planned]:
     """Which interviews, how long, and which are bad: cheap (no audio)."""
     if max_rows is not None and max_rows < 4:
         raise ValueError(f"max_rows={max_rows}: an interview needs at least 4 rows")
     samples = corpus.generate(scale=scale, seed=seed)
     if max_rows:
-        samples = [{**s, "rows": s["rows"][:max_rows]} for s in samples]
+        samples = [cut_rows(s, max_rows) for s in samples]
     faults: dict[int, str] = {}
     if len(samples) >= 2:
         rng = random.Random(f"{seed}:faults")
