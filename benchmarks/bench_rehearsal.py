@@ -1171,9 +1171,31 @@ def compare_releases(built: Path, reference: Path) -> list[str]:
     a, b = comparable_files(built), comparable_files(reference)
     if not b:
         return [f"{reference}: no release there"]
+    differ = [n for n in sorted(set(a) & set(b)) if a[n] != b[n]]
+    cells = _row_cells_that_differ(built, reference) if any(n.startswith("data/rows/") for n in differ) else []
     return ([f"only in this run's release: {n}" for n in sorted(set(a) - set(b))]
             + [f"only in the reference: {n}" for n in sorted(set(b) - set(a))]
-            + [f"differs: {n}" for n in sorted(set(a) & set(b)) if a[n] != b[n]])
+            + [f"differs: {n}" for n in differ] + cells)
+
+
+def _row_cells_that_differ(built: Path, reference: Path, first: int = 12) -> list[str]:
+    """The first cells of the rows table that differ, with both values: what a faulted run
+    changed, readable without the two releases at hand."""
+    from pipeline.benchmark.release_files import read_config
+
+    def rows(release: Path) -> dict[tuple, dict]:
+        return {(r["sample_id"], r["row_index"]): r for r in read_config(release, "rows").to_pylist()}
+
+    try:
+        mine, ref = rows(built), rows(reference)
+    except Exception as exc:  # noqa: BLE001 - a broken release: the file list above says enough
+        return [f"  the rows tables cannot be compared cell by cell: {type(exc).__name__}: {exc}"]
+    out = [f"  row {k[0]} #{k[1]}: only in {'this run' if k in mine else 'the reference'}"
+           for k in sorted(set(mine) ^ set(ref))]
+    for k in sorted(set(mine) & set(ref)):
+        out += [f"  row {k[0]} #{k[1]} {c}: this run {mine[k][c]!r}, reference {ref[k].get(c)!r}"
+                for c in mine[k] if mine[k][c] != ref[k].get(c)]
+    return out[:first] + ([f"  ... {len(out) - first} more cells"] if len(out) > first else [])
 
 
 def _canonical(f, v):

@@ -14,9 +14,14 @@ sys.modules[_spec.name] = bench  # its dataclasses look their module up there
 _spec.loader.exec_module(bench)
 
 
-def _release(path: Path, recorded_at: str, rows: bytes = b"rows", by: str = "bench_rehearsal") -> Path:
+def _release(path: Path, recorded_at: str, evidence: tuple = (3,), by: str = "bench_rehearsal") -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     (path / "data" / "rows").mkdir(parents=True)
-    (path / "data" / "rows" / "train.parquet").write_bytes(rows)
+    rows = [{"sample_id": "c/one", "row_index": 1, "relation_cycle_evidence_rows": [1]},
+            {"sample_id": "c/one", "row_index": 2, "relation_cycle_evidence_rows": list(evidence)}]
+    pq.write_table(pa.Table.from_pylist(rows), path / "data" / "rows" / "train.parquet")
     override = {"round": "relation", "by": by, "recorded_at": recorded_at}
     (path / "manifest.json").write_text(json.dumps({"gates": [{"override": override}]}, indent=1))
     (path / "README.md").write_text(f"Override by {by} (recorded_at: {recorded_at}), reason: \"x\"\n")
@@ -30,11 +35,13 @@ def test_releases_equal_but_for_the_time_an_override_was_recorded(tmp_path):
 
 
 def test_releases_that_differ_are_named_file_by_file(tmp_path):
-    a = _release(tmp_path / "a", "2026-12-02T13:00:00+00:00", rows=b"rows")
-    b = _release(tmp_path / "b", "2026-12-02T13:00:00+00:00", rows=b"other rows", by="someone else")
+    a = _release(tmp_path / "a", "2026-12-02T13:00:00+00:00", evidence=(3,))
+    b = _release(tmp_path / "b", "2026-12-02T13:00:00+00:00", evidence=(2, 3), by="someone else")
     (a / "extra.txt").write_text("x")
+    # a rows table that differs also says which cells, with both values
     assert bench.compare_releases(a, b) == ["only in this run's release: extra.txt", "differs: README.md",
-                                            "differs: data/rows/train.parquet", "differs: manifest.json"]
+                                            "differs: data/rows/train.parquet", "differs: manifest.json",
+                                            "  row c/one #2 relation_cycle_evidence_rows: this run [3], reference [2, 3]"]
     assert bench.compare_releases(a, tmp_path / "none") == [f"{tmp_path / 'none'}: no release there"]
 
 
