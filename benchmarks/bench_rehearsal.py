@@ -368,7 +368,7 @@ def parse_args(argv=None):
                     help="the Prefect server's database (default: a fresh database of PostgreSQL at 127.0.0.1:5432, "
                          "dropped at the end; SQLite when that is unreachable)")
     ap.add_argument("--seed", type=int, default=0, help="the generator's seed")
-    ap.add_argument("--max-rows", type=int, default=None, help="cut every interview to this many rows (smoke runs)")
+    ap.add_argument("--max-rows", type=int, default=None, help="cut every interview to this many rows, each voice speaking (smoke runs; `rescue synth batch --max-rows`)")
     ap.add_argument("--chunk-size", type=int, default=1, help="interviews per ingest-interview run (the flow's chunk_size)")
     ap.add_argument("--sample-s", type=float, default=0.5, help="how often /proc is sampled")
     ap.add_argument("--timeout-s", type=float, default=4 * 3600, help="give up on the batch run after this long")

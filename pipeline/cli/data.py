@@ -79,7 +79,8 @@ def synth_batch(
     scale: float = typer.Option(..., "--scale", min=0.001, max=4.0, help="Size as a multiple of RESCUE (1 = 191 interviews, 1,064.8 min)."),
     out: str = typer.Option(..., "--out", help="Batch name: written to <data root>/batches/<name>/."),
     seed: int = typer.Option(0, "--seed", help="Same seed, same bytes."),
-    max_rows: Optional[int] = typer.Option(None, "--max-rows", min=4, help="Cut every interview to this many rows (smoke runs)."),
+    max_rows: Optional[int] = typer.Option(None, "--max-rows", min=4, help="Cut every interview to this many consecutive rows in which every listed voice speaks "
+                                              "(more only where no such run exists; smoke runs)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, max=64, help="Interviews rendered at once (default: one per core, at most 4)."),
     data_root: Optional[Path] = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
