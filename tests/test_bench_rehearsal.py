@@ -31,8 +31,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-# interviews, good ones, rows each at --scale 0.02 --seed 0 --max-rows 6 (at 0.05, four of the eight good
-# interviews are drafted with 1-4 rows more than their truth: issue #26, not yet fixed)
+# interviews, good ones, rows each at --scale 0.02 --seed 0 --max-rows 6 (0.05, as #26 asks, takes about
+# 970 s for the pair, which CI's 30 minutes cannot hold; and one of its eight good interviews is still
+# drafted with 2 rows too many: the diarizer merges two short voices, docs/SCALING.md)
 N, GOOD, ROWS = 4, 2, 6
 ARGS = ["--scale", "0.02", "--seed", "0", "--max-rows", "6", "--workers", "2"]
 LAST = re.compile(r"^rehearsal scale=(\S+) interviews=(\d+) minutes=(\S+) wall_s=(\S+) per_interview_s=(\S+) "
