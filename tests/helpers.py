@@ -9,6 +9,7 @@ the repository root on ``sys.path``, where ``tests`` is a namespace package. Fix
 these (``chromium``, ``browser``, ``benchmark_head_path``) are in tests/conftest.py."""
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import shutil
@@ -69,6 +70,44 @@ def free_port() -> int:
 
 
 # --- Label Studio ----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def annotator_desks(root: Path, people: tuple[str, ...]):
+    """A real desk (one Label Studio each) per annotator under ``root``, ports from a free base,
+    each person's login made; stopped and closed on the way out."""
+    import dataclasses
+
+    from pipeline.annotation.desks import Desks
+    from pipeline.config import Settings
+
+    require_label_studio()
+    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()))
+    for who in people:
+        desks.register(who, "annotator")
+    desks.up(timeout=400, log=lambda *_: None)
+    try:
+        for who in people:
+            desks.client(who).create_user(who)
+        yield desks
+    finally:
+        desks.down()
+        desks.close()
+
+
+def sample_media(root: Path, samples: list[dict]):
+    """A 10 ms WAV per sample under ``root/media/`` (as `rescue annotate push` links them); the
+    push's ``media_url`` function for those samples."""
+    import hashlib
+
+    from pipeline.annotation import push
+
+    media = {}
+    for s in samples:
+        rel = f"media/{hashlib.sha256(s['sample_id'].encode()).hexdigest()}.wav"
+        noise_wav(root / rel, seconds=0.01, rate=16000)
+        media[s["sample_id"]] = push.local_media_url(rel)
+    return lambda s: media[s["sample_id"]]
+
 
 def require_label_studio() -> None:
     """Fails the calling test where Label Studio's own virtual environment is missing: a broken

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
-import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -21,9 +19,8 @@ from ls_samples import make_sample
 from pipeline.annotation import ls_config, pull, push, pushed
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
-from pipeline.config import Settings
 from pipeline.paths import DataRoot
-from tests.helpers import free_port, noise_wav, require_label_studio
+from tests.helpers import annotator_desks, sample_media
 
 pytestmark = pytest.mark.slow
 
@@ -41,28 +38,13 @@ def _samples() -> list[dict]:
 def world(tmp_path_factory):
     """Two annotators, each with a real desk (one Label Studio each) under one data root, the
     transcript round pushed to both with a WAV per sample (as `rescue annotate push` does)."""
-    require_label_studio()
     root = tmp_path_factory.mktemp("noop-sync") / "data"
-    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()))
-    for who in (A, B):
-        desks.register(who, "annotator")
-    desks.up(timeout=400, log=lambda *_: None)
-    try:
-        for who in (A, B):
-            desks.client(who).create_user(who)
+    with annotator_desks(root, (A, B)) as desks:
         samples = _samples()
-        media = {}
-        for s in samples:
-            rel = f"media/{hashlib.sha256(s['sample_id'].encode()).hexdigest()}.wav"
-            noise_wav(root / rel, seconds=0.01, rate=16000)
-            media[s["sample_id"]] = push.local_media_url(rel)
         world = SimpleNamespace(root=root, desks=desks, samples=samples, rnd=load_round(ROUND),
-                                media_url=lambda s: media[s["sample_id"]])
+                                media_url=sample_media(root, samples))
         world.first = _push(world, samples)
         yield world
-    finally:
-        desks.down()
-        desks.close()
 
 
 def _push(world, samples, desks=None):

@@ -6,8 +6,6 @@ archived."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import re
 import shutil
 import time
@@ -21,9 +19,8 @@ from pipeline.annotation import ls_config, pull, pull_look, push
 from pipeline.annotation.client import LabelStudioUnavailable
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
-from pipeline.config import Settings
 from pipeline.paths import DataRoot
-from tests.helpers import free_port, noise_wav, require_label_studio
+from tests.helpers import annotator_desks, sample_media
 
 pytestmark = pytest.mark.slow
 
@@ -35,26 +32,13 @@ A, B = "read-a@rescue.test", "read-b@rescue.test"
 def world(tmp_path_factory):
     """Two annotators with a desk each, the transcript round pushed to both (per desk a family
     project of 6 tasks and a couple one of 2) and every task annotated as pushed."""
-    require_label_studio()
     root = tmp_path_factory.mktemp("pull-read") / "data"
-    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()))
-    for who in (A, B):
-        desks.register(who, "annotator")
-    desks.up(timeout=400, log=lambda *_: None)
-    try:
-        for who in (A, B):
-            desks.client(who).create_user(who)
+    with annotator_desks(root, (A, B)) as desks:
         # the family project the larger: first by size, though second by its key
         samples = [make_sample(f"synthetic/couple_{i:03d}", "couple", 5) for i in range(2)] + [
             make_sample(f"synthetic/family_{i:03d}", "family", 6 + i % 3) for i in range(6)]
-        media = {}
-        for s in samples:
-            rel = f"media/{hashlib.sha256(s['sample_id'].encode()).hexdigest()}.wav"
-            noise_wav(root / rel, seconds=0.01, rate=16000)
-            media[s["sample_id"]] = push.local_media_url(rel)
         rnd = load_round(ROUND)
-        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root,
-                                 media_url=lambda s: media[s["sample_id"]])
+        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root, media_url=sample_media(root, samples))
         by_id = {s["sample_id"]: s for s in samples}
         for key, pid in report.projects.items():
             who = push.parse_project_key(key)[2]
@@ -64,9 +48,6 @@ def world(tmp_path_factory):
                 client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
                                          completed_by=desks.owner_id(who), lead_time=5.0)
         yield SimpleNamespace(root=root, desks=desks, projects=report.projects)
-    finally:
-        desks.down()
-        desks.close()
 
 
 def _fresh(world, path: Path) -> Path:
