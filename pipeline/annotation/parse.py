@@ -114,19 +114,15 @@ def _check_multi(f: Field, value: list, other, ctx: _Ctx, path: str, problems: _
     return ok
 
 
-def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems,
-                plain: dict[str, Field] | None = None, defaults: dict | None = None) -> dict[str, object]:
+def _row_values(rnd: Round, raw: dict, ctx: _Ctx, problems: _Problems, plain: dict[str, Field],
+                defaults: dict) -> dict[str, object]:
     """Validated ``{field: value}`` of one row; fields with a problem are left out. ``plain``
-    (the round's fields but records) and ``defaults`` (``ls_config.record_defaults``): given by
-    a caller that reads many rows."""
+    (the round's fields but records) and ``defaults`` (``ls_config.record_defaults``): the
+    same for every row, made once by the caller."""
     out: dict[str, object] = {}
     converted: dict[str, tuple[bool, object]] = {}  # this row's plain fields converted so far
-    if plain is None:
-        plain = {f.name: f for f in rnd.fields if f.type != "records"}
     for f in rnd.fields:
         if f.type == "records":
-            if defaults is None:
-                defaults = ls_config.record_defaults(rnd)
             ok, records = _records(f, raw.get(f.name) or {}, ctx, problems, defaults.get(f.name, {}))
             if ok:
                 out[f.name] = records

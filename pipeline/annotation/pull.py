@@ -188,9 +188,13 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
     rnd = load_round(check_name(round_name, "round"))
     labels, problems, accepted = [], [], []
 
+    def problem_line(who: str, message: str, sid: str = "") -> dict:
+        """A problem of a whole task or project (no row, no field)."""
+        return {"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": who,
+                "field": None, "problem": message, "value": None}
+
     def problem(who: str, message: str, sid: str = "") -> None:
-        problems.append({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": who,
-                         "field": None, "problem": message, "value": None})
+        problems.append(problem_line(who, message, sid))
 
     people = desks.people("annotator")
     pushed_record = read_pushed(root, rnd.name)
@@ -224,8 +228,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         try:
             tasks = json.loads(raw)
         except ValueError as exc:
-            out.problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": annotator,
-                                 "field": None, "problem": f"export {out.path.name} is not JSON: {exc}", "value": None})
+            out.problems.append(problem_line(annotator, f"export {out.path.name} is not JSON: {exc}"))
             return
         exported[(scenario, annotator)] |= {(t.get("data") or {}).get("sample_id") for t in tasks
                                             if isinstance(t, dict)}
@@ -246,14 +249,12 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             for task in [t for t in tasks if isinstance(t, dict)]:
                 data = task.get("data") or {}
                 for a in [a for a in task.get("annotations") or [] if a.get("id") in moved]:
-                    out.problems.append({
-                        "round": rnd.name, "sample_id": data.get("sample_id", "?"), "row_index": None,
-                        "annotator": annotator, "field": None, "value": None,
-                        "problem": f"annotation {a['id']} on {desks.where(annotator)}: {moved[a['id']]}; not counted"})
+                    out.problems.append(problem_line(
+                        annotator, f"annotation {a['id']} on {desks.where(annotator)}: {moved[a['id']]}; not counted",
+                        data.get("sample_id", "?")))
                     task["annotations"].remove(a)
             tasks, notes = stitch_tasks(tasks)  # windows of a long sample -> one task per sample
-        out.problems.extend({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
-                             "field": None, "problem": note, "value": None} for sid, note in notes)
+        out.problems.extend(problem_line(annotator, note, sid) for sid, note in notes)
         lines, probs, n_done = parse_export(rnd, tasks, annotator, users, owner, desks.where(annotator), parse=once)
         out.labels, out.progress = lines, (n_done, len(tasks))
         out.problems.extend(probs)
@@ -283,7 +284,8 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             if not here:
                 arrived.wait()
                 continue
-            todo = [item for item in todo if all(item is not h for h in here)]
+            taken = {id(item) for item in here}
+            todo = [item for item in todo if id(item) not in taken]
             for item in here:
                 if failed(item.ready, item.annotator) and not item.read:
                     continue

@@ -171,12 +171,11 @@ EXPORTS_PER_DESK = 1  # exports asked of one desk at once (Label Studio serializ
 LOOKS_PER_DESK = 4    # looks and prediction listings asked of one desk at once (small reads)
 
 
-def export(item: Wanted, aside: ThreadPoolExecutor | None = None) -> None:
-    """Export the project and list its predictions (``aside``: beside the export, as it runs)."""
-    predictions = aside.submit(acceptance.project_predictions, item.client, item.project.id) if aside else None
+def export(item: Wanted, aside: ThreadPoolExecutor) -> None:
+    """Export the project and list its predictions (on ``aside``, beside the export as it runs)."""
+    predictions = aside.submit(acceptance.project_predictions, item.client, item.project.id)
     item.raw = item.client.export_tasks(item.project.id)
-    item.predictions = (predictions.result() if predictions
-                        else acceptance.project_predictions(item.client, item.project.id))
+    item.predictions = predictions.result()
 
 
 def read_desk(desks: DeskAccess, who: str, rnd: Round, root: DataRoot, old_projects: dict, desk: DeskRead) -> None:
