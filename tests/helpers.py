@@ -94,6 +94,22 @@ def annotator_desks(root: Path, people: tuple[str, ...]):
         desks.close()
 
 
+@contextlib.contextmanager
+def desk_hooks(desks, people, **hooks):
+    """httpx event hooks (``request=fn``, ``response=fn``) on each person's desk client while
+    inside: what the tests see of the requests a push or pull sends."""
+    clients = [desks.client(who)._http for who in people]
+    for http in clients:
+        for event, fn in hooks.items():
+            http.event_hooks[event].append(fn)
+    try:
+        yield
+    finally:
+        for http in clients:
+            for event, fn in hooks.items():
+                http.event_hooks[event].remove(fn)
+
+
 def sample_media(root: Path, samples: list[dict]):
     """A 10 ms WAV per sample under ``root/media/`` (as `rescue annotate push` links them); the
     push's ``media_url`` function for those samples."""

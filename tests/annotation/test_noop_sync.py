@@ -20,7 +20,7 @@ from pipeline.annotation import ls_config, pull, push, pushed
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
-from tests.helpers import annotator_desks, sample_media
+from tests.helpers import annotator_desks, desk_hooks, sample_media
 
 pytestmark = pytest.mark.slow
 
@@ -60,14 +60,8 @@ def _counted(desks: Desks, people=(A, B)):
     def hook(request):
         counts[f"{request.method} {request.url.path}"] += 1
 
-    clients = [desks.client(who)._http for who in people]
-    for http in clients:
-        http.event_hooks["request"].append(hook)
-    try:
+    with desk_hooks(desks, people, request=hook):
         yield counts
-    finally:
-        for http in clients:
-            http.event_hooks["request"].remove(hook)
 
 
 def _files(root: Path) -> dict[str, tuple[bytes, int]]:

@@ -20,7 +20,7 @@ from pipeline.annotation.client import LabelStudioUnavailable
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
-from tests.helpers import annotator_desks, sample_media
+from tests.helpers import annotator_desks, desk_hooks, sample_media
 
 pytestmark = pytest.mark.slow
 
@@ -71,16 +71,8 @@ def _spans(desks: Desks):
         if span is not None:
             span[4] = time.perf_counter()
 
-    clients = [desks.client(who)._http for who in (A, B)]
-    for http in clients:
-        http.event_hooks["request"].append(sent)
-        http.event_hooks["response"].append(answered)
-    try:
+    with desk_hooks(desks, (A, B), request=sent, response=answered):
         yield spans
-    finally:
-        for http in clients:
-            http.event_hooks["request"].remove(sent)
-            http.event_hooks["response"].remove(answered)
 
 
 def _bytes(root: Path) -> dict[str, bytes]:
