@@ -199,11 +199,28 @@ def browser_login(page, base: str, email: str, password: str, timeout_ms: float 
 
 # --- Label Studio's task page -------------------------------------------------------------------
 
-def open_task(page, url: str) -> None:
+# the selected annotation's results, once it has any (a pre-fill shown)
+PREFILL_SHOWN = """() => { const selected = window.Htx && window.Htx.annotationStore.selected;
+  return !!selected && selected.serializeAnnotation().length > 0; }"""
+# what the editor holds, for a failure's message (a pre-fill not shown: was there a prediction? what was selected?)
+EDITOR_STORE = """() => { const s = window.Htx && window.Htx.annotationStore; if (!s) return null;
+  const d = a => a && {type: a.type, pk: a.pk, userGenerate: a.userGenerate, results: a.serializeAnnotation().length};
+  return {annotations: s.annotations.map(d), predictions: s.predictions.map(d), selected: d(s.selected)}; }"""
+
+
+def open_task(page, url: str, prefilled: bool = False) -> None:
     """Open a task page and wait until its first form's choices are drawn and its requests have
-    settled (Label Studio re-renders once they do)."""
+    settled (Label Studio re-renders once they do); ``prefilled``: also until the task's pre-fill
+    is shown (on a loaded machine Label Studio has once taken over 30 s to apply it)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
     page.goto(url)
     page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+    if prefilled:
+        try:
+            page.wait_for_function(PREFILL_SHOWN, timeout=120_000)
+        except PlaywrightTimeoutError:
+            raise AssertionError(f"the pre-fill was not shown in 120 s: {page.evaluate(EDITOR_STORE)}") from None
     page.wait_for_load_state("networkidle")
     page.locator("#unit_0 .lsf-choices").first.wait_for()
 

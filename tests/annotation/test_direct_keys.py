@@ -59,7 +59,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
             ticked = page.evaluate(_CHECKED, "unit_0")
             assert ticked, "control: Label Studio's automatic key 1 ticked nothing (the check below would prove nothing)"
 
-            open_task(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
+            open_task(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}", prefilled=True)
             # the default is pre-filled; no automatic key marks ([1], [q]) on any form
             assert page.evaluate(_CHECKED, "unit_0") == [units[0]["speaker"]]
             assert page.locator("[id^=unit_] sup").count() == 0

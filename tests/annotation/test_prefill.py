@@ -302,7 +302,7 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
             # straight to Label Studio: its own validation refuses every unchecked pre-filled form
-            open_task(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}")
+            open_task(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}", prefilled=True)
             assert page.evaluate(_BOXES) == [[f"{CHECK}_{i}", True, False] for i in range(3)]
             page.screenshot(path=str(SCREENSHOTS / "prefill_unchecked.png"), full_page=True)
             _refused(page, 0)
@@ -315,7 +315,7 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
 
             # through the desk's front: Enter keeps a form (checks it), a change in a form checks it
             # (the session cookie is the host's, whatever the port: no second login)
-            open_task(page, f"{front.url}/projects/{rel_pid}/data?task={rel_task['id']}")
+            open_task(page, f"{front.url}/projects/{rel_pid}/data?task={rel_task['id']}", prefilled=True)
             assert [c for _, _, c in page.evaluate(_BOXES)] == [False, False]
             page.evaluate("() => document.activeElement && document.activeElement.blur()")
             page.keyboard.press("Enter")  # to form 0

@@ -60,7 +60,7 @@ def test_typing_in_a_prefilled_text_keeps_it_open_and_ticks_the_box_when_left(
         page = browser.new_page(viewport={"width": 1400, "height": 2000})
         try:
             browser_login(page, front.url, email, password, timeout_ms=60_000)
-            open_task(page, f"{front.url}/projects/{pid}/data?task={task['id']}")
+            open_task(page, f"{front.url}/projects/{pid}/data?task={task['id']}", prefilled=True)
             assert page.evaluate(_CHECKED) == [False, False]
 
             # form 0: typed at full speed, the box stays open and holds every key; left by Tab, ticked

@@ -11,21 +11,14 @@ from front_pages import emotion_project
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from desk_front import FrontServer
-from tests.helpers import browser_login
+from tests.helpers import EDITOR_STORE, PREFILL_SHOWN, browser_login
 
 pytestmark = pytest.mark.slow
 # every key mark Label Studio shows on a choice: the form, the choice's text and its key
 _MARKS = """() => [...document.querySelectorAll('[id^=unit_] sup')].map(s =>
     s.closest('[id^=unit_]').id + ':' + s.closest('label, .ant-checkbox-wrapper, span').textContent)"""
-# the selected annotation's results, once it has any
-_PREFILL_SHOWN = """() => { const selected = window.Htx && window.Htx.annotationStore.selected;
-  return !!selected && selected.serializeAnnotation().length > 0; }"""
 _RESULTS = """() => { const a = window.Htx && window.Htx.annotationStore.selected;
   return a ? a.serializeAnnotation().length : -1; }"""
-# what the editor holds, for a failure's message (a pre-fill not shown: was there a prediction? what was selected?)
-_STORE = """() => { const s = window.Htx && window.Htx.annotationStore; if (!s) return null;
-  const d = a => a && {type: a.type, pk: a.pk, userGenerate: a.userGenerate, results: a.serializeAnnotation().length};
-  return {annotations: s.annotations.map(d), predictions: s.predictions.map(d), selected: d(s.selected)}; }"""
 
 
 def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server, ls_client, ls_credentials,
@@ -40,12 +33,12 @@ def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server
             page.goto(f"{front.url}/projects/{project.id}/data?task={task}")
             page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
             try:
-                page.wait_for_function(_PREFILL_SHOWN, timeout=90_000)  # a loaded machine: once over 30 s in the suite
+                page.wait_for_function(PREFILL_SHOWN, timeout=90_000)  # a loaded machine: once over 30 s in the suite
             except PlaywrightTimeoutError:
                 pass  # not shown at all: the results say so
             page.wait_for_load_state("networkidle")
             page.wait_for_timeout(1000)
-            return page.evaluate(_MARKS), page.evaluate(_RESULTS), page.evaluate(_STORE)
+            return page.evaluate(_MARKS), page.evaluate(_RESULTS), page.evaluate(EDITOR_STORE)
 
     try:
         with monkeypatch.context() as env:
