@@ -11,8 +11,10 @@ start it decides:
 - once the worker has recorded the run's flow-run process (``infrastructure_pid``), that
   process: the run is Crashed when it is gone;
 - before, the worker: the run is Crashed when no live ``prefect worker start`` process on this
-  host polls its work pool under the name of its ``prefect.worker.name`` label (under any name,
-  before the worker has labelled it) and started before the run went Pending. A worker started
+  host polls its work pool on this server (its ``PREFECT_API_URL``: another data root's stack on
+  the same host has a pool and workers of the same names) under the name of its
+  ``prefect.worker.name`` label (under any name, before the worker has labelled it) and started
+  before the run went Pending. A worker started
   again under the same name (``rescue stack up``) is a new process that does not know the run;
   Prefect's worker heartbeats, per name, cannot tell the two apart.
 
@@ -62,6 +64,18 @@ class LiveWorker:
     name: str | None     # its --name, None when not given (Prefect made one up)
     pool: str | None     # its --pool
     started: float       # epoch seconds
+    api_url: str | None = None  # the Prefect server it polls (its PREFECT_API_URL; None: unreadable)
+
+
+def _api_url(pid: int) -> str | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for entry in environ:
+        if entry.startswith(b"PREFECT_API_URL="):
+            return entry.split(b"=", 1)[1].decode(errors="replace").rstrip("/")
+    return None
 
 
 def _option(argv: list[str], long: str, short: str) -> str | None:
@@ -89,13 +103,15 @@ def live_workers() -> list[LiveWorker]:
         if (since_boot := start_time(int(proc.name))) is None:
             continue
         started = now - (boot_clock - int(since_boot) / ticks)  # by its age: exact to a tick
-        found.append(LiveWorker(int(proc.name), _option(argv, "--name", "-n"), _option(argv, "--pool", "-p"), started))
+        found.append(LiveWorker(int(proc.name), _option(argv, "--name", "-n"), _option(argv, "--pool", "-p"), started,
+                                _api_url(int(proc.name))))
     return found
 
 
-def pending_orphan(run, workers: list[LiveWorker]) -> str | None:
+def pending_orphan(run, workers: list[LiveWorker], api_url: str | None = None) -> str | None:
     """Why nothing can start this Pending run any more (its process or worker is gone), or None
-    while something may still start it."""
+    while something may still start it. ``api_url``: the run's server; a worker known to poll
+    another one is not its worker."""
     raw = str(run.infrastructure_pid or "").rpartition(":")[2]
     if raw.isdigit():  # the worker spawned its process: that process sets it Running
         return None if flow_process_alive(int(raw)) else (
@@ -105,6 +121,8 @@ def pending_orphan(run, workers: list[LiveWorker]) -> str | None:
     for w in workers:
         if w.started > took:
             continue  # started after the run was taken (the same name started again): not its worker
+        if api_url and w.api_url and w.api_url != api_url.rstrip("/"):
+            continue  # another stack's worker (another data root on this host)
         if w.pool in (None, run.work_pool_name) and (name is None or w.name in (None, name)):
             return None  # it may be the one (None: not on its command line)
     who = f"worker '{name}'" if name else f"worker of pool '{run.work_pool_name}'"
@@ -131,7 +149,7 @@ def sweep(log=print, pending_grace_s: float | None = None) -> list[str]:
                    and time.time() - r.state.timestamp.timestamp() >= grace]  # a worker's, over the grace
         workers = live_workers() if pending else []
         for run in pending:
-            if why := pending_orphan(run, workers):
+            if why := pending_orphan(run, workers, str(client.api_url)):
                 client.set_flow_run_state(run.id, Crashed(message=f"{why}; {RERUN}"), force=True)
                 swept.append(f"{run.name} ({run.id})")
                 log(f"sweeper: flow run {run.name} marked Crashed (Pending for "

@@ -183,5 +183,45 @@ def test_pending_runs_as_a_worker_leaves_them_crash_only_when_nothing_can_start_
     assert [c for c in names if any(names[c] in line for line in said)] == ["no worker label", "process dead"], said
 
 
+def test_a_worker_of_another_stack_on_this_host_does_not_keep_a_run_pending(server):
+    """Two data roots' stacks on one host have work pools and workers of the same names: a live
+    worker that polls another Prefect server is not the run's worker, one that polls this
+    server is. Stand-ins for the workers: processes whose command line is a worker's and whose
+    environment names their server, as a worker's does (they never poll anything)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Pending
+
+    from ops import sweeper
+
+    def stand_in(pool: str, api_url: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "worker", "start",
+                                 "--pool", pool], env={**server, "PREFECT_API_URL": api_url})
+
+    with get_client(sync_client=True) as client:
+        foreign_pool, foreign = _pool_and_deployment(client, "foreign")
+        own_pool, own = _pool_and_deployment(client, "own")
+        workers = [stand_in(foreign_pool, "http://127.0.0.1:9/api"), stand_in(own_pool, server["PREFECT_API_URL"])]
+        try:
+            time.sleep(1.1)  # started before the runs went Pending, to the clock tick
+            runs = {}
+            for case, deployment in (("another server's worker", foreign), ("this server's worker", own)):
+                runs[case] = client.create_flow_run_from_deployment(deployment).id
+                client.set_flow_run_state(runs[case], Pending())  # taken, not yet labelled
+            seen = {w.pid: w.api_url for w in sweeper.live_workers()}
+            swept = sweeper.sweep(log=lambda *_: None, pending_grace_s=0)
+            states = {case: client.read_flow_run(i).state for case, i in runs.items()}
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait()
+    assert seen[workers[0].pid] == "http://127.0.0.1:9/api"
+    assert seen[workers[1].pid] == server["PREFECT_API_URL"].rstrip("/")
+    assert {case: s.type for case, s in states.items()} == {
+        "another server's worker": StateType.CRASHED, "this server's worker": StateType.PENDING}, states
+    assert f"its worker of pool '{foreign_pool}' is gone" in states["another server's worker"].message
+    assert _mentions(swept, runs["another server's worker"]) and not _mentions(swept, runs["this server's worker"])
+
+
 def _mentions(swept: list[str], run_id) -> bool:
     return any(str(run_id) in line for line in swept)
