@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -26,11 +28,19 @@ SLOW_FIXTURES = frozenset({
 })
 
 
+# The longest test files (several minutes each, most of it one module's set-up): they run first,
+# so that with scripts/test.sh's two processes (pytest-xdist, a file at a time) the other process
+# works through the rest meanwhile instead of waiting for them at the end.
+LONGEST_FIRST = ("tests/test_bench_rehearsal.py", "tests/flows/test_cli_path.py")
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marks
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
 
 
 SLOW_S = 20  # a test that takes longer (set-up, call and teardown) is to be marked slow
@@ -42,13 +52,29 @@ def pytest_runtest_logreport(report):
         _took[report.nodeid] = _took.get(report.nodeid, 0.0) + report.duration
 
 
+_attacks: Counter = Counter()  # tests/security's requests by attack class, from every xdist worker
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a worker finished
+def pytest_testnodedown(node, error):
+    _attacks.update(getattr(node, "workeroutput", {}).get("attack_counts", {}))
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Names the tests not marked slow that took over SLOW_S here: each makes --fast slower."""
+    """Names the tests not marked slow that took over SLOW_S here: each makes --fast slower.
+    Then the requests tests/security sent, by attack class (what its attacks tried)."""
     over = sorted(((s, n) for n, s in _took.items() if s > SLOW_S), reverse=True)
     if over:
         terminalreporter.write_sep("-", f"over {SLOW_S} s here but not marked slow")
         for seconds, nodeid in over:
             terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")
+    kit = sys.modules.get("attack_kit")  # run in this process (no xdist)
+    attacks = _attacks + (kit.COUNTS if kit else Counter())
+    if attacks:
+        terminalreporter.write_sep("-", "tests/security: requests sent, by attack class")
+        for label, n in sorted(attacks.items()):
+            terminalreporter.write_line(f"{label:>24}: {n}")
+        terminalreporter.write_line(f"{'all':>24}: {sum(attacks.values())}")
 
 
 # --- real data ----------------------------------------------------------------------------------
@@ -121,7 +147,8 @@ def ls_data_root(tmp_path_factory) -> Path:
 def ls_server(ls_credentials, ls_data_root):
     from pipeline.annotation.server import LabelStudioServer
     require_label_studio()
-    server = LabelStudioServer(ls_data_root / "label-studio", port=free_port(), media_root=ls_data_root)
+    server = LabelStudioServer(ls_data_root / "label-studio", port=free_port(), media_root=ls_data_root,
+                               credentials=ls_credentials)  # its own: not whatever a test left in os.environ
     server.start(timeout=400)
     yield server
     server.stop()

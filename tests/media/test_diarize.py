@@ -2,6 +2,7 @@
 in packages) on real and synthetic speech; and the subtitle path end to end."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -102,9 +103,14 @@ def test_batches_split_over_threads_give_the_same_output(diar_pipeline):
     from pipeline.media.audio import load_wav
     from pipeline.media.speedups import split_batches
     segmentation, embedding = diar_pipeline._segmentation.model, diar_pipeline._embedding.model_
-    workers = torch.get_num_threads()
-    if workers < 2:
-        pytest.skip(f"torch runs {workers} thread here (OMP_NUM_THREADS?): batches are not split")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU here: batches are not split")
+    threads = torch.get_num_threads()
+    # two at least: torch reads OMP_NUM_THREADS once, and a test before this one in the process
+    # may have had it set to 1 (a stack's workers get 1) when torch was first imported
+    workers = max(threads, 2)
+    torch.set_num_threads(workers)
+    split_batches(diar_pipeline)  # as diarize.load_pipeline does, with this thread count
     assert hasattr(segmentation.forward, "plain") and hasattr(embedding.forward, "plain")
     audio = torch.from_numpy(load_wav(sample_dir() / "sample.wav"))[None]
     chunks = audio.unfold(1, 80000, 8000).permute(1, 0, 2)[:16]
@@ -131,6 +137,7 @@ def test_batches_split_over_threads_give_the_same_output(diar_pipeline):
     try:
         assert not hasattr(segmentation.forward, "plain")  # 1 worker: pyannote's own call
     finally:
+        torch.set_num_threads(threads)
         split_batches(diar_pipeline)
 
 

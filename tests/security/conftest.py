@@ -189,10 +189,9 @@ def unchanged(world):
                                           f"{diff(before[who], after[who])[:10]}"
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_sessionfinish(session):
+    """In a pytest-xdist worker: its attack counts go to the controller, which prints them all
+    (tests/conftest.py). Run in one process, tests/conftest.py reads them from attack_kit."""
     from attack_kit import COUNTS
-    if COUNTS:
-        terminalreporter.write_sep("-", "tests/security: requests sent, by attack class")
-        for label, n in sorted(COUNTS.items()):
-            terminalreporter.write_line(f"{label:>24}: {n}")
-        terminalreporter.write_line(f"{'all':>24}: {sum(COUNTS.values())}")
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["attack_counts"] = dict(COUNTS)
