@@ -78,6 +78,16 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{'all':>24}: {sum(attacks.values())}")
 
 
+@pytest.fixture(autouse=True)
+def _wide_console(monkeypatch):
+    """Messages name files under pytest's temporary folders, whose paths are longer in some runs
+    (pytest-xdist adds popen-gwN/): rich would wrap them at its default 80 columns, splitting the
+    words a test looks for. Wide while a test runs (pytest's own lines keep the terminal's width);
+    a test that wants a width sets its own (CliRunner(env=...), monkeypatch)."""
+    if "COLUMNS" not in os.environ:
+        monkeypatch.setenv("COLUMNS", "400")
+
+
 # --- real data ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
