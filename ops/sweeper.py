@@ -14,9 +14,9 @@ start it decides:
   host polls its work pool on this server (its ``PREFECT_API_URL``: another data root's stack on
   the same host has a pool and workers of the same names) under the name of its
   ``prefect.worker.name`` label (under any name, before the worker has labelled it) and started
-  before the run went Pending. A worker started
-  again under the same name (``rescue stack up``) is a new process that does not know the run;
-  Prefect's worker heartbeats, per name, cannot tell the two apart.
+  before the run went Pending. A worker started again under the same name (``rescue stack up``)
+  is a new process that does not know the run; Prefect's worker heartbeats, per name, cannot
+  tell the two apart.
 
 A live worker that is merely slow to spawn is left alone, however long it takes; runs waiting
 for a concurrency slot are ``AwaitingConcurrencySlot``, a Scheduled state, and in-process runs
