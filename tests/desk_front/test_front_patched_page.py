@@ -8,10 +8,9 @@ import re
 
 import pytest
 from front_pages import emotion_project
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from desk_front import FrontServer
-from tests.helpers import EDITOR_STORE, PREFILL_SHOWN, browser_login
+from tests.helpers import EDITOR_STORE, browser_login, open_task
 
 pytestmark = pytest.mark.slow
 # every key mark Label Studio shows on a choice: the form, the choice's text and its key
@@ -30,13 +29,7 @@ def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],
                           ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
-            page.goto(f"{front.url}/projects/{project.id}/data?task={task}")
-            page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
-            try:
-                page.wait_for_function(PREFILL_SHOWN, timeout=90_000)  # a loaded machine: once over 30 s in the suite
-            except PlaywrightTimeoutError:
-                pass  # not shown at all: the results say so
-            page.wait_for_load_state("networkidle")
+            open_task(page, f"{front.url}/projects/{project.id}/data?task={task}", prefilled=True)
             page.wait_for_timeout(1000)
             return page.evaluate(_MARKS), page.evaluate(_RESULTS), page.evaluate(EDITOR_STORE)
 
