@@ -214,9 +214,9 @@ def open_task(page, url: str, prefilled: bool = False) -> None:
     is shown.
 
     On a loaded machine Label Studio has taken over 30 s to apply a pre-fill, and has once, with
-    its own unpatched bundle as with ours, opened an empty annotation beside the task's
-    prediction instead (nothing saved: the page had asked for the task before its prediction
-    was in the editor's store). A person would reload the page; so does this, once."""
+    its own unpatched bundle, opened an empty, unsaved annotation beside the task's prediction
+    instead (why is inside Label Studio's data manager). A person would reload the page; so does
+    this, once."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
     for attempt in (1, 2):
