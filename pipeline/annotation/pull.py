@@ -52,7 +52,7 @@ from pipeline.annotation import rounds as rounds_module
 from pipeline.annotation import windows as windows_module
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.parse import ParseOnce, parse_annotation, parse_export
-from pipeline.annotation.pull_look import DeskRead, Wanted, read_desk, reading
+from pipeline.annotation.pull_look import DeskRead, Wanted, look_from_export, read_desk, reading
 from pipeline.annotation.push_project import parse_project_key
 from pipeline.annotation.pushed import files_digest, read_pushed, read_sync, write_sync
 from pipeline.annotation.rounds import Round, load_round, round_names
@@ -152,7 +152,8 @@ def pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
 
     A pull asks each desk for its users and projects, and each project for what changed since
     the last pull (:func:`.pull_look.look`); a project with nothing new is read from its archived export,
-    not exported again. When every export is as at the last pull (and the push record, the
+    not exported again (a project the last pull did not export is not looked at: it is exported,
+    and its look read off the export, :func:`.pull_look.look_from_export`). When every export is as at the last pull (and the push record, the
     annotators asked, the code and the stored tables too), nothing is parsed or written: the
     stored tables are the answer (the pull state, ``annotation/sync/<round>.pull.json``). Desks
     are read side by side (:func:`.push.each_desk`); on a desk the projects are exported one
@@ -230,6 +231,8 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         except ValueError as exc:
             out.problems.append(problem_line(annotator, f"export {out.path.name} is not JSON: {exc}"))
             return
+        if item.look_since is not None and isinstance(tasks, list):
+            item.look = look_from_export(project, item.look_since, tasks)
         exported[(scenario, annotator)] |= {(t.get("data") or {}).get("sample_id") for t in tasks
                                             if isinstance(t, dict)}
         # What annotators did with the pre-annotation (kept / changed / cleared): the predictions

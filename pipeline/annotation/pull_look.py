@@ -5,7 +5,8 @@ what changed since the last pull (:func:`look`): its live counts and config, the
 Studio changed since a window before the last look (a task is stamped whenever it, an
 annotation or a prediction of it is saved or deleted) and every task holding a draft, with a
 digest of those drafts. A project that looks as at the last pull is read from its archived
-export (:attr:`Wanted.archived`); any other is exported (:func:`export`). That costs, per desk,
+export (:attr:`Wanted.archived`); any other is exported (:func:`export`). A project the last pull
+did not export is not looked at: its look is read off its export (:func:`look_from_export`). That costs, per desk,
 its users and projects, and per project one request, plus one per task holding a draft (up to
 :data:`DRAFTS_ONE_BY_ONE`; past that, one partial export). The looks are kept in the pull state
 (``annotation/sync/<round>.pull.json``, :mod:`.pushed`) by :func:`.pull.pull_round`.
@@ -48,22 +49,42 @@ def look(client: LabelStudioClient, project: Project, since: dt.datetime) -> dic
     of the project was added, changed or deleted in between (:data:`.client.SETTLE_S`)."""
     seen, _ = client.changed_tasks(project.id, since, drafts=True,
                                    include="id,updated_at,total_annotations,cancelled_annotations,draft_exists")
-    window = {str(t["id"]): [t.get("updated_at"), t.get("total_annotations", 0), t.get("cancelled_annotations", 0),
-                             bool(t.get("draft_exists"))] for t in seen}
     drafts = None
     with_drafts = [t["id"] for t in seen if t.get("draft_exists")]
     if with_drafts:
         if len(with_drafts) <= DRAFTS_ONE_BY_ONE:  # a request per task: nothing written on the desk
-            found = [d for task_id in with_drafts for d in client.task_drafts(task_id)]
+            drafts = [d for task_id in with_drafts for d in client.task_drafts(task_id)]
         else:  # a partial export (Label Studio keeps a copy of every export under its export/ folder)
-            found = [d for part in chunks(with_drafts, ID_CHUNK) for t in json.loads(client.export_tasks(project.id, ids=part))
-                     if isinstance(t, dict) for d in t.get("drafts") or []]
+            drafts = [d for part in chunks(with_drafts, ID_CHUNK) for t in json.loads(client.export_tasks(project.id, ids=part))
+                      if isinstance(t, dict) for d in t.get("drafts") or []]
+    return _shown(project, since, seen, drafts)
+
+
+def look_from_export(project: Project, since: dt.datetime, tasks: list) -> dict:
+    """The :func:`look` from ``since`` that Label Studio would have shown while it made this
+    export of every task of ``project`` (an export's tasks carry the stored fields a look asks
+    for, and their drafts): the pull records it for a project it had nothing to compare with,
+    and so sends no look. A change made while the export ran shows as a difference next time
+    (a task's fields are read before its annotations and drafts), never the other way round."""
+    seen = [{**t, "draft_exists": bool(t.get("drafts"))} for t in tasks if isinstance(t, dict)]
+    seen = [t for t in seen if t["draft_exists"] or (parse_time(t.get("updated_at")) or since) >= since]
+    with_drafts = [d for t in seen for d in t.get("drafts") or []]
+    return _shown(project, since, seen, with_drafts if any(t["draft_exists"] for t in seen) else None)
+
+
+def _shown(project: Project, since: dt.datetime, seen: list[dict], drafts: list | None) -> dict:
+    """A look: the project's counts and config, the window (``seen``: the tasks changed since
+    ``since`` or holding a draft) and a digest of their drafts (None: no task holds one)."""
+    window = {str(t["id"]): [t.get("updated_at"), t.get("total_annotations", 0), t.get("cancelled_annotations", 0),
+                             bool(t.get("draft_exists"))] for t in seen}
+    digest = None
+    if drafts is not None:
         marks = sorted(([d.get("id"), d.get("task"), d.get("user"), d.get("annotation"), d.get("updated_at"),
-                         d.get("was_postponed")] for d in found if isinstance(d, dict)), key=json.dumps)
-        drafts = hashlib.sha256(json.dumps(marks).encode()).hexdigest()
+                         d.get("was_postponed")] for d in drafts if isinstance(d, dict)), key=json.dumps)
+        digest = hashlib.sha256(json.dumps(marks).encode()).hexdigest()
     return {"key": project.key, "counts": list(project.counts or ()),
             "config": hashlib.sha256(project.label_config.encode()).hexdigest(),
-            "since": format_time(since), "window": window, "drafts": drafts}
+            "since": format_time(since), "window": window, "drafts": digest}
 
 
 def narrowed(look: dict, since: dt.datetime) -> dict:
@@ -85,6 +106,7 @@ class Wanted:
     raw: bytes | None = None          # exported now
     predictions: dict | None = None   # read now, with the export
     archived: Path | None = None      # unchanged since the last pull: its archived export
+    look_since: dt.datetime | None = None  # not looked at: its look is read off the export, from this
     ready: threading.Event = field(default_factory=threading.Event)  # looked at (and exported)
 
     @property
@@ -147,13 +169,17 @@ def reading(desks: DeskAccess, people: list[str], work: Callable[[str], None], r
 
 def look_at(root: DataRoot, rnd: Round, item: Wanted, old: dict | None, since_new: dt.datetime | None) -> None:
     """Look at the project: it is :attr:`Wanted.archived` when it is as the last pull left it
-    and that pull's export and predictions record are in the archive; else it is to be exported."""
+    and that pull's export and predictions record are in the archive; else it is to be exported.
+    A project the last pull did not export is not looked at (:attr:`Wanted.look_since`)."""
     try:  # the pull state is a cache: anything odd in it means an export
         since_old = parse_time(old.get("since")) if isinstance(old, dict) else None
     except (TypeError, ValueError, AttributeError):
         old, since_old = None, None
     if item.project.counts is None or not (since_old or since_new):
         return  # nothing to compare with: exported
+    if since_new is not None and not (isinstance(old, dict) and old.get("export")):
+        item.look_since = since_new  # nothing to compare with: exported, and its look read off the export
+        return
     shown = look(item.client, item.project, since_old or since_new)
     if isinstance(old, dict) and old.get("export") and {k: old.get(k) for k in shown} == shown:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime as dt
 import json
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from ls_samples import make_sample
 
-from pipeline.annotation import ls_config, pull, push, pushed
+from pipeline.annotation import ls_config, pull, pull_look, push, pushed
+from pipeline.annotation.client import parse_time
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
@@ -206,8 +208,13 @@ def test_a_pull_again_with_nothing_new_asks_a_few_requests_and_writes_nothing(wo
             for task in tasks:
                 if not task["total_annotations"] and (who == A or task["data"]["sample_id"].endswith("001")):
                     _annotate(world, who, task)
-    first = _pull(world)
+    reader = Desks(world.root)
+    with _counted(reader) as first_asked:
+        first = _pull(world, reader)
     assert first.labels.num_rows and first.new_snapshots == 4
+    # nothing to compare with: each project exported without a look (its look read off the export)
+    assert "GET /api/tasks/" not in first_asked, first_asked
+    assert sum(n for k, n in first_asked.items() if k.endswith("/export")) == 4, first_asked
     before = _files(world.root)
     fresh = Desks(world.root)  # as a second `rescue annotate pull` would
     with _counted(fresh) as asked:
@@ -306,3 +313,33 @@ def test_every_change_after_a_no_op_pull_is_seen(world):
     assert (lost["data"]["sample_id"], A) in result.missing
     assert before and _labels_of(result, A, lost["data"]["sample_id"]) == before
     assert pq.read_table(DataRoot(world.root).labels(ROUND)).equals(result.labels)
+
+
+def test_a_look_read_off_an_export_is_the_look_label_studio_shows(world):
+    """A pull exports a project it has nothing to compare with without looking at it, and keeps
+    the look read off the export (``pull_look.look_from_export``) for the next pull: it must be
+    the look Label Studio shows, or that pull would export again, or miss a change. Checked on
+    every project of both desks, with annotations, a skipped task, drafts on one task and on
+    more than a look reads one by one, from a time before every task and from the middle."""
+    client = world.desks.client(A)
+    _, couple = _tasks(world, A, "couple")
+    _, family = _tasks(world, A, "family")
+    for task in couple[:pull_look.DRAFTS_ONE_BY_ONE + 1] + family[:1]:
+        client._json("POST", f"/api/tasks/{task['id']}/drafts", "save a draft", json={"result": [], "lead_time": 1.0})
+    _, theirs = _tasks(world, B, "couple")
+    bare = [t for t in theirs if not t["total_annotations"] and not t["cancelled_annotations"]]
+    _annotate(world, B, bare[0], cancelled=True)  # a skipped task
+    compared = partial = 0
+    for who in (A, B):
+        desk = world.desks.client(who)
+        for project in desk.projects():
+            tasks = json.loads(desk.export_tasks(project.id))
+            stamps = sorted(parse_time(t["updated_at"]) for t in tasks)
+            for since in (stamps[0] - dt.timedelta(days=1), stamps[len(stamps) // 2]):
+                shown = pull_look.look(desk, project, since)
+                assert pull_look.look_from_export(project, since, tasks) == shown, (who, project.key, since)
+                compared += 1
+            partial += 0 < len(shown["window"]) < len(tasks)  # from the middle: a part of the tasks
+            if who == A:
+                assert shown["drafts"] is not None
+    assert compared == 8 and partial

@@ -1,11 +1,12 @@
 """How a pull reads the desks (issue #28), on two real desks (one Label Studio each): on each
 desk the projects are exported largest first, one export at a time (``EXPORTS_PER_DESK``), each
-after its own look; what the pull archives and writes is the same bytes however the reads are
+after its own look (none when the pull has nothing to compare with); what the pull archives and writes is the same bytes however the reads are
 spread; a desk that is down is a clear error naming it, raised once the other desk's exports are
 archived."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import time
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 from ls_samples import make_sample
 
-from pipeline.annotation import ls_config, pull, pull_look, push
+from pipeline.annotation import ls_config, pull, pull_look, push, pushed
 from pipeline.annotation.client import LabelStudioUnavailable
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
@@ -88,11 +89,9 @@ def _bytes(root: Path) -> dict[str, bytes]:
     return out
 
 
-def test_each_desk_exports_its_largest_project_first_one_at_a_time_each_after_its_look(world, tmp_path):
-    desks = Desks(world.root)
-    with _spans(desks) as spans:
-        result = pull.pull_round(desks, ROUND, _fresh(world, tmp_path))
-    assert result.new_snapshots == 4, result.summary()
+def _exports_largest_first(desks: Desks, world, spans, looked: bool) -> None:
+    """On each desk: the larger project exported first, one export at a time, each with its
+    prediction listing; ``looked``: each after its own look was answered, else with no look."""
     for who in (A, B):
         port = int(desks.url(who).rsplit(":", 1)[1])
         larger, smaller = (world.projects[push.project_key(ROUND, s, who)] for s in ("family", "couple"))
@@ -101,8 +100,30 @@ def test_each_desk_exports_its_largest_project_first_one_at_a_time_each_after_it
         assert exports[1][3] >= exports[0][4], "two exports at once on one desk"
         for pid, export in zip((larger, smaller), exports):
             looks = [s for s in spans if s[0] == port and s[1] == "/api/tasks/" and s[2] == str(pid)]
-            assert looks and looks[0][4] <= export[3], f"project {pid} exported before its look was answered"
+            if looked:
+                assert looks and looks[0][4] <= export[3], f"project {pid} exported before its look was answered"
+            else:
+                assert not looks, f"project {pid} looked at with nothing to compare"
             assert any(s[1] == "/api/predictions/" and s[2] == str(pid) for s in spans if s[0] == port)
+
+
+def test_each_desk_exports_its_largest_project_first_one_at_a_time_each_after_its_look(world, tmp_path):
+    desks = Desks(world.root)
+    root = _fresh(world, tmp_path)
+    with _spans(desks) as spans:  # a first pull: nothing to compare with, no look (read off each export)
+        result = pull.pull_round(desks, ROUND, root)
+    assert result.new_snapshots == 4, result.summary()
+    _exports_largest_first(desks, world, spans, looked=False)
+    # a pull whose last looks all differ from what the desks show: each project looked at, then exported
+    state = pushed.sync_path(root, ROUND, "pull")
+    saved = json.loads(state.read_bytes())
+    assert len(saved["projects"]) == 4
+    for look in saved["projects"].values():
+        look["drafts"] = "not as the desk shows"
+    state.write_text(json.dumps(saved))
+    with _spans(desks) as spans:
+        pull.pull_round(desks, ROUND, root)
+    _exports_largest_first(desks, world, spans, looked=True)
     desks.close()
 
 
