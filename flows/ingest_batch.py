@@ -41,6 +41,8 @@ from pipeline.paths import DataRoot
 CHILD_DEPLOYMENT = "ingest-interview/default"     # rescue-cpu
 CHILD_GPU_DEPLOYMENT = "ingest-interview/gpu"     # rescue-gpu
 POLL_S = 1.0  # per poll, one query for the children that ended since
+# children queued or running at once: enough to keep 8 hosts x 4 slots busy (docs/SCALING.md)
+MAX_IN_FLIGHT = 32
 
 
 @task(name="push-transcript-round", cache_policy=RESUME, **NETWORK_RETRIES)
@@ -96,7 +98,7 @@ def _ui_link(flow_run_id) -> str:
 
 
 def _fan_out(name: str, entries: list[ManifestEntry], params: dict, logger,
-             chunk_size: int = 1) -> list[Outcome]:
+             chunk_size: int = 1, max_in_flight: int = MAX_IN_FLIGHT) -> list[Outcome]:
     """One child flow run of deployment ``name`` per entry (or per ``chunk_size`` entries); wait
     for ALL of them (a failed or crashed child never cancels its siblings), then read each
     one's outcome. Cancelling the batch run cancels the unfinished ones
@@ -106,7 +108,7 @@ def _fan_out(name: str, entries: list[ManifestEntry], params: dict, logger,
     parent = FlowRunContext.get().flow_run
     started = {}
     try:
-        return _submit_and_wait(name, entries, params, logger, chunk_size, parent, started)
+        return _submit_and_wait(name, entries, params, logger, chunk_size, parent, started, max_in_flight)
     except BaseException:  # e.g. Prefect's TerminationSignal: the runner stops this run
         _cancel_children_if_cancelled(parent, started, logger)
         raise
@@ -148,15 +150,20 @@ def _cancel_children_if_cancelled(parent, started: dict, logger) -> list:
 
 
 def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logger, chunk_size: int,
-                     parent, started: dict) -> list[Outcome]:
-    """:func:`_fan_out`'s work; ``started`` (child run id -> its sample ids) fills as it submits."""
+                     parent, started: dict, max_in_flight: int = MAX_IN_FLIGHT) -> list[Outcome]:
+    """:func:`_fan_out`'s work; ``started`` (child run id -> its sample ids) fills as it submits,
+    at most ``max_in_flight`` children not yet ended at a time: every worker's poll reads every
+    Scheduled run of its pool, so queuing a whole batch at once made each poll's cost grow with
+    the batch (at 191 children the workers' polls took a quarter of a core of the server)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import TERMINAL_STATES
     from prefect.deployments import run_deployment
 
-    for i in range(0, len(entries), max(1, chunk_size)):
-        chunk = entries[i:i + max(1, chunk_size)]
+    size = max(1, chunk_size)
+    chunks = [entries[i:i + size] for i in range(0, len(entries), size)]
+
+    def submit(chunk: list[ManifestEntry]) -> None:
         ids = [e.sample_id for e in chunk]
         label = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
         param = dataclasses.asdict(chunk[0]) if chunk_size <= 1 else [dataclasses.asdict(e) for e in chunk]
@@ -165,7 +172,6 @@ def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logg
                              flow_run_name=f"{parent.name}:{label}", as_subflow=True,
                              idempotency_key=f"{parent.id}:{label}", tags=["rescue", "ingest"])
         started[run.id] = ids
-    logger.info("%d child flow runs of %s submitted", len(started), name)
 
     def waiting_runs(ended_only: bool):
         """The children not known to have ended, read in pages of the API's size; ``ended_only``:
@@ -177,9 +183,16 @@ def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logg
             yield from client.read_flow_runs(flow_run_filter=FlowRunFilter(
                 id=FlowRunFilterId(any_=waiting[i:i + 200]), state=state), limit=200)
 
-    final, said = {}, time.monotonic()
+    logger.info("%d child flow runs of %s to run, at most %d queued or running at a time", len(chunks), name,
+                max(1, max_in_flight))
+    final, said, submitted = {}, time.monotonic(), 0
     with get_client(sync_client=True) as client:
-        while len(final) < len(started):
+        while True:
+            while submitted < len(chunks) and len(started) - len(final) < max(1, max_in_flight):
+                submit(chunks[submitted])
+                submitted += 1
+            if len(final) == len(started) == len(chunks):
+                break
             for run in waiting_runs(ended_only=True):
                 if run.state and run.state.is_final():
                     final[run.id] = run
@@ -187,9 +200,9 @@ def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logg
                 if time.monotonic() - said > 60:  # e.g. no worker serves the pool: say so, keep waiting
                     states = Counter(run.state.name if run.state else "?" for run in waiting_runs(ended_only=False)
                                      if not (run.state and run.state.is_final()))
-                    logger.info("%d of %d interviews finished; waiting: %s (runs stay Scheduled until a "
-                                "worker of the deployment's pool is free)", len(final), len(started),
-                                dict(states))
+                    logger.info("%d of %d child runs finished, %d not submitted yet; waiting: %s (runs stay "
+                                "Scheduled until a worker of the deployment's pool is free)", len(final),
+                                len(chunks), len(chunks) - submitted, dict(states))
                     said = time.monotonic()
                 time.sleep(POLL_S)
 
@@ -234,7 +247,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,
                       push: bool = True, annotators: list[str] | None = None,
                       allow_outside_batch: bool = False, fan_out: bool | None = None,
-                      chunk_size: int = 1) -> dict:
+                      chunk_size: int = 1, max_in_flight: int = MAX_IN_FLIGHT) -> dict:
     """Ingest every interview of ``batch_dir`` (manifest.csv/yaml + videos) and push the drafts.
 
     backend: auto (subtitles when the manifest gives them, else WhisperX) | subtitles | whisperx.
@@ -245,6 +258,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     run from a deployment and that deployment exists); False: in this run, ``max_workers`` at a time.
     chunk_size: interviews per ``ingest-interview`` run (default 1); more share one process and
     one model load, which pays for many short interviews.
+    max_in_flight: child runs queued or running at a time (default 32); more are submitted as
+    these end. Set it to at least the pool's slots (workers x their ``--limit``).
     """
     logger = get_run_logger()
     root = DataRoot(Settings.from_env(data_root).data_root.resolve())  # built once, handed to every stage
@@ -269,7 +284,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     child = _child_deployment(fan_out, device, logger) if good else None
     if child:
         outcomes = _fan_out(child, good, {"batch_dir": str(batch), "data_root": str(root), **options}, logger,
-                            chunk_size)
+                            chunk_size, max_in_flight)
     else:
         with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
             outcomes = settle({e.sample_id: submit_interview(runner, e, batch, root, **options) for e in good})
