@@ -154,7 +154,7 @@ def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logg
     """:func:`_fan_out`'s work; ``started`` (child run id -> its sample ids) fills as it submits,
     at most ``max_in_flight`` children not yet ended at a time: every worker's poll reads every
     Scheduled run of its pool, so queuing a whole batch at once made each poll's cost grow with
-    the batch (at 191 children the workers' polls took a quarter of a core of the server)."""
+    the batch (191 queued: 157 ms of the server's time a poll, 32 queued: 55 ms)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import TERMINAL_STATES
