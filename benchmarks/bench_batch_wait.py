@@ -5,8 +5,8 @@ The batch run waits for its child runs by polling the Prefect server every ``POL
 for the children that ended since (`ended_only`), and reads them all once a minute for its
 progress line. Each worker polls its pool each second for every Scheduled run; the batch used to
 queue all its children at once and now keeps at most ``MAX_IN_FLIGHT`` queued or running, so
-the bench also times a worker's poll with the whole batch queued and with the window. This starts a throw-away Prefect server (Prefect's test harness: SQLite under a
-temporary home), creates N flow runs left Scheduled (none ends, as at the start of a batch) and
+the bench also times a worker's poll with the whole batch queued and with the window. This
+starts a throw-away Prefect server (Prefect's test harness: SQLite under a temporary home), creates N flow runs left Scheduled (none ends, as at the start of a batch) and
 times both queries, alternately, each ``--polls`` times: the wall per poll at the client, the
 server's work included (the call is synchronous).
 

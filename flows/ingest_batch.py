@@ -183,12 +183,12 @@ def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logg
             yield from client.read_flow_runs(flow_run_filter=FlowRunFilter(
                 id=FlowRunFilterId(any_=waiting[i:i + 200]), state=state), limit=200)
 
-    logger.info("%d child flow runs of %s to run, at most %d queued or running at a time", len(chunks), name,
-                max(1, max_in_flight))
+    window = max(1, max_in_flight)
+    logger.info("%d child flow runs of %s to run, at most %d queued or running at a time", len(chunks), name, window)
     final, said, submitted = {}, time.monotonic(), 0
     with get_client(sync_client=True) as client:
         while True:
-            while submitted < len(chunks) and len(started) - len(final) < max(1, max_in_flight):
+            while submitted < len(chunks) and len(started) - len(final) < window:
                 submit(chunks[submitted])
                 submitted += 1
             if len(final) == len(started) == len(chunks):
