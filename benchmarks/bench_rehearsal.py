@@ -1234,6 +1234,28 @@ def alpha_verdict(measured: dict, expected: float | None) -> tuple[bool | None, 
     return lo <= expected <= hi, "inside" if lo <= expected <= hi else "OUTSIDE"
 
 
+def gold_held_back(data) -> dict[str, str]:
+    """Why the gold stage kept an interview out of the corpus: its first violation (and how many
+    it has), or the annotators it still waits for (annotation/gold/)."""
+    import pyarrow.parquet as pq
+
+    held: dict[str, str] = {}
+    path = data.gold_dir() / "violations.parquet"
+    if path.is_file():
+        found = defaultdict(list)
+        for v in pq.read_table(path).to_pylist():
+            found[v["sample_id"]].append(v)
+        for sid, vs in found.items():
+            v = vs[0]
+            row = f" row {v['row_index']}" if v["row_index"] is not None else ""
+            held[sid] = f"{len(vs)} violation(s), the first{row}: {v['rule']}: {v['message']}"
+    summary = data.gold_dir() / "summary.json"
+    if summary.is_file():
+        for sid, waits in json.loads(summary.read_text()).get("waiting_for_annotators", {}).items():
+            held.setdefault(sid, "waiting for annotators: " + "; ".join(waits))
+    return held
+
+
 def human_checks(truth: dict, result: dict | None, data, human: dict | None) -> dict:
     """The human half's checks: the release against truth.json, gold against the truth, and each
     field's measured alpha against the alpha the generator's error rates imply."""
@@ -1247,6 +1269,7 @@ def human_checks(truth: dict, result: dict | None, data, human: dict | None) -> 
         return {k: dict(missing) for k in ("release_accounted", "release_rows", "gold_truth", "alpha")}
     released = {s["sample_id"]: s for s in read_release_samples(human["release"])}
     quarantined = (result or {}).get("quarantined", {})
+    held = gold_held_back(data)
     accounted, rows_bad = [], []
     for e in truth["interviews"]:
         sid = e["sample_id"]
@@ -1255,7 +1278,8 @@ def human_checks(truth: dict, result: dict | None, data, human: dict | None) -> 
                 rows_bad.append(f"{sid}: {len(released[sid]['rows'])} rows in the release, truth {len(e['rows'])}")
         elif not (e["fault"] and quarantined.get(sid, "").strip()):
             accounted.append(f"{sid}: not in the release" + (", and not quarantined with a reason" if e["fault"] else
-                                                              " (no planted fault)"))
+                                                              " (no planted fault)")
+                             + (f"; the gold stage held it back: {held[sid]}" if sid in held else ""))
     extra = sorted(set(released) - {e["sample_id"] for e in truth["interviews"]})
     accounted += [f"{sid}: in the release, not in truth.json" for sid in extra]
 

@@ -78,3 +78,22 @@ def test_alpha_judged_by_its_interval_only_where_there_are_units_enough():
     few = {"alpha": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n_pairable": 5}  # five units, all agreeing
     ok, why = bench.alpha_verdict(few, 0.62)
     assert ok is None and "5 pairable units" in why
+
+
+def test_an_interview_the_gold_stage_held_back_is_named_with_its_reason(tmp_path):
+    """An interview missing from the release is reported with the gold stage's own reason: its
+    first violation and their number, or the annotators it still waits for."""
+    from pipeline.paths import DataRoot
+    from pipeline.validate import Violation, violations_table
+    from pipeline import store
+
+    data = DataRoot(tmp_path / "data")
+    out = data.gold_dir()
+    out.mkdir(parents=True)
+    store.write_parquet(violations_table([Violation("c/one", 7, "V3", "speaker 'X' is not a participant"),
+                                          Violation("c/one", 9, "V3", "speaker 'Y' is not a participant")]),
+                        out / "violations.parquet")
+    (out / "summary.json").write_text(json.dumps({"waiting_for_annotators": {"c/two": ["emotion: 2 of 3 annotators (a, b)"]}}))
+    held = bench.gold_held_back(data)
+    assert held == {"c/one": "2 violation(s), the first row 7: V3: speaker 'X' is not a participant",
+                    "c/two": "waiting for annotators: emotion: 2 of 3 annotators (a, b)"}
