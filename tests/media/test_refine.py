@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.media.refine import cut_silences, merge_touching, refine_turns, speech_frames, spherical_kmeans, split_voice_changes
+from pipeline.media.refine import (cluster_voices, cut_silences, merge_touching, refine_turns, speech_frames,
+                                   spherical_kmeans, split_voice_changes)
 from pipeline.media.rttm import Turn
 
 RATE = 16000
@@ -103,3 +104,48 @@ def test_merge_touching_joins_one_speakers_touching_or_overlapping_turns_only():
              Turn(2.0, 3.0, "B"), Turn(3.1, 4.0, "B"), Turn(3.5, 3.6, "A")]
     assert merge_touching(turns) == [Turn(0.0, 1.8, "A"), Turn(1.2, 3.0, "B"), Turn(3.1, 4.0, "B"),
                                      Turn(3.5, 3.6, "A")]
+
+
+def _pair(first: int, second: int, alike: float, dims: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Two unit prints ``alike`` (cosine) to each other, on two axes of their own."""
+    x = np.sqrt((1 - alike) / (1 + alike))
+    a, b = np.zeros(dims), np.zeros(dims)
+    a[first], a[second], b[first], b[second] = 1, x, 1, -x
+    return a / np.linalg.norm(a), b / np.linalg.norm(b)
+
+
+def _interview(partner_therapist_alike: float, therapist_s: float = 1.35):
+    """A generated 6-row interview's shape (leo_and_lila_000/002 at scale 0.05): one partner
+    speaks 16 s in pieces of two slightly different kinds (0.88 alike), the other partner 4.6 s
+    and the therapist ``2 * therapist_s``, those two ``partner_therapist_alike``."""
+    long_a, long_b = _pair(0, 1, 0.88)
+    partner, therapist = _pair(2, 3, partner_therapist_alike)
+    points = np.array([long_a] * 4 + [long_b] * 4 + [partner] * 2 + [therapist] * 2)
+    weights = np.array([2.0] * 8 + [2.3, 2.3] + [therapist_s] * 2)
+    truth = np.array([0] * 8 + [1, 1] + [2, 2])
+    return points, weights, truth
+
+
+def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    return len(set(zip(a.tolist(), b.tolist()))) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+def test_cluster_voices_keeps_two_short_voices_apart_rather_than_cutting_a_long_one_in_two():
+    points, weights, truth = _interview(partner_therapist_alike=0.75)
+    trap = spherical_kmeans(points, weights, 3)
+    assert not _same_partition(trap, truth)  # the duration-weighted cost prefers the wrong answer
+    assert set(zip(trap.tolist(), truth.tolist())) >= {(trap[8], 1), (trap[8], 2)}  # partner + therapist
+    assert _same_partition(cluster_voices(points, weights, 3), truth)
+
+
+def test_cluster_voices_keeps_the_kmeans_answer_where_a_swap_gains_little_or_splits_off_a_scrap():
+    # the two short voices 0.82 alike: splitting them leaves the closest pair only 0.06 less alike
+    points, weights, _ = _interview(partner_therapist_alike=0.82)
+    assert (cluster_voices(points, weights, 3) == spherical_kmeans(points, weights, 3)).all()
+    # the therapist's side would hold 1.2 s of speech: too little to split a cluster for
+    points, weights, _ = _interview(partner_therapist_alike=0.75, therapist_s=0.6)
+    assert (cluster_voices(points, weights, 3) == spherical_kmeans(points, weights, 3)).all()
+    # two voices: nothing to swap, whatever k-means says
+    two = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    two /= np.linalg.norm(two, axis=1, keepdims=True)
+    assert (cluster_voices(two, np.ones(4), 2) == spherical_kmeans(two, np.ones(4), 2)).all()
