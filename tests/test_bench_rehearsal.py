@@ -1,6 +1,6 @@
-"""benchmarks/bench_rehearsal.py (issue #26) at its smallest: a RESCUE-shaped batch of four
-interviews cut to 6 rows (scale 0.02, seed 0: a family and a couple interview that are good, a
-couple interview with a cut-short video and one with an unreadable subtitle timing line) through
+"""benchmarks/bench_rehearsal.py (issue #26) at the scale the issue asks of the suite: a
+RESCUE-shaped batch of ten interviews cut to 6 rows (scale 0.05, seed 0: eight good ones, a
+family's and seven couples', and two planted bad files) through
 the `ingest-batch` deployment on a stack of the bench's own with 2 workers, fanned out (one
 ingest-interview child run per interview; Prefect on a fresh PostgreSQL database when the
 machine has one, else SQLite, as the bench says), then the five
@@ -31,11 +31,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-# interviews, good ones, rows each at --scale 0.02 --seed 0 --max-rows 6 (0.05, as #26 asks, takes about
-# 970 s for the pair, which CI's 30 minutes cannot hold; and one of its eight good interviews is still
-# drafted with 2 rows too many: the diarizer merges two short voices, docs/SCALING.md)
-N, GOOD, ROWS = 4, 2, 6
-ARGS = ["--scale", "0.02", "--seed", "0", "--max-rows", "6", "--workers", "2"]
+# interviews, good ones, rows each at --scale 0.05 --seed 0 --max-rows 6 (the pair of runs: about 16
+# minutes on a 2-core machine, beside the rest of the suite)
+SCALE, N, GOOD, ROWS = "0.05", 10, 8, 6
+ARGS = ["--scale", SCALE, "--seed", "0", "--max-rows", "6", "--workers", "2"]
 LAST = re.compile(r"^rehearsal scale=(\S+) interviews=(\d+) minutes=(\S+) wall_s=(\S+) per_interview_s=(\S+) "
                   r"nothing_lost=(yes|no)$")
 
@@ -96,7 +95,7 @@ def test_last_line_says_nothing_lost(bench):
     m = LAST.match(lines[-1])
     assert m, lines[-3:]
     scale, n, minutes, wall, per, lost = m.groups()
-    assert (scale, int(n), lost) == ("0.02", N, "yes")
+    assert (scale, int(n), lost) == (SCALE, N, "yes")
     assert float(minutes) == pytest.approx(fig["truth_totals"]["minutes"])
     assert float(per) == pytest.approx(float(wall) / N, abs=0.06)
     assert "machine half" in lines[-2] and "human half" in lines[-2]
@@ -186,7 +185,7 @@ def test_human_half_every_round_through_the_desks(bench):
         if f["ok"] is None:
             assert "not judged" in f["why"] or f["why"] == "no closed form", f
         else:
-            assert f["ok"] is True and f["why"] == "inside", f
+            assert f["ok"] is True and f["why"].startswith("inside"), f
 
 
 def test_faults_recovered_and_the_release_is_the_same(faulted, reference):

@@ -97,3 +97,16 @@ def test_an_interview_the_gold_stage_held_back_is_named_with_its_reason(tmp_path
     held = bench.gold_held_back(data)
     assert held == {"c/one": "2 violation(s), the first row 7: V3: speaker 'X' is not a participant",
                     "c/two": "waiting for annotators: emotion: 2 of 3 annotators (a, b)"}
+
+
+def test_alpha_just_outside_its_95_interval_is_judged_again_family_wise():
+    """Nine fields judged at once: an expected alpha just outside one field's 95% interval is
+    judged at family-wise 95% (Bonferroni), and passes saying so; one far outside still fails."""
+    from pipeline.quality.measures import MIN_UNITS
+
+    measured = {"alpha": 0.906, "ci_low": 0.899, "ci_high": 0.911, "n_pairable": MIN_UNITS}  # scale 1.0's case
+    assert bench.alpha_verdict(measured, 0.898, judged=1) == (False, "OUTSIDE")
+    ok, why = bench.alpha_verdict(measured, 0.898, judged=9)
+    assert ok is True and why.startswith("inside at family-wise 95% over 9 fields: [0.896, ")
+    assert bench.alpha_verdict(measured, 0.890, judged=9) == (False, "OUTSIDE")
+    assert bench.alpha_verdict(measured, 0.903, judged=9) == (True, "inside")
