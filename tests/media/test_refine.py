@@ -114,14 +114,14 @@ def _pair(first: int, second: int, alike: float, dims: int = 8) -> tuple[np.ndar
     return a / np.linalg.norm(a), b / np.linalg.norm(b)
 
 
-def _interview(partner_therapist_alike: float, therapist_s: float = 1.35):
+def _interview(partner_therapist_alike: float, therapist_s: tuple = (1.35, 1.35)):
     """A generated 6-row interview's shape (leo_and_lila_000/002 at scale 0.05): one partner
     speaks 16 s in pieces of two slightly different kinds (0.88 alike), the other partner 4.6 s
-    and the therapist ``2 * therapist_s``, those two ``partner_therapist_alike``."""
+    and the therapist in two pieces of ``therapist_s``, those two ``partner_therapist_alike``."""
     long_a, long_b = _pair(0, 1, 0.88)
     partner, therapist = _pair(2, 3, partner_therapist_alike)
     points = np.array([long_a] * 4 + [long_b] * 4 + [partner] * 2 + [therapist] * 2)
-    weights = np.array([2.0] * 8 + [2.3, 2.3] + [therapist_s] * 2)
+    weights = np.array([2.0] * 8 + [2.3, 2.3] + list(therapist_s))
     truth = np.array([0] * 8 + [1, 1] + [2, 2])
     return points, weights, truth
 
@@ -142,10 +142,28 @@ def test_cluster_voices_keeps_the_kmeans_answer_where_a_swap_gains_little_or_spl
     # the two short voices 0.82 alike: splitting them leaves the closest pair only 0.06 less alike
     points, weights, _ = _interview(partner_therapist_alike=0.82)
     assert (cluster_voices(points, weights, 3) == spherical_kmeans(points, weights, 3)).all()
-    # the therapist's side would hold 1.2 s of speech: too little to split a cluster for
-    points, weights, _ = _interview(partner_therapist_alike=0.75, therapist_s=0.6)
-    assert (cluster_voices(points, weights, 3) == spherical_kmeans(points, weights, 3)).all()
+    # the therapist's side would hold 1.0 s of speech (and a 0.4-s piece, too short to count):
+    # too little to split a cluster for, so the therapist stays with the partner
+    points, weights, _ = _interview(partner_therapist_alike=0.75, therapist_s=(1.0, 0.4))
+    labels = cluster_voices(points, weights, 3)
+    assert len(set(labels[8:].tolist())) == 1 and len(set(labels[:8].tolist())) == 2
     # two voices: nothing to swap, whatever k-means says
     two = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
     two /= np.linalg.norm(two, axis=1, keepdims=True)
     assert (cluster_voices(two, np.ones(4), 2) == spherical_kmeans(two, np.ones(4), 2)).all()
+
+
+def test_cluster_voices_gives_short_pieces_the_voice_the_longer_ones_found():
+    """Prints of pieces under a second lean towards each other whoever speaks (a family interview
+    at scale 1.0: the therapist's short pieces formed a voice of their own, two children 0.83
+    alike shared one). Here 40 short pieces of voice A lean 0.78 from A's long ones, and B and C
+    are 0.83 alike: k-means over every piece splits A and merges B and C; over the long pieces
+    alone it finds A, B and C, and each short piece takes A."""
+    a = np.eye(8)[0]
+    short_a = a * 0.78 + np.sqrt(1 - 0.78 ** 2) * np.eye(8)[5]  # 0.78 from A, 0 from B and C
+    b, c = _pair(1, 2, 0.83)
+    points = np.array([a] * 10 + [b] * 8 + [c] * 8 + [short_a] * 40)
+    weights = np.array([5.0] * 10 + [2.5] * 16 + [0.8] * 40)
+    truth = np.array([0] * 10 + [1] * 8 + [2] * 8 + [0] * 40)
+    assert not _same_partition(spherical_kmeans(points, weights, 3), truth)
+    assert _same_partition(cluster_voices(points, weights, 3), truth)
