@@ -93,7 +93,8 @@ def test_an_interview_the_gold_stage_held_back_is_named_with_its_reason(tmp_path
     store.write_parquet(violations_table([Violation("c/one", 7, "V3", "speaker 'X' is not a participant"),
                                           Violation("c/one", 9, "V3", "speaker 'Y' is not a participant")]),
                         out / "violations.parquet")
-    (out / "summary.json").write_text(json.dumps({"waiting_for_annotators": {"c/two": ["emotion: 2 of 3 annotators (a, b)"]}}))
+    waiting = {"c/two": ["emotion: 2 of 3 annotators (a, b)"]}
+    (out / "summary.json").write_text(json.dumps({"waiting_for_annotators": waiting}))
     held = bench.gold_held_back(data)
     assert held == {"c/one": "2 violation(s), the first row 7: V3: speaker 'X' is not a participant",
                     "c/two": "waiting for annotators: emotion: 2 of 3 annotators (a, b)"}
