@@ -518,7 +518,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     with ThreadPoolExecutor(2) as pool:  # the batch is generated and the desks start while the stack starts
         made, desked = pool.submit(generate), pool.submit(desks_up)
         t0 = time.monotonic()
-        env.update(st.up(root, label_studio=False, worker_limit=2, workers=1, log=lambda *_: None))
+        env.update(st.up(root, label_studio=False, worker_limit=FIRST_WORKER_SLOTS, workers=1, log=lambda *_: None))
         for i in range(2, args.workers + 1):  # one slot each: N interviews at a time beside the batch run
             st.add_worker(root, f"prefect-worker-{i}", 1, log=lambda *_: None)
         t_stack = time.monotonic() - t0
@@ -547,7 +547,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         run_kinds[str(run_id)] = "ingest-batch"
         say(f"ingest-batch/default: flow run {run_id} submitted (backend subtitles; the transcript round "
             f"pushed to {len(annotators)} annotators' desks) ...")
-        killer = faults.kill_worker_mid_batch() if faults else None
+        killer = faults.kill_worker_mid_batch(str(run_id)) if faults else None
         try:
             run = wait_flow_run(run_id, timeout_s=args.timeout_s)
             state, result = run.state.name, run.state.result()
@@ -617,7 +617,7 @@ def recover_batch(faults: "Faults", first: dict | None, steps: "Steps", run_kind
     hit = sorted(sid for sid, it in (first or {}).get("items", {}).items()
                  if str(it.get("flow_run", "")).rsplit("/", 1)[-1] in victims)
     ev["interviews"] = {sid: (first or {}).get("quarantined", {}).get(sid, "(not quarantined)") for sid in hit}
-    steps.run(f"FAULT recovery: {FAULT_WORKER} started again (`rescue stack up --workers {args.workers}`)",
+    steps.run(f"FAULT recovery: {faults.fault_worker} started again (`rescue stack up --workers {args.workers}`)",
               lambda: faults.recover_worker(lambda *_: None))
     params = {"batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
               "annotators": annotators, "chunk_size": args.chunk_size}
@@ -990,7 +990,9 @@ def check(truth: dict, result: dict | None, data) -> dict:
 
 # --- faults (--faults) -------------------------------------------------------------------------
 
-FAULT_WORKER = "prefect-worker-2"   # SIGKILLed with the interview it runs, mid-batch
+# a worker is SIGKILLed with the interview it runs, mid-batch: the last one started
+# (prefect-worker-N), or an earlier one where that one also runs the batch's own flow run
+FIRST_WORKER_SLOTS = 2  # `prefect-worker` (ops.stack.up): the batch run and an interview; the others 1
 FAULT_WORKER_AFTER_S = 3.0          # once its interview's flow run has been Running this long (diarizing)
 FAULT_DESK_ROUND = "emotion"        # the second annotator's desk dies as this round is pulled
 FAULT_TWICE_ROUND = "viewpoints"    # the third annotator submits a task twice in this round
@@ -1008,6 +1010,7 @@ class Faults:
         self.root, self.desks, self.annotators, self.sampler = root, desks, annotators, sampler
         self.paths = StackPaths(root.resolve())
         self.workers = workers
+        self.fault_worker = f"prefect-worker-{workers}"  # the one killed (kill_worker_mid_batch)
         self.events: dict[str, dict] = {}
         self.halt = threading.Event()
 
@@ -1016,10 +1019,13 @@ class Faults:
         say(f"  fault [{key}]: " + "; ".join(f"{k} {v}" for k, v in info.items()))
 
     # 1. a worker SIGKILLed mid-batch (with the flow run it runs: its host or container dies)
-    def kill_worker_mid_batch(self) -> threading.Thread:
-        """Once a flow run of the worker is Running: the fault this bench plants is a worker dying
-        mid-run (one dying between taking a run and starting it leaves the run Pending; the
-        sweeper crashes that one after RESCUE_SWEEP_PENDING_GRACE_S, tests/ops/test_sweeper_pending.py)."""
+    def kill_worker_mid_batch(self, batch_run_id: str) -> threading.Thread:
+        """Once an interview's flow run on a worker is Running: the fault this bench plants is a
+        worker dying mid-run (one dying between taking a run and starting it leaves the run
+        Pending; the sweeper crashes that one after RESCUE_SWEEP_PENDING_GRACE_S,
+        tests/ops/test_sweeper_pending.py). A worker that runs the batch's own flow run
+        (``batch_run_id``) is passed over: killing it is a different fault (the batch is rerun
+        whole), and which worker takes the batch is chance."""
         import contextvars
 
         from prefect.client.orchestration import get_client
@@ -1032,22 +1038,30 @@ class Faults:
                 return 0.0
             return time.time() - run.start_time.timestamp()
 
-        def run():
-            pid = read_pid(self.paths, FAULT_WORKER)
+        def runs_under(name: str) -> tuple[int | None, list]:
+            pid = read_pid(self.paths, name)
             if pid is None:
-                self._event("worker", injected=False, problem=f"{FAULT_WORKER} is not running")
-                return
+                return None, []
             key = (pid, start_time(pid))
+            return pid, [p for p in self.sampler.alive() if p.kind == "flow run" and p.flow_run_id
+                         and self.sampler.under(p, key)]
+
+        def run():
+            names = [*(f"prefect-worker-{i}" for i in range(self.workers, 1, -1)), "prefect-worker"]
             with get_client(sync_client=True) as client:
                 while not self.halt.wait(0.5):
-                    victims = [p for p in self.sampler.alive() if p.kind == "flow run" and p.flow_run_id
-                               and self.sampler.under(p, key)]
-                    if not victims or not any(running_s(client, v.flow_run_id) >= FAULT_WORKER_AFTER_S
-                                              for v in victims):
+                    for name in names:
+                        pid, victims = runs_under(name)
+                        if pid is None or any(str(v.flow_run_id) == str(batch_run_id) for v in victims):
+                            continue
+                        if any(running_s(client, v.flow_run_id) >= FAULT_WORKER_AFTER_S for v in victims):
+                            break
+                    else:
                         continue
                     break
                 else:
                     return
+            self.fault_worker = name
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             for v in victims:
@@ -1055,7 +1069,7 @@ class Faults:
                     os.kill(v.pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)  # started by this process: reaped, so `stack up` sees it gone
-            self._event("worker", injected=True, what=f"SIGKILL to {FAULT_WORKER} (pid {pid}) and its flow run "
+            self._event("worker", injected=True, what=f"SIGKILL to {name} (pid {pid}) and its flow run "
                         f"{', '.join(str(v.flow_run_id) for v in victims)} (pid "
                         f"{', '.join(str(v.pid) for v in victims)}), Running for {FAULT_WORKER_AFTER_S:.0f} s",
                         flow_runs=[v.flow_run_id for v in victims])
@@ -1069,8 +1083,9 @@ class Faults:
         started it: one slot); then the batch is run again by the caller."""
         from ops import stack as st
 
-        st.add_worker(self.root, FAULT_WORKER, 1, log=log)
-        self.events["worker"]["recovered_by"] = (f"{FAULT_WORKER} started again (`rescue stack up --workers "
+        st.add_worker(self.root, self.fault_worker, FIRST_WORKER_SLOTS if self.fault_worker == "prefect-worker" else 1,
+                      log=log)
+        self.events["worker"]["recovered_by"] = (f"{self.fault_worker} started again (`rescue stack up --workers "
                                                  f"{self.workers}`), then `prefect deployment run ingest-batch/default` "
                                                  "with the same parameters (resumes from the cache)")
 
