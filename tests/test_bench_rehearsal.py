@@ -65,7 +65,7 @@ def _run(out: Path, *extra: str):
     before = _databases()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RESCUE_DATA_ROOT"))}
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_rehearsal.py"), *ARGS, "--json", str(out),
-                           *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+                           *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     print(proc.stdout[-8000:], proc.stderr[-3000:])
     after = _databases()
     return proc, json.loads(out.read_text()) if out.is_file() else None, (before, after)
