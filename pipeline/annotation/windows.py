@@ -140,7 +140,8 @@ def stitch_tasks(tasks: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
     every person who submitted every window gets one annotation: the results of their latest
     submitted annotation of each window, renumbered to the whole sample (``lead_time`` summed,
     ``created_at`` the earliest, ``updated_at`` the latest, ``id`` that of the first window).
-    A person who skipped every window gets one skipped annotation. Anything else (some windows
+    A person who skipped every window gets one skipped annotation; a window a person submitted
+    more than once gives a note (the latest is used). Anything else (some windows
     not yet submitted, windows missing or repeated) leaves that person's work on the sample out
     and returns a note ``(sample_id, message)``; the sample then counts as not done.
     """
@@ -185,6 +186,9 @@ def stitch_tasks(tasks: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
             chosen, skipped, missing = [], 0, []
             for t, mine in zip(windows, per_window):
                 live = [a for a in mine.get(who, []) if not a.get("was_cancelled")]
+                if len(live) > 1:  # submitted twice (a double click): said as an unwindowed task's parse says it
+                    notes.append((sid, f"part {t['data']['window']['index'] + 1} by {who}: {len(live)} annotations; "
+                                       "the latest is used"))
                 if live:
                     chosen.append((t, _latest(live)))
                 elif mine.get(who):

@@ -121,6 +121,24 @@ def test_unfinished_windows_are_reported_and_skipped_windows_make_a_skip():
     assert stitched == [] and "do not make up the sample" in notes[0][1]
 
 
+def test_a_window_submitted_twice_is_said_and_its_latest_answer_used():
+    """A double click on one window of a long sample: the unwindowed parse says "2 annotations;
+    the latest is used", and so must the stitch (the 0.25 rehearsal's faulted run found it silent)."""
+    rnd = load_round("viewpoints")
+    sample = make_sample("synthetic/family_111", "family", 111)
+    values = _truth(rnd, sample)
+    tasks = _windowed_export(rnd, sample, values)
+    users = {7: "a@x.test"}
+    want = parse_export(rnd, windows.stitch_tasks(copy.deepcopy(tasks))[0], "a@x.test", users)
+    twice = copy.deepcopy(tasks)
+    first = twice[1]["annotations"][0]
+    older = {**copy.deepcopy(first), "id": 900, "result": [], "updated_at": "2026-01-01T09:00:00Z"}
+    twice[1]["annotations"].append(older)  # the earlier of the two: an empty answer
+    stitched, notes = windows.stitch_tasks(twice)
+    assert notes == [(sample["sample_id"], "part 2 by 7: 2 annotations; the latest is used")]
+    assert parse_export(rnd, stitched, "a@x.test", users) == want
+
+
 def test_unwindowed_exports_pass_through_unchanged():
     rnd = load_round("emotion")
     sample = make_sample("synthetic/couple_005", "couple", 9)
