@@ -147,9 +147,8 @@ def cluster_voices(points: np.ndarray, weights: np.ndarray, k: int) -> np.ndarra
         return _cluster_resplit(points, weights, k)
     labels = np.empty(len(points), dtype=int)
     labels[long] = _cluster_resplit(points[long], weights[long], k)
-    ids = sorted(set(labels[long].tolist()))
-    centres = np.array([mean_print(points[long][labels[long] == c], weights[long][labels[long] == c]) for c in ids])
-    labels[~long] = np.array(ids)[(points[~long] @ centres.T).argmax(1)]
+    ids, centres = _centres(points[long], weights[long], labels[long])
+    labels[~long] = ids[(points[~long] @ centres.T).argmax(1)]
     return labels
 
 
@@ -163,13 +162,18 @@ def _cluster_resplit(points: np.ndarray, weights: np.ndarray, k: int) -> np.ndar
     return labels
 
 
+def _centres(points: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cluster ids present in ``labels`` and their duration-weighted mean prints."""
+    ids = np.unique(labels)
+    return ids, np.array([mean_print(points[labels == c], weights[labels == c]) for c in ids])
+
+
 def _closest_pair(points: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> tuple[float, int, int]:
-    ids = sorted(set(labels.tolist()))
-    centre = np.array([mean_print(points[labels == c], weights[labels == c]) for c in ids])
+    ids, centre = _centres(points, weights, labels)
     alike = centre @ centre.T
     np.fill_diagonal(alike, -np.inf)
     a, b = np.unravel_index(int(np.argmax(alike)), alike.shape)
-    return float(alike[a, b]), ids[a], ids[b]
+    return float(alike[a, b]), int(ids[a]), int(ids[b])
 
 
 def _resplit(points: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
