@@ -207,8 +207,16 @@ KEYS_JS = r"""// RESCUE annotators' keys, added to pages by the desk's front (de
     var ok = dialog.querySelector(".ant-modal-confirm-btns button");
     if (ok) ok.click();
     mark(formOf(field));
-    // after the dialog has closed (it gives the focus back to where it came from)
-    setTimeout(function () { focusField(field); field.scrollIntoView({block: "center"}); }, 400);
+    // once the dialog has closed: closing gives the focus back to where it came from, which on a slow
+    // machine came after a fixed wait and took the focus from the field again
+    settle(dialog, 0, function () { focusField(field); field.scrollIntoView({block: "center"}); });
+  }
+  function settle(dialog, tries, then) {  // the dialog's wrapper gone or hidden (up to 5 s), then 50 ms
+    var wrap = dialog.closest(".ant-modal-wrap") || dialog;
+    if (tries < 100 && wrap.isConnected && wrap.getClientRects().length) {  // (a fixed wrapper has no offsetParent)
+      setTimeout(function () { settle(dialog, tries + 1, then); }, 50); return;
+    }
+    setTimeout(then, 50);
   }
 
   // a keyboard route from the project list into the label stream: the list's first project and the
