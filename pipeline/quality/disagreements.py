@@ -4,12 +4,12 @@ Shared by :mod:`pipeline.quality.gold` (which resolves what it can by rule) and
 :mod:`pipeline.quality.adjudication` (which puts the rest into Label Studio). A field's values
 on one row disagree when (gold rules 2-4): categories, lists and row sets differ; records
 differ in structure (keys and choice subfields); pre-filled text (the verbatim transcript)
-differs. Numbers never disagree (the median decides) and descriptive free text alone never
+differs; or one annotator's answer was refused by the pull (no line) while others stand. Numbers never disagree (the median decides) and descriptive free text alone never
 makes a disagreement (it follows a reference annotator).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pipeline.quality.coding import clean_labels
@@ -39,8 +39,26 @@ def record_key(f, rec: dict) -> Any:
     return value_key({s.name: rec.get(s.name) for s in f.subfields if s.type in STRUCTURED})
 
 
-def is_disagreement(f, values: Mapping[str, Any]) -> bool:
-    """Whether annotators' values of one field on one row need an adjudicator (rules 2-4)."""
+def row_annotators(per_field: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """Who answered one row of a round: everyone with a line for any of its fields."""
+    return set().union(*per_field.values()) if per_field else set()
+
+
+def refused(f, values: Mapping[str, Any], answered: Collection[str] = ()) -> bool:
+    """Whether someone who answered the row has no value for this field that must agree: the pull
+    refused their answer (a self-target, a required field left empty, an unknown label) and wrote
+    no line. The others' answers alone are not the round's agreement: an adjudicator decides.
+    Numbers (the median of those given) and descriptive text (a reference annotator's) are exempt."""
+    if f.type == "number" or (f.type == "text" and not f.prefill):
+        return False
+    return len(answered) >= 2 and not set(answered) <= set(values)
+
+
+def is_disagreement(f, values: Mapping[str, Any], answered: Collection[str] = ()) -> bool:
+    """Whether annotators' values of one field on one row need an adjudicator (rules 2-4);
+    ``answered``: everyone who answered the row (:func:`row_annotators`), see :func:`refused`."""
+    if refused(f, values, answered):
+        return True
     if len(values) < 2:
         return False
     if f.type == "number":
@@ -72,7 +90,8 @@ def disagreements(labels: Any, rnd) -> list[dict]:
     for (rname, sid, ri), per_field in sorted(lab.items()):
         if rname != rnd.name:
             continue
-        fields = [f.name for f in rnd.fields if is_disagreement(f, per_field.get(f.name, {}))]
+        answered = row_annotators(per_field)
+        fields = [f.name for f in rnd.fields if is_disagreement(f, per_field.get(f.name, {}), answered)]
         if fields:
             out.append({"sample_id": sid, "row_index": ri, "fields": fields,
                         "answers": {f.name: per_field.get(f.name, {}) for f in rnd.fields}})

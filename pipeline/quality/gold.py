@@ -13,7 +13,10 @@ Rules, per row and field (field names are row-schema keys):
    reference annotator: the first (by id) whose structured answers on the row equal the gold
    (``reference``); descriptive text alone never makes a disagreement.
 5. Anything else is ``unresolved``: ``build_gold(strict=True)`` refuses; with ``strict=False``
-   the first annotator's value is used and the provenance says so.
+   the first annotator's value is used and the provenance says so. So is a field (but numbers
+   and descriptive text) that someone who answered the row has no value for, because the pull
+   refused their answer: the others' answers alone are not "all annotators" (an adjudicator
+   decides; ``disagreements.refused``).
 
 The provenance table keeps, per (round, sample, row, field): the rule used, the annotators,
 the share of them that gave the gold value, whether it was adjudicated and by whom, and the
@@ -32,7 +35,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,7 @@ from pipeline.annotation.rounds import load_round
 from pipeline.annotation.rounds import round_names as all_rounds
 from pipeline.paths import DataRoot, check_name
 from pipeline.quality.agreement import require_annotators
-from pipeline.quality.disagreements import index_labels, record_key, structure, value_key
+from pipeline.quality.disagreements import index_labels, record_key, refused, row_annotators, structure, value_key
 
 PROVENANCE = pa.schema([
     pa.field("round", pa.string(), nullable=False),
@@ -88,9 +91,13 @@ def _majority(values: Mapping[str, Any]) -> Any | None:
     return next(v for v in values.values() if value_key(v) == key) if n * 2 > len(values) else None
 
 
-def resolve(f, values: Mapping[str, Any]) -> tuple[Any, str]:
-    """(gold value, method) from annotator -> value; method 'unresolved' when no rule decides."""
+def resolve(f, values: Mapping[str, Any], answered: Collection[str] = ()) -> tuple[Any, str]:
+    """(gold value, method) from annotator -> value; method 'unresolved' when no rule decides,
+    or when someone in ``answered`` (everyone who answered the row) has no value for the field:
+    one answer standing where another was refused is no agreement (``disagreements.refused``)."""
     anns = sorted(values)
+    if refused(f, values, answered):
+        return (values[anns[0]] if anns else None), "unresolved"
     first = values[anns[0]]
     if all(_same(values[a], first) for a in anns[1:]):
         return first, "unanimous"
@@ -189,6 +196,7 @@ def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any],
                 if not rnd.applies(row.get("primary_speaker")):
                     continue
                 per_field = lab.get((rnd.name, s["sample_id"], ri), {})
+                answered = row_annotators(per_field)
                 adj_field = adj.get((rnd.name, s["sample_id"], ri), {})
                 gold: dict[str, Any] = {}
                 meta: dict[str, tuple] = {}
@@ -200,10 +208,10 @@ def build_gold(base_samples: Sequence[dict], labels: Any, rounds: Sequence[Any],
                     if f.name in adj_field:
                         adjudicator = sorted(adj_field[f.name])[-1]
                         value, method = adj_field[f.name][adjudicator], "adjudicated"
-                    elif not values:
+                    elif not values and not refused(f, values, answered):
                         value, method = (row.get(f.name) if row.get(f.name) is not None else _empty(f)), "missing"
                     else:
-                        value, method = resolve(f, values)
+                        value, method = resolve(f, values, answered)
                     gold[f.name] = _fix_records(f, value)
                     meta[f.name] = (method, values, adjudicator)
                 ref = _text_reference(rnd, per_field, gold)

@@ -122,3 +122,37 @@ def test_results_round_trip_through_label_studio_shapes(truth_samples):
                     if rnd.field(f).type == "text" and v == "":
                         continue  # empty text is not sent
                     assert json.dumps(back[ri][f], sort_keys=True) == json.dumps(want, sort_keys=True), (name, ri, f)
+
+
+def test_an_answer_the_pull_refused_leaves_the_rest_short_of_unanimous(truth_samples, draft_of):
+    """Three annotators answer a row; the pull refused two of their addressees (each named the
+    speaker: a field with a problem gets no line, parse.py). The one addressee left is not
+    "unanimous" (scale 1.0 rehearsal: evelyn_and_owen_012/008 row 26 came out so): the row goes to
+    the adjudicator, gold without one refuses it, and the fields everyone answered stay unanimous."""
+    rnd = load_round("transcript")
+    sample = next(s for s in truth_samples if s["scenario"] == "couple")
+    row = sample["rows"][1]
+    ri = row["row_index"]
+    wrong = [e for e in rnd.field("target").options("couple", sample["participants"])
+             if e not in row["target"] and e != row["primary_speaker"]][:1]
+    lines = [x for a in ("a0", "a1", "a2") for x in SimulatedAnnotator(a).label_rows(rnd, [sample])]
+    mine = lambda x, who: x["row_index"] == ri and x["field"] == "target" and x["annotator"] == who  # noqa: E731
+    lines = [{**x, "value": json.dumps(wrong)} if mine(x, "sim-a0") else x for x in lines
+             if not (mine(x, "sim-a1") or mine(x, "sim-a2"))]
+    labels = pa.Table.from_pylist(lines, schema=schemas.LABELS)
+
+    todo = disagreements.disagreements(labels, rnd)
+    assert [(d["row_index"], d["fields"]) for d in todo] == [(ri, ["target"])]
+    res = gold.build_gold(draft_of([sample]), labels, [rnd], strict=False)
+    prov = {(p["row_index"], p["field"]): p for p in res.provenance.to_pylist()}
+    assert prov[(ri, "target")]["method"] == "unresolved", prov[(ri, "target")]
+    assert prov[(ri, "primary_speaker")]["method"] == "unanimous"
+    with pytest.raises(gold.UnresolvedError, match=f"#{ri}.target"):
+        gold.build_gold(draft_of([sample]), labels, [rnd], strict=True)
+    adj = [x for x in SimulatedAnnotator("adjudicator").label_rows(rnd, [sample]) if x["row_index"] == ri]
+    res = gold.build_gold(draft_of([sample]), labels, [rnd], pa.Table.from_pylist(adj, schema=schemas.LABELS))
+    assert next(r for r in res.samples[0]["rows"] if r["row_index"] == ri)["target"] == row["target"]
+    # a refused number leaves the median of the others; a refused record list, the adjudicator
+    emotion = load_round("emotion")
+    assert not disagreements.is_disagreement(emotion.field("internal_emotion").subfields[-1], {"a": 4}, {"a", "b"})
+    assert disagreements.is_disagreement(emotion.field("internal_emotion"), {"a": []}, {"a", "b"})
