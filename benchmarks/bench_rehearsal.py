@@ -64,7 +64,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -95,9 +94,12 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port with the 7 after it (the desks' base) below the ephemeral range: a server the
+    faults kill starts again on its port (one the OS picks may meanwhile be an outgoing
+    connection's: in a loaded suite run the killed desk's port was taken so)."""
+    from ops.processes import free_server_port
+
+    return free_server_port(8)
 
 
 def say(text: str = "") -> None:

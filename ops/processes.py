@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -142,6 +143,39 @@ def stop(paths: StackPaths, name: str, timeout: float = 20.0) -> bool:
             if start_time(pid) is None:
                 return True
             time.sleep(0.2)
+    return True
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The system's range of local ports for outgoing connections (Linux's default elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_server_port(count: int = 1, host: str = "127.0.0.1", lowest: int = 10000) -> int:
+    """The first of ``count`` consecutive ports on ``host``, free now and below the ephemeral range
+    (picked at random, so that two runs at once seldom try the same). A port the OS picks (bind to
+    0) lies inside that range: once its server stops, any outgoing connection may take it as its
+    local port, and a server killed and started again (a bench's faults, a test's restart) finds
+    it taken."""
+    top = ephemeral_ports()[0] - count  # the highest first port: its run ends below the range
+    rng = random.SystemRandom()
+    for _ in range(500 if top >= lowest else 0):
+        first = rng.randint(lowest, top)
+        if all(_bindable(host, p) for p in range(first, first + count)):
+            return first
+    raise OSError(f"no {count} consecutive free port(s) on {host} from {lowest} below {top + count}")
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
     return True
 
 

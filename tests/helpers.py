@@ -13,7 +13,6 @@ import contextlib
 import json
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 import wave
@@ -63,10 +62,12 @@ PRIVATE_EXAMPLES = {
 # --- ports --------------------------------------------------------------------------------------
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 free right now (the OS's pick; a server started next takes it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 free right now, with the 7 after it (a desk base port: desks take
+    the ports from it up), below the ephemeral range (:func:`ops.processes.free_server_port`: a
+    server stopped and started again finds its port still free)."""
+    from ops.processes import free_server_port
+
+    return free_server_port(8)
 
 
 # --- Label Studio ----------------------------------------------------------------------------
