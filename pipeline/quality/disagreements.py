@@ -4,8 +4,9 @@ Shared by :mod:`pipeline.quality.gold` (which resolves what it can by rule) and
 :mod:`pipeline.quality.adjudication` (which puts the rest into Label Studio). A field's values
 on one row disagree when (gold rules 2-4): categories, lists and row sets differ; records
 differ in structure (keys and choice subfields); pre-filled text (the verbatim transcript)
-differs; or one annotator's answer was refused by the pull (no line) while others stand. Numbers never disagree (the median decides) and descriptive free text alone never
-makes a disagreement (it follows a reference annotator).
+differs; one annotator's answer was refused by the pull (no line) while others stand. Numbers
+never disagree (the median decides) and descriptive free text alone never makes a disagreement
+(it follows a reference annotator).
 """
 from __future__ import annotations
 
