@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -566,6 +567,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         figures = measure(run_id, result, sampler, truth)
         if faults and not error:
             result, error = recover_batch(faults, result, steps, run_kinds, args, batch, root, annotators)
+        machine = machine_half_files(data, batch)  # before the rounds: which half a release difference came from
         if not error:
             try:
                 human = human_half(root, desks, truth, annotators, steps, run_kinds, args.timeout_s, faults)
@@ -581,10 +583,13 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         checks["faults"] = fault_check(faults)
     if args.reference:
         differ = compare_releases(Path(human["release"]), args.reference) if human else ["no release"]
+        if differ:
+            differ += which_half(machine, machine_record(args.reference))
         checks["release_identical"] = {"ok": not differ, "problems": differ, "reference": str(args.reference)}
     if args.save_release and human:
         shutil.copytree(human["release"], args.save_release)
-        say(f"release copied to {args.save_release}")
+        machine_record(args.save_release).write_text(json.dumps(machine, indent=1, sort_keys=True))
+        say(f"release copied to {args.save_release} (the machine half's files: {machine_record(args.save_release)})")
     report["fault_events"] = faults.events if faults else None
     report["checks"] = checks
     report["quarantined"] = (result or {}).get("quarantined", {})
@@ -1214,6 +1219,37 @@ def compare_releases(built: Path, reference: Path) -> list[str]:
     return ([f"only in this run's release: {n}" for n in sorted(set(a) - set(b))]
             + [f"only in the reference: {n}" for n in sorted(set(b) - set(a))]
             + [f"differs: {n}" for n in differ] + cells)
+
+
+def machine_half_files(data, batch: Path) -> dict[str, str]:
+    """sha256 of what the machine half started from and made: the generated batch's files, each
+    interview's RTTM and draft rows (read before the rounds)."""
+    out = {}
+    for prefix, folder in (("batch", batch), ("diarization", data.root / "diarization"), ("drafts", data.drafts_dir())):
+        if folder.is_dir():
+            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                out[f"{prefix}/{path.relative_to(folder).as_posix()}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def machine_record(release: Path) -> Path:
+    """Where ``--save-release DIR`` keeps the machine half's files (beside the release, not in it)."""
+    return release.with_name(release.name + ".machine.json")
+
+
+def which_half(machine: dict[str, str], record: Path) -> list[str]:
+    """For a release that differs from the reference: did the machine half already differ (the
+    generated batch, an RTTM, a draft), or only what the rounds made of it?"""
+    if not record.is_file():
+        return [f"  (no {record.name} beside the reference: which half differs is not known)"]
+    ref = json.loads(record.read_text())
+    moved = sorted(n for n in set(machine) | set(ref) if machine.get(n) != ref.get(n))
+    if not moved:
+        return ["  the generated batch, every RTTM and every draft equal the reference's: the difference came "
+                "in the rounds (the human half)"]
+    return [f"  machine half differs: {n}" + ("" if n in machine and n in ref else
+                                              " (only in this run)" if n in machine else " (only in the reference)")
+            for n in moved]
 
 
 def _row_cells_that_differ(built: Path, reference: Path, first: int = 12) -> list[str]:

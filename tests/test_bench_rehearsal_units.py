@@ -45,6 +45,33 @@ def test_releases_that_differ_are_named_file_by_file(tmp_path):
     assert bench.compare_releases(a, tmp_path / "none") == [f"{tmp_path / 'none'}: no release there"]
 
 
+
+def test_a_release_difference_says_which_half_it_came_from(tmp_path):
+    """--save-release keeps the machine half's files beside the release; a faulted run whose
+    release differs says whether the generated batch, an RTTM or a draft already differed."""
+    from pipeline.paths import DataRoot
+
+    data, batch = DataRoot(tmp_path / "data"), tmp_path / "data" / "batches" / "b"
+    batch.mkdir(parents=True)
+    (batch / "x.srt").write_text("1")
+    (data.root / "diarization" / "c").mkdir(parents=True)
+    (data.root / "diarization" / "c" / "one.rttm").write_text("SPEAKER one 1 0.5 1.0")
+    (data.root / "drafts" / "c").mkdir(parents=True)
+    (data.root / "drafts" / "c" / "one.parquet").write_bytes(b"rows")
+    before = bench.machine_half_files(data, batch)
+    assert sorted(before) == ["batch/x.srt", "diarization/c/one.rttm", "drafts/c/one.parquet"]
+    release = tmp_path / "ref" / "release"
+    assert bench.machine_record(release) == tmp_path / "ref" / "release.machine.json"
+    assert bench.which_half(before, bench.machine_record(release)) == [
+        "  (no release.machine.json beside the reference: which half differs is not known)"]
+    release.mkdir(parents=True)
+    bench.machine_record(release).write_text(json.dumps(before))
+    assert "the human half" in bench.which_half(before, bench.machine_record(release))[0]
+    (data.root / "drafts" / "c" / "one.parquet").write_bytes(b"other rows")
+    (data.root / "drafts" / "c" / "two.parquet").write_bytes(b"rows")
+    assert bench.which_half(bench.machine_half_files(data, batch), bench.machine_record(release)) == [
+        "  machine half differs: drafts/c/one.parquet", "  machine half differs: drafts/c/two.parquet (only in this run)"]
+
 def test_gold_and_truth_compared_by_content_not_form():
     from pipeline.annotation.rounds import load_round
 
