@@ -1223,9 +1223,10 @@ def compare_releases(built: Path, reference: Path) -> list[str]:
 
 def machine_half_files(data, batch: Path) -> dict[str, str]:
     """sha256 of what the machine half started from and made: the generated batch's files, each
-    interview's RTTM and draft rows (read before the rounds)."""
+    interview's transcript, RTTM and draft rows (read before the rounds)."""
     out = {}
-    for prefix, folder in (("batch", batch), ("diarization", data.root / "diarization"), ("drafts", data.drafts_dir())):
+    for prefix, folder in (("batch", batch), ("transcripts", data.root / "transcripts"),
+                           ("diarization", data.root / "diarization"), ("drafts", data.drafts_dir())):
         if folder.is_dir():
             for path in sorted(p for p in folder.rglob("*") if p.is_file()):
                 out[f"{prefix}/{path.relative_to(folder).as_posix()}"] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -1239,13 +1240,13 @@ def machine_record(release: Path) -> Path:
 
 def which_half(machine: dict[str, str], record: Path) -> list[str]:
     """For a release that differs from the reference: did the machine half already differ (the
-    generated batch, an RTTM, a draft), or only what the rounds made of it?"""
+    generated batch, a transcript, an RTTM, a draft), or only what the rounds made of it?"""
     if not record.is_file():
         return [f"  (no {record.name} beside the reference: which half differs is not known)"]
     ref = json.loads(record.read_text())
     moved = sorted(n for n in set(machine) | set(ref) if machine.get(n) != ref.get(n))
     if not moved:
-        return ["  the generated batch, every RTTM and every draft equal the reference's: the difference came "
+        return ["  the generated batch, every transcript, RTTM and draft equal the reference's: the difference came "
                 "in the rounds (the human half)"]
     return [f"  machine half differs: {n}" + ("" if n in machine and n in ref else
                                               " (only in this run)" if n in machine else " (only in the reference)")

@@ -56,10 +56,12 @@ def test_a_release_difference_says_which_half_it_came_from(tmp_path):
     (batch / "x.srt").write_text("1")
     (data.root / "diarization" / "c").mkdir(parents=True)
     (data.root / "diarization" / "c" / "one.rttm").write_text("SPEAKER one 1 0.5 1.0")
+    (data.root / "transcripts" / "c").mkdir(parents=True)
+    (data.root / "transcripts" / "c" / "one.json").write_text("{}")
     (data.root / "drafts" / "c").mkdir(parents=True)
     (data.root / "drafts" / "c" / "one.parquet").write_bytes(b"rows")
     before = bench.machine_half_files(data, batch)
-    assert sorted(before) == ["batch/x.srt", "diarization/c/one.rttm", "drafts/c/one.parquet"]
+    assert sorted(before) == ["batch/x.srt", "diarization/c/one.rttm", "drafts/c/one.parquet", "transcripts/c/one.json"]
     release = tmp_path / "ref" / "release"
     assert bench.machine_record(release) == tmp_path / "ref" / "release.machine.json"
     assert bench.which_half(before, bench.machine_record(release)) == [
