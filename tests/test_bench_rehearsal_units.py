@@ -45,10 +45,9 @@ def test_releases_that_differ_are_named_file_by_file(tmp_path):
     assert bench.compare_releases(a, tmp_path / "none") == [f"{tmp_path / 'none'}: no release there"]
 
 
-
 def test_a_release_difference_says_which_half_it_came_from(tmp_path):
     """--save-release keeps the machine half's files beside the release; a faulted run whose
-    release differs says whether the generated batch, an RTTM or a draft already differed."""
+    release differs says whether the generated batch, a transcript, an RTTM or a draft already differed."""
     from pipeline.paths import DataRoot
 
     data, batch = DataRoot(tmp_path / "data"), tmp_path / "data" / "batches" / "b"
@@ -73,6 +72,7 @@ def test_a_release_difference_says_which_half_it_came_from(tmp_path):
     (data.root / "drafts" / "c" / "two.parquet").write_bytes(b"rows")
     assert bench.which_half(bench.machine_half_files(data, batch), bench.machine_record(release)) == [
         "  machine half differs: drafts/c/one.parquet", "  machine half differs: drafts/c/two.parquet (only in this run)"]
+
 
 def test_gold_and_truth_compared_by_content_not_form():
     from pipeline.annotation.rounds import load_round
