@@ -384,7 +384,8 @@ def parse_args(argv=None):
     ap.add_argument("--reference", type=Path, default=None,
                     help="a release of a run without faults on the same scale, seed and rows (--save-release): this "
                          "run's release must hold the same bytes")
-    ap.add_argument("--save-release", type=Path, default=None, help="copy the release here (a --reference for a faulted run)")
+    ap.add_argument("--save-release", type=Path, default=None, help="copy the release here (a --reference for a faulted run), and the machine half's "
+                         "file hashes beside it (DIR.machine.json)")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error("--workers must be at least 1")
