@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -384,8 +383,9 @@ def parse_args(argv=None):
     ap.add_argument("--reference", type=Path, default=None,
                     help="a release of a run without faults on the same scale, seed and rows (--save-release): this "
                          "run's release must hold the same bytes")
-    ap.add_argument("--save-release", type=Path, default=None, help="copy the release here (a --reference for a faulted run), and the machine half's "
-                         "file hashes beside it (DIR.machine.json)")
+    ap.add_argument("--save-release", type=Path, default=None,
+                    help="copy the release here (a --reference for a faulted run), and the machine half's file hashes "
+                         "beside it (DIR.machine.json)")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error("--workers must be at least 1")
@@ -1225,13 +1225,12 @@ def compare_releases(built: Path, reference: Path) -> list[str]:
 def machine_half_files(data, batch: Path) -> dict[str, str]:
     """sha256 of what the machine half started from and made: the generated batch's files, each
     interview's transcript, RTTM and draft rows (read before the rounds)."""
-    out = {}
-    for prefix, folder in (("batch", batch), ("transcripts", data.root / "transcripts"),
-                           ("diarization", data.root / "diarization"), ("drafts", data.drafts_dir())):
-        if folder.is_dir():
-            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-                out[f"{prefix}/{path.relative_to(folder).as_posix()}"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+    from pipeline.store import sha256_file
+
+    folders = {"batch": batch, "transcripts": data.root / "transcripts", "diarization": data.root / "diarization",
+               "drafts": data.drafts_dir()}
+    return {f"{prefix}/{path.relative_to(folder).as_posix()}": sha256_file(path)
+            for prefix, folder in folders.items() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def machine_record(release: Path) -> Path:
@@ -1249,9 +1248,9 @@ def which_half(machine: dict[str, str], record: Path) -> list[str]:
     if not moved:
         return ["  the generated batch, every transcript, RTTM and draft equal the reference's: the difference came "
                 "in the rounds (the human half)"]
-    return [f"  machine half differs: {n}" + ("" if n in machine and n in ref else
-                                              " (only in this run)" if n in machine else " (only in the reference)")
-            for n in moved]
+    where = {n: " (only in this run)" for n in set(machine) - set(ref)} | {n: " (only in the reference)"
+                                                                             for n in set(ref) - set(machine)}
+    return [f"  machine half differs: {n}{where.get(n, '')}" for n in moved]
 
 
 def _row_cells_that_differ(built: Path, reference: Path, first: int = 12) -> list[str]:
