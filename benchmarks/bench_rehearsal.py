@@ -7,7 +7,8 @@ What an operator does, on a stack of its own under a temporary data root:
 
 1. ``rescue synth batch --scale S --seed N --out rehearsal`` (the generator, issue #26 part 1:
    videos, subtitles, manifest.csv, truth.json with the simulated annotators' per-field error
-   rates; a few planted bad files), while
+   rates; a few planted bad files; with ``--reference DIR``, the batch saved beside that release,
+   DIR.batch, copied instead: both runs start from the same bytes), while
 2. ``ops.stack.up`` starts a Prefect server - on a fresh database of the machine's PostgreSQL
    (127.0.0.1:5432, user root; created here and dropped at the end), or on ``--database-url``
    (used as given, never dropped), or on SQLite when PostgreSQL is unreachable (said so) - and
@@ -382,10 +383,11 @@ def parse_args(argv=None):
                          "docs/OPERATIONS.md says, and compare the release with --reference")
     ap.add_argument("--reference", type=Path, default=None,
                     help="a release of a run without faults on the same scale, seed and rows (--save-release): this "
-                         "run's release must hold the same bytes")
+                         "run's release must hold the same bytes; the batch saved beside it (DIR.batch) is this "
+                         "run's batch too (copied, not generated again)")
     ap.add_argument("--save-release", type=Path, default=None,
                     help="copy the release here (a --reference for a faulted run), and the machine half's file hashes "
-                         "beside it (DIR.machine.json)")
+                         "(DIR.machine.json) and the generated batch (DIR.batch) beside it")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error("--workers must be at least 1")
@@ -396,8 +398,9 @@ def parse_args(argv=None):
                  "which this run's release must equal")
     if args.reference is not None and not (args.reference / "manifest.json").is_file():
         ap.error(f"--reference {args.reference}: no release there (no manifest.json)")
-    if args.save_release is not None and args.save_release.exists():
-        ap.error(f"--save-release {args.save_release}: already exists; give a new folder")
+    if args.save_release is not None and (args.save_release.exists() or batch_copy(args.save_release).exists()):
+        ap.error(f"--save-release {args.save_release}: it (or {batch_copy(args.save_release).name}) already exists; "
+                 "give a new folder")
     return args
 
 
@@ -490,8 +493,17 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     if args.max_rows:
         gen_cmd += ["--max-rows", str(args.max_rows)]
 
+    given = batch_copy(args.reference) if args.reference else None
+
     def generate():
         t0 = time.monotonic()
+        if given is not None and given.is_dir():  # the reference run's own input (see batch_copy)
+            shutil.copytree(given, batch)
+            made = json.loads((batch / "truth.json").read_text())
+            asked = {"scale": args.scale, "seed": args.seed, "max_rows": args.max_rows}
+            if {k: made.get(k) for k in asked} != asked:
+                raise RuntimeError(f"{given}: made with {({k: made.get(k) for k in asked})}, not this run's {asked}")
+            return time.monotonic() - t0, 0.0, f"the reference run's batch, copied from {given}"
         proc = subprocess.Popen(gen_cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env={**os.environ, "COLUMNS": "200"})
         out = proc.stdout.read().decode(errors="replace")
@@ -527,7 +539,8 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         gen_wall, gen_cpu, gen_out = made.result()
         t_desks = desked.result()
     say(f"stack up (the first worker) in {t_stack:.1f} s; {len(people)} desks up in {t_desks:.1f} s; "
-        f"batch generated in {gen_wall:.1f} s wall, {gen_cpu:.1f} s CPU:")
+        f"batch {'copied' if given is not None and given.is_dir() else 'generated'} in {gen_wall:.1f} s wall, "
+        f"{gen_cpu:.1f} s CPU:")
     say("  " + "\n  ".join(line for line in gen_out.strip().splitlines() if line.strip()))
     truth = json.loads((batch / "truth.json").read_text())
     if sorted(person_email(a["name"]) for a in truth["annotators"]) != sorted(annotators):
@@ -590,7 +603,9 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     if args.save_release and human:
         shutil.copytree(human["release"], args.save_release)
         machine_record(args.save_release).write_text(json.dumps(machine, indent=1, sort_keys=True))
-        say(f"release copied to {args.save_release} (the machine half's files: {machine_record(args.save_release)})")
+        shutil.copytree(batch, batch_copy(args.save_release))
+        say(f"release copied to {args.save_release} (the machine half's files: {machine_record(args.save_release)}; "
+            f"the batch: {batch_copy(args.save_release)})")
     report["fault_events"] = faults.events if faults else None
     report["checks"] = checks
     report["quarantined"] = (result or {}).get("quarantined", {})
@@ -1231,6 +1246,15 @@ def machine_half_files(data, batch: Path) -> dict[str, str]:
                "drafts": data.drafts_dir()}
     return {f"{prefix}/{path.relative_to(folder).as_posix()}": sha256_file(path)
             for prefix, folder in folders.items() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def batch_copy(release: Path) -> Path:
+    """Where ``--save-release DIR`` keeps the generated batch (DIR.batch), which a run with
+    ``--reference DIR`` takes as its own instead of generating one: the two runs then start from
+    the same bytes, so a release difference is the faults' (or the pipeline's), never the
+    generator's. (The generator has once given other speech timings for the same seed: the
+    first run after a fresh set-up, session 23; see docs/SCALING.md.)"""
+    return release.with_name(release.name + ".batch")
 
 
 def machine_record(release: Path) -> Path:

@@ -13,8 +13,8 @@ drafted and released with truth.json's row count, each bad file quarantined nami
 gold equal to the truth where the annotators agree, alpha inside its interval, per-stage and
 per-step figures, both workers running interviews, and that the bench left no process and no
 database behind. The faulted run (a worker SIGKILLed mid-run, a desk killed mid-pull, the
-Prefect server restarted, a task submitted twice) must give the clean run's release byte for
-byte, with each interview once on each desk after the rerun's second push: this is the
+Prefect server restarted, a task submitted twice), starting from the clean run's own batch
+(saved beside its release), must give the clean run's release byte for byte, with each interview once on each desk after the rerun's second push: this is the
 scale-out crash test (it replaced tests/flows/test_scaleout.py, whose fan-out vs one-process
 equivalence tests/flows/test_cli_path.py now checks)."""
 from __future__ import annotations
@@ -198,6 +198,8 @@ def test_faults_recovered_and_the_release_is_the_same(faulted, reference):
                 "release_rows", "gold_truth", "faults", "release_identical"):
         assert checks[key]["ok"], (key, checks[key])
     assert checks["release_identical"]["reference"] == str(reference) and (reference / "manifest.json").is_file()
+    # the same input as the clean run: its batch, saved beside its release, copied (not generated again)
+    assert f"the reference run's batch, copied from {reference}.batch" in proc.stdout, proc.stdout[:3000]
     ev = fig["fault_events"]
     # the worker: its interview's run crashed, the batch quarantined it; the rerun redid it from the cache
     worker = ev["worker"]
