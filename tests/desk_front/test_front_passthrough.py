@@ -14,7 +14,7 @@ import desk_front
 from desk_front import FrontServer, make_app
 from desk_front.comfort import KEYS_PATH, slim_columns
 
-FRONT_SOURCES = sorted((Path(desk_front.__file__).parent).rglob("*.py"))
+FRONT_SOURCES = sorted(p for p in Path(desk_front.__file__).parent.rglob("*") if p.suffix in (".py", ".js"))
 
 
 def test_requests_reach_the_one_desk_unchanged(fake_upstream):
