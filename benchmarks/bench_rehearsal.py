@@ -1252,8 +1252,8 @@ def batch_copy(release: Path) -> Path:
     """Where ``--save-release DIR`` keeps the generated batch (DIR.batch), which a run with
     ``--reference DIR`` takes as its own instead of generating one: the two runs then start from
     the same bytes, so a release difference is the faults' (or the pipeline's), never the
-    generator's. (The generator has once given other speech timings for the same seed: the
-    first run after a fresh set-up, session 23; see docs/SCALING.md.)"""
+    generator's. (The generator has given other speech timings for the same seed twice, each
+    time in a session's first rehearsal: sessions 22 and 23, docs/SCALING.md.)"""
     return release.with_name(release.name + ".batch")
 
 

@@ -14,9 +14,10 @@ gold equal to the truth where the annotators agree, alpha inside its interval, p
 per-step figures, both workers running interviews, and that the bench left no process and no
 database behind. The faulted run (a worker SIGKILLed mid-run, a desk killed mid-pull, the
 Prefect server restarted, a task submitted twice), starting from the clean run's own batch
-(saved beside its release), must give the clean run's release byte for byte, with each interview once on each desk after the rerun's second push: this is the
-scale-out crash test (it replaced tests/flows/test_scaleout.py, whose fan-out vs one-process
-equivalence tests/flows/test_cli_path.py now checks)."""
+(saved beside its release), must give the clean run's release byte for byte, with each
+interview once on each desk after the rerun's second push: this is the scale-out crash test
+(it replaced tests/flows/test_scaleout.py, whose fan-out vs one-process equivalence
+tests/flows/test_cli_path.py now checks)."""
 from __future__ import annotations
 
 import json
