@@ -493,16 +493,13 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     if args.max_rows:
         gen_cmd += ["--max-rows", str(args.max_rows)]
 
-    given = batch_copy(args.reference) if args.reference else None
+    # the reference run's own input, when it kept it (see batch_copy): copied, not generated again
+    given = batch_copy(args.reference) if args.reference and batch_copy(args.reference).is_dir() else None
 
     def generate():
         t0 = time.monotonic()
-        if given is not None and given.is_dir():  # the reference run's own input (see batch_copy)
+        if given is not None:
             shutil.copytree(given, batch)
-            made = json.loads((batch / "truth.json").read_text())
-            asked = {"scale": args.scale, "seed": args.seed, "max_rows": args.max_rows}
-            if {k: made.get(k) for k in asked} != asked:
-                raise RuntimeError(f"{given}: made with {({k: made.get(k) for k in asked})}, not this run's {asked}")
             return time.monotonic() - t0, 0.0, f"the reference run's batch, copied from {given}"
         proc = subprocess.Popen(gen_cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env={**os.environ, "COLUMNS": "200"})
@@ -539,10 +536,13 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         gen_wall, gen_cpu, gen_out = made.result()
         t_desks = desked.result()
     say(f"stack up (the first worker) in {t_stack:.1f} s; {len(people)} desks up in {t_desks:.1f} s; "
-        f"batch {'copied' if given is not None and given.is_dir() else 'generated'} in {gen_wall:.1f} s wall, "
+        f"batch {'generated' if given is None else 'copied'} in {gen_wall:.1f} s wall, "
         f"{gen_cpu:.1f} s CPU:")
     say("  " + "\n  ".join(line for line in gen_out.strip().splitlines() if line.strip()))
     truth = json.loads((batch / "truth.json").read_text())
+    asked = {"scale": args.scale, "seed": args.seed, "max_rows": args.max_rows}
+    if given is not None and {k: truth.get(k) for k in asked} != asked:
+        raise RuntimeError(f"{given}: made with {({k: truth.get(k) for k in asked})}, not this run's {asked}")
     if sorted(person_email(a["name"]) for a in truth["annotators"]) != sorted(annotators):
         raise RuntimeError(f"{batch / 'truth.json'}: its annotators {[a['name'] for a in truth['annotators']]} are "
                            f"not the desks' {annotators}")
