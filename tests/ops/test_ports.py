@@ -20,10 +20,12 @@ def test_a_server_port_lies_below_the_ephemeral_range_and_its_neighbours_are_fre
 
 
 def test_a_taken_port_is_never_offered(monkeypatch):
+    # the held port and its neighbour come from below the ephemeral range: a port the OS picks
+    # (bind to 0) may have a neighbour that a busy machine's outgoing connection holds
+    taken = processes.free_server_port(2)
     with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
+        held.bind(("127.0.0.1", taken))
         held.listen()
-        taken = held.getsockname()[1]
         monkeypatch.setattr(processes, "ephemeral_ports", lambda: (taken + 1, taken + 100))
         # the only range left holds the taken port: every try fails, and it says so
         with pytest.raises(OSError, match="no 1 consecutive free port"):
