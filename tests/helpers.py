@@ -111,6 +111,20 @@ def desk_hooks(desks, people, **hooks):
                 http.event_hooks[event].remove(fn)
 
 
+class ThroughTheApi:
+    """The same desks, but a pull may not read their databases (as a desk reached through another
+    address, ``RESCUE_DESK_URL``): every project is exported through Label Studio's API."""
+
+    def __init__(self, desks):
+        self._desks = desks
+
+    def __getattr__(self, name):
+        return getattr(self._desks, name)
+
+    def database(self, email):
+        return None
+
+
 def sample_media(root: Path, samples: list[dict]):
     """A 10 ms WAV per sample under ``root/media/`` (as `rescue annotate push` links them); the
     push's ``media_url`` function for those samples."""
@@ -317,3 +331,12 @@ class OneServerDesks:
 
     def public_url(self, email):
         return self._client.url
+
+    def database(self, email):
+        """The session server's database, as :meth:`Desks.database` gives a desk's (its projects are
+        read by id, so only this person's)."""
+        from pipeline.annotation import desk_db
+        from pipeline.annotation.server import DB_NAME
+        if desk_db.installed_version(self.server.venv) != desk_db.WRITTEN_FOR:
+            return None
+        return self.server.data_dir / DB_NAME

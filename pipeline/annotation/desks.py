@@ -42,7 +42,8 @@ import httpx
 
 from pipeline import store
 from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
-from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
+from pipeline.annotation import desk_db
+from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 
@@ -77,6 +78,8 @@ class DeskAccess(Protocol):
     def where(self, email: str) -> str: ...
 
     def public_url(self, email: str) -> str: ...
+
+    def database(self, email: str) -> Path | None: ...
 
 
 def desk_slug(email: str) -> str:
@@ -229,6 +232,20 @@ class Desks:
             return f"{email}'s desk ({self.url(email)})"
         except DeskError:
             return f"{email}'s desk (none registered)"
+
+    def database(self, email: str) -> Path | None:
+        """The desk's database, for a pull to read a project without the API (:mod:`.desk_db`):
+        only when the pipeline reaches the desk at its own port on this machine (the default
+        ``RESCUE_DESK_URL``) and the installed Label Studio is the one that reader was written for;
+        None otherwise."""
+        desk = self.get(email)
+        url = httpx.URL(self.url(desk))
+        if url.host not in ("127.0.0.1", "localhost") or url.port != desk.port:
+            return None
+        if desk_db.installed_version(self.venv) != desk_db.WRITTEN_FOR:
+            return None
+        path = self.root.desk_label_studio_dir(desk.slug) / DB_NAME
+        return path if path.is_file() else None
 
     def client(self, email: str) -> LabelStudioClient:
         desk = self.get(email)

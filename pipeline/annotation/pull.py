@@ -1,7 +1,8 @@
 """Pull a round back from Label Studio: archive the raw export, then parse and validate it.
 
 For every annotator project of the round (see :mod:`.push`) an export of all its tasks is
-taken and written, unchanged and before any parsing, to ``DataRoot.export``:
+taken (read from the desk's own database where the pull may, :mod:`.desk_db`: Label Studio's
+export, key for key, for a fraction of the desk's CPU; else asked of its API) and written, unchanged and before any parsing, to ``DataRoot.export``:
 ``<data root>/annotation/exports/<round>/<scenario>/<annotator slug>/<sha256>.json`` (content
 addressed, append-only: an identical state is not written twice; the annotator's e-mail becomes
 a directory name through ``paths.slug``), and beside it ``<sha256>.predictions.json``: what the
@@ -227,7 +228,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             raw = item.raw
             out.path, out.new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
         try:
-            tasks = json.loads(raw)
+            tasks = item.tasks if item.tasks is not None else json.loads(raw)
         except ValueError as exc:
             out.problems.append(problem_line(annotator, f"export {out.path.name} is not JSON: {exc}"))
             return

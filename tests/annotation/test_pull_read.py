@@ -1,4 +1,5 @@
-"""How a pull reads the desks (issue #28), on two real desks (one Label Studio each): on each
+"""How a pull reads the desks through their API (issue #28; a desk it may not read from its
+database, ``tests/helpers.ThroughTheApi``), on two real desks (one Label Studio each): on each
 desk the projects are exported largest first, one export at a time (``EXPORTS_PER_DESK``), each
 after its own look (none when the pull has nothing to compare with); what the pull archives and writes is the same bytes however the reads are
 spread; a desk that is down is a clear error naming it, raised once the other desk's exports are
@@ -21,7 +22,7 @@ from pipeline.annotation.client import LabelStudioUnavailable
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
-from tests.helpers import annotator_desks, desk_hooks, sample_media
+from tests.helpers import ThroughTheApi, annotator_desks, desk_hooks, sample_media
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +109,7 @@ def _exports_largest_first(desks: Desks, world, spans, looked: bool) -> None:
 
 
 def test_each_desk_exports_its_largest_project_first_one_at_a_time_each_after_its_look(world, tmp_path):
-    desks = Desks(world.root)
+    desks = ThroughTheApi(Desks(world.root))
     root = _fresh(world, tmp_path)
     with _spans(desks) as spans:  # a first pull: nothing to compare with, no look (read off each export)
         result = pull.pull_round(desks, ROUND, root)
@@ -128,7 +129,7 @@ def test_each_desk_exports_its_largest_project_first_one_at_a_time_each_after_it
 
 
 def test_what_a_pull_writes_does_not_depend_on_how_its_reads_are_spread(world, tmp_path, monkeypatch):
-    desks = Desks(world.root)
+    desks = ThroughTheApi(Desks(world.root))
     first = pull.pull_round(desks, ROUND, _fresh(world, tmp_path / "spread"))
     monkeypatch.setattr(pull_look, "EXPORTS_PER_DESK", 2)  # both projects of a desk at once
     monkeypatch.setattr(pull_look, "LOOKS_PER_DESK", 1)    # looks and predictions one by one
