@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from pathlib import Path
 
 # The Label Studio this reader was written for and tested against. Not server.LS_VERSION: when
@@ -59,18 +58,55 @@ def installed_version(venv: Path) -> str | None:
     return found[0].name[len("label_studio-"):-len(".dist-info")] if len(found) == 1 else None
 
 
-def _time(value: str | None) -> str | None:
-    """A stored datetime (``2026-12-03 22:26:00.309205``, UTC) as the API writes it
-    (``2026-12-03T22:26:00.309205Z``; Django stores no fraction when it is zero, nor does the API)."""
-    return None if value is None else value.replace(" ", "T", 1) + "Z"
+# How the API writes each kind of stored value, as SQL on column ``{c}``: datetimes (stored
+# ``2026-12-03 22:26:00.309205``, UTC) as ``2026-12-03T22:26:00.309205Z``; booleans (0/1) as
+# true/false; floats with 17 significant digits (every double read back exactly); stored JSON as
+# itself; UUIDs (32 hex digits) with their hyphens. NULL stays null.
+_T = "replace({c}, ' ', 'T') || 'Z'"
+_B = "CASE WHEN {c} IS NULL THEN NULL WHEN {c} THEN json('true') ELSE json('false') END"
+_F = "CASE WHEN {c} IS NULL THEN NULL ELSE json(printf('%!.17g', {c})) END"
+_J = "json({c})"
+_U = ("substr({c}, 1, 8) || '-' || substr({c}, 9, 4) || '-' || substr({c}, 13, 4) || '-' || substr({c}, 17, 4)"
+      " || '-' || substr({c}, 21)")
 
 
-def _json(value: str | None):
-    return None if value is None else json.loads(value)
+def _object(alias: str, fields: list[tuple[str, str, str]]) -> str:
+    """A ``json_object(...)`` of ``(key, column, how)`` for rows of the table read as ``alias``."""
+    return "json_object(" + ", ".join(f"'{key}', " + how.format(c=f"{alias}.{column}")
+                                      for key, column, how in fields) + ")"
 
 
-def _bool(value: int | None) -> bool | None:
-    return None if value is None else bool(value)
+_ANNOTATION = _object("a", [
+    ("id", "id", "{c}"), ("completed_by", "completed_by_id", "{c}"), ("result", "result", _J),
+    ("was_cancelled", "was_cancelled", _B), ("ground_truth", "ground_truth", _B), ("created_at", "created_at", _T),
+    ("updated_at", "updated_at", _T), ("draft_created_at", "draft_created_at", _T), ("lead_time", "lead_time", _F),
+    ("prediction", "prediction", _J), ("result_count", "result_count", "{c}"), ("unique_id", "unique_id", _U),
+    ("import_id", "import_id", "{c}"), ("last_action", "last_action", "{c}"), ("bulk_created", "bulk_created", _B),
+    ("task", "task_id", "{c}"), ("project", "project_id", "{c}"), ("updated_by", "updated_by_id", "{c}"),
+    ("parent_prediction", "parent_prediction_id", "{c}"), ("parent_annotation", "parent_annotation_id", "{c}"),
+    ("last_created_by", "last_created_by_id", "{c}")])
+# A draft's ``created_username`` as the API makes it: "First Last email, id" (no name: "email, id").
+_NAME = "(h.first_name || CASE WHEN h.last_name != '' THEN ' ' || h.last_name ELSE '' END)"
+_USERNAME = f"CASE WHEN {_NAME} = '' THEN '' ELSE {_NAME} || ' ' END || h.email || ', ' || h.id"
+_DRAFT = _object("d", [
+    ("id", "id", "{c}"), ("user", "user_id", "h.email"), ("created_username", "user_id", _USERNAME),
+    ("result", "result", _J), ("lead_time", "lead_time", _F), ("was_postponed", "was_postponed", _B),
+    ("import_id", "import_id", "{c}"), ("created_at", "created_at", _T), ("updated_at", "updated_at", _T),
+    ("task", "task_id", "{c}"), ("annotation", "annotation_id", "{c}")])
+_PREDICTION = _object("p", [
+    ("id", "id", "{c}"), ("model_version", "model_version", "{c}"), ("score", "score", _F),
+    ("cluster", "cluster", "{c}"), ("neighbors", "neighbors", _J), ("mislabeling", "mislabeling", _F),
+    ("created_at", "created_at", _T), ("updated_at", "updated_at", _T), ("model", "model_id", "{c}"),
+    ("model_run", "model_run_id", "{c}"), ("task", "task_id", "{c}"), ("project", "project_id", "{c}"),
+    ("result", "result", _J)])
+_TASK = _object("t", [
+    ("id", "id", "{c}"), ("data", "data", _J), ("meta", "meta", _J), ("created_at", "created_at", _T),
+    ("updated_at", "updated_at", _T), ("allow_skip", "allow_skip", _B), ("inner_id", "inner_id", "{c}"),
+    ("total_annotations", "total_annotations", "{c}"), ("cancelled_annotations", "cancelled_annotations", "{c}"),
+    ("total_predictions", "total_predictions", "{c}"), ("comment_count", "comment_count", "{c}"),
+    ("unresolved_comment_count", "unresolved_comment_count", "{c}"),
+    ("last_comment_updated_at", "last_comment_updated_at", _T), ("project", "project_id", "{c}"),
+    ("updated_by", "updated_by_id", "{c}")])
 
 
 def _check_schema(db: sqlite3.Connection) -> None:
@@ -81,9 +117,10 @@ def _check_schema(db: sqlite3.Connection) -> None:
             raise Unavailable(f"table {table} is not as Label Studio {WRITTEN_FOR} makes it")
 
 
-def read_project(database: Path, project_id: int) -> tuple[list[dict], dict[int, list[dict]]]:
-    """``(tasks as the export gives them, task id -> its predictions as /api/predictions/ lists
-    them)`` of one project, read in one read-only transaction. Raises :class:`Unavailable`."""
+def read_project(database: Path, project_id: int) -> tuple[bytes, dict[int, list[dict]]]:
+    """``(the export's JSON, task id -> its predictions as /api/predictions/ lists them)`` of one
+    project, read in one read-only transaction; SQLite writes the JSON (its JSON functions), so
+    nothing is decoded here but the predictions. Raises :class:`Unavailable`."""
     try:
         db = sqlite3.connect(f"{Path(database).resolve().as_uri()}?mode=ro", uri=True, timeout=30.0,
                              isolation_level=None, check_same_thread=False)
@@ -99,65 +136,32 @@ def read_project(database: Path, project_id: int) -> tuple[list[dict], dict[int,
         db.close()
 
 
-def _read(db: sqlite3.Connection, project_id: int) -> tuple[list[dict], dict[int, list[dict]]]:
-    users = {row[0]: row for row in db.execute("SELECT id, email, first_name, last_name FROM htx_user")}
-    annotations: dict[int, list[dict]] = {}
-    for (aid, result, cancelled, created, updated, task, prediction, lead, count, by, truth, parent_prediction,
-         action, last_by, project, updated_by, unique, draft_created, import_id, bulk, parent_annotation) in db.execute(
-            "SELECT a.* FROM task_completion a JOIN task t ON a.task_id = t.id WHERE t.project_id = ? ORDER BY a.id",
-            (project_id,)):
-        annotations.setdefault(task, []).append({
-            "id": aid, "completed_by": by, "result": _json(result), "was_cancelled": bool(cancelled),
-            "ground_truth": bool(truth), "created_at": _time(created), "updated_at": _time(updated),
-            "draft_created_at": _time(draft_created), "lead_time": lead, "prediction": _json(prediction),
-            "result_count": count, "unique_id": unique and str(uuid.UUID(unique)), "import_id": import_id, "last_action": action,
-            "bulk_created": _bool(bulk), "task": task, "project": project, "updated_by": updated_by,
-            "parent_prediction": parent_prediction, "parent_annotation": parent_annotation,
-            "last_created_by": last_by})
-    drafts: dict[int, list[dict]] = {}
-    for did, result, created, updated, task, user, annotation, postponed, lead, import_id in db.execute(
-            "SELECT d.* FROM tasks_annotationdraft d JOIN task t ON d.task_id = t.id WHERE t.project_id = ? "
-            "ORDER BY d.id", (project_id,)):
-        who = users.get(user)
-        drafts.setdefault(task, []).append({
-            "id": did, "user": who[1] if who else None, "created_username": _username(who),
-            "result": _json(result), "lead_time": lead, "was_postponed": bool(postponed), "import_id": import_id,
-            "created_at": _time(created), "updated_at": _time(updated), "task": task, "annotation": annotation})
-    predictions: dict[int, list[dict]] = {}
-    for (pid, result, score, version, created, updated, task, cluster, mislabeling, neighbors, project, model_run,
-         model) in db.execute("SELECT p.* FROM prediction p JOIN task t ON p.task_id = t.id WHERE t.project_id = ? "
-                              "ORDER BY p.id", (project_id,)):
-        predictions.setdefault(task, []).append({
-            "id": pid, "model_version": version, "score": score, "cluster": cluster,
-            "neighbors": _json(neighbors), "mislabeling": mislabeling, "created_at": _time(created),
-            "updated_at": _time(updated), "model": model, "model_run": model_run, "task": task, "project": project,
-            "result": _json(result)})
-    authors: dict[int, list[int]] = {}
+def _read(db: sqlite3.Connection, project_id: int) -> tuple[bytes, dict[int, list[dict]]]:
+    undefined = db.execute("SELECT t.id FROM task t WHERE t.project_id = ? AND "
+                           "json_type(t.data, '$.\"$undefined$\"') IS NOT NULL LIMIT 1", (project_id,)).fetchone()
+    if undefined:  # the API rewrites that key from the label config
+        raise Unavailable(f"task {undefined[0]} holds a $undefined$ key")
+
+    def by_task(table: str, alias: str, obj: str, join: str = "") -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for task, text in db.execute(f"SELECT {alias}.task_id, {obj} FROM {table} {alias} JOIN task t ON "
+                                     f"{alias}.task_id = t.id {join} WHERE t.project_id = ? ORDER BY {alias}.id",
+                                     (project_id,)):
+            out.setdefault(task, []).append(text)
+        return out
+
+    annotations = by_task("task_completion", "a", _ANNOTATION)
+    drafts = by_task("tasks_annotationdraft", "d", _DRAFT, "JOIN htx_user h ON h.id = d.user_id")
+    predictions = {task: [json.loads(p) for p in texts] for task, texts in by_task("prediction", "p", _PREDICTION).items()}
+    authors: dict[int, list[str]] = {}
     for task, user in db.execute("SELECT c.task_id, c.user_id FROM task_comment_authors c JOIN task t "
                                  "ON c.task_id = t.id WHERE t.project_id = ? ORDER BY c.id", (project_id,)):
-        authors.setdefault(task, []).append(user)
-    tasks = []
-    for (tid, data, created, updated, _labeled, project, meta, _overlap, _upload, updated_by, inner, total,
-         cancelled, n_predictions, comments, last_comment, unresolved, _agreement, allow_skip) in db.execute(
-            "SELECT * FROM task WHERE project_id = ? ORDER BY id", (project_id,)):
-        data = _json(data)
-        if isinstance(data, dict) and "$undefined$" in data:  # the API rewrites that key from the config
-            raise Unavailable(f"task {tid} holds a $undefined$ key")
-        tasks.append({
-            "id": tid, "annotations": annotations.get(tid, []), "drafts": drafts.get(tid, []),
-            "predictions": [p["id"] for p in predictions.get(tid, [])], "data": data, "meta": _json(meta),
-            "created_at": _time(created), "updated_at": _time(updated), "allow_skip": _bool(allow_skip),
-            "inner_id": inner, "total_annotations": total, "cancelled_annotations": cancelled,
-            "total_predictions": n_predictions, "comment_count": comments, "unresolved_comment_count": unresolved,
-            "last_comment_updated_at": _time(last_comment), "project": project, "updated_by": updated_by,
-            "comment_authors": authors.get(tid, [])})
-    return tasks, predictions
-
-
-def _username(user: tuple | None) -> str:
-    """Label Studio's ``created_username`` of a draft: "First Last email, id"."""
-    if user is None:
-        return ""
-    _, email, first, last = user
-    name = (first or "") + (f" {last}" if last else "")
-    return name + (" " if name else "") + f"{email}, {user[0]}"
+        authors.setdefault(task, []).append(str(user))
+    parts = []
+    for task, text in db.execute(f"SELECT t.id, {_TASK} FROM task t WHERE t.project_id = ? ORDER BY t.id",
+                                 (project_id,)):
+        ids = ",".join(str(p["id"]) for p in predictions.get(task, []))
+        parts.append(f'{text[:-1]},"annotations":[{",".join(annotations.get(task, []))}],'
+                     f'"drafts":[{",".join(drafts.get(task, []))}],"predictions":[{ids}],'
+                     f'"comment_authors":[{",".join(authors.get(task, []))}]}}')  # text ends with its "}"
+    return ("[" + ",".join(parts) + "]").encode("utf-8"), predictions

@@ -228,7 +228,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             raw = item.raw
             out.path, out.new = archive_export(root, rnd.name, scenario, annotator, raw)  # before parsing
         try:
-            tasks = item.tasks if item.tasks is not None else json.loads(raw)
+            tasks = json.loads(raw)
         except ValueError as exc:
             out.problems.append(problem_line(annotator, f"export {out.path.name} is not JSON: {exc}"))
             return

@@ -109,7 +109,6 @@ class Wanted:
     archived: Path | None = None      # unchanged since the last pull: its archived export
     look_since: dt.datetime | None = None  # not looked at: its look is read off the export, from this
     database: Path | None = None      # the desk's database, when the export may be read from it (:mod:`.desk_db`)
-    tasks: list | None = None         # the export's tasks, when read from the database (``raw`` is their JSON)
     ready: threading.Event = field(default_factory=threading.Event)  # looked at (and exported)
 
     @property
@@ -206,12 +205,10 @@ def export(item: Wanted, aside: ThreadPoolExecutor) -> None:
     (the predictions on ``aside``, beside the export as it runs)."""
     if item.database is not None:
         try:
-            item.tasks, item.predictions = desk_db.read_project(item.database, item.project.id)
-            item.raw = json.dumps(item.tasks, ensure_ascii=False).encode("utf-8")
+            item.raw, item.predictions = desk_db.read_project(item.database, item.project.id)
             return
         except desk_db.Unavailable as exc:
             logging.getLogger(__name__).warning("%s: %s; exporting through its API instead", item.client.url, exc)
-            item.tasks = None
     predictions = aside.submit(acceptance.project_predictions, item.client, item.project.id)
     item.raw = item.client.export_tasks(item.project.id)
     item.predictions = predictions.result()
