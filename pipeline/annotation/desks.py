@@ -41,8 +41,8 @@ from typing import Protocol
 import httpx
 
 from pipeline import store
-from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
 from pipeline.annotation import desk_db
+from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
 from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
 from pipeline.config import Settings
 from pipeline.paths import DataRoot

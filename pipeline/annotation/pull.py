@@ -2,7 +2,8 @@
 
 For every annotator project of the round (see :mod:`.push`) an export of all its tasks is
 taken (read from the desk's own database where the pull may, :mod:`.desk_db`: Label Studio's
-export, key for key, for a fraction of the desk's CPU; else asked of its API) and written, unchanged and before any parsing, to ``DataRoot.export``:
+export, key for key, for a fraction of the desk's CPU; else asked of its API) and written,
+unchanged and before any parsing, to ``DataRoot.export``:
 ``<data root>/annotation/exports/<round>/<scenario>/<annotator slug>/<sha256>.json`` (content
 addressed, append-only: an identical state is not written twice; the annotator's e-mail becomes
 a directory name through ``paths.slug``), and beside it ``<sha256>.predictions.json``: what the
