@@ -254,6 +254,7 @@ def _canonical(value) -> str:
     return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
 
 
+@lru_cache(maxsize=1 << 16)  # a round's values repeat (the same speaker, the same choices) row after row
 def _canonical_json(text: str) -> str:
     """:func:`_canonical` of a label-table value (JSON). A JSON string is its own canonical form:
     the parser wrote it with the same escaping (``ensure_ascii=False``), and a string has no
