@@ -18,8 +18,10 @@ as it also does for a desk it reaches through another address (``RESCUE_DESK_URL
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 # The Label Studio this reader was written for and tested against. Not server.LS_VERSION: when
@@ -121,19 +123,41 @@ def read_project(database: Path, project_id: int) -> tuple[bytes, dict[int, list
     """``(the export's JSON, task id -> its predictions as /api/predictions/ lists them)`` of one
     project, read in one read-only transaction; SQLite writes the JSON (its JSON functions), so
     nothing is decoded here but the predictions. Raises :class:`Unavailable`."""
+    with _reading(database) as db:
+        return _read(db, project_id)
+
+
+@contextlib.contextmanager
+def _reading(database: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection in one transaction (one snapshot: what Label Studio saves
+    meanwhile waits for the read), its schema checked; any SQLite error is :class:`Unavailable`."""
     try:
         db = sqlite3.connect(f"{Path(database).resolve().as_uri()}?mode=ro", uri=True, timeout=30.0,
                              isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:
         raise Unavailable(f"{database}: {exc}") from None
     try:
-        db.execute("BEGIN")  # one snapshot: what Label Studio saves meanwhile waits for this read
+        db.execute("BEGIN")
         _check_schema(db)
-        return _read(db, project_id)
+        yield db
     except sqlite3.Error as exc:
         raise Unavailable(f"{database}: {exc}") from None
     finally:
         db.close()
+
+
+def read_drafts(database: Path, project_id: int, task_ids: list[int]) -> list[dict]:
+    """The drafts of those tasks of the project (every login's), as the export gives them (a
+    pull's look digests them). Raises :class:`Unavailable`."""
+    out: list[dict] = []
+    with _reading(database) as db:
+        for at in range(0, len(task_ids), 500):  # SQLite takes a few thousand parameters at most
+            part = task_ids[at:at + 500]
+            out += [json.loads(text) for (text,) in db.execute(
+                f"SELECT {_DRAFT} FROM tasks_annotationdraft d JOIN task t ON d.task_id = t.id JOIN htx_user h ON "
+                f"h.id = d.user_id WHERE t.project_id = ? AND d.task_id IN ({','.join('?' * len(part))}) "
+                "ORDER BY d.id", (project_id, *part))]
+    return out
 
 
 def _read(db: sqlite3.Connection, project_id: int) -> tuple[bytes, dict[int, list[dict]]]:

@@ -41,18 +41,23 @@ def settled(answered: dt.datetime | None) -> dt.datetime | None:
 DRAFTS_ONE_BY_ONE = 10  # up to this many tasks with drafts, a look reads their drafts task by task
 
 
-def look(client: LabelStudioClient, project: Project, since: dt.datetime) -> dict:
+def look(client: LabelStudioClient, project: Project, since: dt.datetime, database: Path | None = None) -> dict:
     """What Label Studio shows of a project without exporting it: its live counts, its config,
     every task changed since ``since`` or holding a draft (``[updated_at, annotations, skipped,
-    draft]``), and a digest of those drafts (read task by task, or by a partial export of those
-    tasks when there are many).
+    draft]``), and a digest of those drafts (read from the desk's ``database`` where the pull may,
+    :mod:`.desk_db`; else task by task, or by a partial export of those tasks when there are many).
     Two looks from the same ``since`` are equal only if no task, annotation, prediction or draft
     of the project was added, changed or deleted in between (:data:`.client.SETTLE_S`)."""
     seen, _ = client.changed_tasks(project.id, since, drafts=True,
                                    include="id,updated_at,total_annotations,cancelled_annotations,draft_exists")
     drafts = None
     with_drafts = [t["id"] for t in seen if t.get("draft_exists")]
-    if with_drafts:
+    if with_drafts and database is not None:
+        try:
+            drafts = desk_db.read_drafts(database, project.id, with_drafts)
+        except desk_db.Unavailable as exc:
+            logging.getLogger(__name__).warning("%s: %s; reading drafts through its API instead", client.url, exc)
+    if with_drafts and drafts is None:
         if len(with_drafts) <= DRAFTS_ONE_BY_ONE:  # a request per task: nothing written on the desk
             drafts = [d for task_id in with_drafts for d in client.task_drafts(task_id)]
         else:  # a partial export (Label Studio keeps a copy of every export under its export/ folder)
@@ -182,7 +187,7 @@ def look_at(root: DataRoot, rnd: Round, item: Wanted, old: dict | None, since_ne
     if since_new is not None and not (isinstance(old, dict) and old.get("export")):
         item.look_since = since_new  # nothing to compare with: exported, and its look read off the export
         return
-    shown = look(item.client, item.project, since_old or since_new)
+    shown = look(item.client, item.project, since_old or since_new, item.database)
     if isinstance(old, dict) and old.get("export") and {k: old.get(k) for k in shown} == shown:
         try:
             path = root.export(rnd.name, item.scenario, item.annotator, old["export"])

@@ -3,6 +3,7 @@ export, key for key, on a real desk with every kind of record; a pull reading th
 same tables as one asking the API; another schema or version falls back to the API (issue #28)."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import sqlite3
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from ls_samples import make_sample
 
-from pipeline.annotation import acceptance, desk_db, ls_config, pull, push, pushed
+from pipeline.annotation import acceptance, desk_db, ls_config, pull, pull_look, push, pushed
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.annotation.server import DB_NAME
@@ -147,3 +148,17 @@ def test_another_schema_or_version_is_read_through_the_api(world, tmp_path):
     assert desk_db.installed_version(tmp_path / "venv") == "1.24.0"
     assert Desks(world.root, venv=tmp_path / "venv").database(A) is None
     assert Desks(world.root).database(A) == database
+
+
+def test_a_look_reads_the_drafts_from_the_database_as_the_api_shows_them(world, monkeypatch):
+    client, database = world.desks.client(A), world.desks.database(A)
+    project = next(p for p in client.projects() if p.key == push.project_key(ROUND, "couple", A))
+    since = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    for one_by_one in (pull_look.DRAFTS_ONE_BY_ONE, 0):  # drafts task by task, then by a partial export
+        monkeypatch.setattr(pull_look, "DRAFTS_ONE_BY_ONE", one_by_one)
+        through_api = pull_look.look(client, project, since)
+        asked = []
+        with desk_hooks(world.desks, (A,), request=lambda r: asked.append(r.url.path)):
+            through_db = pull_look.look(client, project, since, database)
+        assert through_db == through_api and through_db["drafts"] is not None
+        assert asked == ["/api/tasks/"], asked  # the task query only: no draft read, no export
