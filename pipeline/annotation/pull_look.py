@@ -7,7 +7,8 @@ annotation or a prediction of it is saved or deleted) and every task holding a d
 digest of those drafts. A project that looks as at the last pull is read from its archived
 export (:attr:`Wanted.archived`); any other is exported (:func:`export`). A project the last pull
 did not export is not looked at: its look is read off its export (:func:`look_from_export`). That costs, per desk,
-its users and projects, and per project one request, plus one per task holding a draft (up to
+its users and projects, and per project one request; the drafts are read from the desk's own
+database where the pull may (:mod:`.desk_db`), else one request per task holding a draft (up to
 :data:`DRAFTS_ONE_BY_ONE`; past that, one partial export). The looks are kept in the pull state
 (``annotation/sync/<round>.pull.json``, :mod:`.pushed`) by :func:`.pull.pull_round`.
 """
