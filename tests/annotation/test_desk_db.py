@@ -134,6 +134,11 @@ def test_another_schema_or_version_is_read_through_the_api(world, tmp_path):
     copy = tmp_path / DB_NAME
     shutil.copy2(database, copy)
     desk_db.read_project(copy, pid)  # as Label Studio 1.23.2 left it: read
+    with sqlite3.connect(copy) as db:  # a key the API would rewrite from the label config
+        db.execute("""UPDATE task SET data = json_set(data, '$."$undefined$"', 'x') WHERE project_id = ?""", (pid,))
+    with pytest.raises(desk_db.Unavailable, match=r"holds a \$undefined\$ key"):
+        desk_db.read_project(copy, pid)
+    shutil.copy2(database, copy)
     with sqlite3.connect(copy) as db:
         db.execute('ALTER TABLE task_completion ADD COLUMN "review_state" text NULL')  # a later version's column
     with pytest.raises(desk_db.Unavailable, match="task_completion is not as Label Studio 1.23.2 makes it"):
