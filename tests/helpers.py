@@ -336,7 +336,4 @@ class OneServerDesks:
         """The session server's database, as :meth:`Desks.database` gives a desk's (its projects are
         read by id, so only this person's)."""
         from pipeline.annotation import desk_db
-        from pipeline.annotation.server import DB_NAME
-        if desk_db.installed_version(self.server.venv) != desk_db.WRITTEN_FOR:
-            return None
-        return self.server.data_dir / DB_NAME
+        return desk_db.readable(self.server)

@@ -43,7 +43,7 @@ import httpx
 from pipeline import store
 from pipeline.annotation import desk_db
 from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
-from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
+from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 
@@ -242,10 +242,7 @@ class Desks:
         url = httpx.URL(self.url(desk))
         if url.host not in ("127.0.0.1", "localhost") or url.port != desk.port:
             return None
-        if desk_db.installed_version(self.venv) != desk_db.WRITTEN_FOR:
-            return None
-        path = self.root.desk_label_studio_dir(desk.slug) / DB_NAME
-        return path if path.is_file() else None
+        return desk_db.readable(LabelStudioServer(self.root.desk_label_studio_dir(desk.slug), venv=self.venv))
 
     def client(self, email: str) -> LabelStudioClient:
         desk = self.get(email)

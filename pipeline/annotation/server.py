@@ -76,6 +76,7 @@ class LabelStudioServer:
         self.host = host
         self.media_root = Path(media_root).resolve() if media_root else self.data_dir.parent
         self.venv = Path(venv)
+        self.database = self.data_dir / DB_NAME
         self.pid_file = self.data_dir / "server.pid"
         self.log_file = self.data_dir / "server.log"
 
@@ -196,7 +197,7 @@ class LabelStudioServer:
         exe = self._executable()
         make_private_dir(self.data_dir)  # its database holds transcripts and answers: owner-only
         self.media_root.mkdir(parents=True, exist_ok=True)
-        db = self.data_dir / DB_NAME
+        db = self.database
         if not db.exists() and TEMPLATE_DB.is_file():
             tmp_db = db.with_suffix(".tmp")
             shutil.copyfile(TEMPLATE_DB, tmp_db)
