@@ -20,7 +20,8 @@ validation) <= 5 s, pull again <= 1 s.
 ``--keep DIR`` copies the data root's ``annotation/`` folder after the first pull (archived
 exports with their predictions, push record, label, problem and acceptance tables, ledger, sync
 states) to ``DIR``: the pull's inputs and outputs, to compare a pull of the same archive by other code.
-``--timeline`` prints the first pull's requests (sent, answered, desk): where its wall goes.
+``--timeline`` prints the first push's and the first pull's requests (sent, answered, desk): where
+their wall goes. ``--push-only`` stops after the two pushes (no annotating, no pull: ~1 min).
 """
 from __future__ import annotations
 
@@ -107,6 +108,19 @@ class _Requests:
                          for port, what, sent, done in sorted(self.spans, key=lambda s: s[2]))
 
 
+def _desk_cpu(desks: Desks, people: list[str]) -> float:
+    """CPU seconds the desks' Label Studio processes have used so far (Linux ``/proc``; 0 elsewhere)."""
+    total = 0.0
+    for who in people:
+        pid = desks.server(who).status().pid
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return total
+
+
 def _line(name: str, seconds: float, detail: str) -> str:
     target = TARGETS[name]
     return (f"{name + ':':<12} {seconds:6.2f} s  target <= {target:g} s: {'ok' if seconds <= target else 'MISSED'}"
@@ -123,7 +137,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--keep", type=Path, help="copy annotation/ here after the first pull")
     ap.add_argument("--timeline", action="store_true",
-                    help="print each request of the first pull: when sent and answered, on which desk")
+                    help="print each request of the first push and pull: when sent and answered, on which desk")
+    ap.add_argument("--push-only", action="store_true", help="stop after the two pushes")
     args = ap.parse_args()
     samples = generate(scale=args.scale)
     rnd = load_round(args.round)
@@ -147,17 +162,23 @@ def main() -> None:
             requests = _Requests(desks, annotators)
             requests.take()
 
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, d0 = time.perf_counter(), time.process_time(), _desk_cpu(desks, annotators)
             report = push.push_round(desks, rnd.name, samples, annotators, data_root=root, media_url=media_url)
             push_s = time.perf_counter() - t0
-            print(_line("push", push_s, f"pipeline CPU {time.process_time() - c0:.2f} s; {sum(requests.take().values())} "
+            timeline = requests.timeline(t0) if args.timeline else ""
+            print(_line("push", push_s, f"pipeline CPU {time.process_time() - c0:.2f} s, desks' CPU "
+                                        f"{_desk_cpu(desks, annotators) - d0:.2f} s; {sum(requests.take().values())} "
                                         f"requests; {report.summary()}"))
+            if timeline:
+                print(timeline)
 
             t0, c0 = time.perf_counter(), time.process_time()
             again = push.push_round(desks, rnd.name, samples, annotators, data_root=root, media_url=media_url)
             print(_line("push again", time.perf_counter() - t0,
                         f"pipeline CPU {time.process_time() - c0:.2f} s; {again.created} created, {again.updated} "
                         f"updated, {again.unchanged} unchanged; {_asked(requests.take())}"))
+            if args.push_only:
+                return
 
             by_id = {s["sample_id"]: s for s in samples}
             jobs = []

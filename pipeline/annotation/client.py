@@ -10,6 +10,7 @@ Other stages (adjudication) create their own projects with :meth:`ensure_project
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import ssl
 import threading
@@ -387,6 +388,8 @@ class LabelStudioClient:
         return r.content
 
 
-def chunks(items: list, size: int) -> Iterable[list]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
+def chunks(items: Iterable, size: int) -> Iterable[list]:
+    """Lists of ``size`` items (the last one shorter), taken from ``items`` as they come."""
+    it = iter(items)
+    while part := list(itertools.islice(it, size)):
+        yield part

@@ -40,6 +40,7 @@ def values_to_results(rnd: Round, data: dict, values: dict[int, dict]) -> list[d
     scenario = data["scenario"]
     n_rows = len(data["turns"])
     participants = data.get("participants") or []
+    allowed: dict[int, set] = {}  # per field (by id): its options, asked once per task, not per row
     results: list[dict] = []
     for unit, u in enumerate(data["units"]):
         row_values = values.get(u["row_index"]) or {}
@@ -57,23 +58,25 @@ def values_to_results(rnd: Round, data: dict, values: dict[int, dict]) -> list[d
                         if sub.type == "const":
                             continue
                         v = rec.get(sub.name)
-                        if not _offerable(sub, v, scenario, participants, n_rows):
+                        if not _offerable(sub, v, scenario, participants, n_rows, allowed):
                             continue
                         results += _field_results(sub, control_name(field.name, unit, slot, sub.name),
                                                   unit, v, scenario)
                 continue
-            if not _offerable(field, value, scenario, participants, n_rows):
+            if not _offerable(field, value, scenario, participants, n_rows, allowed):
                 continue
             results += _field_results(field, control_name(field.name, unit), unit, value, scenario)
     return results
 
 
-def _offerable(field: Field, value, scenario: str, participants, n_rows: int) -> bool:
+def _offerable(field: Field, value, scenario: str, participants, n_rows: int, allowed: dict[int, set]) -> bool:
     if value is None or field.type not in ("choice", "multichoice"):
         return value is not None
-    allowed = set(field.options(scenario, participants, n_rows))
+    options = allowed.get(id(field))
+    if options is None:
+        options = allowed[id(field)] = set(field.options(scenario, participants, n_rows))
     items = value if isinstance(value, list) else [value]
-    return all(v in allowed or (v == "" and field.empty_choice) for v in items)
+    return all(v in options or (v == "" and field.empty_choice) for v in items)
 
 
 def result_value(result: dict):

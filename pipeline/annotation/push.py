@@ -176,65 +176,79 @@ def _push_round(
     keys = {who: [project_key(rnd.name, sc, who) for sc in sorted({taxonomy.check_scenario(s["scenario"])
                                                                    for s in samples})] for who in chosen}
 
-    def look_desk(who: str) -> tuple[list[Project], dict[str, tuple]]:
-        """The desk's projects (one listing) and, for each project the push state knows, its
-        newest change and task count (reads: asked while the tasks are prepared)."""
+    wants = Wants(rnd, samples, prelabel, media_url, window, state.get("samples") or {})  # no task built yet
+    scenarios = sorted(wants.by_scenario.items())
+    syncs = {who: [ProjectSync(rnd, scenario, who, entries, version) for scenario, entries in scenarios]
+             for who in chosen}
+    ordered = [sync for scenario, _ in scenarios for who in chosen for sync in syncs[who] if sync.scenario == scenario]
+    progress = {"done": 0, "importing": False}
+    lock = threading.Lock()
+
+    def open_desk(who: str) -> None:
+        """The desk's projects (one listing; each project the push state knows, its newest change
+        and task count), each found or made, with its instructions and media."""
         client = desks.client(who)
         listed = client.projects()
         ids = {p.key: p.id for p in listed}
         known = [key for key in keys[who] if same_project(projects_state.get(key), client, ids.get(key))]
         with ThreadPoolExecutor(max(1, min(len(known), 4))) as pool:
-            return listed, dict(zip(known, pool.map(lambda key: client.newest_task(ids[key]), known)))
-
-    with ThreadPoolExecutor(max(1, min(len(chosen), DESK_WORKERS))) as ahead:
-        looked = {who: ahead.submit(look_desk, who) for who in chosen}
-        wants = Wants(rnd, samples, prelabel, media_url, window, state.get("samples") or {})
-        for entry in wants.samples.values():
-            if entry.prefilled:
-                report.prefilled[entry.sample_id] = entry.prefilled
-        scenarios = sorted(wants.by_scenario.items())
-        syncs = {who: [ProjectSync(rnd, scenario, who, entries, version) for scenario, entries in scenarios]
-                 for who in chosen}
-
-        def prepare_desk(who: str) -> None:
-            listed, newest = looked[who].result()  # once per desk: every project with its config and counts
-            client = desks.client(who)
-            for sync in syncs[who]:
-                sync.prepare(desks, client, listed, wants, projects_state.get(sync.key), newest.get(sync.key))
-
-        try:
-            each_desk(desks, chosen, prepare_desk)
-        except TransientError as exc:
-            raise PushInterrupted(f"push of round {rnd.name!r} stopped before importing: {exc}. Nothing was lost; "
-                                  "restart the desk (`rescue label-studio up`) and run the push again.") from None
-    ordered = [sync for scenario, _ in scenarios for who in chosen for sync in syncs[who] if sync.scenario == scenario]
-    for sync in ordered:
-        report.projects[sync.key] = sync.project_id
-
-    total = sum(len(sync.new) for sync in ordered)
-    progress = {"done": 0}
-    lock = threading.Lock()
+            newest = dict(zip(known, pool.map(lambda key: client.newest_task(ids[key]), known)))
+        for sync in syncs[who]:
+            sync.open(desks, client, listed, projects_state.get(sync.key), newest.get(sync.key))
 
     def import_desk(who: str) -> None:
+        """The desk's new tasks, imported in chunks as they are built (:meth:`.ProjectSync.to_import`)."""
+        client = desks.client(who)
         for sync in syncs[who]:
-            for chunk in chunks(sync.new, IMPORT_CHUNK):
-                ids = sync.client.import_tasks(sync.project_id, [task for _, task in chunk])
-                sync.imported(chunk, ids)
+            for chunk in chunks(sync.to_import(wants), IMPORT_CHUNK):
+                with lock:
+                    progress["importing"] = True
+                task_ids = client.import_tasks(sync.project_id, [task for _, task in chunk])
+                sync.imported(chunk, task_ids)
                 with lock:
                     progress["done"] += len(chunk)
                     report.created += len(chunk)
                     if on_chunk:
-                        on_chunk(progress["done"], total)
+                        on_chunk(progress["done"], sum(s.expected() for s in ordered))
             if keep:
                 sync.settle()  # what Label Studio now shows of the project, for the next push
 
+    # The projects are opened first (small requests; they would crawl beside the build, which
+    # holds the GIL); then the tasks are built here while the desks import them, a project made
+    # now taking each sample as soon as it is built: the desks are not idle meanwhile.
+    failed: BaseException | None = None
     try:
-        each_desk(desks, chosen, import_desk)
-    except LabelStudioError as exc:  # the push state is left as it was: still safe to use
-        raise (PushInterrupted if isinstance(exc, TransientError) else PushError)(
-            f"push of round {rnd.name!r} stopped after {progress['done']} of {total} new tasks: {exc}. "
+        each_desk(desks, chosen, open_desk)
+    except LabelStudioError as exc:
+        failed = exc
+    if failed is None:
+        with ThreadPoolExecutor(1) as background:
+            working = background.submit(each_desk, desks, chosen, import_desk)
+            try:
+                wants.build()
+            finally:
+                failed = working.exception()  # waits: a desk waiting for a task is told the build failed
+    if isinstance(failed, LabelStudioError):
+        total = sum(sync.expected() for sync in ordered)
+        of = f"of {total}" if all(sync.counted for sync in ordered) else f"of at least {total}"  # a desk stopped early
+        if not progress["importing"]:
+            if isinstance(failed, TransientError):
+                raise PushInterrupted(f"push of round {rnd.name!r} stopped before importing: {failed}. Nothing was "
+                                      "lost; restart the desk (`rescue label-studio up`) and run the push again.") \
+                    from None
+            raise failed
+        # the push state is left as it was: still safe to use
+        raise (PushInterrupted if isinstance(failed, TransientError) else PushError)(
+            f"push of round {rnd.name!r} stopped after {progress['done']} {of} new tasks: {failed}. "
             "Tasks already in Label Studio and their annotations are kept; restart Label "
             "Studio and run the same push again - it imports only what is missing.") from None
+    if failed is not None:
+        raise failed
+    for entry in wants.samples.values():
+        if entry.prefilled:
+            report.prefilled[entry.sample_id] = entry.prefilled
+    for sync in ordered:
+        report.projects[sync.key] = sync.project_id
     if keep:
         state["samples"] = {**(state.get("samples") or {}), **wants.cache()}
         for sync in ordered:

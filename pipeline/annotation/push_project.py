@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pipeline import taxonomy
 from pipeline.annotation import ls_config
 from pipeline.annotation.client import SETTLE_S, LabelStudioClient, LabelStudioError, Project, parse_time
 from pipeline.annotation.desks import DeskAccess
-from pipeline.annotation.push_tasks import SampleTasks, Wants, task_key
+from pipeline.annotation.push_tasks import Prepared, SampleTasks, Wants, task_key
 from pipeline.annotation.rounds import Round
 
 KEY_PREFIX = "rescue-project:"
@@ -96,16 +97,21 @@ class ProjectSync:
         self._old_record: dict | None = None
         self.from_state = False  # the tasks known from the push state (not listed now)
         self._newest: tuple | None = None  # (newest task, task count), asked ahead
+        self._project: Project | None = None
+        self.fresh = False      # made by this push: every task is new
+        self._learned = False   # compared with what the project holds
 
     # --- what the project holds ---------------------------------------------------------------
-    def prepare(self, desks: DeskAccess, client: LabelStudioClient, listed: list[Project],
-                wants: Wants, old: dict | None, newest: tuple | None = None) -> None:
+    def open(self, desks: DeskAccess, client: LabelStudioClient, listed: list[Project],
+             old: dict | None, newest: tuple | None = None) -> None:
+        """Find or make the project, with its instructions and its media storage (nothing here
+        needs the tasks: done while they are built)."""
         rnd, scenario = self.rnd, self.scenario
         self.client = client
         config = ls_config.render_config(rnd, scenario)
         project = client.ensure_project(self.key, f"{rnd.name} {scenario} {self.annotator}", config, self.version,
                                         description=rnd.title, listed=listed)
-        self.project_id = project.id
+        self.project_id, self._project = project.id, project
         html = ls_config.instructions_html(rnd, scenario)
         if project.instruction != html or project.show_instruction is not True:
             set_instructions(client, project.id, html)
@@ -119,13 +125,46 @@ class ProjectSync:
                 client.add_local_storage(project.id, str(folder))
                 self.storages.append(str(folder))
                 self.wrote = True
-        if not any(p.key == self.key for p in listed):
+        self.fresh = not any(p.key == self.key for p in listed)
+        if self.fresh:
             self.wrote = True  # made just now: no task to list
-        elif not (same and self._from_state(old, project)):
+
+    def to_import(self, wants: Wants) -> Iterator[tuple[tuple, dict]]:
+        """The tasks to import, as they become known. A project made by this push takes every
+        task of its samples, each sample as soon as its tasks are built (:meth:`.Wants.ready`);
+        another is first compared with what it holds (:meth:`_learn`: writes what changed)."""
+        if self.fresh:  # what _compare would find: nothing known, every task new
+            for entry in self.entries:
+                prepared = wants.prepared(entry.sample_id)
+                for key, _ in entry.tasks:
+                    self.new.append((key, self._new_task(prepared[key])))
+                    yield self.new[-1]
+            return
+        self._learn(wants)
+        yield from self.new
+
+    @property
+    def counted(self) -> bool:
+        """Whether :meth:`expected` is this push's whole count (a project compared or made now)."""
+        return self.fresh or self._learned
+
+    def expected(self) -> int:
+        """The new tasks known so far (a project made now: of its samples built so far)."""
+        if self.fresh:
+            return sum(len(e.tasks) for e in self.entries if e.tasks is not None)
+        return len(self.new)
+
+    def _learn(self, wants: Wants) -> None:
+        """Learn the project's tasks (push state or listing) and compare them with what is wanted."""
+        old, project = self._old_record, self._project
+        for entry in self.entries:
+            wants.ready(entry)
+        if not (old is not None and self._from_state(old, project)):
             self._list_all()
         for _, key in self.dups:
             self.duplicates.append((self.annotator, key[0]))
         self._compare(wants)
+        self._learned = True
 
     def _from_state(self, old: dict, project: Project) -> bool:
         """The project's tasks from the push state, when Label Studio's newest change and task
@@ -215,11 +254,13 @@ class ProjectSync:
             self.updated += 1
             self.wrote = True
         for sample_id, key in plan["new"]:
-            p = wants.prepared(sample_id)[key]
-            new = {"data": p.data}
-            if p.prediction:
-                new["predictions"] = [{"model_version": version, "result": p.prediction}]
-            self.new.append((key, new))
+            self.new.append((key, self._new_task(wants.prepared(sample_id)[key])))
+
+    def _new_task(self, p: Prepared) -> dict:
+        new = {"data": p.data}
+        if p.prediction:
+            new["predictions"] = [{"model_version": self.version, "result": p.prediction}]
+        return new
 
     def _plan(self) -> dict:
         """What the push does to the project, from what it knows of its tasks (no request)."""

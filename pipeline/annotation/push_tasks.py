@@ -147,22 +147,30 @@ class SampleTasks:
     sample_id: str
     scenario: str
     digest: str
-    tasks: list[tuple[tuple, str]]            # (task key, content_sha), in window order
+    tasks: list[tuple[tuple, str]] | None     # (task key, content_sha), in window order; None: not built yet
     prefilled: list[str]
     url: str
     prepared: list[Prepared] | None = None  # built now, or when a task must be written
+
+
+class BuildStopped(RuntimeError):
+    """Building the push's tasks failed (:meth:`Wants.build` raises the cause itself)."""
 
 
 class Wants:
     """The tasks a push wants, per scenario. A sample whose inputs (the sample, its pre-fill
     values, media URL, window, round and the code that builds tasks) hash as at the last push
     (``cache``: the push state's samples) reuses that push's content hashes, and its tasks are
-    built only if one must be written."""
+    built only if one must be written. The others are built by :meth:`build`, while the desks
+    already take them (:meth:`ready`): a project the push makes starts importing with its first
+    sample."""
 
     def __init__(self, rnd: Round, samples: Sequence[dict], prelabel: Prelabeler | None,
                  media_url: Callable[[dict], str] | None, window: int | None, cache: dict):
         self.rnd, self.window, self.prelabel = rnd, window, prelabel
         self._lock = threading.Lock()
+        self._built = threading.Condition()
+        self._failed: BaseException | None = None
         code = pushed.files_digest((*_CODE, rnd.source))
         self._defaults = ls_config.has_defaults(rnd)
         # the input rows' values (and the round's defaults) follow from the sample and this code:
@@ -185,27 +193,57 @@ class Wants:
                                                                   for i, n, sha in hit["tasks"]],
                                 list(hit["prefilled"]), url)
             else:
-                if values is None:
-                    values = prefill_values(rnd, s, prelabel, self._defaults)
-                prepared = build_tasks(rnd, s, values, url, window)
-                entry = SampleTasks(s["sample_id"], scenario, digest, [(p.key, p.data["content_sha"]) for p in prepared],
-                                prefilled_fields(prepared), url, prepared)
+                entry = SampleTasks(s["sample_id"], scenario, digest, None, [], url)  # built by build()
             self._inputs[s["sample_id"]] = (s, values)
             self.samples[s["sample_id"]] = entry
             self.by_scenario.setdefault(scenario, []).append(entry)
 
+    def _build(self, entry: SampleTasks) -> list[Prepared]:
+        sample, values = self._inputs[entry.sample_id]
+        if values is None:
+            values = prefill_values(self.rnd, sample, self.prelabel, self._defaults)
+        return build_tasks(self.rnd, sample, values, entry.url, self.window)
+
+    def build(self) -> None:
+        """Build every sample's tasks the cache did not give, in the order the desks import them
+        (scenario, then sample id), telling the desks waiting in :meth:`ready` as each is done.
+        A failure is raised here, and :meth:`ready` raises :class:`BuildStopped`."""
+        try:
+            for _, entries in sorted(self.by_scenario.items()):
+                for entry in entries:
+                    if entry.tasks is not None:
+                        continue
+                    prepared = self._build(entry)
+                    with self._built:
+                        entry.prepared = prepared
+                        entry.prefilled = prefilled_fields(prepared)
+                        entry.tasks = [(p.key, p.data["content_sha"]) for p in prepared]
+                        self._built.notify_all()
+        except BaseException as exc:
+            with self._built:
+                self._failed = exc
+                self._built.notify_all()
+            raise
+
+    def ready(self, entry: SampleTasks) -> None:
+        """Wait until ``entry``'s tasks are known (:meth:`build`)."""
+        with self._built:
+            while entry.tasks is None and self._failed is None:
+                self._built.wait()
+            if entry.tasks is None:
+                raise BuildStopped(f"the push's tasks could not be built: {self._failed}")
+
     def prepared(self, sample_id: str) -> dict[tuple, Prepared]:
         """The sample's tasks by key, built on first need (thread-safe)."""
+        entry = self.samples[sample_id]
+        self.ready(entry)
         with self._lock:
-            entry = self.samples[sample_id]
             if entry.prepared is None:
-                sample, values = self._inputs[sample_id]
-                if values is None:
-                    values = prefill_values(self.rnd, sample, self.prelabel, self._defaults)
-                entry.prepared = build_tasks(self.rnd, sample, values, entry.url, self.window)
+                entry.prepared = self._build(entry)
             return {p.key: p for p in entry.prepared}
 
     def cache(self) -> dict:
-        """The push state's samples: ``{sample_id: {digest, tasks: [[index, count, sha]], prefilled}}``."""
+        """The push state's samples: ``{sample_id: {digest, tasks: [[index, count, sha]], prefilled}}``
+        (after :meth:`build`)."""
         return {sid: {"digest": e.digest, "tasks": [[k[1], k[2], sha] for k, sha in e.tasks],
                       "prefilled": e.prefilled} for sid, e in self.samples.items()}
