@@ -208,18 +208,22 @@ class LabelStudioClient:
         return next((p for p in self.projects() if p.key == key), None)
 
     def ensure_project(self, key: str, title: str, label_config: str, model_version: str = "",
-                       description: str = "", listed: list[Project] | None = None) -> Project:
+                       description: str = "", listed: list[Project] | None = None,
+                       instruction: str | None = None) -> Project:
         """The project identified by ``key`` (kept as the last description line; titles are
         limited to 50 characters), created when missing, its config updated when changed.
-        ``listed``: the server's projects as just listed (:meth:`projects`; saves a listing)."""
+        ``listed``: the server's projects as just listed (:meth:`projects`; saves a listing).
+        ``instruction``: the instruction panel a project made now starts with (shown)."""
         project = next((p for p in listed if p.key == key), None) if listed is not None else self.find_project(key)
         if project is None:
             description = f"{description}\n{key}".strip()
+            shown = {"expert_instruction": instruction, "show_instruction": True} if instruction is not None else {}
             body = self._json("POST", "/api/projects/", f"create project {title!r}", json={
                 "title": title[:50], "description": description, "label_config": label_config,
                 "model_version": model_version, "show_collab_predictions": True,
-                "maximum_annotations": 1, "show_skip_button": True})
-            return Project(body["id"], title[:50], label_config, model_version, description)
+                "maximum_annotations": 1, "show_skip_button": True, **shown})
+            return Project(body["id"], title[:50], label_config, model_version, description,
+                           body.get("expert_instruction"), body.get("show_instruction"))
         changes = {}
         if project.label_config.strip() != label_config.strip():
             changes["label_config"] = label_config
@@ -231,10 +235,11 @@ class LabelStudioClient:
                               project.instruction, project.show_instruction, project.counts)
         return project
 
-    def add_local_storage(self, project_id: int, path: str, title: str = "media") -> None:
-        """Let the project serve local media files under ``path`` (within the document root)."""
-        existing = self._json("GET", "/api/storages/localfiles/", "list local storages",
-                              params={"project": project_id})
+    def add_local_storage(self, project_id: int, path: str, title: str = "media", *, new: bool = False) -> None:
+        """Let the project serve local media files under ``path`` (within the document root).
+        ``new``: the project was made just now (it has no storage to look at)."""
+        existing = [] if new else self._json("GET", "/api/storages/localfiles/", "list local storages",
+                                             params={"project": project_id})
         if any(s.get("path") == path for s in existing or []):
             return
         self._json("POST", "/api/storages/localfiles/", "add local media storage", json={

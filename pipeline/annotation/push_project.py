@@ -109,10 +109,11 @@ class ProjectSync:
         rnd, scenario = self.rnd, self.scenario
         self.client = client
         config = ls_config.render_config(rnd, scenario)
-        project = client.ensure_project(self.key, f"{rnd.name} {scenario} {self.annotator}", config, self.version,
-                                        description=rnd.title, listed=listed)
-        self.project_id, self._project = project.id, project
         html = ls_config.instructions_html(rnd, scenario)
+        self.fresh = not any(p.key == self.key for p in listed)
+        project = client.ensure_project(self.key, f"{rnd.name} {scenario} {self.annotator}", config, self.version,
+                                        description=rnd.title, listed=listed, instruction=html)
+        self.project_id, self._project = project.id, project
         if project.instruction != html or project.show_instruction is not True:
             set_instructions(client, project.id, html)
         same = same_project(old, client, project.id)
@@ -122,10 +123,9 @@ class ProjectSync:
         urls = [e.url for e in self.entries]
         for folder in desks.stage_media(self.annotator, urls):  # the desk's own copy of its media
             if str(folder) not in self.storages:  # a storage this push added before is not asked for
-                client.add_local_storage(project.id, str(folder))
+                client.add_local_storage(project.id, str(folder), new=self.fresh)
                 self.storages.append(str(folder))
                 self.wrote = True
-        self.fresh = not any(p.key == self.key for p in listed)
         if self.fresh:
             self.wrote = True  # made just now: no task to list
 
