@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from pipeline import taxonomy
 from pipeline.annotation import ls_config, pushed, voice_naming
-from pipeline.annotation.client import LabelStudioError, Project, chunks
+from pipeline.annotation.client import LabelStudioError, chunks
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.push_project import (KEY_PREFIX, ProjectSync, parse_project_key, project_key,
                                               same_project, set_instructions)
