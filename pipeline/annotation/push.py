@@ -22,7 +22,9 @@ nothing is written.
 
 What goes in as pre-annotation (only what someone or something proposed) and how a task is
 built: :mod:`.push_tasks`. This module chooses the annotators, works on the desks side by side
-(:func:`each_desk`), imports the new tasks in chunks and reports.
+(:func:`each_desk`): first each desk's projects are found or made, then the tasks are built while
+the desks import them in chunks (a project made now takes each sample as soon as it is built).
+Then it reports.
 """
 from __future__ import annotations
 
