@@ -17,7 +17,7 @@ def ui_text(rnd: Round) -> dict[str, dict]:
     """``{field or field.subfield: {"label", "help", "default", "shown"}}``: the words annotators
     see, the pre-filled defaults and the text shown for a choice (``shown:`` in the round YAML,
     ``{stored value: shown text}``), from the round YAML."""
-    raw = yaml.safe_load(rnd.source.read_text(encoding="utf-8")) or {}
+    raw = _parsed(rnd.source.read_text(encoding="utf-8"))
     out: dict[str, dict] = {}
 
     def text(f: dict) -> dict:
@@ -29,6 +29,12 @@ def ui_text(rnd: Round) -> dict[str, dict]:
         for sub in f.get("subfields") or []:
             out[f"{f['name']}.{sub['name']}"] = text(sub)
     return out
+
+
+@lru_cache(maxsize=64)
+def _parsed(text: str) -> dict:
+    """A round YAML's text, parsed once (asked per sample and per choice; read only here)."""
+    return yaml.safe_load(text) or {}
 
 
 def shown_choice(ui: dict[str, dict], path: str, value: str) -> str:
