@@ -137,8 +137,7 @@ class ProjectSync:
             for entry in self.entries:
                 prepared = wants.prepared(entry.sample_id)
                 for key, _ in entry.tasks:
-                    self.new.append((key, self._new_task(prepared[key])))
-                    yield self.new[-1]
+                    yield key, self._new_task(prepared[key])
             return
         self._learn(wants)
         yield from self.new

@@ -168,8 +168,7 @@ class Wants:
     def __init__(self, rnd: Round, samples: Sequence[dict], prelabel: Prelabeler | None,
                  media_url: Callable[[dict], str] | None, window: int | None, cache: dict):
         self.rnd, self.window, self.prelabel = rnd, window, prelabel
-        self._lock = threading.Lock()
-        self._built = threading.Condition()
+        self._built = threading.Condition()  # guards every entry's tasks (built here, in build, or on need)
         self._failed: BaseException | None = None
         code = pushed.files_digest((*_CODE, rnd.source))
         self._defaults = ls_config.has_defaults(rnd)
@@ -237,7 +236,7 @@ class Wants:
         """The sample's tasks by key, built on first need (thread-safe)."""
         entry = self.samples[sample_id]
         self.ready(entry)
-        with self._lock:
+        with self._built:
             if entry.prepared is None:
                 entry.prepared = self._build(entry)
             return {p.key: p for p in entry.prepared}
