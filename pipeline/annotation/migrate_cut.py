@@ -31,7 +31,7 @@ def cut_down(jobs: list[tuple[Path, DeskPlan, dict[str, str]]], admin_id: int | 
         return {}
     server = LabelStudioServer(work, port=0, media_root=work / "files", venv=venv, credentials=jobs[0][2])
     env = server._env()  # the server's own environment: no telemetry, no stray settings or SECRET_KEY
-    for name in ("DATABASE_NAME", "HEARTEX_DATABASE_NAME", "DJANGO_SETTINGS_MODULE"):
+    for name in ("DATABASE_NAME", "HEARTEX_DATABASE_NAME", "DJANGO_SETTINGS_MODULE", "PYTHONPATH"):  # stock settings
         env.pop(name, None)
     env.update({"RESCUE_LS_PACKAGE": str(_ls_package(venv)), "DJANGO_SETTINGS_MODULE": "core.settings.label_studio",
                 "LABEL_STUDIO_BASE_DATA_DIR": str(work), "LABEL_STUDIO_DATABASE_NAME": str(jobs[0][0])})

@@ -6,6 +6,11 @@ data root. Admin e-mail, password and API token come from the environment
 (``LABEL_STUDIO_USERNAME``, ``LABEL_STUDIO_PASSWORD``, ``LABEL_STUDIO_USER_TOKEN``) and apply
 on the first start only (when Label Studio creates its organization). Signup without an invite
 link is closed and telemetry is off. The token is never printed.
+
+A desk runs with :data:`DESK_SETTINGS` (Label Studio's settings less its request-log middleware,
+the telemetry hook that parses every request body) when the installed Label Studio is the version
+that module was written for; any other version, or ``RESCUE_LS_STOCK_SETTINGS=1``, runs Label
+Studio's settings unchanged.
 """
 from __future__ import annotations
 
@@ -36,6 +41,10 @@ CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUD
 # other inherited one could make two desks share a database or a key. Its settings are ours alone.
 _INHERITED_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
                    "PYTHONDONTWRITEBYTECODE")
+# Label Studio's settings less its request-log middleware (see that module): a folder holding the
+# one module, put on the server's PYTHONPATH so nothing else of ours is importable there.
+DESK_SETTINGS = Path(__file__).resolve().parent / "desk_settings" / "rescue_desk_settings.py"
+STOCK_SETTINGS_VAR = "RESCUE_LS_STOCK_SETTINGS"  # =1: run Label Studio's own settings (to compare)
 _LISTEN_RE = re.compile(r"Starting development server at http://[^:/]+:(\d+)")
 
 
@@ -164,15 +173,32 @@ class LabelStudioServer:
             # Label Studio runs `git describe` from its package folder, which lies inside this
             # checkout, and would show our latest commit in /api/version: no repository for it.
             "GIT_DIR": str(self.data_dir / "no-git"),
-            # Label Studio's request log (ContextLogMiddleware, always on) writes a server id to
-            # appdirs' user_config_dir (~/.config/label-studio/user_id) whatever COLLECT_ANALYTICS
-            # says; the XDG folders keep that and its cache/data dirs inside the private data dir.
+            # Label Studio's request log (ContextLogMiddleware, on with its own settings) writes a
+            # server id to appdirs' user_config_dir (~/.config/label-studio/user_id) whatever
+            # COLLECT_ANALYTICS says; the XDG folders keep that and its cache/data dirs inside
+            # the private data dir.
             "XDG_CONFIG_HOME": str(self.data_dir / "xdg" / "config"),
             "XDG_DATA_HOME": str(self.data_dir / "xdg" / "data"),
             "XDG_CACHE_HOME": str(self.data_dir / "xdg" / "cache"),
         })
+        env.update(self._settings_env())
         env.update(self.extra_env)
         return env
+
+    def installed_version(self) -> str | None:
+        """The Label Studio version installed in the venv (its package metadata); None if none."""
+        found = sorted(self.venv.glob("lib/python3*/site-packages/label_studio-*.dist-info"))
+        return found[0].name[len("label_studio-"):-len(".dist-info")] if found else None
+
+    def _settings_env(self) -> dict[str, str]:
+        """:data:`DESK_SETTINGS` for the version it was written for, all or nothing: {} (Label
+        Studio's own settings) for any other version or with ``RESCUE_LS_STOCK_SETTINGS=1``."""
+        if os.environ.get(STOCK_SETTINGS_VAR, "") not in ("", "0"):
+            return {}
+        written_for = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M)
+        if not written_for or written_for.group(1) != self.installed_version():
+            return {}
+        return {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": DESK_SETTINGS.stem}
 
     def _executable(self) -> Path:
         exe = self.venv / "bin" / "label-studio"
