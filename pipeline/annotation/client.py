@@ -15,7 +15,7 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from functools import lru_cache
@@ -331,10 +331,13 @@ class LabelStudioClient:
                           params={"project": project_id, "query": json.dumps(query), "fields": "task_only"})
         return body.get("tasks", [])
 
-    def import_tasks(self, project_id: int, tasks: list[dict]) -> list[int]:
-        """Import tasks (each ``{"data":..., "predictions": [...], "annotations": [...]}``)."""
+    def import_tasks(self, project_id: int, tasks: Sequence[dict | str]) -> list[int]:
+        """Import tasks (each ``{"data":..., "predictions": [...], "annotations": [...]}``, or that
+        object's JSON text already made: :meth:`.push_tasks.Prepared.task_json`)."""
+        text = "[" + ",".join(t if isinstance(t, str) else json.dumps(t) for t in tasks) + "]"
         body = self._json("POST", f"/api/projects/{project_id}/import", f"import {len(tasks)} tasks",
-                          params={"return_task_ids": "true"}, json=tasks)
+                          params={"return_task_ids": "true"}, content=text.encode("utf-8"),
+                          headers={"Content-Type": "application/json"})
         return list(body.get("task_ids") or [])
 
     def update_task(self, task_id: int, data: dict) -> None:

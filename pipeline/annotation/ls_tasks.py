@@ -107,8 +107,25 @@ def build_tasks_data(rnd: Round, sample: dict, media_url: str = "", window: int 
     return parts
 
 
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _address(data_json: str, prediction_json: str) -> str:
+    # = sha256 of _canonical({"data": data, "prediction": prediction}): a dump is its parts' dumps
+    return hashlib.sha256(f'{{"data": {data_json}, "prediction": {prediction_json}}}'.encode("utf-8")).hexdigest()
+
+
 def content_sha(data: dict, prediction: list[dict] | None) -> str:
     """Content address of what a task shows (data + pre-annotation), for change detection."""
-    payload = json.dumps({"data": {k: v for k, v in data.items() if k != "content_sha"},
-                          "prediction": prediction or []}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return _address(_canonical({k: v for k, v in data.items() if k != "content_sha"}), _canonical(prediction or []))
+
+
+def address(data: dict, prediction: list[dict] | None) -> tuple[str, str]:
+    """Sets ``data["content_sha"]`` (:func:`content_sha`) and returns the JSON text of the data
+    (with it) and of the prediction, from the one serialisation the address is taken of: a push
+    sends that text to every desk instead of encoding each task once more per desk."""
+    data.pop("content_sha", None)
+    data_json, prediction_json = _canonical(data), _canonical(prediction or [])
+    sha = data["content_sha"] = _address(data_json, prediction_json)
+    return f'{data_json[:-1]}{", " if data else ""}"content_sha": "{sha}"}}', prediction_json

@@ -205,7 +205,7 @@ def _push_round(
             for chunk in chunks(sync.to_import(wants), IMPORT_CHUNK):
                 with lock:
                     progress["importing"] = True
-                task_ids = client.import_tasks(sync.project_id, [task for _, task in chunk])
+                task_ids = client.import_tasks(sync.project_id, [p.task_json(sync.version) for _, p in chunk])
                 sync.imported(chunk, task_ids)
                 with lock:
                     progress["done"] += len(chunk)

@@ -86,7 +86,7 @@ class ProjectSync:
         self.project_id: int | None = None
         self.known: dict[tuple, Known] = {}
         self.dups: list[list] = []
-        self.new: list[tuple[tuple, dict]] = []
+        self.new: list[tuple[tuple, Prepared]] = []
         self.updated = self.unchanged = 0
         self.duplicates: list[tuple[str, str]] = []
         self.changed_after_annotation: list[tuple[str, str]] = []
@@ -137,7 +137,7 @@ class ProjectSync:
             for entry in self.entries:
                 prepared = wants.prepared(entry.sample_id)
                 for key, _ in entry.tasks:
-                    yield key, self._new_task(prepared[key])
+                    yield key, prepared[key]
             return
         self._learn(wants)
         yield from self.new
@@ -253,13 +253,7 @@ class ProjectSync:
             self.updated += 1
             self.wrote = True
         for sample_id, key in plan["new"]:
-            self.new.append((key, self._new_task(wants.prepared(sample_id)[key])))
-
-    def _new_task(self, p: Prepared) -> dict:
-        new = {"data": p.data}
-        if p.prediction:
-            new["predictions"] = [{"model_version": self.version, "result": p.prediction}]
-        return new
+            self.new.append((key, wants.prepared(sample_id)[key]))
 
     def _plan(self) -> dict:
         """What the push does to the project, from what it knows of its tasks (no request)."""
@@ -289,14 +283,14 @@ class ProjectSync:
                     plan["new"].append((entry.sample_id, key))
         return plan
 
-    def imported(self, chunk: list[tuple[tuple, dict]], ids: list[int]) -> None:
+    def imported(self, chunk: list[tuple[tuple, Prepared]], ids: list[int]) -> None:
         """A chunk of new tasks is in Label Studio (``ids``: its task ids, in order)."""
         self.wrote = True
         if len(ids) != len(chunk):
             self.unsure = True  # which id is which task is not known: list them next time
             return
-        for (key, task), task_id in zip(chunk, ids):
-            self.known[key] = Known(int(task_id), task["data"]["content_sha"], False)
+        for (key, p), task_id in zip(chunk, ids):
+            self.known[key] = Known(int(task_id), p.data["content_sha"], False)
 
     def settle(self) -> None:
         """Record what the push knows of the project now, with Label Studio's newest change and

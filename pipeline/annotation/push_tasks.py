@@ -62,13 +62,24 @@ Prelabeler = Callable[[Round, dict], dict[int, dict]]
 
 @dataclass
 class Prepared:
+    """One task as built: its data (with ``content_sha``) and prediction, and both as the JSON
+    text that address was taken of (:func:`.ls_tasks.address`)."""
     sample_id: str
     data: dict
     prediction: list[dict]
+    data_json: str
+    prediction_json: str
 
     @property
     def key(self) -> tuple[str, int | None, int | None]:
         return task_key(self.data)
+
+    def task_json(self, model_version: str) -> str:
+        """The task as Label Studio's import takes it (its prediction, if any, under ``model_version``)."""
+        if not self.prediction:
+            return f'{{"data": {self.data_json}}}'
+        return (f'{{"data": {self.data_json}, "predictions": [{{"model_version": {json.dumps(model_version)}, '
+                f'"result": {self.prediction_json}}}]}}')
 
 
 def task_key(data: dict) -> tuple[str, int | None, int | None]:
@@ -114,8 +125,8 @@ def build_tasks(rnd: Round, sample: dict, values: dict[int, dict], url: str, win
         prediction = ls_config.values_to_results(rnd, data, values) if values else []
         prediction = voice_naming.prefill(rnd, data, values, prediction)  # rows on their voice, named once
         prediction = ls_config.mark_prefilled(rnd, data, prediction)  # a form filled in full needs a tick
-        data["content_sha"] = ls_config.content_sha(data, prediction)
-        out.append(Prepared(sample["sample_id"], data, prediction))
+        data_json, prediction_json = ls_tasks.address(data, prediction)
+        out.append(Prepared(sample["sample_id"], data, prediction, data_json, prediction_json))
     return out
 
 
