@@ -271,8 +271,9 @@ class Desks:
         for rel in sorted({p for u in urls if (p := media_path(u))}):
             source = self.root.resolve(rel)
             target = DataRoot(files).resolve(rel)
-            store.make_private_dir(target.parent)
-            folders.add(target.parent)
+            if target.parent not in folders:  # once per folder (a push stages every sample's file)
+                store.make_private_dir(target.parent)
+                folders.add(target.parent)
             if not source.is_file():
                 continue  # the task shows no audio; push reports nothing more than before
             if target.exists() and os.path.samefile(source, target):
