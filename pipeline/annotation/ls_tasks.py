@@ -128,4 +128,4 @@ def address(data: dict, prediction: list[dict] | None) -> tuple[str, str]:
     data.pop("content_sha", None)
     data_json, prediction_json = _canonical(data), _canonical(prediction or [])
     sha = data["content_sha"] = _address(data_json, prediction_json)
-    return f'{data_json[:-1]}{", " if data else ""}"content_sha": "{sha}"}}', prediction_json
+    return f'{data_json[:-1]}{", " if data_json != "{}" else ""}"content_sha": "{sha}"}}', prediction_json

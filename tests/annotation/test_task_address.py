@@ -26,7 +26,7 @@ ODD = {"sample_id": "synthetic/ünï", "text": "Row 1 · Ann → Bob: \"quoted\"
 
 def test_the_address_is_the_one_written_before_and_the_text_is_the_task():
     for data, prediction in [(dict(ODD), [{"from_name": "x", "value": {"text": ["é"]}}]), (dict(ODD), []),
-                             (dict(ODD), None), ({"k": "v", "content_sha": "stale"}, [{"a": 1}])]:
+                             (dict(ODD), None), ({"k": "v", "content_sha": "stale"}, [{"a": 1}]), ({}, [])]:
         before = _address_as_written_before(data, prediction)
         assert ls_tasks.content_sha(data, prediction) == before
         data_json, prediction_json = ls_tasks.address(data, prediction)
