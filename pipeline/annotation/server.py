@@ -195,6 +195,8 @@ class LabelStudioServer:
         Studio's own settings) for any other version or with ``RESCUE_LS_STOCK_SETTINGS=1``."""
         if os.environ.get(STOCK_SETTINGS_VAR, "") not in ("", "0"):
             return {}
+        if not DESK_SETTINGS.is_file():
+            return {}
         written_for = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M)
         if not written_for or written_for.group(1) != self.installed_version():
             return {}
