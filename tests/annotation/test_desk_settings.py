@@ -1,8 +1,9 @@
 """A desk runs Label Studio's settings less its request-log middleware (the telemetry hook that
-parses every request body once more), only on the Label Studio version that was written for,
-all or nothing; ``RESCUE_LS_STOCK_SETTINGS=1`` runs Label Studio's own settings. Checked both
-ways on real servers: the same import gives the same tasks, and only the stock one runs the hook
-(it writes its server id under the XDG config folder)."""
+parses every request body once more) and with its task counters counted in SQL, only on the
+Label Studio version that was written for, all or nothing; ``RESCUE_LS_STOCK_SETTINGS=1`` runs
+Label Studio's own settings. Checked both ways on real servers: the same import gives the same
+tasks and counters, and only the stock one runs the hook (it writes its server id under the XDG
+config folder)."""
 from __future__ import annotations
 
 import subprocess
@@ -17,11 +18,20 @@ CREDS = {"LABEL_STUDIO_USERNAME": "svc@rescue.invalid", "LABEL_STUDIO_PASSWORD":
          "LABEL_STUDIO_USER_TOKEN": "cd" * 20}
 CONFIG = ('<View><Text name="text" value="$text"/>'
           '<Choices name="mood" toName="text"><Choice value="calm"/><Choice value="tense"/></Choices></View>')
-TASKS = [{"data": {"text": text, "n": i},
-          "predictions": [{"model_version": "m1", "result": [
-              {"from_name": "mood", "to_name": "text", "type": "choices", "value": {"choices": [mood]}}]}]}
+
+
+def _mood(mood: str) -> list[dict]:
+    return [{"from_name": "mood", "to_name": "text", "type": "choices", "value": {"choices": [mood]}}]
+
+
+TASKS = [{"data": {"text": text, "n": i}, "predictions": [{"model_version": "m1", "result": _mood(mood)}]}
          for i, (text, mood) in enumerate([("Row 1 · Ann → Bob: \"fine\" ✓", "calm"), ("ça ne va pas", "tense"),
                                            ("<b>not markup</b> & more", "calm")])]
+TASKS += [{"data": {"text": "nothing on it", "n": 3}},  # no prediction, no annotation
+          {"data": {"text": "answered twice, once skipped", "n": 4},
+           "annotations": [{"result": _mood("tense")}, {"result": [], "was_cancelled": True}],
+           "predictions": [{"model_version": "m1", "result": _mood("calm")}, {"model_version": "m0", "result": []}]}]
+COUNTS = [(0, 0, 1), (0, 0, 1), (0, 0, 1), (0, 0, 0), (1, 1, 2)]  # (annotations, cancelled, predictions) per task
 
 
 def _fake_venv(root: Path, version: str | None) -> Path:
@@ -48,7 +58,8 @@ def test_the_desk_settings_apply_to_their_own_version_only(tmp_path, monkeypatch
     assert _settings(_fake_venv(tmp_path, LS_VERSION + "-again"), tmp_path) == {}
     assert _settings(tmp_path / f"venv-{LS_VERSION}", tmp_path) == {}  # asked for: the stock ones
     # the folder holds that one module: nothing else of ours becomes importable in Label Studio
-    assert sorted(p.name for p in DESK_SETTINGS.parent.iterdir() if p.suffix == ".py") == [DESK_SETTINGS.name]
+    assert sorted(p.name for p in DESK_SETTINGS.parent.iterdir() if p.suffix == ".py") == [
+        "rescue_desk_counters.py", DESK_SETTINGS.name]
 
 
 def test_the_installed_label_studio_is_the_one_the_desk_settings_were_written_for(tmp_path):
@@ -69,13 +80,18 @@ def test_the_desk_settings_refuse_a_label_studio_without_the_middleware(tmp_path
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import core.settings.base as b; "
              "b.MIDDLEWARE.remove('core.middleware.ContextLogMiddleware') if sys.argv[2] == 'gone' else None; "
              "import django; django.setup(); from django.conf import settings; "
-             "print('MW', [m for m in settings.MIDDLEWARE if 'ContextLog' in m], len(settings.MIDDLEWARE))")
+             "print('MW', [m for m in settings.MIDDLEWARE if 'ContextLog' in m], len(settings.MIDDLEWARE)); "
+             "import tasks.functions as f, rescue_desk_counters as c; print('COUNTERS', f.update_tasks_counters.__module__); "
+             "c.check(f.update_tasks_counters.replaces)\n"
+             "try: c.check(c.replacement)\nexcept Exception as e: print('REFUSED', type(e).__name__)")
     (tmp_path / "ls").mkdir()
     runs = {how: subprocess.run([str(DEFAULT_VENV / "bin" / "python"), "-c", probe, str(package), how], env=env,
                                 cwd=tmp_path / "ls", capture_output=True, text=True, timeout=300)
             for how in ("there", "gone")}
     assert runs["there"].returncode == 0, runs["there"].stderr[-2000:]
     assert "MW [] " in runs["there"].stdout  # loaded, without the middleware
+    assert "COUNTERS rescue_desk_counters" in runs["there"].stdout  # the counters replaced
+    assert "REFUSED ImproperlyConfigured" in runs["there"].stdout  # and only ever the code they were written for
     assert runs["gone"].returncode != 0
     assert "ContextLogMiddleware is not in Label Studio's MIDDLEWARE" in runs["gone"].stderr
 
@@ -86,7 +102,8 @@ def _import_and_list(client: LabelStudioClient) -> list[dict]:
     assert len(ids) == len(TASKS)
     listed = client.tasks(project.id, fields="all")
     return sorted(({"data": t["data"], "predictions": [p["result"] for p in t["predictions"]],
-                    "total_predictions": t["total_predictions"]} for t in listed), key=lambda t: t["data"]["n"])
+                    "counts": (t["total_annotations"], t["cancelled_annotations"], t["total_predictions"])}
+                   for t in listed), key=lambda t: t["data"]["n"])
 
 
 def test_the_same_import_gives_the_same_tasks_both_ways(ls_server, ls_client, tmp_path, monkeypatch):
@@ -102,8 +119,8 @@ def test_the_same_import_gives_the_same_tasks_both_ways(ls_server, ls_client, tm
         ours = _import_and_list(ls_client)
         assert ours == stock_tasks
         assert [t["data"]["text"] for t in ours] == [t["data"]["text"] for t in TASKS]
-        assert [t["total_predictions"] for t in ours] == [1, 1, 1]  # the import's counters, both ways
-        assert [t["predictions"] for t in ours] == [[p["result"] for p in t["predictions"]] for t in TASKS]
+        assert [t["counts"] for t in ours] == COUNTS  # the import's counters, both ways
+        assert [t["predictions"] for t in ours] == [[p["result"] for p in t.get("predictions", [])] for t in TASKS]
         # the request-log middleware ran on the stock server only (it writes its server id there)
         assert list((stock.data_dir / "xdg").rglob("user_id"))
         assert not list((ls_server.data_dir / "xdg").rglob("user_id"))

@@ -1,4 +1,5 @@
-"""Label Studio's own settings for a desk, less its request-log middleware. Run by Label Studio's
+"""Label Studio's own settings for a desk, less its request-log middleware and with its task
+counters counted in SQL (:mod:`rescue_desk_counters`, an app of one module). Run by Label Studio's
 python (its venv), never imported by the pipeline: :class:`pipeline.annotation.server.LabelStudioServer`
 puts this folder on ``PYTHONPATH`` and names this module ``DJANGO_SETTINGS_MODULE``, and only for
 the Label Studio version in :data:`WRITTEN_FOR` (any other runs its settings unchanged).
@@ -8,7 +9,7 @@ COLLECT_ANALYTICS says, it parses every request body once more (a push sends eac
 of private transcript, so 11 % of the desk's CPU in a push, measured with py-spy) and writes a
 server id under the user's config folder; with analytics off it sends nothing and nothing else
 reads what it sets (``request.server_id``). Without it, no request body reaches telemetry code at
-all. Everything else is Label Studio's settings as they are.
+all. The counters: see that module. Everything else is Label Studio's settings as they are.
 """
 from core.settings.base import *  # noqa: F401,F403 - first, as Label Studio's own settings begin: their
 # import reads Django settings half-way (sentry), which then finds this module holding the base ones
@@ -22,3 +23,4 @@ if REQUEST_LOG not in MIDDLEWARE:  # noqa: F405 - all or nothing: never a silent
     raise ImproperlyConfigured(f"{REQUEST_LOG} is not in Label Studio's MIDDLEWARE: these settings were "
                                f"written for Label Studio {WRITTEN_FOR}")
 MIDDLEWARE = [m for m in MIDDLEWARE if m != REQUEST_LOG]  # noqa: F405
+INSTALLED_APPS = [*INSTALLED_APPS, "rescue_desk_counters.CountersConfig"]  # noqa: F405
