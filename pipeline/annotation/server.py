@@ -8,9 +8,9 @@ on the first start only (when Label Studio creates its organization). Signup wit
 link is closed and telemetry is off. The token is never printed.
 
 A desk runs with :data:`DESK_SETTINGS` (Label Studio's settings less its request-log middleware,
-the telemetry hook that parses every request body) when the installed Label Studio is the version
-that module was written for; any other version, or ``RESCUE_LS_STOCK_SETTINGS=1``, runs Label
-Studio's settings unchanged.
+the telemetry hook that parses every request body, and with its task counters counted in SQL)
+when the installed Label Studio is the version that module was written for; any other version,
+or ``RESCUE_LS_STOCK_SETTINGS=1``, runs Label Studio's settings unchanged.
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ CREDENTIAL_VARS = ("LABEL_STUDIO_USERNAME", "LABEL_STUDIO_PASSWORD", "LABEL_STUD
 # other inherited one could make two desks share a database or a key. Its settings are ours alone.
 _INHERITED_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
                    "PYTHONDONTWRITEBYTECODE")
-# Label Studio's settings less its request-log middleware (see that module): a folder holding the
-# one module, put on the server's PYTHONPATH so nothing else of ours is importable there.
+# Label Studio's settings for a desk (see that module): a folder holding it and the app it adds,
+# put on the server's PYTHONPATH so nothing else of ours is importable there.
 DESK_SETTINGS = Path(__file__).resolve().parent / "desk_settings" / "rescue_desk_settings.py"
 STOCK_SETTINGS_VAR = "RESCUE_LS_STOCK_SETTINGS"  # =1: run Label Studio's own settings (to compare)
 _LISTEN_RE = re.compile(r"Starting development server at http://[^:/]+:(\d+)")
