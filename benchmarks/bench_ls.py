@@ -134,15 +134,17 @@ def _asked(counts: Counter) -> str:
     return f"{sum(counts.values())} requests: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
 
 
-def _desks(root: Path, annotators: list[str]) -> Desks:
-    """Two desks (one per annotator) under ``root``, started side by side from the template database."""
-    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port()))
+def _desks(root: Path) -> Desks:
+    return Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port()))
+
+
+def _start(desks: Desks, annotators: list[str]) -> None:
+    """A desk per annotator, started side by side from the template database."""
     for who in annotators:  # what `rescue annotators add` does, but the password (never used here)
         desks.register(who, "annotator")
     desks.up(timeout=600, log=lambda *_: None)  # side by side
     for who in annotators:
         desks.client(who).create_user(who)
-    return desks
 
 
 def _first_push(desks: Desks, root: Path, rnd, samples: list[dict], annotators: list[str]):
@@ -178,8 +180,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ls-") as tmp:
         root = Path(tmp) / "main"
         t0 = time.perf_counter()
-        desks = _desks(root, annotators)
+        desks = _desks(root)
         try:
+            _start(desks, annotators)
             print(f"{len(annotators)} desks start (template database): {time.perf_counter() - t0:6.2f} s")
             requests = _Requests(desks, annotators)
             requests.take()
@@ -188,8 +191,9 @@ def main() -> None:
             first = f"{push_s:.2f} s: {cost}; {sum(requests.take().values())} requests; {report.summary()}"
             runs = [push_s]
             for i in range(1, args.repeat):  # the same first push again, each on new desks: the machine's pace varies
-                other = _desks(Path(tmp) / f"repeat-{i}", annotators)
+                other = _desks(Path(tmp) / f"repeat-{i}")
                 try:
+                    _start(other, annotators)
                     seconds, cost, *_ = _first_push(other, Path(tmp) / f"repeat-{i}", rnd, samples, annotators)
                 finally:
                     other.down()
