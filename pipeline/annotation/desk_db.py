@@ -19,13 +19,12 @@ as it also does for a desk it reaches through another address (``RESCUE_DESK_URL
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.annotation.server import LabelStudioServer
+from pipeline.annotation.server import LabelStudioServer, installed_version  # noqa: F401 (tests ask desk_db)
 
 # The Label Studio this reader was written for and tested against. Not server.LS_VERSION: when
 # the pin moves, this reader stays off until it is checked against the new schema and export.
@@ -55,13 +54,6 @@ _USER_COLUMNS = ("id", "email", "first_name", "last_name")
 class Unavailable(Exception):
     """The database cannot be read as this module expects (another schema, a file that is not
     there or not a database): the caller asks the API instead."""
-
-
-@functools.lru_cache(maxsize=8)  # asked per desk on every pull; an install changes only with set-up
-def installed_version(venv: Path) -> str | None:
-    """The Label Studio version installed in ``venv`` (its dist-info folder), None when none is."""
-    found = sorted(Path(venv).glob("lib/python3*/site-packages/label_studio-*.dist-info"))
-    return found[0].name[len("label_studio-"):-len(".dist-info")] if len(found) == 1 else None
 
 
 def readable(server: LabelStudioServer) -> Path | None:

@@ -14,6 +14,7 @@ or ``RESCUE_LS_STOCK_SETTINGS=1``, runs Label Studio's settings unchanged.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -46,6 +47,13 @@ _INHERITED_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 DESK_SETTINGS = Path(__file__).resolve().parent / "desk_settings" / "rescue_desk_settings.py"
 STOCK_SETTINGS_VAR = "RESCUE_LS_STOCK_SETTINGS"  # =1: run Label Studio's own settings (to compare)
 _LISTEN_RE = re.compile(r"Starting development server at http://[^:/]+:(\d+)")
+
+
+@functools.lru_cache(maxsize=8)  # asked on every start and every pull; an install changes only with set-up
+def installed_version(venv: Path) -> str | None:
+    """The Label Studio version installed in ``venv`` (its dist-info folder), None when none is."""
+    found = sorted(Path(venv).glob("lib/python3*/site-packages/label_studio-*.dist-info"))
+    return found[0].name[len("label_studio-"):-len(".dist-info")] if len(found) == 1 else None
 
 
 class LabelStudioServerError(RuntimeError):
@@ -185,11 +193,6 @@ class LabelStudioServer:
         env.update(self.extra_env)
         return env
 
-    def installed_version(self) -> str | None:
-        """The Label Studio version installed in the venv (its package metadata); None if none."""
-        found = sorted(self.venv.glob("lib/python3*/site-packages/label_studio-*.dist-info"))
-        return found[0].name[len("label_studio-"):-len(".dist-info")] if found else None
-
     def _settings_env(self) -> dict[str, str]:
         """:data:`DESK_SETTINGS` for the version it was written for, all or nothing: {} (Label
         Studio's own settings) for any other version or with ``RESCUE_LS_STOCK_SETTINGS=1``."""
@@ -198,7 +201,7 @@ class LabelStudioServer:
         if not DESK_SETTINGS.is_file():
             return {}
         written_for = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M)
-        if not written_for or written_for.group(1) != self.installed_version():
+        if not written_for or written_for.group(1) != installed_version(self.venv):
             return {}
         return {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": DESK_SETTINGS.stem}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.server import (DEFAULT_VENV, DESK_SETTINGS, LS_VERSION, STOCK_SETTINGS_VAR,
-                                        LabelStudioServer)
+                                        LabelStudioServer, installed_version)
 from tests.helpers import free_port, require_label_studio
 
 CREDS = {"LABEL_STUDIO_USERNAME": "svc@rescue.invalid", "LABEL_STUDIO_PASSWORD": "pw-x",
@@ -66,7 +66,7 @@ def test_the_installed_label_studio_is_the_one_the_desk_settings_were_written_fo
     """Fails when the pin moves without the settings module being checked against the new version
     (until then every desk silently runs the stock settings)."""
     require_label_studio()
-    assert LabelStudioServer(tmp_path / "ls", credentials=CREDS).installed_version() == LS_VERSION
+    assert installed_version(LabelStudioServer(tmp_path / "ls", credentials=CREDS).venv) == LS_VERSION
     assert f'WRITTEN_FOR = "{LS_VERSION}"' in DESK_SETTINGS.read_text()
 
 
