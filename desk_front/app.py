@@ -58,6 +58,7 @@ _COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/s
 _CODE_TYPES = ("application/javascript", "text/javascript", "text/css")  # what the service worker caches
 SW_PATH = "/sw.js"  # Label Studio's service worker, served with the front's build cache (static/sw.js) in front
 SW_REGISTER_PATH = "/__rescue__/sw-register.js"  # registers SW_PATH on pages without Label Studio's app (login)
+LANDING_PATH = "/__rescue__/landing.js"  # static/landing.js: login and home land on the person's rounds
 _COLUMNS_PATH = "/api/dm/columns"
 _STATIC = Path(__file__).resolve().parent / "static"
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
@@ -199,9 +200,13 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
     register_entry = {"type": "application/javascript", "body": register_js, "gz": None,
                       "etag": '"' + hashlib.sha256(register_js).hexdigest()[:20] + '"',
                       "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
+    landing_js = (_STATIC / "landing.js").read_bytes()
+    landing_entry = {"type": "application/javascript", "body": landing_js, "gz": None,
+                     "etag": '"' + hashlib.sha256(landing_js).hexdigest()[:20] + '"',
+                     "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
     sw_template = (_STATIC / "sw.js").read_text()  # read once: browsers ask for the worker on every page
     page_tags = ((f'<script src="{SW_REGISTER_PATH}"></script>' if with_worker else "")
-                 + f'<script src="{KEYS_PATH}"></script>').encode()
+                 + f'<script src="{KEYS_PATH}"></script><script src="{LANDING_PATH}"></script>').encode()
 
     def asset_response(request: Request, entry: dict) -> Response:
         headers = {"cache-control": entry["cache"], "etag": entry["etag"], "vary": "Accept-Encoding"}
@@ -247,6 +252,8 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
                 return await asset(request)
             if path == KEYS_PATH:
                 return asset_response(request, keys_entry)
+            if path == LANDING_PATH:
+                return asset_response(request, landing_entry)
             if with_worker and path == SW_PATH:
                 return await service_worker(request)
             if with_worker and path == SW_REGISTER_PATH:
