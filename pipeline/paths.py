@@ -25,6 +25,9 @@ Layout::
     annotation/labels/<round>.acceptance.parquet  what annotators did with the pre-annotation
     annotation/labels/<round>.agreement/     the agreement report of a round
     annotation/pushed/<round>.json           which samples each annotator's projects were given
+    annotation/sync/<round>.push.json        what the last push saw on each desk (a push again with
+                                             nothing new writes nothing); .pull.json: the same for pulls
+    annotation/ledger/<round>.json           where each annotation was first seen (a moved one is reported)
     annotation/locks/<round>.lock            held while a round is pushed
     annotation/adjudications/<round>.parquet the adjudicator's answers
     annotation/gates/<round>.json            agreement gate (+ <round>.override.json)
@@ -32,8 +35,15 @@ Layout::
     reports/                                 import reports
     releases/<version>/                      immutable releases
     voices/<name>.json                       enrolled voice prints (a name with spaces: <slug>-<hash>.json)
-    label-studio/                            the local Label Studio's database and media
-    stack/                                   the local stack's state (pids, logs, Prefect home)
+    desks/desks.json                         who has a desk: role and port (+ desks.lock)
+    desks/<desk>/label-studio/               a person's own Label Studio: database, secret key, log
+    desks/<desk>/files/                      the desk's file root: its own tasks' media only
+    desks/<desk>/service.json                the pipeline's service account on that desk
+    batches/                                 generated batches (the demo, ``rescue synth batch``)
+    stack/                                   the local stack's state (Prefect home, pids, logs)
+    prefect-results/                         Prefect's result storage (the resume cache)
+    label-studio/                            only in data roots made before desks: the one shared
+                                             Label Studio, read by ``rescue label-studio migrate-to-desks``
 
 Sample ids: one to four ``/``-separated segments, each starting with a letter or digit and
 then letters, digits, ``.``, ``_`` or ``-`` (at most 200 characters in all), e.g.
