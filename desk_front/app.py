@@ -17,7 +17,7 @@ these comforts, the same for everyone:
   the front so far and serves them cache-first (Chrome keeps the compiled code of what a worker
   caches). The cache is named by the desk's ``/api/version``. ``RESCUE_NO_SW=1`` leaves Label
   Studio's worker as it is.
-* Pages get the annotators' keys script (:data:`~desk_front.comfort.KEYS_PATH`) and their
+* Pages get the annotators' keys script (``static/keys.js`` at :data:`~desk_front.comfort.KEYS_PATH`) and their
   feature flags without those equal to the default (:func:`~desk_front.comfort.slim_feature_flags`).
 * The data manager's columns show only the task's heading by default
   (:func:`~desk_front.comfort.slim_columns`; ``RESCUE_NO_SLIM_COLUMNS=1``: as built).
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 
-from desk_front.comfort import KEYS_JS, KEYS_PATH, slim_columns, slim_feature_flags
+from desk_front.comfort import KEYS_PATH, keys_js, slim_columns, slim_feature_flags
 from desk_front.patches import BUNDLE_PATCHES, NO_PATCHES_ENV, Outcome, Patcher, PatchGroup
 from pipeline.annotation.client import connection_limits
 from pipeline.annotation.server import LS_VERSION
@@ -193,8 +193,9 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
     client = front.client
     slim_cols = os.environ.get("RESCUE_NO_SLIM_COLUMNS") != "1"
     with_worker = os.environ.get("RESCUE_NO_SW") != "1"
-    keys_entry = {"type": "application/javascript", "body": KEYS_JS.encode(), "gz": None,
-                  "etag": '"' + hashlib.sha256(KEYS_JS.encode()).hexdigest()[:20] + '"',
+    keys_body = keys_js()
+    keys_entry = {"type": "application/javascript", "body": keys_body, "gz": None,
+                  "etag": '"' + hashlib.sha256(keys_body).hexdigest()[:20] + '"',
                   "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
     register_js = (_STATIC / "sw-register.js").read_bytes().replace(b"__SW_PATH__", SW_PATH.encode())
     register_entry = {"type": "application/javascript", "body": register_js, "gz": None,

@@ -1,0 +1,448 @@
+// RESCUE annotators' keys, added to every page by the desk's front (served at /__rescue__/keys.js).
+// Keyboard-first by the WAI-ARIA patterns: each choice list is ONE Tab stop (roving tabindex) with
+// the arrow keys inside it; a form is a unit_<i> (a row) or a voice_<v> ("Who is each voice?").
+(function () {
+  if (window.__rescueKeys) return; window.__rescueKeys = true;
+  var style = document.createElement("style");
+  style.textContent = [
+    // Label Studio's automatic hotkey marks ([1], [q], ...) name keys that act on the first forms only
+    ".lsf-choices sup.lsf-hint { display: none; }",
+    // a visible focus ring on whatever has the keyboard's focus (WCAG 2.4.7); a choice's own input is
+    // transparent (antd draws the box beside it), so its ring goes round the choice's label
+    ":focus-visible, .ant-checkbox-wrapper:has(input:focus-visible) { outline: 3px solid #0b57d0 !important;" +
+    " outline-offset: 2px !important; border-radius: 3px; }",
+    ".ant-checkbox-wrapper input:focus-visible { outline: none !important; }",
+    ".rescue-why { color: #a8071a; background: #fff1f0; border: 1px solid #ffa39e; border-radius: 3px;" +
+    " padding: 2px 6px; margin: 4px 0; font-size: 13px; }",
+    // only what the work needs: the editor's side column (Info/History, Regions/Relations: no
+    // regions, relations or history in these rounds) is not shown and its width goes to the forms
+    ".lsf-sidepanels__wrapper { display: none !important; }",
+    ".lsf-sidepanels { padding-left: 0 !important; padding-right: 0 !important; }",
+    // toasts do not pile up: the newest one of each viewport is shown
+    '[class*="toast-viewport--"] > *:not(:last-child) { display: none !important; }'
+  ].join("\n");
+  document.head.appendChild(style);
+  var FORM = '[id^="unit_"], [id^="voice_"]';
+  var FIELD = ".lsf-choices, .lsf-text-area, .lsf-number";
+  var current = null;  // id of the form the keys act on
+  function formOf(el) { return el && el.closest ? el.closest(FORM) : null; }
+  function visible(el) { return !!(el && el.getClientRects().length); }
+  function editing(el) {
+    if (!el) return false;
+    if (el.isContentEditable || el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
+    return el.tagName === "INPUT" && ["checkbox", "radio", "button", "submit"].indexOf(el.type) < 0;
+  }
+  function mark(form) {
+    var old = current && document.getElementById(current);
+    if (old && old !== form) old.style.outline = "";
+    if (form) { current = form.id; form.style.outline = "2px solid #1677ff"; form.style.outlineOffset = "2px"; }
+  }
+  document.addEventListener("focusin", function (e) {
+    var f = formOf(e.target); if (f) mark(f);
+    var g = e.target.closest && e.target.closest(".lsf-choices"); if (g) rove(g);
+  }, true);
+  document.addEventListener("pointerdown", function (e) { var f = formOf(e.target); if (f) mark(f); }, true);
+  function onScreen() {  // no form chosen yet: the first one on screen, else the first one
+    var all = document.querySelectorAll('[id^="unit_"]');
+    for (var i = 0; i < all.length; i++) {
+      var r = all[i].getBoundingClientRect();
+      if (r.bottom > 0 && r.top < window.innerHeight) return all[i];
+    }
+    return all[0] || null;
+  }
+  function choices(group) {
+    return group ? Array.prototype.slice.call(group.querySelectorAll("input[type=checkbox], input[type=radio]")) : [];
+  }
+  // Label Studio's model of a control (name, choice single/multiple, requiredmessage), from React's fiber
+  function modelOf(el) {
+    var key = el && Object.keys(el).find(function (k) { return k.indexOf("__reactFiber") === 0; });
+    for (var f = key && el[key], i = 0; f && i < 25; f = f["return"], i++) {
+      var it = f.memoizedProps && f.memoizedProps.item;
+      if (it && it.name) return it;
+    }
+    return null;
+  }
+  function single(group) { var m = modelOf(group); return !!(m && m.choice === "single"); }
+  // roving tabindex: a list's one Tab stop is its focused choice, else its ticked one, else its first
+  function rove(group) {
+    var all = choices(group); if (!all.length) return;
+    var a = document.activeElement;
+    var stop = all.indexOf(a) >= 0 ? a : (all.filter(function (c) { return c.checked; })[0] || all[0]);
+    all.forEach(function (c) { var t = c === stop ? "0" : "-1"; if (c.getAttribute("tabindex") !== t) c.setAttribute("tabindex", t); });
+  }
+  // a form's fields in order (a list, a text, a number), the hidden ones and the "pre-fill checked" box left out
+  function fields(form) {
+    return Array.prototype.filter.call(form.querySelectorAll(FIELD), function (f) {
+      return visible(f) && !f.closest('[id^="prefill-checked_"]');
+    });
+  }
+  function answered(f) {
+    if (f.classList.contains("lsf-choices")) return choices(f).some(function (c) { return c.checked; });
+    if (f.classList.contains("lsf-number")) { var n = f.querySelector("input"); return !!(n && n.value !== ""); }
+    var t = f.querySelector("textarea");
+    return !(t && visible(t)) && !!f.querySelector(".lsf-textarea__region");
+  }
+  function focusField(f) {
+    var t;
+    if (f.classList.contains("lsf-choices")) { rove(f); t = choices(f).filter(function (c) { return c.tabIndex === 0; })[0]; }
+    else {
+      t = f.querySelector("textarea");
+      if (!visible(t)) t = f.querySelector('input, button[aria-label="Edit Region"]');
+    }
+    if (!t) return false;
+    t.focus({preventScroll: true});
+    t.scrollIntoView({block: "nearest"});
+    return true;
+  }
+  // after a field is answered: the form's next field still without an answer (the re-render awaited)
+  function advance(form, index, tries) {
+    var all = fields(form);
+    for (var j = index + 1; j < all.length; j++) if (!answered(all[j])) { focusField(all[j]); return; }
+    if ((tries || 0) < 5) { setTimeout(function () { advance(form, index, (tries || 0) + 1); }, 30); return; }
+    var a = document.activeElement;  // nothing left: the focus stays in this form (Enter: the next form)
+    if ((!a || a === document.body) && all[index]) focusField(all[index]);
+  }
+  function go(form) {  // to a form: its first field without an answer, else its first field
+    mark(form); form.scrollIntoView({block: "center"});
+    var all = fields(form);
+    var f = all.filter(function (x) { return !answered(x); })[0] || all[0];
+    if (!f || !focusField(f)) { var first = form.querySelector("input, textarea"); if (first) first.focus({preventScroll: true}); }
+  }
+  // a form that came pre-filled in full shows a required "pre-fill checked" box (ls_config.prefill_check):
+  // Enter on the form, or any change in it, ticks it (a hidden box, on a form not pre-filled, never)
+  function check(unit) {
+    var box = unit && unit.querySelector('[id^="prefill-checked_"] input');
+    if (box && !box.checked && box.offsetParent) box.click();
+  }
+  function edited(e) {  // a choice clicked (Label Studio's choices fire no change event) or text typed
+    var t = e.target;
+    if (!t || !t.closest) return;
+    if (e.type === "click" && (t.type === "checkbox" || t.type === "radio")) remember(t);
+    if (t.closest('[id^="prefill-checked_"]')) return;
+    if (e.type !== "click" && editing(t)) {
+      // text typed: the box is ticked once the text is left. Label Studio closes a text being edited on
+      // any click anywhere, the box's click included: ticked at the first key, the text box closed under
+      // the person's fingers (the rest of their typing lost)
+      if (!t.__rescueTick) {
+        t.__rescueTick = formOf(t);
+        t.addEventListener("focusout", function () {
+          var form = t.__rescueTick; t.__rescueTick = null;
+          setTimeout(function () { check(document.getElementById(form.id) || form); }, 0);  // after Label Studio kept the text
+        }, {once: true});
+      }
+    } else if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(formOf(t));
+    setTimeout(clearWhy, 0);
+  }
+  function textBox(el) {  // Label Studio's component of a text being edited (its save: keep it, close it)
+    var key = el && Object.keys(el).find(function (k) { return k.indexOf("__reactFiber") === 0; });
+    for (var f = key && el[key], i = 0; f && i < 15; f = f["return"], i++) {
+      var c = f.stateNode;
+      if (c && typeof c.save === "function" && typeof c.startEditing === "function") return c;
+    }
+    return null;
+  }
+  function leaveText(a) {  // a text being typed is kept (Label Studio keeps it on blur) and its box ticked
+    var form = a && a.__rescueTick;
+    if (!form) return;
+    a.blur();
+    check(form);
+  }
+  // Label Studio draws a choice list anew when one of its choices is clicked (by mouse, Space, a number
+  // or arrow key): the focused box is replaced and the focus falls to the page, where the next key would
+  // act on the form's first list. For a short while after a click the focus comes back to the same
+  // choice of the same list, unless it went elsewhere meanwhile.
+  var keep = null;  // {form: id, field: index among the form's fields, choice: index, until: ms}
+  function remember(input) {
+    var form = formOf(input), group = input.closest(".lsf-choices");
+    if (!form || !group) return;
+    var first = !keep;
+    keep = {form: form.id, field: fields(form).indexOf(group), choice: choices(group).indexOf(input), until: Date.now() + 800};
+    if (first) requestAnimationFrame(restore);
+  }
+  function restore() {
+    if (!keep) return;
+    var a = document.activeElement;
+    if (a && a !== document.body) {
+      var g = a.closest && a.closest(".lsf-choices"), f = g && formOf(g);
+      if (!f || f.id !== keep.form) { keep = null; return; }  // moved on (a text, another form, a button)
+    } else {
+      var form = document.getElementById(keep.form), field = form && fields(form)[keep.field];
+      var c = field && choices(field)[keep.choice];
+      if (c) { rove(field); c.focus({preventScroll: true}); }
+    }
+    if (Date.now() < keep.until) requestAnimationFrame(restore); else keep = null;
+  }
+  ["click", "input", "change"].forEach(function (kind) { document.addEventListener(kind, edited, true); });
+
+  // a refused submit: Label Studio's warning names the first missing field (its requiredMessage); the
+  // reason goes next to that field, in words, and the focus to it
+  function clearWhy() {
+    document.querySelectorAll(".rescue-why").forEach(function (w) {
+      var f = w.nextElementSibling;
+      if (!f || !f.isConnected || answered(f)) w.remove();
+    });
+  }
+  function refused(dialog) {
+    var text = ((dialog.querySelector(".ant-modal-confirm-content") || {}).textContent || "").trim();
+    if (!text) return;
+    var all = Array.prototype.filter.call(document.querySelectorAll(FIELD), function (f) { return formOf(f) && visible(f); });
+    var matching = all.filter(function (f) {
+      var m = modelOf(f); return m && (m.requiredmessage || m.requiredMessage) === text;
+    });
+    var field = matching.filter(function (f) { return !answered(f); })[0] || matching[0];
+    if (!field) return;  // not one of our forms' messages: Label Studio's warning as it is
+    document.querySelectorAll(".rescue-why").forEach(function (w) { w.remove(); });
+    var why = document.createElement("div");
+    why.className = "rescue-why"; why.setAttribute("role", "alert"); why.textContent = text;
+    field.parentNode.insertBefore(why, field);
+    var ok = dialog.querySelector(".ant-modal-confirm-btns button");
+    if (ok) ok.click();
+    mark(formOf(field));
+    // once the dialog has closed: closing gives the focus back to where it came from, which on a slow
+    // machine came after a fixed wait and took the focus from the field again
+    settle(dialog, 0, function () { focusField(field); field.scrollIntoView({block: "center"}); });
+  }
+  function settle(dialog, tries, then) {  // the dialog's wrapper gone or hidden (up to 5 s), then 50 ms
+    var wrap = dialog.closest(".ant-modal-wrap") || dialog;
+    if (tries < 100 && wrap.isConnected && wrap.getClientRects().length) {  // (a fixed wrapper has no offsetParent)
+      setTimeout(function () { settle(dialog, tries + 1, then); }, 50); return;
+    }
+    setTimeout(then, 50);
+  }
+
+  // a keyboard route from the project list into the label stream: the list's first project and the
+  // data manager's "Label All Tasks" get the focus (Enter opens them); arrow keys walk the projects
+  var routed = "";
+  function route() {
+    var a = document.activeElement, path = location.pathname + location.search;
+    if ((a && a !== document.body) || routed === path) return;
+    var el = null;
+    if (/^\/projects\/?$/.test(location.pathname)) el = document.querySelector("a.lsf-projects-page__link");
+    else if (/^\/projects\/\d+\/data\/?$/.test(location.pathname) && !/[?&](task|labeling)=/.test(location.search))
+      el = Array.prototype.find.call(document.querySelectorAll("button"), function (b) {
+        return visible(b) && b.textContent.trim() === "Label All Tasks";
+      });
+    if (el) { routed = path; el.focus(); }
+  }
+  // hearing a row: every play control stops at its row's end. A form's player plays the media with a
+  // temporal fragment (#t=start,end), which the browser ends only at its next time update (up to ~0.25 s
+  // late): it is paused on the frame that reaches the end. A dialogue line's play button plays Label
+  // Studio's one audio of the dialogue from the line's start and goes on into the next lines: the line's
+  // own end stops it (Label Studio's own stop and reset, as its unused stopAtTheEnd would).
+  function watch(media, end, stopIt) {
+    (function frame() {
+      if (media.paused) return;
+      if (media.currentTime >= end - 0.02) { stopIt(); return; }
+      requestAnimationFrame(frame);
+    })();
+  }
+  document.addEventListener("play", function (e) {
+    var m = e.target, src = m && m.tagName === "AUDIO" ? (m.currentSrc || m.src || "") : "";
+    var t = /#t=([\d.]+),([\d.]+)$/.exec(src);
+    if (t) watch(m, Number(t[2]), function () { m.pause(); });
+  }, true);
+  function paragraphs(el) {  // Label Studio's model of the dialogue (Paragraphs) an element belongs to
+    var key = el && Object.keys(el).find(function (k) { return k.indexOf("__reactFiber") === 0; });
+    for (var f = key && el[key], i = 0; f && i < 40; f = f["return"], i++) {
+      var it = f.memoizedProps && f.memoizedProps.item;
+      if (it && it.audioRef && typeof it.stopNow === "function") return it;
+    }
+    return null;
+  }
+  function lineOf(button) {  // the dialogue line (its index among the turns) of a line's play button
+    var box = button.parentElement, p = box && box.querySelector('[data-testid^="phrase:"]');
+    return p ? Number(p.getAttribute("data-testid").split(":")[1]) : -1;
+  }
+  document.addEventListener("click", function (e) {
+    var t = e.target, button = t && t.closest ? t.closest('button[aria-label="play"], button[aria-label="pause"]') : null;
+    if (button && !formOf(button)) {
+      var line = lineOf(button), model = paragraphs(button);
+      if (line < 0 || !model) return;
+      setTimeout(function () {  // after Label Studio's own handler has started (or stopped) the line
+        var audio = model.audioRef && model.audioRef.current, span = (model.regionsStartEnd || [])[line];
+        if (audio && span && model.playingId === line)
+          watch(audio, span.end, function () { model.stopNow(); model.reset(); });
+      }, 0);
+      return;
+    }
+    // a click on a dialogue line (not a selection of its words) plays that line, and its row's form
+    // becomes the outlined one (the keys act on it)
+    var phrase = t && t.closest ? t.closest('[data-testid^="phrase:"]') : null;
+    var sel = window.getSelection && window.getSelection();
+    if (!phrase || (sel && !sel.isCollapsed)) return;
+    var play = phrase.parentElement && phrase.parentElement.querySelector('button[aria-label="play"]');
+    if (play) play.click();
+    var turn = ((paragraphs(phrase) || {})._value || [])[Number(phrase.getAttribute("data-testid").split(":")[1])];
+    var units = (window.Htx && Htx.task && Htx.task.dataObj && Htx.task.dataObj.units) || [];
+    for (var i = 0; turn && i < units.length; i++)
+      if (units[i].row_index === turn.row_index) { var form = document.getElementById("unit_" + i); if (form) mark(form); }
+  }, true);
+
+  // the round's instructions: Label Studio opens them each time the label stream is entered; the front
+  // lets them open once per project (a round) in this browser, and whenever "Instructions" is pressed
+  var asked = 0;
+  function askedFor(e) {
+    var b = e.target && e.target.closest && e.target.closest("button");
+    if (b && b.textContent.trim() === "Instructions" && (e.type === "click" || e.key === "Enter" || e.key === " "))
+      asked = Date.now();
+  }
+  document.addEventListener("click", askedFor, true);
+  document.addEventListener("keydown", askedFor, true);
+  function instructions() {
+    document.querySelectorAll('button[aria-label="Close modal"]').forEach(function (close) {
+      if (close.__rescueSeen) return;
+      var dialog = close.closest('[role="dialog"]') || close.parentElement.parentElement;
+      var m = /^\/projects\/(\d+)/.exec(location.pathname);
+      // not yet its text (a dialog still being drawn): looked at again on the next tidy
+      if (!m || !dialog || dialog.textContent.trim().indexOf("Labeling Instructions") !== 0) return;
+      close.__rescueSeen = true;
+      var key = "rescue:instructions-seen:" + m[1];
+      var seen = false;
+      try { seen = localStorage.getItem(key) === "1"; localStorage.setItem(key, "1"); } catch (x) { return; }
+      if (seen && Date.now() - asked > 3000) close.click();
+    });
+  }
+  // speaker names in the dialogue: Label Studio gives each a light colour of its own (3.15:1 on the page
+  // for some); each is darkened, same hue, until it reads at 4.5:1 (WCAG AA for its 16px)
+  function luminance(c) {
+    var v = c.map(function (x) { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2];
+  }
+  function rgba(text) { var m = /rgba?\(([^)]+)\)/.exec(text || ""); return m ? m[1].split(",").map(Number) : null; }
+  function background(el) {
+    for (var e = el; e && e.nodeType === 1; e = e.parentElement) {
+      var c = rgba(getComputedStyle(e).backgroundColor);
+      if (c && (c.length < 4 || c[3] > 0)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  }
+  function legible() {
+    document.querySelectorAll('span[class*="dialoguename--"]:not([data-rescue-ink])').forEach(function (n) {
+      n.setAttribute("data-rescue-ink", "");
+      var c = rgba(n.style.color); if (!c) return;
+      var bg = background(n.parentElement), a = c.length > 3 ? c[3] : 1;
+      var rgb = [0, 1, 2].map(function (i) { return c[i] * a + bg[i] * (1 - a); });
+      var lb = luminance(bg), k = 1, out = rgb;
+      while (k > 0) {
+        out = rgb.map(function (x) { return Math.round(x * k); });
+        var l = luminance(out);
+        if ((Math.max(l, lb) + 0.05) / (Math.min(l, lb) + 0.05) >= 4.6) break;
+        k -= 0.05;
+      }
+      n.style.color = "rgb(" + out.join(", ") + ")";
+    });
+  }
+  // the annotator's home and project list: no "Create Project" or "Invite Members" (the pipeline makes
+  // the projects; each desk is one person's)
+  function unclutter() {
+    if (!/^\/(projects\/?)?$/.test(location.pathname)) return;
+    document.querySelectorAll("button, a").forEach(function (b) {
+      if (b.style.display !== "none" && /^(Create Project|Invite Members|Create)$/.test(b.textContent.trim())) b.style.display = "none";
+    });
+  }
+  var pending = 0, since = 0;
+  function tidy() {
+    pending = 0; since = 0;
+    instructions();
+    legible();
+    unclutter();
+    document.querySelectorAll(".lsf-choices").forEach(rove);
+    // a text's Add button and a kept text's Delete button: by mouse (Shift+Enter adds; a kept text's
+    // one Tab stop is its Edit button)
+    document.querySelectorAll('.lsf-text-area form button, .lsf-textarea__actions button[aria-label="Delete Region"]')
+      .forEach(function (b) { if (b.getAttribute("tabindex") !== "-1") b.setAttribute("tabindex", "-1"); });
+    document.querySelectorAll(".ant-modal-confirm-warning").forEach(function (d) {
+      if (!d.__rescueSeen) { d.__rescueSeen = true; refused(d); }
+    });
+    route();
+  }
+  // debounced: once the page has been still for 80 ms (at least every 400 ms while it keeps changing),
+  // not once per mutation: a task page makes thousands while its forms are built
+  new MutationObserver(function () {
+    var now = Date.now();
+    if (!since) since = now;
+    clearTimeout(pending);
+    pending = setTimeout(tidy, now - since > 400 ? 0 : 80);
+  }).observe(document.documentElement, {childList: true, subtree: true});
+
+  function submitButton() {
+    var b = document.querySelector('button[aria-label="Submit current annotation"], button[aria-label="Update current annotation"]');
+    return b || Array.prototype.find.call(document.querySelectorAll("button"), function (x) {
+      return visible(x) && /^(Submit|Update)$/.test(x.textContent.trim());
+    });
+  }
+  function nextForm(form) {
+    var m = /^(unit|voice)_(\d+)$/.exec(form.id);
+    var next = m && document.getElementById(m[1] + "_" + (Number(m[2]) + 1));
+    return next || (m && m[1] === "voice" ? document.getElementById("unit_0") : null);
+  }
+  function stop(e) { e.preventDefault(); e.stopImmediatePropagation(); }
+  window.addEventListener("keydown", function (e) {
+    var t = e.target, a = document.activeElement;
+    if ((e.ctrlKey || e.metaKey) && e.key === "Enter" && !e.altKey && !e.shiftKey) {
+      // submit from anywhere, a focused choice or text included (Label Studio's own key skips inputs)
+      var sb = submitButton();
+      if (sb && !sb.disabled) { stop(e); leaveText(a); sb.click(); }
+      return;
+    }
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "Tab" && t && t.getAttribute && t.getAttribute("data-testid") === "htx-textbox-input") {
+      // Label Studio's Tab out of a text being edited closes it without keeping what was typed (its
+      // Shift+Enter and a click elsewhere keep it): kept here first, then Tab moves on as usual
+      var box = textBox(t);
+      if (box) box.save();
+    }
+    var field = t && t.closest ? t.closest(FIELD) : null, form = formOf(t);
+    if (e.key === "Enter" && e.shiftKey && field && form) {
+      // Shift+Enter keeps a text (Label Studio adds it) or a number, then the form's next open field
+      var index = fields(form).indexOf(field);
+      if (field.classList.contains("lsf-number")) stop(e);
+      if (index >= 0) setTimeout(function () { advance(form, index); }, 0);
+      return;
+    }
+    if (/^Arrow(Up|Down|Left|Right)$|^Home$|^End$/.test(e.key) && t.classList && t.classList.contains("lsf-projects-page__link")) {
+      var links = Array.prototype.slice.call(document.querySelectorAll("a.lsf-projects-page__link"));
+      var k = links.indexOf(t), n = links.length;
+      var to = e.key === "Home" ? 0 : e.key === "End" ? n - 1 : /Down|Right/.test(e.key) ? (k + 1) % n : (k - 1 + n) % n;
+      stop(e); links[to].focus(); return;
+    }
+    if (editing(t)) return;
+    var group = t && t.closest ? t.closest(".lsf-choices") : null;
+    if (group && /^Arrow(Up|Down|Left|Right)$|^Home$|^End$/.test(e.key) && choices(group).indexOf(t) >= 0) {
+      // radio group / checkbox group: the arrows move in the list (a single-choice list: and choose)
+      var all = choices(group), i = all.indexOf(t);
+      var j = e.key === "Home" ? 0 : e.key === "End" ? all.length - 1
+        : /Down|Right/.test(e.key) ? (i + 1) % all.length : (i - 1 + all.length) % all.length;
+      stop(e); all[j].focus(); rove(group);
+      if (single(group) && !all[j].checked) all[j].click();
+      return;
+    }
+    var chosen = current && document.getElementById(current);
+    if (!chosen || !chosen.isConnected) chosen = null;
+    var unit = form || chosen || onScreen();
+    if (!unit) return;  // not a RESCUE form: Label Studio's keys as usual
+    if (/^[0-9-]$/.test(e.key)) {
+      stop(e);
+      // the list in focus, else the first list of the form in focus (or outlined): never another form's
+      if (!group || formOf(group) !== unit) group = fields(unit).filter(function (f) { return f.classList.contains("lsf-choices"); })[0];
+      var items = choices(group);
+      var item = e.key === "-" ? items[items.length - 1] : items[e.key === "0" ? 9 : Number(e.key) - 1];
+      if (!item) return;
+      mark(unit);
+      var one = single(group);
+      if (!(one && item.checked)) item.click();  // a single choice already chosen stays chosen
+      item.focus({preventScroll: true}); rove(group);
+      if (one) { var index = fields(unit).indexOf(group); setTimeout(function () { advance(unit, index); }, 0); }
+    } else if (e.key === "Enter" && !e.shiftKey) {
+      if (!form && a && a !== document.body && (a.tagName === "BUTTON" || a.tagName === "A")) return;  // its own Enter
+      stop(e);
+      // the first Enter comes to the first form on screen (or the one in focus), each next one to the following form
+      var here = form || chosen;
+      if (here) check(here);  // Enter keeps the form as it is: its pre-fill is checked
+      var next = here ? nextForm(here) : unit;
+      if (next) go(next);
+    } else if (/^[a-z]$/i.test(e.key) && !e.shiftKey) {
+      e.stopImmediatePropagation();  // Label Studio's automatic hotkeys act on the first forms only
+    }
+  }, true);
+})();
