@@ -78,8 +78,9 @@ def _compare(a: dict[tuple, dict], b: dict[tuple, dict], examples: int) -> dict:
         if diff:
             changed.append(k)
             fields.update(diff)
-            if len(detail) < examples:  # which sample/row and which fields: the first few, by key
-                detail.append({"key": "/".join(str(p) for p in k), "fields": diff})
+            if len(detail) < examples:  # which sample/row, which fields and their values: the first few, by key
+                detail.append({"key": "/".join(str(p) for p in k), "fields": diff,
+                               "values": {c: {"old": a[k].get(c), "new": b[k][c]} for c in diff}})
     show = lambda keys: ["/".join(str(p) for p in k) for k in keys[:examples]]  # noqa: E731
     return {"added": len(added), "removed": len(removed), "changed": len(changed),
             "changed_fields": dict(sorted(fields.items())),

@@ -109,6 +109,31 @@ def release_build(
     console.print(f"written: {result.path}")
 
 
+def _change(old, new, limit: int = 80) -> str:
+    """A changed value on one line, ``old -> new`` in JSON (strings quoted, so an empty one shows).
+    Long texts are cut round the part that changed (the common start and end become ``...``)."""
+    import json
+
+    if isinstance(old, str) and isinstance(new, str) and max(len(old), len(new)) > limit:
+        start = 0
+        while start < min(len(old), len(new)) and old[start] == new[start]:
+            start += 1
+        end = 0
+        while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+            end += 1
+        start = max(0, start - 20)  # some context before the change
+        end = max(0, end - 20)
+
+        def cut(text: str) -> str:
+            middle = text[start:len(text) - end]
+            if len(middle) > limit:
+                middle = middle[:limit] + "\u2026"
+            return ("\u2026" if start else "") + middle + ("\u2026" if end else "")
+
+        old, new = cut(old), cut(new)
+    return f"{json.dumps(old, ensure_ascii=False, default=str)} -> {json.dumps(new, ensure_ascii=False, default=str)}"
+
+
 @release_app.command("diff")
 def release_diff(
     a: str = typer.Argument(..., help="Older version."),
@@ -118,7 +143,7 @@ def release_diff(
     examples: int = typer.Option(10, "--examples", min=0, help="List the first N changed/added/removed per table."),
 ) -> None:
     """What changed between two releases: samples, rows and task labels added/removed/changed,
-    and the first N by sample and row (with the changed fields)."""
+    and the first N by sample and row (each changed field with its old and new value)."""
     import json
 
     from rich.console import Console
@@ -134,7 +159,7 @@ def release_diff(
         console.print(f"[red]release diff failed:[/red] {exc}")
         raise typer.Exit(1) from None
     if as_json:
-        print(json.dumps(report, indent=2, sort_keys=True))
+        print(json.dumps(report, indent=2, sort_keys=True, default=str))
         return
     table = Table(title=f"release {a} -> {b}")
     for col in ("what", "added", "removed", "changed", "changed fields"):
@@ -154,7 +179,9 @@ def release_diff(
 
     for name, r in entries:
         ex = r["examples"]
-        lists = (("changed", [f"{where(name, d['key'])}: {', '.join(d['fields'])}" for d in ex["changed_fields"]]),
+        lists = (("changed", [f"{where(name, d['key'])}: " + "; ".join(
+                      f"{f} {_change(d['values'][f]['old'], d['values'][f]['new'])}" for f in d["fields"])
+                      for d in ex["changed_fields"]]),
                  ("added", [where(name, k) for k in ex["added"]]), ("removed", [where(name, k) for k in ex["removed"]]))
         for what, lines in lists:
             if not r[what]:

@@ -144,18 +144,29 @@ def test_diff_names_sample_row_and_field_in_the_human_output(tmp_path):
     release.build_release(inp, "1.0.0", tmp_path)
     new = copy.deepcopy(inp)
     sid = case["couple"]["sample_id"]
-    next(s for s in new.samples if s["sample_id"] == sid)["rows"][0]["relation_cycle_reason"] = "clearer"
+    first = next(s for s in new.samples if s["sample_id"] == sid)["rows"][0]
+    old_reason = next(s for s in inp.samples if s["sample_id"] == sid)["rows"][0]["relation_cycle_reason"]
+    first["relation_cycle_reason"] = "clearer"
     changed = [s for s in new.samples if s["scenario"] == "couple"][1:4]
     for s in changed:
         s["rows"][1]["dialogue_cleaned"] += " Really."
+    olds = {(s["sample_id"], 2): s["rows"][1]["dialogue_cleaned"] for s in inp.samples}
     release.build_release(new, "1.1.0", tmp_path)
     out = _cli("release", "diff", "1.0.0", "1.1.0", "--data-root", str(tmp_path), "--examples", "2")
     keys = sorted([(sid, 1, "relation_cycle_reason")] + [(s["sample_id"], 2, "dialogue_cleaned") for s in changed])
     assert f"rows changed: {len(keys)}, the first 2:" in out
+    shown = {(sid, 1): f"relation_cycle_reason {json.dumps(old_reason)} -> \"clearer\""}
+    # a long text is shown round its change: the end of the old text, then the new one
+    shown.update({(s["sample_id"], 2): f"dialogue_cleaned \"\u2026{olds[(s['sample_id'], 2)][-20:]}\" -> "
+                  f"\"\u2026{olds[(s['sample_id'], 2)][-20:]} Really.\"" for s in changed})
     for s_id, row, field in keys[:2]:
-        assert f"\n  sample {s_id} row {row}: {field}\n" in out, out
+        assert f"\n  sample {s_id} row {row}: {shown[(s_id, row)]}\n" in out, out
     assert f"sample {keys[2][0]} row {keys[2][1]}:" not in out
     assert f"  ... and {len(changed) - 1} more (--examples N, or --json)" in out
-    assert "rpp labels changed: 1, the first 1:" in out and f"  sample {sid} row 1: label_reason" in out
+    assert "rpp labels changed: 1, the first 1:" in out and f"  sample {sid} row 1: label_reason " in out
+    assert f'label_reason {json.dumps(old_reason)} -> "clearer"' in out
     report = json.loads(_cli("release", "diff", "1.0.0", "1.1.0", "--data-root", str(tmp_path), "--json"))
     assert {d["key"]: d["fields"] for d in report["labels"]["rpp"]["examples"]["changed_fields"]} == {f"{sid}/1": ["label_reason"]}
+    # the JSON names the old and the new value of each changed field
+    assert [d["values"] for d in report["labels"]["rpp"]["examples"]["changed_fields"]] == [
+        {"label_reason": {"old": old_reason, "new": "clearer"}}]
