@@ -7,11 +7,19 @@ prefect.yaml's deployments, all idempotent.
 in the repository: one Python process creates what is missing, then runs ``prefect deploy
 --all`` through Prefect's CLI entry point (what the ``prefect`` script does) - one Prefect import
 instead of two, ~4 s less per ``stack up``.
+
+The server requires an API auth string (:func:`auth_string`): loopback is no access control on
+a shared host, where any local account could otherwise post a deployment that the stack's
+worker runs as the operator. The string is made once per data root, kept owner-only in
+``stack/prefect-api-auth``, given to the server as ``PREFECT_SERVER_API_AUTH_STRING`` and to
+every client (workers, flow runs, the sweeper, the operator's ``prefect`` CLI through ``rescue
+stack env``) as ``PREFECT_API_AUTH_STRING``.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -19,6 +27,8 @@ from pathlib import Path
 
 from ops.processes import StackError, StackPaths
 from pipeline.config import REPO_ROOT
+from pipeline.paths import DataRoot
+from pipeline.store import make_private_dir
 
 WORK_POOL = "rescue-cpu"          # the process pool the local worker (and compose's cpu-worker) serves
 GPU_WORK_POOL = "rescue-gpu"      # compose's GPU workers; no local worker serves it by default
@@ -42,12 +52,52 @@ def api_url(port: int | None = None) -> str:
     return f"http://127.0.0.1:{port or prefect_port()}/api"
 
 
+def auth_file(data_root: Path) -> Path:
+    """Where the data root's Prefect API auth string lives (owner-only)."""
+    return DataRoot(Path(data_root).resolve()).stack_dir() / "prefect-api-auth"
+
+
+def auth_string(data_root: Path) -> str:
+    """The data root's Prefect API auth string, made (random, 0600) on first use. Two callers
+    racing both read the one that won: the file is created exclusively, then renamed in place."""
+    path = auth_file(data_root)
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if text:
+        return text
+    make_private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(32) + "\n")
+    try:
+        os.link(tmp, path)  # fails when another caller made it first: theirs is kept
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    text = path.read_text().strip()
+    if not text:
+        raise StackError(f"{path} is empty; delete it and run `rescue stack up` again "
+                         f"(then restart the stack's server and workers)")
+    return text
+
+
+def server_env(data_root: Path) -> dict[str, str]:
+    """What the Prefect server alone gets besides :func:`prefect_env`: the auth string it requires."""
+    return {"PREFECT_SERVER_API_AUTH_STRING": auth_string(data_root)}
+
+
 def prefect_env(data_root: Path, port: int | None = None) -> dict[str, str]:
-    """The Prefect variables every stack process and every client (CLI, demo) uses."""
+    """The Prefect variables every stack process and every client (CLI, demo) uses, the API auth
+    string included (:func:`auth_string`)."""
     paths = StackPaths(Path(data_root).resolve())
     return {
         "PREFECT_HOME": str(paths.home),
         "PREFECT_API_URL": api_url(port),
+        "PREFECT_API_AUTH_STRING": auth_string(paths.root),
         "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(paths.results),
         "PREFECT_SERVER_API_HOST": "127.0.0.1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import typer
 
-from ops.prefect_setup import (WORK_POOL, api_url, prefect_bin, prefect_env, prefect_port, register,
-                               seed_database)
+from ops.prefect_setup import (WORK_POOL, api_url, auth_file, prefect_bin, prefect_env, prefect_port, register,
+                               seed_database, server_env)
 from ops.processes import StackError, StackPaths, healthy, make_private, port_busy, read_pid, spawn, start_time, stop
 from ops.sweeper import SWEEP_EVERY_S
 from pipeline.config import Settings
@@ -43,9 +43,28 @@ SERVER_START_TIMEOUT_S = float(os.environ.get("RESCUE_STACK_START_TIMEOUT_S", "2
 
 # --- components ------------------------------------------------------------------------
 
+def open_to_anyone(url: str) -> bool:
+    """Whether the Prefect API at ``url`` answers a request without the auth string."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/flows/filter", data=b"{}", method="POST",
+                                                           headers={"content-type": "application/json"}),
+                                    timeout=5) as resp:
+            return resp.status < 400
+    except urllib.error.HTTPError as exc:
+        return exc.code != 401
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> None:
     if read_pid(paths, "prefect-server") and healthy(env["PREFECT_API_URL"]):
         log(f"prefect server: already running at {env['PREFECT_API_URL']}")
+        if open_to_anyone(env["PREFECT_API_URL"]):  # started by a version without the auth string
+            log("prefect server: WARNING it answers without the API auth string (every local account can "
+                "run code as you); restart it: rescue stack down && rescue stack up")
         return
     if port_busy(port):
         raise StackError(f"port {port} on 127.0.0.1 is taken by a process this stack did not start; "
@@ -53,7 +72,8 @@ def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> Non
     make_private_dir(paths.home)
     seed_database(paths)
     pid = spawn(paths, "prefect-server",
-                [prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env)
+                [prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                {**env, **server_env(paths.root)})
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while not healthy(env["PREFECT_API_URL"]):
         if start_time(pid) is None:
@@ -240,7 +260,12 @@ def _cli_register(data_root: Path = _DATA_ROOT) -> None:
 
 @cli.command("env")
 def _cli_env(data_root: Path = _DATA_ROOT) -> None:
-    """Print `export` lines for the prefect CLI:  eval "$(rescue stack env)"."""
-    env = prefect_env(Settings.from_env(data_root).data_root)
+    """Print `export` lines for the prefect CLI:  eval "$(rescue stack env)". The API auth string
+    is read from its owner-only file by the shell that evaluates them, never printed."""
+    import shlex
+
+    root = Settings.from_env(data_root).data_root
+    env = prefect_env(root)
     for key in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):
-        typer.echo(f"export {key}={env[key]}")
+        typer.echo(f"export {key}={shlex.quote(env[key])}")
+    typer.echo(f'export PREFECT_API_AUTH_STRING="$(cat {shlex.quote(str(auth_file(root)))})"')
