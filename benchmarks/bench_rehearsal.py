@@ -434,7 +434,7 @@ def main(argv=None) -> int:
                "OMP_NUM_THREADS": "1"}  # one torch thread per flow run: N workers, N cores
         if url:
             env["PREFECT_API_DATABASE_CONNECTION_URL"] = url
-        for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_RESULTS_LOCAL_STORAGE_PATH",
+        for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_RESULTS_LOCAL_STORAGE_PATH",
                   "PREFECT_API_DATABASE_CONNECTION_URL"):
             os.environ.pop(k, None)  # this stack's own, never the caller's
         os.environ.update(env)
@@ -478,7 +478,8 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     import secrets
     from concurrent.futures import ThreadPoolExecutor
 
-    from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.settings import (PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH,
+                                  temporary_settings)
 
     from ops import stack as st
     from ops.demo import start_deployment, wait_flow_run
@@ -549,7 +550,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     report.update(stack_up_s=round(t_stack, 1), desks_up_s=round(t_desks, 1), truth_totals=truth["totals"],
                   generate={"wall_s": round(gen_wall, 1), "cpu_s": round(gen_cpu, 1)})
 
-    settings = temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"],
+    settings = temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"], PREFECT_API_AUTH_STRING: env["PREFECT_API_AUTH_STRING"],
                                    PREFECT_RESULTS_LOCAL_STORAGE_PATH: env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]})
     result, error, state, human, run_kinds = None, None, "?", None, {}
     steps = Steps(sampler)

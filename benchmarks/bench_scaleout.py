@@ -38,11 +38,12 @@ def free_port() -> int:
 
 
 def run_batch(env: dict, batch: Path, root: Path, **params) -> tuple[float, dict]:
-    from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.settings import (PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH,
+                                  temporary_settings)
 
     from ops.demo import start_deployment, wait_flow_run
 
-    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"],
+    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"], PREFECT_API_AUTH_STRING: env["PREFECT_API_AUTH_STRING"],
                              PREFECT_RESULTS_LOCAL_STORAGE_PATH: env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]}):
         t0 = time.perf_counter()
         run_id = start_deployment("ingest-batch/default", {"batch_dir": str(batch), "data_root": str(root),

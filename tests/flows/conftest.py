@@ -74,9 +74,11 @@ class Stack:
     @contextmanager
     def prefect_settings(self):
         """This process's Prefect client settings pointed at the stack's server and result storage."""
-        from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+        from prefect.settings import (PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH,
+                                       temporary_settings)
 
         with temporary_settings({PREFECT_API_URL: self.env["PREFECT_API_URL"],
+                                 PREFECT_API_AUTH_STRING: self.env["PREFECT_API_AUTH_STRING"],
                                  PREFECT_RESULTS_LOCAL_STORAGE_PATH: self.env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]}):
             yield
 

@@ -46,7 +46,7 @@ def small_stack(tmp_path_factory):
     batch = tmp_path_factory.mktemp("cancel-batch")
     specs = [{"name": f"c{i}", "scenario": "couple", "seed": 40 + i, "n_rows": 6, "group": "cancel"} for i in range(N)]
     with mock.patch.dict(os.environ, env), ThreadPoolExecutor(1) as pool:
-        for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_RESULTS_LOCAL_STORAGE_PATH",
+        for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_RESULTS_LOCAL_STORAGE_PATH",
                   "PREFECT_API_DATABASE_CONNECTION_URL"):  # this stack's own, not the caller's
             os.environ.pop(k, None)
         made = pool.submit(synth.make_batch, batch, specs)
@@ -59,9 +59,10 @@ def small_stack(tmp_path_factory):
 
 
 def _settings(env):
-    from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.settings import (PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH,
+                                   temporary_settings)
 
-    return temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"],
+    return temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"], PREFECT_API_AUTH_STRING: env["PREFECT_API_AUTH_STRING"],
                                PREFECT_RESULTS_LOCAL_STORAGE_PATH: env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]})
 
 

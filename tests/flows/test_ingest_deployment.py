@@ -70,11 +70,12 @@ def flow_run_id(output: str) -> str:
 
 def api(stack):
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     class _Api:
         def __enter__(self):
-            self._ts = temporary_settings({PREFECT_API_URL: stack.env["PREFECT_API_URL"]})
+            self._ts = temporary_settings({PREFECT_API_URL: stack.env["PREFECT_API_URL"],
+                                           PREFECT_API_AUTH_STRING: stack.env["PREFECT_API_AUTH_STRING"]})
             self._ts.__enter__()
             self._c = get_client(sync_client=True)
             return self._c.__enter__()
