@@ -45,7 +45,11 @@ from prefect.futures import PrefectFuture, wait
 from prefect.tasks import exponential_backoff
 
 from pipeline.errors import ServerFault, TransientError, Unreachable
-from pipeline.store import sha256_file
+from pipeline.store import private_by_default, sha256_file
+
+# A flow run's process (a worker's, or a `python -m` / test that imports the flows) writes
+# owner-only files, whatever umask the worker was started with.
+private_by_default()
 
 CODE_VERSION = f"rescue-pipeline-{pipeline.__version__}"
 GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")

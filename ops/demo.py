@@ -159,7 +159,9 @@ def adjudicate_round(desks, round_name: str, truth: dict[str, dict], adjudicator
 def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEWS, seed: int = 0,
         log: Callable[[str], None] = print) -> DemoResult:
     from ops import stack
+    from pipeline.store import private_by_default
 
+    private_by_default()  # the demo's data root, stack and desks are owner-only, called from anywhere
     base = Settings.from_env(data_root).data_root
     root = (base / "demo" if data_root is None else base).resolve()
     result = DemoResult(root)

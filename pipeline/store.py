@@ -1,5 +1,9 @@
 """The few ways the pipeline writes files (where they go is :class:`pipeline.paths.DataRoot`).
 
+Private by default: every entry point (the ``rescue`` command, a flow run, the demo) calls
+:func:`private_by_default` first, so what the pipeline and the processes it starts (Prefect,
+workers, desks) write is owner-only (files 0600, folders 0700) whatever the operator's umask.
+A release becomes readable by others only through :func:`publish_tree` (``rescue release publish``).
 :func:`prepare_data_root` checks a data root before a stage writes under it and makes its
 private areas (:data:`PRIVATE_AREAS`) owner-only. Writes are atomic: a temp file (or temp directory) next to the target, then a
 rename, so a reader never sees half a file and a crash leaves the old state intact.
@@ -34,6 +38,16 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+# What every entry point sets: nothing the pipeline writes is readable by group or others.
+PRIVATE_UMASK = 0o077
+
+
+def private_by_default() -> int:
+    """Set the process umask to :data:`PRIVATE_UMASK` (the processes it starts inherit it);
+    returns the umask it replaced."""
+    return os.umask(PRIVATE_UMASK)
 
 
 def _umask() -> int:
@@ -122,14 +136,18 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, *, exist_ok: bool = True) -> Path:
+def atomic_write_bytes(path: str | Path, data: bytes, *, exist_ok: bool = True, private: bool = False) -> Path:
+    """Write ``data`` atomically; ``private``: 0600 whatever the umask (a table that names people)."""
     path = Path(path)
     _make_parents(path.parent)
     if not exist_ok and path.exists():
         raise AlreadyExists(f"{path} already exists and is write-once")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        _publish_mode(tmp)
+        if private:
+            os.chmod(tmp, 0o600)
+        else:
+            _publish_mode(tmp)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -147,8 +165,8 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, exist_ok: bool = True) 
     return path
 
 
-def atomic_write_text(path: str | Path, text: str, *, exist_ok: bool = True) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"), exist_ok=exist_ok)
+def atomic_write_text(path: str | Path, text: str, *, exist_ok: bool = True, private: bool = False) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"), exist_ok=exist_ok, private=private)
 
 
 def canonical_json(obj) -> str:
@@ -213,3 +231,34 @@ def write_once_dir(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish_tree(tree: str | Path, root: str | Path) -> list[Path]:
+    """Make ``tree`` (a folder inside ``root``) readable by everyone: files 0644, folders 0755
+    (links are left as they are, never followed). The folders from ``root`` down to the tree's
+    parent get the search bit for group and others (``--x``: they can pass through to the
+    tree, never list or read what else is there). Returns those folders whose mode changed."""
+    tree, root = Path(tree).absolute(), Path(root).absolute()
+    if root not in tree.parents:
+        raise ValueError(f"{tree} is not inside {root}")
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o644)
+        for name in dirnames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o755)
+    os.chmod(tree, 0o755)
+    opened = []
+    folder = tree.parent
+    while True:
+        mode = os.stat(folder).st_mode & 0o7777
+        if mode & 0o011 != 0o011:
+            os.chmod(folder, mode | 0o011)
+            opened.append(folder)
+        if folder == root:
+            break
+        folder = folder.parent
+    return opened

@@ -24,7 +24,8 @@ atomically (built beside it, then renamed) and is never written again.
 ``build-release`` flow both call: it validates the input, and for a version that exists
 already returns it unchanged (``reused=True``) when it was built from the same input, split,
 file layout (:data:`RELEASE_LAYOUT`: which files a release holds) and card options, or refuses (:class:`pipeline.store.AlreadyExists`, naming the version) when not.
-:func:`build_release` underneath refuses any existing version. Inputs: the corpus
+:func:`build_release` underneath refuses any existing version. A release is written owner-only
+like everything under the data root; :func:`publish` (``rescue release publish``) shares it. Inputs: the corpus
 (:func:`load_corpus_input`, the default), a rows directory, or the paper's JSONL
 (:func:`load_source` picks by the source given); the synthetic corpus comes from
 :func:`pipeline.synthetic.corpus.load_synthetic`.
@@ -54,6 +55,7 @@ from pipeline.benchmark.card import CardOptions, dataset_card, synthetic_markers
 from pipeline.benchmark.paper_export import (PAPER_CONTEXT, paper_task_records,  # noqa: F401 (public here too)
                                              write_paper_files)
 from pipeline.benchmark.paper_format import load_rescue_jsonl
+from pipeline.benchmark.provenance import corpus_origin
 from pipeline.benchmark.release_figures import annotation_rounds, count_by_scenario, label_distribution, statistics
 from pipeline.benchmark.release_files import (ReleaseError, diff_releases, open_release,  # noqa: F401 (public here)
                                               read_config, release_path)
@@ -78,6 +80,10 @@ class ReleaseInput:
     samples: list[dict]
     source: dict  # provenance for the manifest: kind + content hashes, never absolute paths
     problems: list = field(default_factory=list)  # Violation records (validation / import)
+    # the data root's own corpus: its rounds, gates and catalog tell this input's story; any other
+    # input (a file, a folder) claims none of them
+    from_data_root: bool = False
+    origin: dict | None = None  # where the corpus's samples came from (provenance.corpus_origin)
 
 
 def load_rows_dir(rows_dir: str | Path) -> ReleaseInput:
@@ -107,7 +113,10 @@ def load_corpus_input(data_root: str | os.PathLike) -> ReleaseInput:
     if not cdir.is_dir():
         raise ReleaseError(f"no corpus yet at {cdir}: import one (`rescue import-rescue FILE`), build gold rows "
                            "(`rescue gold build`), or pass --input / --rows-dir / --synthetic")
-    return load_rows_dir(cdir)
+    inp = load_rows_dir(cdir)
+    inp.from_data_root = True
+    inp.origin = corpus_origin(data_root, [s["sample_id"] for s in inp.samples])
+    return inp
 
 
 def load_source(source: str | os.PathLike | None, data_root: str | os.PathLike) -> ReleaseInput:
@@ -187,7 +196,7 @@ def build_release(
                            "first:\n  " + "\n  ".join(str(v) for v in leaks[:10]))
     # Agreement gates of the annotation rounds behind this corpus: a failing round blocks the
     # release unless an override with a reason was recorded (which the manifest then carries).
-    blockers = gates.release_blockers(data_root)
+    blockers = gates.release_blockers(data_root) if inp.from_data_root else []
     if blockers:
         raise ReleaseError("agreement gates block this release:\n  " + "\n  ".join(blockers))
     # The manifest carries each round's figures and the override that lets it through (who, why,
@@ -195,7 +204,8 @@ def build_release(
     # own ids and timestamps, so the same answers on another server would give another manifest.
     gate_list = [{"round": g["round"], "passed": g["passed"], "fields": g["fields"],
                   "override": {k: v for k, v in g["override"].items() if k != "labels_sha256"}
-                  if g["override_valid"] else None} for g in gates.gate_records(data_root)]
+                  if g["override_valid"] else None}
+                 for g in (gates.gate_records(data_root) if inp.from_data_root else [])]
     rounds = annotation_rounds(data_root, gate_list)
     card = card or CardOptions()
     step = on_step or (lambda _msg: None)
@@ -257,8 +267,10 @@ def build_release(
                       "files": sorted(k for k in paper_files if not k.startswith("paper/data/"))},
             "layout": RELEASE_LAYOUT,
             "card": card.to_manifest(),
-            "synthetic": synthetic_markers(inp.source, samples, rounds),
+            "synthetic": synthetic_markers(inp.source, samples, rounds, inp.origin),
         }
+        if inp.origin is not None:
+            manifest["origin"] = inp.origin
         held = {"manifest.json": store.canonical_json(manifest), "README.md": dataset_card(manifest)}
         for rel, text in held.items():
             store.atomic_write_text(tmp / rel, text)
@@ -326,6 +338,32 @@ def build_or_reuse(
                                   "releases are immutable - choose a new version")
     return build_release(inp, version, data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
                          on_step=on_step, card=card)
+
+
+# --- sharing a release --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Published:
+    """What :func:`publish` did: the release made readable, the folders above it opened for
+    passing through (``--x``), and entries of the data root that others can read already."""
+
+    path: Path
+    opened: tuple[Path, ...]
+    readable_elsewhere: tuple[Path, ...]
+
+
+def publish(data_root: str | os.PathLike, version: str) -> Published:
+    """Make release ``version`` readable by group and others (files 0644, folders 0755): the one
+    step that shares anything under the data root, which is otherwise owner-only. The folders
+    from the data root down to ``releases/`` get the search bit only, so others reach the release
+    by its path and nothing else. Entries of the data root (and other releases) that group or
+    others can already read - a root written before it was private - are listed, not changed."""
+    path = open_release(data_root, version)
+    root = DataRoot(data_root).root.absolute()
+    opened = store.publish_tree(path, root)
+    elsewhere = [p for folder in (root, path.parent) for p in sorted(folder.iterdir())
+                 if p != path and p != path.parent and not p.is_symlink() and p.stat().st_mode & 0o044]
+    return Published(path, tuple(opened), tuple(elsewhere))
 
 
 # --- the paper's er.jsonl / vp.jsonl shapes (spec §7.4, §7.5): pipeline.benchmark.paper_export ---------

@@ -3,7 +3,8 @@
 Every command that takes ``--data-root`` checks the root before it starts (:func:`root_problem`):
 a root that is a file, cannot be read or created, or sits on a full disk ends the command with
 one line naming the path and the problem (exit 2), and a disk that fills up while the command
-runs ends it with one line too (exit 1), never a traceback.
+runs ends it with one line too (exit 1), never a traceback. Every command runs with the umask
+0077 (:func:`pipeline.store.private_by_default`).
 """
 from __future__ import annotations
 
@@ -132,6 +133,12 @@ def _guard_roots(command) -> None:
 @app.callback()
 def _main(ctx: typer.Context) -> None:
     """rescue-pipeline command line."""
+    from pipeline.store import private_by_default
+
+    # Owner-only, whatever the operator's umask: what the command writes and the processes it
+    # starts (Prefect, workers, desks) inherit it. Put back after, for a caller in the same process.
+    previous = private_by_default()
+    ctx.call_on_close(lambda: os.umask(previous))
     # Runs before the chosen command parses its options: guard it (and every other) from here.
     _guard_roots(ctx.command)
 

@@ -1,4 +1,4 @@
-"""``rescue release``: versioned, immutable benchmark releases."""
+"""``rescue release``: versioned, immutable benchmark releases, private until ``publish``."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -219,3 +219,31 @@ def release_export_paper(
     samples = sum(1 for k in files if k.startswith(paper_export.SAMPLES_DIR + "/"))
     console.print(f"release {version}: {len(files)} files ({samples} per-sample files) -> {Path(out_dir) / 'paper'}",
                   highlight=False)
+
+
+@release_app.command("publish")
+def release_publish(
+    version: str = typer.Argument(..., help="An existing release version X.Y.Z."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+) -> None:
+    """Share a release: make releases/<version>/ readable by everyone on this host (files 0644,
+    folders 0755). Everything else under the data root stays owner-only; a release is private
+    until this step."""
+    from rich.console import Console
+
+    from pipeline.benchmark import release
+    from pipeline.config import Settings
+
+    console = Console()
+    try:
+        done = release.publish(Settings.from_env(data_root).data_root, version)
+    except release.ReleaseError as exc:
+        console.print(f"[red]release publish failed:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    console.print(f"published: {done.path} (files 0644, folders 0755)", highlight=False)
+    for folder in done.opened:
+        console.print(f"  {folder}: others may now pass through it to the release (search bit only)", highlight=False)
+    if done.readable_elsewhere:
+        console.print(f"[yellow]readable by others already (written before the data root was private; "
+                      f"`chmod -R go-rwx` each to close it):[/yellow] "
+                      + ", ".join(str(p) for p in done.readable_elsewhere), highlight=False)
