@@ -1,7 +1,9 @@
 """Remote access to the desks: the two ways docs/OPERATIONS.md ("Remote annotators") describes.
 
-Every person's desk (their own Label Studio server) listens on 127.0.0.1 on its own port. A
-person far away reaches exactly that port, and nothing else on the host, through either
+Every person's desk (their own Label Studio server) listens on 127.0.0.1 on its own port, and
+so does its front (``desk_front``: the comfort layer a person opens; it holds no security role,
+the desk authenticates). A person far away reaches exactly their front's port, and nothing else
+on the host, through either
 
 * a TLS reverse proxy with one site per desk (:func:`caddy_site`, one block of a Caddyfile such
   as ``docs/examples/Caddyfile.desks``), or
@@ -10,12 +12,20 @@ person far away reaches exactly that port, and nothing else on the host, through
 
 Pure functions (no I/O): they refuse input that could widen what a line or block allows (a
 second key, options smuggled in through the comment, a wildcard host, a port out of range).
+:func:`caddyfile` and :func:`desk_ssh_line` render the recipes for the desks of a registry:
+each names a desk by its random site name (``desk-3f9a1c2b7e01``) and its front's port, never
+by the person's e-mail or role (a public host name ends up in certificate transparency logs).
+``rescue stack remote caddyfile|ssh-line`` prints them (:data:`cli`).
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import typer
 
 # Key types OpenSSH accepts in authorized_keys (9.x); DSA is gone, certificates are not wanted here.
 _KEY_TYPES = frozenset({
@@ -100,3 +110,70 @@ def caddy_site(host: str, port: int) -> str:
     return (f"{host} {{\n"
             f"\treverse_proxy 127.0.0.1:{port}\n"
             f"}}\n")
+
+
+# --- the recipes for a registry's desks: site names and fronts' ports only ---------------------
+
+def caddyfile(sites: Iterable[tuple[str, int]], domain: str, email: str | None = None) -> str:
+    """A whole Caddyfile: one site ``<site>.<domain>`` per ``(site, front_port)``, proxying to that
+    front only; ``email``: the ACME account's (expiry notices). Names nobody and no role."""
+    head = f"{{\n\temail {email}\n}}\n\n" if email else ""
+    blocks = []
+    for site, port in sorted(sites):
+        if not re.fullmatch(_LABEL, site or ""):
+            raise ValueError(f"site {site!r}: one DNS label (the registry's random site name)")
+        blocks.append(caddy_site(f"{site}.{domain}", port))
+    return head + "\n".join(blocks)
+
+
+def desk_ssh_line(public_key: str, site: str, front_port: int) -> str:
+    """The ``authorized_keys`` line of one desk's person: forwards to their front only, with the
+    desk's site name as its comment (not their e-mail)."""
+    return authorized_keys_line(public_key, front_port, site)
+
+
+cli = typer.Typer(help="Recipes for remote people: a TLS proxy's Caddyfile, an SSH key line (docs/OPERATIONS.md).",
+                  no_args_is_help=True)
+_DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data).")
+
+
+def _registry(data_root: Path | None):
+    from pipeline.annotation.desks import DeskError, Desks
+    from pipeline.config import Settings
+
+    desks = Desks(Settings.from_env(data_root).data_root)
+    try:
+        return desks, desks.registered_fronts()
+    except DeskError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from None
+
+
+@cli.command("caddyfile")
+def _cli_caddyfile(domain: str = typer.Option(..., help="The proxy's domain: each desk is <site>.<domain>."),
+                   email: str = typer.Option(None, help="ACME account e-mail (certificate expiry notices)."),
+                   data_root: Path = _DATA_ROOT) -> None:
+    """Print a Caddyfile with one site per desk, proxying to that desk's front only. Then set
+    RESCUE_DESK_PUBLIC_URL='https://{site}.<domain>' where the desks start."""
+    _, desks = _registry(data_root)
+    try:
+        typer.echo(caddyfile([(d.site, d.front_port) for d in desks], domain, email), nl=False)
+    except ValueError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from None
+
+
+@cli.command("ssh-line")
+def _cli_ssh_line(annotator: str = typer.Option(..., "--annotator", "-a", help="Whose desk (their e-mail)."),
+                  key: Path = typer.Option(..., help="Their public key file (.pub)."),
+                  data_root: Path = _DATA_ROOT) -> None:
+    """Print the authorized_keys line that lets KEY forward to that person's front only."""
+    desks, _ = _registry(data_root)
+    from pipeline.annotation.desks import DeskError
+
+    try:
+        desk = desks.get(annotator)
+        typer.echo(desk_ssh_line(key.read_text().strip(), desk.site, desk.front_port))  # one key: a second line is refused
+    except (DeskError, OSError, ValueError) as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from None

@@ -33,6 +33,7 @@ import typer
 
 from ops.prefect_setup import (WORK_POOL, api_url, auth_file, prefect_bin, prefect_env, prefect_port, register,
                                seed_database, server_env)
+from ops import remote
 from ops.processes import StackError, StackPaths, healthy, make_private, port_busy, read_pid, spawn, start_time, stop
 from ops.sweeper import SWEEP_EVERY_S
 from pipeline.config import Settings
@@ -130,10 +131,14 @@ def _desks(settings: Settings):
 def _label_studio_up(settings: Settings, log) -> None:
     from pipeline.annotation.desks import DeskError
 
+    desks = _desks(settings)
     try:
-        _desks(settings).up(log=log)
+        desks.up(log=log)
     except DeskError as exc:
         raise StackError(f"desks: {exc}") from None
+    # each person's address is their desk's front; one that cannot start is said in one line
+    # (that person's address is then the desk's) and the stack goes on
+    desks.fronts_up(log=log)
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
@@ -203,7 +208,8 @@ def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
     desks = _desks(settings)
     for desk, st in desks.status():
         out[f"desk {desk.email}"] = {"state": "running" if st.healthy else ("starting" if st.running else "stopped"),
-                                     "role": desk.role, "url": desks.url(desk)}
+                                     "role": desk.role, "url": desks.url(desk),
+                                     "front": desks.front_url(desk) or "none"}
     return out
 
 
@@ -211,6 +217,7 @@ def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
 
 cli = typer.Typer(help="The local stack on 127.0.0.1: Prefect server, worker, the desks (Label Studio per person).",
                   no_args_is_help=True)
+cli.add_typer(remote.cli, name="remote")
 _DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data).")
 
 

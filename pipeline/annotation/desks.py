@@ -15,7 +15,9 @@ of its file root. So each person - annotator or adjudicator - gets a server of t
 * the person's own login, made by ``rescue annotators add``. Signup without a link is closed.
 
 Roles are explicit (``annotator`` or ``adjudicator``) and kept in the registry
-(``DataRoot.desks_registry``, owner-only). A pull counts only answers by a desk's owner
+(``DataRoot.desks_registry``, owner-only), with each desk's port, its front's port (the comfort
+layer a person opens, :mod:`.fronts`) and a random site name that names neither the person nor
+the role (a public host name of the TLS recipe, ``{site}`` in ``RESCUE_DESK_PUBLIC_URL``). A pull counts only answers by a desk's owner
 (:mod:`.pull`); whatever else a desk holds is reported, never counted.
 
 Push, pull, status and adjudication take a :class:`DeskAccess`: for each person, a client of
@@ -24,6 +26,7 @@ their desk, the owner's user id there and a way to place media in their file roo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -43,6 +46,7 @@ import httpx
 from pipeline import store
 from pipeline.annotation import desk_db
 from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
+from pipeline.annotation.fronts import FrontError, FrontProcess
 from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
@@ -62,6 +66,17 @@ class Desk:
     role: str
     port: int
     slug: str
+    front_port: int = 0  # 0: none yet (a registry from before fronts; given at the next start)
+    site: str = ""       # random DNS label for public names: reveals neither who nor which role
+
+
+def front_base_port(settings: Settings) -> int:
+    """Fronts take ports from ``RESCUE_FRONT_BASE_PORT`` up (default: 100 above the desks')."""
+    return int(os.environ.get("RESCUE_FRONT_BASE_PORT") or settings.desk_base_port + 100)
+
+
+def new_site() -> str:
+    return f"desk-{secrets.token_hex(6)}"
 
 
 class DeskAccess(Protocol):
@@ -127,7 +142,8 @@ class Desks:
             return []
         try:
             entries = json.loads(path.read_text())["desks"]
-            return [Desk(e["email"], e["role"], int(e["port"]), e["slug"]) for e in entries]
+            return [Desk(e["email"], e["role"], int(e["port"]), e["slug"], int(e.get("front_port") or 0),
+                         str(e.get("site") or "")) for e in entries]
         except (ValueError, KeyError, TypeError) as exc:
             raise DeskError(f"{path}: the desk registry is unreadable ({exc}); restore it from a backup") from None
 
@@ -179,11 +195,10 @@ class Desks:
             name = desk_slug(email)
             if name in taken_slugs:  # two e-mails with the same slug
                 name = f"{name[:40]}-{hashlib.sha256(email.lower().encode()).hexdigest()[:8]}"
-            taken_ports = {d.port for d in desks}
-            port = self.settings.desk_base_port
-            while port in taken_ports or not _port_free(port, self.host):
-                port += 1
-            desk = Desk(email, role, port, name)
+            taken_ports = {d.port for d in desks} | {d.front_port for d in desks}
+            port = self._free_port(self.settings.desk_base_port, taken_ports)
+            front = self._free_port(front_base_port(self.settings), taken_ports | {port})
+            desk = Desk(email, role, port, name, front, new_site())
             store.make_private_dir(self.root.desk_dir(desk.slug))
             service = {"LABEL_STUDIO_USERNAME": SERVICE_EMAIL, "LABEL_STUDIO_PASSWORD": secrets.token_urlsafe(24),
                        "LABEL_STUDIO_USER_TOKEN": secrets.token_hex(20)}
@@ -191,6 +206,32 @@ class Desks:
                 store.atomic_write_text(self.root.desk_service(desk.slug), json.dumps(service))
             self._write([*desks, desk])
         return desk
+
+    def _free_port(self, start: int, taken: set[int]) -> int:
+        port = start
+        while port in taken or not _port_free(port, self.host):
+            port += 1
+        return port
+
+    def registered_fronts(self) -> list[Desk]:
+        """Every desk with its front's port and site name (given now to desks registered before fronts)."""
+        return self._with_fronts()
+
+    def _with_fronts(self) -> list[Desk]:
+        """Every desk, those registered before fronts given a front port and a site name."""
+        if all(d.front_port and d.site for d in self.all()):
+            return self.all()
+        with self._registry_lock():
+            desks = self.all()
+            taken = {d.port for d in desks} | {d.front_port for d in desks}
+            done = []
+            for d in desks:
+                if not d.front_port:
+                    d = dataclasses.replace(d, front_port=self._free_port(front_base_port(self.settings), taken))
+                    taken.add(d.front_port)
+                done.append(d if d.site else dataclasses.replace(d, site=new_site()))
+            self._write(done)
+        return done
 
     # --- one desk --------------------------------------------------------------------------
     def _desk(self, desk: Desk | str) -> Desk:
@@ -221,10 +262,51 @@ class Desks:
         return self.settings.desk_url.format(port=desk.port, slug=desk.slug).rstrip("/")
 
     def public_url(self, desk: Desk | str) -> str:
-        """The address the desk's person opens (``RESCUE_DESK_PUBLIC_URL``, default :meth:`url`)."""
+        """The address the desk's person opens: ``RESCUE_DESK_PUBLIC_URL`` (``{site}``, ``{port}``,
+        ``{front_port}``, ``{slug}`` filled in), else their front's while it runs, else the desk's."""
         desk = self._desk(desk)
         template = self.settings.desk_public_url
-        return template.format(port=desk.port, slug=desk.slug).rstrip("/") if template else self.url(desk)
+        if template:
+            return template.format(port=desk.port, slug=desk.slug, site=desk.site,
+                                   front_port=desk.front_port).rstrip("/")
+        return self.front_url(desk) or self.url(desk)
+
+    # --- fronts (the comfort layer a person opens; it holds no security role) ----------------
+    def front(self, desk: Desk | str) -> FrontProcess | None:
+        """The desk's front (None while the registry gives it no port: before its first start)."""
+        desk = self._desk(desk)
+        if not desk.front_port:
+            return None
+        return FrontProcess(self.root.desk_dir(desk.slug) / "front", self.url(desk), desk.front_port)
+
+    def front_url(self, desk: Desk | str) -> str | None:
+        """The front's address while its process runs, else None."""
+        front = self.front(desk)
+        return front.url if front is not None and front.pid() is not None else None
+
+    def fronts_up(self, emails: Iterable[str] | None = None, log=print) -> dict[str, str | None]:
+        """Start a front per desk (all, or those of ``emails``), side by side: each person's front
+        address, or None where it could not start (one line says why; their address is the desk's)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        wanted = {self.get(e).email for e in emails} if emails else None
+        desks = [d for d in self._with_fronts() if wanted is None or d.email in wanted]
+
+        def start(desk: Desk) -> str | None:
+            try:
+                url = self.front(desk).start()
+            except (FrontError, OSError) as exc:
+                log(f"front of {desk.email}: not started ({exc}); their address is the desk's: {self.url(desk)}")
+                return None
+            log(f"front of {desk.email}: {url} -> {self.url(desk)}")
+            return url
+
+        with ThreadPoolExecutor(max(1, min(4, len(desks)))) as pool:
+            return dict(zip((d.email for d in desks), pool.map(start, desks)))
+
+    def fronts_down(self, emails: Iterable[str] | None = None) -> list[str]:
+        """Stop the fronts (all, or those of ``emails``); the e-mails of those that were running."""
+        return [d.email for d in self.select(emails) if (f := self.front(d)) is not None and f.stop()]
 
     def where(self, email: str) -> str:
         """Words naming a person's desk, for problems and errors."""
@@ -358,7 +440,9 @@ class Desks:
         return started
 
     def down(self, emails: Iterable[str] | None = None) -> list[str]:
-        """Stop the desks (all, or those of ``emails``); the e-mails of those that were running."""
+        """Stop the desks and their fronts (all, or those of ``emails``); the e-mails of the desks
+        that were running."""
+        self.fronts_down(emails)
         return [d.email for d in self.select(emails) if self.server(d).stop()]
 
     def status(self) -> list[tuple[Desk, ServerStatus]]:

@@ -57,14 +57,18 @@ AnnotatorOpt = typer.Option(None, "--annotator", "-a", help="Only this person's 
 @label_studio_app.command("up")
 def ls_up(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]] = AnnotatorOpt,
           timeout: float = typer.Option(300.0, help="Seconds to wait for each desk's /health.")) -> None:
-    """Start the desks (one Label Studio per person, 127.0.0.1; no-op for those already up)."""
+    """Start the desks (one Label Studio per person, 127.0.0.1; no-op for those already up) and
+    each desk's front, the address its person opens (a front that cannot start is said in one
+    line; that person's address is then the desk's)."""
     desks = _desks(_settings(data_root))
     if not desks.all():
         console.print("no desks yet: add people with `rescue annotators add EMAIL [--adjudicator]`")
         return
+    say = lambda m: console.print(m, highlight=False)  # noqa: E731
     try:
         with console.status("starting the desks (a few seconds each)"):
-            desks.up(annotator or None, timeout=timeout, log=lambda m: console.print(m, highlight=False))
+            desks.up(annotator or None, timeout=timeout, log=say)
+            desks.fronts_up(annotator or None, log=say)
     except _desk_errors() as exc:
         _fail(str(exc))
 
@@ -162,20 +166,23 @@ def annotators_add(
 
 @annotators_app.command("list")
 def annotators_list(data_root: Optional[Path] = DataRoot,
-                    as_json: bool = typer.Option(False, "--json", help='JSON list of {"email", "role", "url"}.')) -> None:
-    """Everyone with a desk: e-mail, role and the address they open."""
+                    as_json: bool = typer.Option(False, "--json",
+                                                 help='JSON list of {"email", "role", "url", "desk_url"}.')) -> None:
+    """Everyone with a desk: e-mail, role, the address they open (their front's while it runs,
+    else their desk's) and, for operators, the desk's own address."""
     import json
 
     try:
         desks = _desks(_settings(data_root))
-        people = [{"email": d.email, "role": d.role, "url": desks.public_url(d)} for d in desks.all()]
+        people = [{"email": d.email, "role": d.role, "url": desks.public_url(d), "desk_url": desks.url(d)}
+                  for d in desks.all()]
     except _desk_errors() as exc:
         _fail(str(exc))
     if as_json:
         print(json.dumps(people))
         return
     for p in people:
-        console.print(f"{p['email']}  {p['role']}  {p['url']}", highlight=False)
+        console.print(f"{p['email']}  {p['role']}  {p['url']}  (desk: {p['desk_url']})", highlight=False)
 
 
 # --- annotate --------------------------------------------------------------------------------

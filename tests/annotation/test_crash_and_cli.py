@@ -116,10 +116,13 @@ def test_cli_people_desks_push_pull_status_up_down_on_real_desks(tmp_path, monke
         desks = Desks(root)
         listed = runner.invoke(app, ["annotators", "list", "--json", *dr])
         assert listed.exit_code == 0, listed.output
-        assert json.loads(listed.output) == [{"email": w, "role": "annotator", "url": desks.url(w)} for w in (a, b)]
+        # no front runs yet (`label-studio up` / `stack up` start them): the address is the desk's
+        assert json.loads(listed.output) == [{"email": w, "role": "annotator", "url": desks.url(w),
+                                              "desk_url": desks.url(w)} for w in (a, b)]
         assert desks.url(a) != desks.url(b)  # two desks, two servers
         plain = runner.invoke(app, ["annotators", "list", *dr])
-        assert [line.split() for line in plain.output.splitlines()] == [[w, "annotator", desks.url(w)] for w in (a, b)]
+        assert [line.split() for line in plain.output.splitlines()] == [
+            [w, "annotator", desks.url(w), "(desk:", desks.url(w) + ")"] for w in (a, b)]
 
         args = [*dr, "-a", a, "-a", b]
         pushed = runner.invoke(app, ["annotate", "push", "relation", *args])
