@@ -47,7 +47,8 @@ from pipeline import store
 from pipeline.annotation import desk_db
 from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
 from pipeline.annotation.fronts import FrontError, FrontProcess
-from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer, LabelStudioServerError, ServerStatus
+from pipeline.annotation.server import (DEFAULT_VENV, MIN_PASSWORD_LENGTH, LabelStudioServer, LabelStudioServerError,
+                                        ServerStatus)
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 
@@ -372,16 +373,21 @@ class Desks:
     # --- people ------------------------------------------------------------------------------
     def add(self, email: str, role: str, password: str, *, timeout: float = 300.0) -> Desk:
         """``rescue annotators add``: the person's desk (registered, started) and their login on
-        it with ``password``. Idempotent: an existing person gets their password set again."""
+        it with ``password`` (at least :data:`MIN_PASSWORD_LENGTH` characters). Idempotent: an
+        existing person gets their password set again, which ends their sessions and replaces
+        their API tokens (:meth:`LabelStudioServer.set_password`)."""
         if not password:
-            raise DeskError(f"no password for {email} (set RESCUE_ANNOTATOR_PASSWORD)")
+            raise DeskError(f"no password for {email} (set RESCUE_ANNOTATOR_PASSWORD or use --password-stdin)")
+        if len(password) < MIN_PASSWORD_LENGTH:
+            raise DeskError(f"the password for {email} has {len(password)} characters; a person's password needs "
+                            f"at least {MIN_PASSWORD_LENGTH}")
         desk = self.register(email, role)
         server = self.server(desk)
         try:
             server.start(timeout=timeout)
             if self.client(desk.email).find_user(desk.email) is None:
                 self._sign_up(desk, password)
-            else:  # Label Studio's API cannot set a password: its management command can
+            else:  # Label Studio's API cannot set a password: Django can, in the desk's own python
                 server.set_password(desk.email, password)
         except LabelStudioServerError as exc:
             raise DeskError(f"desk of {desk.email}: {exc}") from None

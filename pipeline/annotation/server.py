@@ -8,8 +8,9 @@ on the first start only (when Label Studio creates its organization). Signup wit
 link is closed and telemetry is off. The token is never printed.
 
 A desk runs with :data:`DESK_SETTINGS` (Label Studio's settings less its request-log middleware,
-the telemetry hook that parses every request body, and with its task counters counted in SQL)
-when the installed Label Studio is the version that module was written for; any other version,
+the telemetry hook that parses every request body, with its task counters counted in SQL, and
+with guards: cross-site writes with the session cookie refused, failed logins limited per account
+and address, a logged-out session ended for good) when the installed Label Studio is the version that module was written for; any other version,
 or ``RESCUE_LS_STOCK_SETTINGS=1``, runs Label Studio's settings unchanged.
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ _INHERITED_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 # Label Studio's settings for a desk (see that module): a folder holding it and the app it adds,
 # put on the server's PYTHONPATH so nothing else of ours is importable there.
 DESK_SETTINGS = Path(__file__).resolve().parent / "desk_settings" / "rescue_desk_settings.py"
+MIN_PASSWORD_LENGTH = 12  # a person's login (not the service account's, which is random)
 STOCK_SETTINGS_VAR = "RESCUE_LS_STOCK_SETTINGS"  # =1: run Label Studio's own settings (to compare)
 _LISTEN_RE = re.compile(r"Starting development server at http://[^:/]+:(\d+)")
 
@@ -333,7 +335,46 @@ class LabelStudioServer:
             raise LabelStudioServerError(f"label-studio {args[0]} failed: {' | '.join(tail)}")
         return proc.stdout
 
-    def set_password(self, email: str, password: str) -> None:
-        """Set a user's login password (Label Studio's API ignores passwords on user creation)."""
-        # "--password=..." in one word: a password starting with "-" is not read as an option
-        self.manage("reset_password", "--username", email, f"--password={password}")
+    def set_password(self, email: str, password: str, timeout: float = 120.0) -> None:
+        """Set a person's login password (Label Studio's API ignores passwords on user creation),
+        which ends their sessions (Django's session hash) and replaces their API tokens: the
+        legacy token is made anew and every personal access token (JWT) is blacklisted. The
+        password goes to Label Studio's python on its stdin: never on a command line
+        (``/proc/<pid>/cmdline``) or in an environment."""
+        if len(password) < MIN_PASSWORD_LENGTH:
+            raise LabelStudioServerError(f"the password for {email} has {len(password)} characters; "
+                                         f"a person's password needs at least {MIN_PASSWORD_LENGTH}")
+        python = self.venv / "bin" / "python"
+        self._executable()  # the same message as every command where Label Studio is missing
+        proc = subprocess.run([str(python), "-c", _SET_PASSWORD, email], input=password, env=self._env(),
+                              cwd=self.data_dir, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise LabelStudioServerError(f"setting the password of {email} at {self.data_dir} failed: "
+                                         f"{' | '.join(tail)}")
+
+
+# Run by Label Studio's python with the server's settings (argv: the e-mail; stdin: the password).
+_SET_PASSWORD = """
+import importlib.util, os, sys
+sys.path.insert(0, importlib.util.find_spec("label_studio").submodule_search_locations[0])
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "label_studio.core.settings.label_studio")
+import django
+django.setup()
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+from rest_framework_simplejwt.token_blacklist.models import BlacklistedToken, OutstandingToken
+from users.models import User
+
+password = sys.stdin.read()
+user = User.objects.filter(email=sys.argv[1]).first()
+if user is None:
+    sys.exit(f"no login {sys.argv[1]} on this server")
+with transaction.atomic():
+    user.set_password(password)  # changes the session hash: every session of theirs ends
+    user.save(update_fields=["password"])
+    Token.objects.filter(user=user).delete()
+    Token.objects.create(user=user)
+    for token in OutstandingToken.objects.filter(user=user):
+        BlacklistedToken.objects.get_or_create(token=token)
+"""

@@ -6,6 +6,7 @@ Argument parsing and printing only; the work is in :mod:`pipeline.annotation` (t
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -150,12 +151,20 @@ def annotators_add(
     adjudicator: bool = typer.Option(False, "--adjudicator", help="This person adjudicates (never annotates)."),
     password_env: str = typer.Option("RESCUE_ANNOTATOR_PASSWORD",
                                      help="Environment variable holding the password; prompted when unset."),
+    password_stdin: bool = typer.Option(False, "--password-stdin",
+                                        help="Read the password from the first line of stdin (e.g. from a file "
+                                             "only you can read: `< pw.txt`)."),
 ) -> None:
-    """Make a person and their desk (their own Label Studio), and set their password (never printed)."""
+    """Make a person and their desk (their own Label Studio), and set their password (never printed;
+    at least 12 characters). Adding someone again sets their new password, ends their sessions and
+    replaces their API tokens."""
     settings = _settings(data_root)
     desks = _desks(settings)
-    password = os.environ.get(password_env) or typer.prompt(f"password for {email}", hide_input=True,
-                                                            confirmation_prompt=True)
+    if password_stdin:  # never an argument: a command line is readable by every local account
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = os.environ.get(password_env) or typer.prompt(f"password for {email}", hide_input=True,
+                                                                confirmation_prompt=True)
     try:
         with console.status(f"making the desk of {email} (a few seconds)"):
             desk = desks.add(email, "adjudicator" if adjudicator else "annotator", password)
