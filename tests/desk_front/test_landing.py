@@ -1,0 +1,84 @@
+"""Login lands on the person's own rounds (desk_front/static/landing.js), through the front of a
+real desk in headless Chromium: the login form has the focus, a login goes to the project list
+with the rounds in annotation order and the first one focused, no card shows the pipeline's
+project key, the data manager shows no Import or Export, and two keys (Enter, Enter) reach the
+first round's task stream."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from desk_front import FrontServer
+from desk_front.app import LANDING_PATH, _STATIC
+from pipeline.annotation import push
+from pipeline.annotation.rounds import round_names
+from tests.annotation.ls_samples import make_sample
+from tests.helpers import SCREENSHOTS
+
+_ROUNDS_SHOWN = "() => [...document.querySelectorAll('a.lsf-projects-page__link')].map(a => a.getAttribute('data-rescue-round'))"
+_VISIBLE_BUTTONS = ("() => [...document.querySelectorAll('button, a')].filter(b => b.getClientRects().length)"
+                    ".map(b => b.textContent.trim())")
+
+
+def test_the_landing_knows_the_rounds_in_annotation_order():
+    """The script's own list of rounds is annotation_schemas/rounds' order (one source of truth,
+    checked here since the page cannot read it)."""
+    text = (_STATIC / "landing.js").read_text()
+    found = re.search(r"var ROUNDS = \[([^\]]*)\]", text)
+    assert found, "landing.js has no ROUNDS list"
+    assert re.findall(r'"([^"]+)"', found.group(1)) == list(round_names())
+
+
+@pytest.mark.slow
+def test_login_lands_on_the_first_round_and_two_keys_reach_its_stream(desk_factory, chromium):
+    email = "landing@rescue.test"
+    desks, _ = desk_factory(email)
+    password = desks.passwords[email]
+    root = desks.root.root
+    sample = make_sample("synthetic/landing_001", "couple", 6)
+    pids = {}
+    # pushed in annotation order: Label Studio lists the newest first (strategy, emotion, transcript)
+    for name in ("transcript", "emotion", "strategy"):
+        report = push.push_round(desks, name, [sample], [email], k=1, prelabel=None, data_root=root)
+        pids[name] = report.projects[push.project_key(name, "couple", email)]
+    front = FrontServer(desks.url(email)).start()
+    try:
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(120_000)
+            page.goto(f"{front.url}/user/login/")
+            assert page.locator(f"script[src='{LANDING_PATH}']").count() == 1
+            page.wait_for_function("() => document.activeElement && document.activeElement.name === 'email'")
+            # the whole login by keys: the e-mail, Tab, the password, Enter
+            page.keyboard.type(email)
+            page.keyboard.press("Tab")
+            page.keyboard.type(password)
+            page.keyboard.press("Enter")
+            page.wait_for_url(lambda url: "/user/login" not in url, timeout=120_000)
+            assert re.search(r"/projects/?$", page.url), f"a login lands on {page.url}, not the rounds"
+            try:
+                page.wait_for_function("() => document.activeElement && document.activeElement.getAttribute"
+                                       "('data-rescue-round') === 'transcript'")
+            except Exception:
+                page.screenshot(path=str(SCREENSHOTS / "landing_projects.png"), full_page=True)
+                raise AssertionError(f"the first round has no focus: rounds shown {page.evaluate(_ROUNDS_SHOWN)}, "
+                                     f"focus on {page.evaluate('() => document.activeElement.outerHTML.slice(0, 200)')}")
+            assert page.evaluate(_ROUNDS_SHOWN) == ["transcript", "emotion", "strategy"]
+            assert page.evaluate("() => document.activeElement.getAttribute('href')").rstrip("/") \
+                == f"/projects/{pids['transcript']}/data"
+            body = page.inner_text("body")
+            assert "rescue-project:" not in body, body[:500]
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "landing_projects.png"))
+
+            page.keyboard.press("Enter")  # 1: the first round's data manager
+            page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim()"
+                                   " === 'Label All Tasks'")
+            shown = page.evaluate(_VISIBLE_BUTTONS)
+            assert "Import" not in shown and "Export" not in shown, shown
+            page.keyboard.press("Enter")  # 2: its task stream
+            page.locator("#unit_0").first.wait_for()
+            assert f"/projects/{pids['transcript']}/" in page.url, page.url
+    finally:
+        front.stop()
