@@ -7,7 +7,8 @@ X-Api-Key headers included) and every answer comes back as Label Studio gave it,
 these comforts, the same for everyone:
 
 * Label Studio's build assets (``/static/``, ``/react-app/``: about 7 MB of JavaScript and
-  1.5 MB of CSS a page) are fetched from the desk once, kept in memory, gzip-compressed when the
+  1.5 MB of CSS a page) are fetched from the desk once (by path: a query is no new file), kept in
+  memory within bounds (:class:`AssetCache`: files and bytes), gzip-compressed when the
   browser accepts it and served with cache headers and an ETag (a revalidation is answered by
   the front itself, 304). Label Studio's development server sends them with neither. Restart the
   front after upgrading Label Studio.
@@ -53,6 +54,8 @@ _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
         "transfer-encoding", "upgrade", "content-length"}
 _ASSET_PREFIXES = ("/static/", "/react-app/")  # build assets: no project data, the same for everyone
 _HASHED_NAME = re.compile(r"\.[0-9a-f]{12}\.\w+$")  # Django's manifest names never change content
+ASSET_CACHE_ENTRIES = 1024  # Label Studio 1.23's build: about 1,000 files (source maps included)
+ASSET_CACHE_BYTES = 96 * 2**20  # a task page loads ~9 MB (and ~2.5 MB gzipped); the whole build is ~90 MB
 ASSET_MAX_AGE_S = 3600  # unhashed names (react-app chunks) may change with a Label Studio upgrade
 _COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml", "application/wasm")
 _CODE_TYPES = ("application/javascript", "text/javascript", "text/css")  # what the service worker caches
@@ -86,7 +89,8 @@ class StartReport:
 class Front:
     """The state of one front: its desk, the asset cache, the patches (no users, no token)."""
 
-    def __init__(self, upstream: str, patches: tuple[PatchGroup, ...] | None = None):
+    def __init__(self, upstream: str, patches: tuple[PatchGroup, ...] | None = None, *,
+                 max_entries: int = ASSET_CACHE_ENTRIES, max_bytes: int = ASSET_CACHE_BYTES):
         self.upstream = upstream.rstrip("/")
         # No cookie jar: every request carries only its caller's cookies.
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=300, follow_redirects=False,
@@ -96,10 +100,12 @@ class Front:
         self.version: dict | None = None  # the desk's /api/version answer
         self.report = StartReport(self.upstream)
         self._checked = asyncio.Lock()
-        self.assets: dict[str, dict] = {}  # path?query -> {"type", "body", "gz", "etag", "cache"}
+        # path -> {"type", "body", "gz", "etag", "cache"}: bounded, as any caller may ask for anything
+        self.assets = AssetCache(max_entries, max_bytes)
+        self._fetching: dict[str, asyncio.Future] = {}  # one fetch of a path at a time, however many ask
         # the build's scripts and styles pages have loaded so far, in order: what the service
         # worker caches (sw.js); learnt from the pages, as the chunks a page loads are named only in its code
-        self.code_assets: dict[str, None] = {}
+        self.code_assets: dict[str, str] = {}  # path -> the address pages ask for
         self.own_worker: str | None = None  # Label Studio's own /sw.js
 
     async def _read_version(self) -> None:
@@ -136,23 +142,43 @@ class Front:
                 self.patcher.record(outcome, quiet=True)
                 continue
             try:
-                await self.asset_entry(group.path, "")
+                await self.asset_entry(group.path)
             except httpx.HTTPError as exc:
                 self.patcher.record(Outcome(group.name, group.path, False, f"not fetched ({exc})"))
         self.report.outcomes = [self.patcher.outcomes[g.name] for g in self.patcher.groups.values()
                                 if g.name in self.patcher.outcomes]
         return self.report
 
-    async def asset_entry(self, path: str, query: str) -> dict | httpx.Response:
+    async def asset_entry(self, path: str) -> dict | httpx.Response:
         """A build asset from memory, fetched from the desk once (patched where a group applies);
-        the desk's answer itself when it is not a 200."""
-        import anyio
-
-        key = path + (f"?{query}" if query else "")
-        entry = self.assets.get(key)
+        the desk's answer itself when it is not a 200. Keyed by the path alone: Label Studio
+        serves its build files whatever the query says, so a query (``?v=1``, ``?v=2``, ...) is
+        no new file and cannot fill the cache; only what the desk answers 200 (a file of its own
+        build) is kept, and :class:`AssetCache` bounds that too."""
+        entry = self.assets.get(path)
         if entry is not None:
             return entry
-        r = await self.client.get(path, params=query or None)
+        waiting = self._fetching.get(path)
+        if waiting is not None:  # someone fetches it already: their answer
+            return await asyncio.shield(waiting)
+        fetch = asyncio.get_running_loop().create_future()
+        self._fetching[path] = fetch
+        try:
+            answer = await self._fetch_asset(path)
+        except BaseException as exc:
+            fetch.set_exception(exc)
+            fetch.exception()  # read here: nobody else may be waiting
+            raise
+        else:
+            fetch.set_result(answer)
+            return answer
+        finally:
+            del self._fetching[path]
+
+    async def _fetch_asset(self, path: str) -> dict | httpx.Response:
+        import anyio
+
+        r = await self.client.get(path)
         if r.status_code != 200:
             if self.patcher.wants(path):
                 group = self.patcher.groups[path]
@@ -175,11 +201,58 @@ class Front:
         entry = {"type": kind, "body": body, "gz": gz, "etag": '"' + hashlib.sha256(body).hexdigest()[:20] + '"',
                  "cache": "public, max-age=31536000, immutable" if hashed else f"public, max-age={ASSET_MAX_AGE_S}"}
         if self.version is not None or not self.patcher.wants(path):  # unpatched for want of a version: ask again
-            self.assets[key] = entry
+            self.assets.put(path, entry)
         return entry
 
 
-def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
+
+class AssetCache:
+    """The front's build assets in memory, least recently used first out: at most ``max_entries``
+    files and ``max_bytes`` (each file's body and its gzip counted). A file over a quarter of
+    ``max_bytes`` is served but not kept."""
+
+    def __init__(self, max_entries: int = ASSET_CACHE_ENTRIES, max_bytes: int = ASSET_CACHE_BYTES):
+        from collections import OrderedDict
+
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._entries: OrderedDict[str, dict] = OrderedDict()
+        self.bytes = 0
+
+    @staticmethod
+    def size(entry: dict) -> int:
+        return len(entry["body"]) + len(entry["gz"] or b"")
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def paths(self) -> list[str]:
+        return list(self._entries)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._entries
+
+    def get(self, path: str) -> dict | None:
+        entry = self._entries.get(path)
+        if entry is not None:
+            self._entries.move_to_end(path)
+        return entry
+
+    def put(self, path: str, entry: dict) -> None:
+        size = self.size(entry)
+        if size > self.max_bytes // 4:
+            return
+        old = self._entries.pop(path, None)
+        if old is not None:
+            self.bytes -= self.size(old)
+        self._entries[path] = entry
+        self.bytes += size
+        while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
+            _, gone = self._entries.popitem(last=False)
+            self.bytes -= self.size(gone)
+
+
+def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None,
+             cache_entries: int = ASSET_CACHE_ENTRIES, cache_bytes: int = ASSET_CACHE_BYTES):
     """The front as an ASGI app (Starlette) in front of the one desk at ``upstream``.
     ``patches``: the bundle patch groups (default :data:`desk_front.patches.BUNDLE_PATCHES`).
     Its start (the app's lifespan) runs :meth:`Front.check`; ``app.state.front.report`` holds
@@ -189,7 +262,7 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
     from starlette.responses import Response, StreamingResponse
     from starlette.routing import Route
 
-    front = Front(upstream, patches)
+    front = Front(upstream, patches, max_entries=cache_entries, max_bytes=cache_bytes)
     client = front.client
     slim_cols = os.environ.get("RESCUE_NO_SLIM_COLUMNS") != "1"
     with_worker = os.environ.get("RESCUE_NO_SW") != "1"
@@ -219,12 +292,15 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
         return Response(body if request.method == "GET" else b"", headers=headers, media_type=entry["type"])
 
     async def asset(request: Request) -> Response:
-        path, query = request.url.path, request.url.query
-        entry = await front.asset_entry(path, query)
+        path = request.url.path
+        entry = await front.asset_entry(path)
         if isinstance(entry, httpx.Response):
             return Response(entry.content, status_code=entry.status_code, media_type=entry.headers.get("content-type"))
         if entry["type"].startswith(_CODE_TYPES):
-            front.code_assets[path + (f"?{query}" if query else "")] = None
+            # one address per file of the build (bounded as the build is): the first one asked for,
+            # query and all (the app's pages ask for main.js?v=<version>, what the worker must match)
+            query = request.url.query
+            front.code_assets.setdefault(path, path + (f"?{query}" if query else ""))
         return asset_response(request, entry)
 
     async def service_worker(request: Request) -> Response:
@@ -243,7 +319,7 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None):
             return Response("Label Studio's version is not known", status_code=503)
         build = hashlib.sha256(json.dumps(front.version, sort_keys=True).encode()).hexdigest()[:16]
         code = sw_template.replace("__BUILD__", build).replace(
-            "__ASSETS__", json.dumps(list(front.code_assets))) + front.own_worker
+            "__ASSETS__", json.dumps(list(front.code_assets.values()))) + front.own_worker
         return Response(code, media_type="text/javascript", headers={"cache-control": "no-cache"})
 
     async def forward(request: Request):
@@ -321,7 +397,8 @@ class FrontServer:
     """The front served by uvicorn in a background thread (tests, benchmarks)."""
 
     def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0, *,
-                 patches: tuple[PatchGroup, ...] | None = None):
+                 patches: tuple[PatchGroup, ...] | None = None, cache_entries: int = ASSET_CACHE_ENTRIES,
+                 cache_bytes: int = ASSET_CACHE_BYTES):
         import socket
 
         import uvicorn
@@ -331,7 +408,7 @@ class FrontServer:
                 s.bind((host, 0))
                 port = s.getsockname()[1]
         self.host, self.port = host, port
-        self.app = make_app(upstream, patches=patches)
+        self.app = make_app(upstream, patches=patches, cache_entries=cache_entries, cache_bytes=cache_bytes)
         self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
                                                      lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, daemon=True)

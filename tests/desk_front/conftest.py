@@ -17,7 +17,7 @@ from front_helpers import serve_app  # noqa: E402
 @pytest.fixture
 def fake_upstream():
     """``start(files, release)`` -> the URL of a fake desk answering ``/api/version`` with
-    ``release`` and each ``files`` path with its bytes; every other request is echoed back as
+    ``release`` and each ``files`` path with its bytes (another build path: 404); every other request is echoed back as
     JSON (method, path, query, headers, body) so that what the front forwarded can be read."""
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -38,6 +38,8 @@ def fake_upstream():
                 return JSONResponse({"release": release or LS_VERSION})
             if path in files:
                 return Response(files[path], media_type="application/javascript")
+            if path.startswith(("/static/", "/react-app/")):  # no file of its build, as a desk answers
+                return Response(b"Not Found", status_code=404, media_type="text/plain")
             echo = {"method": request.method, "path": path, "query": request.url.query,
                     "headers": [[k, v] for k, v in request.headers.items()],
                     "body": (await request.body()).decode("latin-1")}

@@ -57,8 +57,9 @@ def test_requests_reach_the_one_desk_unchanged(fake_upstream):
 
 
 def test_the_front_has_no_notion_of_users():
-    assert list(inspect.signature(make_app).parameters) == ["upstream", "patches"]  # no token, no people
-    assert list(inspect.signature(FrontServer).parameters) == ["upstream", "host", "port", "patches"]
+    cache = ["cache_entries", "cache_bytes"]  # the asset cache's bounds
+    assert list(inspect.signature(make_app).parameters) == ["upstream", "patches", *cache]  # no token, no people
+    assert list(inspect.signature(FrontServer).parameters) == ["upstream", "host", "port", "patches", *cache]
     for path in FRONT_SOURCES:
         code = path.read_text().lower()
         for word in ("403", "whoami", "denied", "adjudicat", "owner", "admin_token", "prefetch", "role("):

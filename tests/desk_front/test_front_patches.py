@@ -114,7 +114,7 @@ def test_another_build_is_served_as_built_with_one_warning(fake_upstream, caplog
         assert front.report.version_ok and front.report.applied() == []
         for group in BUNDLE_PATCHES:
             sha = hashlib.sha256(files[group.path]).hexdigest()
-            for query in ("", "?v=1", "?v=2"):  # each a new fetch from the desk
+            for query in ("", "?v=1", "?v=2"):  # a query is no other file
                 assert httpx.get(f"{front.url}{group.path}{query}", timeout=60).content == files[group.path]
             warnings = [m for level, m in _front_lines(caplog) if level >= WARN and group.path in m]
             assert warnings == [f"bundle patch group {group.name} ({group.path}): not applied: "
