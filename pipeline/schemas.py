@@ -164,6 +164,8 @@ CATALOG = pa.schema(
         pa.field("has_video", pa.bool_()),
         # the manifest says participants are in speaking order (a naming hint for the segmenter); null: no
         pa.field("speaking_order", pa.bool_()),
+        # what generated this interview (the batch manifest's synthetic column); null: a recording
+        pa.field("synthetic", STR),
     ]
 )
 

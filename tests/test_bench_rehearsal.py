@@ -221,3 +221,18 @@ def test_faults_recovered_and_the_release_is_the_same(faulted, reference):
     if fig["database"] == "postgresql":  # its own database dropped (another bench may run beside it)
         name = re.search(r"database (rescue_rehearsal_\w+)", proc.stdout).group(1)
         assert after is not None and name not in after, (name, after)
+
+
+def test_release_says_generated_by_provenance(bench, reference):
+    """The batch's manifest says who generated it; ingest carries that into the catalog and the
+    release into its manifest and card: no claim about real people, documentary material or experts."""
+    proc, _, _ = bench
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    manifest = json.loads((reference / "manifest.json").read_text())
+    assert manifest["origin"] == {"recorded": 0, "generated": {f"pipeline.synthetic.batch scale={SCALE} seed=0": GOOD},
+                                  "not_ingested_here": 0}
+    assert f"{GOOD} samples are generated interviews (pipeline.synthetic.batch scale={SCALE} seed=0)" in manifest["synthetic"]
+    card = (reference / "README.md").read_text()
+    assert "SYNTHETIC / DEMO DATA" in card
+    for claim in ("identifiable people", "documentary", "expert-generated"):
+        assert claim not in card, claim

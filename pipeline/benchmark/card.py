@@ -31,10 +31,10 @@ from pipeline.benchmark import tasks
 # Simulated annotators name themselves so (pipeline.synthetic.annotators.SIMULATED_PREFIX; a test
 # keeps the two equal - the benchmark layer may not import the synthetic one).
 SIMULATED_ANNOTATOR_PREFIX = "sim-"
-# The synthetic corpus writes source_file "synthetic/<sample_id>.json"; the demo's generated
-# interviews live in groups "synthetic_couple" / "synthetic_family" (pipeline.synthetic.interviews).
+# The synthetic corpus writes source_file "synthetic/<sample_id>.json" (its own record in the data);
+# generated interviews are known from the catalog (the batch manifest's synthetic column), never from
+# their group's name.
 SYNTHETIC_SOURCE_PREFIX = "synthetic/"
-SYNTHETIC_GROUP_PREFIX = "synthetic"
 DEMO_OVERRIDE_PREFIX = "DEMO"
 
 # libyaml's safe dumper: the same text as PyYAML's pure-Python one at a fifth of the CPU (it
@@ -71,17 +71,18 @@ class CardOptions:
         return asdict(self)
 
 
-def synthetic_markers(source: dict, samples: list[dict], rounds: list[dict]) -> list[str]:
-    """Why this release is not real data (empty: nothing says it is synthetic or simulated)."""
+def synthetic_markers(source: dict, samples: list[dict], rounds: list[dict], origin: dict | None = None) -> list[str]:
+    """Why this release is not real data (empty: nothing says it is synthetic or simulated), from the
+    records made where the data was made: the input's kind, the synthetic corpus's own source_file,
+    the catalog's generator per interview (``origin``), the rounds' simulated annotators."""
     out = []
     if source.get("kind") == "synthetic":
         out.append(f"the input is the synthetic corpus ({source.get('generator', 'pipeline.synthetic.corpus')})")
     n_src = sum(1 for s in samples if (s.get("source_file") or "").startswith(SYNTHETIC_SOURCE_PREFIX))
     if n_src:
         out.append(f"{n_src} samples come from the synthetic corpus (source_file {SYNTHETIC_SOURCE_PREFIX}...)")
-    n_grp = sum(1 for s in samples if (s.get("group_id") or s["sample_id"]).startswith(SYNTHETIC_GROUP_PREFIX))
-    if n_grp:
-        out.append(f"{n_grp} samples are generated interviews (group {SYNTHETIC_GROUP_PREFIX}_*)")
+    for made_by, n in (origin or {}).get("generated", {}).items():
+        out.append(f"{n} samples are generated interviews ({made_by})")
     for r in rounds:
         if r.get("simulated_annotators"):
             out.append(f"round {r['round']}: {r['simulated_annotators']} of {r['annotators']} annotators are simulated")
@@ -171,7 +172,9 @@ def front_matter(manifest: dict) -> dict:
         "task_categories": ["text-classification", "text-generation"],
         "task_ids": ["multi-class-classification", "sentiment-classification", "dialogue-modeling"],
         "size_categories": [size_category(largest)],
-        "annotations_creators": ["machine-generated"] if synthetic else ["expert-generated"],
+        # experts only where the source says so (the paper's PhD-level annotators); else what is known
+        "annotations_creators": ["machine-generated"] if synthetic else
+        ["expert-generated"] if manifest["source"].get("kind") == "rescue_jsonl" else ["other"],
         "language_creators": ["machine-generated"] if synthetic else ["found"],
         "source_datasets": ["original"],
         "tags": ["emotional-support", "therapy", "multi-party-dialogue", "relation-aware", "benchmark"]
@@ -201,11 +204,39 @@ def _dist_text(d: dict) -> str:
 
 
 SOURCE_TEXT = {
-    "rows_dir": ("gold rows of this pipeline: videos probed and hashed, transcribed (subtitles where given, else "
-                 "WhisperX), diarized (pyannote), segmented into draft turns, annotated in rounds and adjudicated."),
+    "rows_dir": ("gold rows read from a folder given at build time; this release records its files' hashes, "
+                 "not how the rows were made."),
     "rescue_jsonl": "imported from a file in the shape of the published RESCUE benchmark_191.jsonl.",
     "synthetic": "the synthetic corpus: generated word-salad interviews with labels drawn to the paper's skews.",
 }
+MADE_HERE = ("videos probed and hashed, transcribed (subtitles where given, else WhisperX), diarized (pyannote) "
+             "and segmented into draft turns by this pipeline")
+
+
+def source_text(manifest: dict) -> str:
+    """How the samples were made, as far as the data root's records say (the corpus's ``origin``)."""
+    src, origin = manifest["source"], manifest.get("origin")
+    if origin is None:
+        return SOURCE_TEXT.get(src.get("kind"), SOURCE_TEXT["rows_dir"])
+    rounds = " and annotated in the rounds below" if manifest.get("annotation", {}).get("rounds") else ""
+    parts = []
+    if origin.get("recorded"):
+        parts.append(f"{origin['recorded']} recorded interviews: {MADE_HERE}{rounds}")
+    for made_by, n in origin.get("generated", {}).items():
+        parts.append(f"{n} generated interviews ({made_by}; synthetic voices reading generated text): "
+                     f"{MADE_HERE}{rounds}")
+    if origin.get("not_ingested_here"):
+        parts.append(f"{origin['not_ingested_here']} samples not ingested here (imported into the corpus with "
+                     "`rescue import-rescue`, or placed there by hand): their own source's account applies")
+    return "the data root's corpus: " + "; ".join(parts) + "." if parts else "the data root's corpus (empty)."
+
+
+def generated_only(manifest: dict) -> bool:
+    """Every sample is known to be generated: no real person is in the data."""
+    origin = manifest.get("origin") or {}
+    n = manifest["statistics"]["all"]["samples"] if "statistics" in manifest else None
+    return manifest["source"].get("kind") == "synthetic" or (
+        bool(origin) and sum(origin.get("generated", {}).values()) == n)
 DIST_WHAT = {"itp": "should the therapist speak next (label)", "rpp": "relation pattern (label)",
              "stp": "support target (label)", "ssp": "support strategy (label)",
              "er": "gold intensity 0-10 (label_intensity)", "vp": "gold viewpoints per instance (label)"}
@@ -278,6 +309,35 @@ def release_bibtex(manifest: dict, content_sha256: str) -> str:
             f"  note  = {{Built with rescue-pipeline {manifest['pipeline_version']}; content sha256 "
             f"{content_sha256} (of the file list in manifest.json)}},\n"
             f"  howpublished = {{Dataset release {v}}}\n}}")
+
+
+def _sensitive_text(manifest: dict) -> str:
+    if generated_only(manifest):
+        return ("Every sample is generated (synthetic voices reading generated text): no real person's words, "
+                "relationships or inner states are in it. No audio, video, voice prints, clip files, absolute "
+                "paths or annotator identities are released; annotators appear only as counts.")
+    return ("The conversations are therapy sessions: they describe relationships, conflict, family life and\n"
+            "emotional distress of identifiable people, and the labels describe their inner states. Transcripts\n"
+            "(`dialogue_cleaned`), speaker names and the emotion, viewpoint and relation annotations are all\n"
+            "sensitive. No audio, video, voice prints, clip files, absolute paths or annotator identities are\n"
+            "released; annotators appear only as counts.")
+
+
+_REMOVAL = ("A person who appears in the data and asks to be removed should be removed in the next version "
+            "(`rescue release diff` shows what a version removed).")
+
+
+def _consent_text(manifest: dict) -> str:
+    if generated_only(manifest):
+        return "No consent applies: nobody appears in the data. The pipeline's generator made every interview."
+    if manifest["source"].get("kind") == "rescue_jsonl":
+        return ("The published RESCUE samples come from documentary material; the people in it agreed to be "
+                "filmed for that publication, not to this use of it. Whoever distributes this release is "
+                "responsible for the rights to the source videos and for any data-use agreement their terms "
+                "require. " + _REMOVAL)
+    return ("This pipeline keeps no record of how the interviews were obtained or what the people in them "
+            "agreed to. Whoever distributes this release must hold the rights to the source recordings and the "
+            "consent their terms require. " + _REMOVAL)
 
 
 def dataset_card(manifest: dict) -> str:
@@ -399,7 +459,7 @@ Context sizes: {", ".join(f"{t.upper()} {'all prior rows' if n < 0 else n}" for 
 
 ## How the data was built
 
-Source: `{src.get('kind')}` - {SOURCE_TEXT.get(src.get('kind'), SOURCE_TEXT['rows_dir'])} Pipeline:
+Source: `{src.get('kind')}` - {source_text(manifest)} Pipeline:
 `rescue-pipeline` {manifest['pipeline_version']}. Every sample is validated against the RESCUE row rules
 (V1-V13) and task instances are derived as the paper's scripts derive them. Validation problems
 recorded at build time: {manifest['validation']['problems']}.
@@ -415,19 +475,11 @@ a sample never moves between splits when interviews are added. Samples per split
 
 ## Sensitive data
 
-The conversations are therapy sessions: they describe relationships, conflict, family life and
-emotional distress of identifiable people, and the labels describe their inner states. Transcripts
-(`dialogue_cleaned`), speaker names and the emotion, viewpoint and relation annotations are all
-sensitive. No audio, video, voice prints, clip files, absolute paths or annotator identities are
-released; annotators appear only as counts.
+{_sensitive_text(manifest)}
 
 ## Consent
 
-The source interviews are published documentary material; the people in them agreed to be filmed
-for that publication, not to this use of it. Whoever distributes this release is responsible for
-the rights to the source videos and for any data-use agreement their terms require. A person who
-appears in the data and asks to be removed should be removed in the next version (`rescue release
-diff` shows what a version removed).
+{_consent_text(manifest)}
 
 ## Intended use
 

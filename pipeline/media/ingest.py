@@ -72,6 +72,7 @@ def ingest_video(
     previous: dict | None = None,
     min_duration_s: float = MIN_DURATION_S,
     speaking_order: bool = False,
+    synthetic: str | None = None,
 ) -> tuple[dict, str]:
     """Ingest one video. Returns (catalog row, outcome) with outcome done | cached | quarantined.
 
@@ -82,7 +83,8 @@ def ingest_video(
     check_sample_id(sample_id)
     row = {"sample_id": sample_id, "scenario": scenario, "source_name": video.name, "sha256": "",
            "duration_s": None, "audio_path": None, "status": "quarantined", "reason": None,
-           "participants": list(participants), "subtitle_path": None, "speaking_order": bool(speaking_order)}
+           "participants": list(participants), "subtitle_path": None, "speaking_order": bool(speaking_order),
+           "synthetic": synthetic}
     try:
         check_regular_file(video)  # a FIFO would hang the hash; a loop is named as one
         digest = sha256_file(video)
@@ -111,6 +113,7 @@ def _ingest_content(video: Path, root: DataRoot, row: dict, wav: Path, previous:
             and wav.exists() and previous.get("subtitle_path") == row["subtitle_path"]
             and list(previous.get("participants") or []) == row["participants"]
             and bool(previous.get("speaking_order")) == row["speaking_order"]
+            and previous.get("synthetic") == row["synthetic"]
             and previous.get("scenario") == row["scenario"]):
         return previous, "cached"
     if wav.exists():  # same content under another sample id or an earlier run
@@ -198,12 +201,13 @@ def ingest_entry(entry: ManifestEntry, root: DataRoot, batch_dir: str | Path = "
         row = {"sample_id": entry.sample_id, "scenario": entry.scenario, "source_name": Path(entry.video).name,
                "sha256": "", "duration_s": None, "audio_path": None, "status": "quarantined", "reason": outside,
                "participants": list(entry.participants), "subtitle_path": None,
-               "speaking_order": bool(entry.speaking_order)}
+               "speaking_order": bool(entry.speaking_order), "synthetic": entry.synthetic}
         record_catalog(root, row)
         return IngestResult(entry.sample_id, "quarantined", outside)
     subs = batch_dir / entry.subtitles if entry.subtitles else None
     row, outcome = ingest_video(batch_dir / entry.video, entry.sample_id, entry.scenario, root,
-                                entry.participants, subs, previous, min_duration_s, entry.speaking_order)
+                                entry.participants, subs, previous, min_duration_s, entry.speaking_order,
+                                entry.synthetic)
     if outcome != "cached":
         record_catalog(root, row)
     if outcome == "quarantined":

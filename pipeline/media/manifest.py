@@ -4,7 +4,10 @@ Manifest columns: ``sample_id, scenario (couple|family), video, participants, su
 ``participants`` lists the clients (CSV: ``;``-separated); the therapist is implicit. An optional
 ``speaking_order`` column (``yes``/``true``/``1``) says the list is in speaking order (therapist
 first), so the segmenter may name voices by it (``pipeline.media.turns``); without it draft rows
-keep one neutral label per voice. ``subtitles`` is optional (SRT/VTT beside the video). A ``sample_id`` must follow the
+keep one neutral label per voice. An optional ``synthetic`` column says the interview was generated, not
+recorded: its text names what made it (``pipeline.synthetic.batch seed=7``; ``yes`` when nothing more is known),
+and ingest carries it into the catalog, from where releases and cards take it (provenance, never a name).
+``subtitles`` is optional (SRT/VTT beside the video). A ``sample_id`` must follow the
 sample-id grammar (:func:`pipeline.paths.check_sample_id`); an entry whose id does not is
 refused with the manifest file, line and id, and the rest of the batch goes on.
 
@@ -43,6 +46,7 @@ class ManifestEntry:
     line: int = 0  # manifest line (CSV) or item number (YAML), for error messages
     refused: str | None = None  # why this entry is not ingested at all (a sample id outside the grammar)
     speaking_order: bool = False  # participants are listed in speaking order (a naming hint)
+    synthetic: str | None = None  # what generated this interview (None: a recording)
 
 
 
@@ -58,7 +62,19 @@ def find_manifest(batch_dir: Path) -> Path:
     raise ManifestError(f"{batch_dir}: no manifest (expected one of {', '.join(MANIFEST_NAMES)})")
 
 
-KNOWN_COLUMNS = ("sample_id", "scenario", "video", "participants", "subtitles", "speaking_order")
+KNOWN_COLUMNS = ("sample_id", "scenario", "video", "participants", "subtitles", "speaking_order", "synthetic")
+_NO = ("", "no", "n", "false", "0")
+_YES = ("yes", "y", "true", "1")
+
+
+def synthetic_value(raw) -> str | None:
+    """The manifest's ``synthetic`` cell: None for a recording, else what generated the interview."""
+    if raw is True:
+        return "yes"
+    text = "" if raw is None or raw is False else str(raw).strip()
+    if text.lower() in _NO:
+        return None
+    return "yes" if text.lower() in _YES else text
 
 
 def _manifest_text(path: Path) -> str:
@@ -190,7 +206,7 @@ def read_manifest(path: str | Path, warnings: list[str] | None = None) -> list[M
         in_order = str(rec.get("speaking_order") or "").strip().lower() in ("yes", "true", "1", "y")
         video = str(rec["video"]).strip() if not problem else ""
         entries.append(ManifestEntry(sample_id, scenario, video, tuple(people), subs, line,
-                                     refused, in_order))
+                                     refused, in_order, synthetic_value(rec.get("synthetic"))))
     for note in notes:
         log.warning(note)
     if warnings is not None:

@@ -302,11 +302,14 @@ def expected_agreement(samples: list[dict], annotators: list[SimulatedAnnotator]
 
 # --- the batch ---------------------------------------------------------------------------
 
-def _manifest(entries: list[dict]) -> str:
-    lines = ["sample_id,scenario,video,participants,subtitles,speaking_order"]
+def _manifest(entries: list[dict], scale: float, seed: int) -> str:
+    # the synthetic column carries the generator and its seed into the catalog and every release's card
+    made_by = f"pipeline.synthetic.batch scale={scale:g} seed={seed}"
+    lines = ["sample_id,scenario,video,participants,subtitles,speaking_order,synthetic"]
     for e in entries:
         # no speaking-order hint: the therapist does not open these interviews (corpus row 1 is a client)
-        lines.append(f"{e['sample_id']},{e['scenario']},{e['video']},{';'.join(e['participants'])},{e['subtitles']},")
+        lines.append(f"{e['sample_id']},{e['scenario']},{e['video']},{';'.join(e['participants'])},{e['subtitles']},,"
+                     f"{made_by}")
     return "\n".join(lines) + "\n"
 
 
@@ -330,7 +333,7 @@ def generate_batch(data_root: str | Path, name: str, scale: float, seed: int = 0
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         entries = list(pool.map(one, plans))  # manifest order = plan order, whatever finishes first
-    manifest = atomic_write_text(folder / "manifest.csv", _manifest(entries))
+    manifest = atomic_write_text(folder / "manifest.csv", _manifest(entries, scale, seed))
     annotators = simulated_annotators(seed)
     usable = [e for e in entries if not e["fault"]]
     totals = {"interviews": len(entries), **{scn: sum(e["scenario"] == scn for e in entries) for scn in corpus.SHAPES},

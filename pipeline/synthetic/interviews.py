@@ -289,7 +289,7 @@ def make_batch(batch_dir: str | Path, specs: list[dict]) -> Path:
     speaking_order (the manifest's ``speaking_order`` column; default ``yes`` when the list is in
     speaking order, else empty)."""
     batch_dir = Path(batch_dir)
-    lines = ["sample_id,scenario,video,participants,subtitles,speaking_order"]
+    lines = ["sample_id,scenario,video,participants,subtitles,speaking_order,synthetic"]
     for spec in specs:
         files = make_interview(batch_dir, spec["name"], spec.get("scenario", "couple"), spec.get("seed", 0),
                                spec.get("n_rows", 16), spec.get("participants"),
@@ -301,7 +301,8 @@ def make_batch(batch_dir: str | Path, specs: list[dict]) -> Path:
         in_order = spec.get("speaking_order", listed == people)
         group = spec.get("group", "synthetic_" + spec.get("scenario", "couple"))
         lines.append(f"{group}/{spec['name']},{spec.get('scenario', 'couple')},{files['mp4'].name},"
-                     f"{';'.join(listed)},{files['srt'].name},{'yes' if in_order else ''}")
+                     f"{';'.join(listed)},{files['srt'].name},{'yes' if in_order else ''},"
+                     f"pipeline.synthetic.interviews seed={spec.get('seed', 0)}")
     atomic_write_text(batch_dir / "manifest.csv", "\n".join(lines) + "\n")
     return batch_dir
 

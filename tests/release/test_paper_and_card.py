@@ -5,6 +5,7 @@ all six tasks rebuilt from it: test_authors_layout.py. Round trips: test_round_t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -171,6 +172,13 @@ def test_card_parts_for_real_data(head_input, tmp_path):
     _write_round(tmp_path, "emotion", ["ann1@example.org", "ann2@example.org", "ann3@example.org"], passed=False)
     _write_round(tmp_path, "relation", ["ann1@example.org", "ann2@example.org"], passed=True)
     gates.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
+    # the same samples given as a file claim none of the data root's rounds, gates or overrides
+    res = release.build_release(head_input, "0.9.0", tmp_path)
+    assert res.manifest["annotation"]["rounds"] == [] and res.manifest["agreement_gates"] == []
+    text = _card(res.path).text
+    assert "pilot round" not in text and "no annotation round of this data root produced them" in text
+    # as the data root's corpus, they carry its rounds
+    head_input = dataclasses.replace(head_input, from_data_root=True)
     res = release.build_release(head_input, "1.0.0", tmp_path)
     card = _card(res.path)
     data = card.data.to_dict()
@@ -242,16 +250,23 @@ def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp
     _write_round(tmp_path / "c", "emotion", [f"{SIMULATED_ANNOTATOR_PREFIX}annotator1@example.org",
                                              f"{SIMULATED_ANNOTATOR_PREFIX}annotator2@example.org"], passed=True)
     clean = [dict(s, source_file=f"{s['sample_id']}.json") for s in small_input.samples]
-    res = release.build_release(release.ReleaseInput(clean, {"kind": "rows_dir"}), "1.0.0", tmp_path / "c")
+    res = release.build_release(release.ReleaseInput(clean, {"kind": "rows_dir"}, from_data_root=True), "1.0.0",
+                                tmp_path / "c")
     assert res.manifest["synthetic"] == ["round emotion: 2 of 2 annotators are simulated"]
     assert "SYNTHETIC / DEMO DATA" in _card(res.path).text
 
 
-def test_demo_interviews_are_marked_synthetic():
+def test_generated_interviews_are_marked_by_provenance_not_by_name():
     from pipeline.benchmark.card import synthetic_markers
 
-    demo = [{"sample_id": "synthetic_couple/session01", "group_id": "synthetic_couple", "source_file": None}]
-    assert synthetic_markers({"kind": "rows_dir"}, demo, []) == ["1 samples are generated interviews (group synthetic_*)"]
+    # the catalog's record says generated: marked, whatever the group is called
+    demo = [{"sample_id": "alan_and_evelyn/session01", "group_id": "alan_and_evelyn", "source_file": None}]
+    origin = {"recorded": 0, "generated": {"pipeline.synthetic.batch scale=1 seed=3": 1}, "not_ingested_here": 0}
+    assert synthetic_markers({"kind": "rows_dir"}, demo, [], origin) == [
+        "1 samples are generated interviews (pipeline.synthetic.batch scale=1 seed=3)"]
+    # a recording in a group named like the generator's is not: names prove nothing
+    named = [{"sample_id": "synthetic_couple/session01", "group_id": "synthetic_couple", "source_file": None}]
+    assert synthetic_markers({"kind": "rows_dir"}, named, [], {"recorded": 1, "generated": {}}) == []
     rounds = [{"round": "emotion", "annotators": 2, "simulated_annotators": 0,
                "override": {"reason": "DEMO: simulated annotators on a few synthetic interviews"}}]
     assert synthetic_markers({"kind": "rows_dir"}, [], rounds) == ["round emotion: released under a demo override"]

@@ -3,6 +3,7 @@ stability, Hugging Face `datasets` and polars loading, the paper's ER/VP JSONL s
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -176,6 +177,7 @@ def test_failing_agreement_gate_blocks_until_an_override_is_recorded(small_input
             "fields": [{"field": "utterance_type", "metric": "nominal", "alpha": 0.41, "threshold": 0.667,
                         "n_units": 40, "n_annotators": 2}]}
     store.atomic_write_text(DataRoot(tmp_path).gate("emotion"), store.canonical_json(gate))
+    small_input = dataclasses.replace(small_input, from_data_root=True)  # the data root's corpus: its gates hold
     with pytest.raises(release.ReleaseError, match="round emotion is below its agreement threshold"):
         release.build_release(small_input, "1.0.0", tmp_path)
     assert not (tmp_path / "releases" / "1.0.0").exists()
