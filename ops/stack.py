@@ -4,14 +4,17 @@
 ``up`` starts what is not running yet (idempotent): the Prefect server, ``workers`` process
 workers on ``rescue-cpu``, the sweeper (:mod:`ops.sweeper`: flow runs whose process or worker
 died are marked Crashed within ``RESCUE_SWEEP_EVERY_S``, 30 s, instead of staying Running or
-Pending) and the desks;
-it registers the work pools, the ``gpu`` and ``rescue-push`` limits, the zombie automation and
+Pending), the desks and
+each desk's front (the address its person opens; one that cannot start is said in one line and
+that person's address is the desk's); it registers the work pools, the ``gpu`` and ``rescue-push`` limits, the zombie automation and
 prefect.yaml's deployments (:mod:`ops.prefect_setup`). ``down`` stops what ``up`` started, by
 the pids it recorded, never by name (:mod:`ops.processes`); ``status`` says what runs where.
 
 Everything lives under ``<data root>/stack/``: the server's own PREFECT_HOME (its SQLite
 database), pid files, logs. Task results (the resume cache) live in
-``<data root>/prefect-results`` so that a restarted server still finds them.
+``<data root>/prefect-results`` so that a restarted server still finds them. The server
+requires the data root's API auth string and every process started here sends it
+(:func:`ops.prefect_setup.auth_string`): loopback is no access control on a shared host.
 The desks (one Label Studio per person) are managed by :mod:`pipeline.annotation.desks`; this
 module only starts and stops them. Flow runs reach each desk with its service account, read
 from the data root: no Label Studio secret is in any process's environment.
