@@ -14,6 +14,10 @@ interpretation bands and their source and what each metric means; each field has
 95% interval, a one-line reading, warnings (too few units), the disagreeing rows with every
 annotator's value and where their adjudication task is; free-text fields have their own measure.
 Plots use large type (readable on a laptop screen without zooming).
+
+Whatever annotators wrote (values, labels, the messages about them) and what operators typed (an
+override's reason) is inert in both files: escaped as HTML in ``report.html`` and as Markdown in
+``report.md`` (:func:`pipeline.markdown.escape`: no forged heading, gate line, link or table cell).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import numpy as np
 
 from pipeline import store
 from pipeline.annotation import acceptance as acc
+from pipeline.markdown import escape as md_text
 from pipeline.quality.adjudication import project_key, project_title
 from pipeline.quality.coding import confusion, label_text
 from pipeline.quality.measures import (BANDS_SOURCE, METRIC_MEANING, MIN_UNITS, TEXT_MEANING, FieldAgreement,
@@ -40,14 +45,15 @@ FONT, SMALL, TITLE, DPI = 12, 11, 14, 110
 GATE_MD = "**Gate:**"  # the verdict line's prefix in report.md (mark_override rewrites that line)
 
 
-def verdict(passed: bool, failing: list[str], override: dict | None, round_name: str) -> str:
-    """The gate line: passed; below threshold and released under an override; or blocking."""
+def verdict(passed: bool, failing: list[str], override: dict | None, round_name: str, esc=str) -> str:
+    """The gate line: passed; below threshold and released under an override; or blocking.
+    ``esc``: what the override's words (who, when, why) go through (:func:`md_text` for report.md)."""
     if passed:
         return "PASSED: every measured field reaches its threshold."
     below = ", ".join(failing) or "some fields"
     if override:
-        return (f"BELOW THRESHOLD ({below}) - released under an override recorded by {override.get('by')} "
-                f"on {override.get('recorded_at', '?')}: \"{override.get('reason')}\". The release manifest and "
+        return (f"BELOW THRESHOLD ({below}) - released under an override recorded by {esc(override.get('by'))} "
+                f"on {esc(override.get('recorded_at', '?'))}: \"{esc(override.get('reason'))}\". The release manifest and "
                 "dataset card carry this override.")
     return (f"BELOW THRESHOLD ({below}): this round blocks a release until it is adjudicated and measured again, "
             f"or an override with a reason is recorded (`rescue agreement {round_name} --override REASON --by NAME`).")
@@ -145,8 +151,8 @@ def _annotator_plot(report: RoundAgreement, out: Path) -> str | None:
 
 
 def _table(headers: list[str], rows: list[list]) -> tuple[str, str]:
-    md = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    md += ["| " + " | ".join(_f(c) for c in r) + " |" for r in rows]
+    md = ["| " + " | ".join(md_text(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    md += ["| " + " | ".join(md_text(_f(c)) for c in r) + " |" for r in rows]
     h = ["<table><tr>" + "".join(f"<th>{html.escape(x)}</th>" for x in headers) + "</tr>"]
     h += ["<tr>" + "".join(f"<td>{html.escape(_f(c))}</td>" for c in r) + "</tr>" for r in rows]
     h.append("</table>")
@@ -168,7 +174,7 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
                      "font-size:13px}.fail{color:#b00}.pass{color:#070}</style></head><body>",
                      f"<h1>Agreement report - round <code>{html.escape(report.round)}</code></h1>"]
     text = verdict(report.passed, _failing(report), override if not report.passed else None, report.round)
-    md += [f"{GATE_MD} {text}", ""]
+    md += [f"{GATE_MD} {_md_verdict(report.passed, _failing(report), override, report.round)}", ""]
     hp.append(_gate_html(report.passed, text))
     metrics = sorted({f.metric for f in report.fields})
     how = [f"Alpha is read in the bands of {BANDS_SOURCE}.",
@@ -198,11 +204,11 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
     hp += a_h
     plots = {}
     for f in report.fields:
-        md += [f"## `{f.field}` ({f.metric})", "", f"**Reading:** {f.reading}", ""]
+        md += [f"## `{f.field}` ({f.metric})", "", f"**Reading:** {md_text(f.reading)}", ""]
         hp.append(f"<h2><code>{html.escape(f.field)}</code> ({html.escape(f.metric)})</h2>")
         hp.append(f"<p><b>Reading:</b> {html.escape(f.reading)}</p>")
         for w in f.warnings:
-            md += [f"> **Warning:** {w}", ""]
+            md += [f"> **Warning:** {md_text(w)}", ""]
             hp.append(f"<p class='fail'><b>Warning:</b> {html.escape(w)}</p>")
         d_md, d_h = _disagreements(report.round, f)
         md += d_md
@@ -225,7 +231,7 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
             hp += [f"<h3>{html.escape(title)}</h3>", t_h]
         for caption, name in _plots(f, out):
             plots[name] = out / name
-            md += [f"![{caption}]({name})", ""]
+            md += [f"![{md_text(caption)}]({name})", ""]
             hp.append(f"<figure><img src='{name}' alt='{html.escape(caption)}'><figcaption>"
                       f"{html.escape(caption)}</figcaption></figure>")
     t_md, t_h = _text_fields(report)
@@ -236,7 +242,7 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
         hp.append("<h2>Data issues</h2><ul>")
         for i in report.issues[:200]:
             where = "/".join(str(x) for x in (i.get("sample_id"), i.get("row_index"), i.get("field")) if x is not None)
-            md.append(f"- **{i['kind']}** {where}: {i['message']}")
+            md.append(f"- **{md_text(i['kind'])}** {md_text(where)}: {md_text(i['message'])}")
             hp.append(f"<li><b>{html.escape(i['kind'])}</b> {html.escape(where)}: {html.escape(i['message'])}</li>")
         if len(report.issues) > 200:
             md.append(f"- ... and {len(report.issues) - 200} more (agreement.json)")
@@ -301,6 +307,10 @@ def _band(f: FieldAgreement) -> str:
     return band(f.alpha) or "undefined"
 
 
+def _md_verdict(passed: bool, failing: list[str], override: dict | None, round_name: str) -> str:
+    return verdict(passed, failing, override if not passed else None, round_name, esc=md_text)
+
+
 def _gate_html(passed: bool, text: str) -> str:
     return f"<p id='gate'><b>Gate:</b> <span class='{'pass' if passed else 'fail'}'>{html.escape(text)}</span></p>"
 
@@ -333,7 +343,7 @@ def _text_fields(report: RoundAgreement) -> tuple[list[str], list[str]]:
     for t in report.text_fields:
         md += [f"### `{t.field}` ({t.measure})", "", f"- Measure: {TEXT_MEANING[t.measure]}.",
                f"- Value: {_f(t.value)} over {t.n_units} units; {t.n_differing} units differ.",
-               f"- Reading: {t.reading}", ""]
+               f"- Reading: {md_text(t.reading)}", ""]
         hp += [f"<h3><code>{html.escape(t.field)}</code> ({html.escape(t.measure)})</h3><ul>",
                f"<li>Measure: {html.escape(TEXT_MEANING[t.measure])}.</li>",
                f"<li>Value: {html.escape(_f(t.value))} over {t.n_units} units; {t.n_differing} units differ.</li>",
@@ -361,7 +371,8 @@ def mark_override(out_dir: str | Path, round_name: str, passed: bool, failing: l
         return False
     text = verdict(passed, failing, override if not passed else None, round_name)
     lines = md_path.read_text(encoding="utf-8").split("\n")
-    lines = [f"{GATE_MD} {text}" if line.startswith(GATE_MD) else line for line in lines]
+    gate = f"{GATE_MD} {_md_verdict(passed, failing, override, round_name)}"
+    lines = [gate if line.startswith(GATE_MD) else line for line in lines]
     store.atomic_write_text(md_path, "\n".join(lines))
     if html_path.is_file():
         page = html_path.read_text(encoding="utf-8")
