@@ -520,10 +520,10 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     def desks_up():
         t0 = time.monotonic()
         for email, role in people:  # registered first: their ports; then started side by side
-            desks.register(email, role)
+            desks.register(email, role, simulated=True)
         desks.up(log=lambda *_: None)
         for email, role in people:
-            desks.add(email, role, secrets.token_urlsafe(18))
+            desks.add(email, role, secrets.token_urlsafe(18), simulated=True)
         return time.monotonic() - t0
 
     say(f"rehearsal: scale {args.scale:g}, seed {args.seed}" + (f", rows cut to {args.max_rows}" if args.max_rows else "")

@@ -193,7 +193,8 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
         desks = Desks(root)
         people = [(e, "annotator") for e in annotators] + [(adjudicator, "adjudicator")]
         # The desks start (one Label Studio per simulated person) beside the Prefect server.
-        made = pool.submit(lambda: [desks.add(e, role, secrets.token_urlsafe(18)) for e, role in people])
+        made = pool.submit(lambda: [desks.add(e, role, secrets.token_urlsafe(18), simulated=True)
+                                    for e, role in people])
         # label_studio=False: the adds start the desks (two starts of one desk would race for its port)
         os.environ.update(step("stack up (Prefect, worker)" + (" + synthesis" if synthesized else ""),
                                lambda: stack.up(root, label_studio=False, log=log)))

@@ -232,6 +232,9 @@ def test_release_says_generated_by_provenance(bench, reference):
     assert manifest["origin"] == {"recorded": 0, "generated": {f"pipeline.synthetic.batch scale={SCALE} seed=0": GOOD},
                                   "not_ingested_here": 0}
     assert f"{GOOD} samples are generated interviews (pipeline.synthetic.batch scale={SCALE} seed=0)" in manifest["synthetic"]
+    # every answer came from desks registered as simulated: each round says so
+    rounds = manifest["annotation"]["rounds"]
+    assert rounds and all(r["simulated_annotators"] == r["annotators"] > 0 for r in rounds), rounds
     card = (reference / "README.md").read_text()
     assert "SYNTHETIC / DEMO DATA" in card
     for claim in ("identifiable people", "documentary", "expert-generated"):

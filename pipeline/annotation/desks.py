@@ -37,7 +37,7 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -69,6 +69,9 @@ class Desk:
     slug: str
     front_port: int = 0  # 0: none yet (a registry from before fronts; given at the next start)
     site: str = ""       # random DNS label for public names: reveals neither who nor which role
+    # a program answers at this desk, not a person (demo, benches, rehearsals); None: a registry
+    # from before this was recorded (set by the next registration)
+    simulated: bool | None = False
 
 
 def front_base_port(settings: Settings) -> int:
@@ -144,7 +147,8 @@ class Desks:
         try:
             entries = json.loads(path.read_text())["desks"]
             return [Desk(e["email"], e["role"], int(e["port"]), e["slug"], int(e.get("front_port") or 0),
-                         str(e.get("site") or "")) for e in entries]
+                         str(e.get("site") or ""), None if "simulated" not in e else e["simulated"] is True)
+                    for e in entries]
         except (ValueError, KeyError, TypeError) as exc:
             raise DeskError(f"{path}: the desk registry is unreadable ({exc}); restore it from a backup") from None
 
@@ -175,9 +179,15 @@ class Desks:
         text = store.canonical_json({"desks": [asdict(d) for d in sorted(desks, key=lambda d: d.email)]})
         store.atomic_write_text(self.root.desks_registry(), text)  # 0600: the folder is private
 
-    def register(self, email: str, role: str) -> Desk:
+    def simulated(self) -> set[str]:
+        """The e-mails registered as simulated annotators (``rescue annotators add --simulated``)."""
+        return {d.email for d in self.all() if d.simulated}
+
+    def register(self, email: str, role: str, simulated: bool = False) -> Desk:
         """The person's desk entry, made (with its service account) when missing. A person has
-        one role; asking for the other is refused (a person who annotated must not adjudicate)."""
+        one role; asking for the other is refused (a person who annotated must not adjudicate).
+        ``simulated``: a program answers here; recorded once, never changed (it is what the
+        release's card says of each round's answers)."""
         email = email.strip()
         if role not in ROLES:
             raise DeskError(f"role {role!r} is not one of {', '.join(ROLES)}")
@@ -191,6 +201,13 @@ class Desks:
                 if d.email.lower() == email.lower():
                     if d.role != role:
                         raise DeskError(f"{d.email} already has a desk as {d.role}; a person has one role")
+                    if d.simulated is None:  # recorded now, once
+                        d = replace(d, simulated=bool(simulated))
+                        self._write([x for x in desks if x.email != d.email] + [d])
+                    elif d.simulated != simulated:
+                        was = "a simulated annotator" if d.simulated else "a person"
+                        raise DeskError(f"{d.email} is registered as {was}; that is never changed "
+                                        "(use another e-mail)")
                     return d
             taken_slugs = {d.slug for d in desks}
             name = desk_slug(email)
@@ -199,7 +216,7 @@ class Desks:
             taken_ports = {d.port for d in desks} | {d.front_port for d in desks}
             port = self._free_port(self.settings.desk_base_port, taken_ports)
             front = self._free_port(front_base_port(self.settings), taken_ports | {port})
-            desk = Desk(email, role, port, name, front, new_site())
+            desk = Desk(email, role, port, name, front, new_site(), simulated)
             store.make_private_dir(self.root.desk_dir(desk.slug))
             service = {"LABEL_STUDIO_USERNAME": SERVICE_EMAIL, "LABEL_STUDIO_PASSWORD": secrets.token_urlsafe(24),
                        "LABEL_STUDIO_USER_TOKEN": secrets.token_hex(20)}
@@ -371,7 +388,7 @@ class Desks:
         return sorted(folders)
 
     # --- people ------------------------------------------------------------------------------
-    def add(self, email: str, role: str, password: str, *, timeout: float = 300.0) -> Desk:
+    def add(self, email: str, role: str, password: str, *, timeout: float = 300.0, simulated: bool = False) -> Desk:
         """``rescue annotators add``: the person's desk (registered, started) and their login on
         it with ``password`` (at least :data:`MIN_PASSWORD_LENGTH` characters). Idempotent: an
         existing person gets their password set again, which ends their sessions and replaces
@@ -381,7 +398,7 @@ class Desks:
         if len(password) < MIN_PASSWORD_LENGTH:
             raise DeskError(f"the password for {email} has {len(password)} characters; a person's password needs "
                             f"at least {MIN_PASSWORD_LENGTH}")
-        desk = self.register(email, role)
+        desk = self.register(email, role, simulated)
         server = self.server(desk)
         try:
             server.start(timeout=timeout)

@@ -28,9 +28,6 @@ import yaml
 from pipeline import schemas, store, taxonomy
 from pipeline.benchmark import tasks
 
-# Simulated annotators name themselves so (pipeline.synthetic.annotators.SIMULATED_PREFIX; a test
-# keeps the two equal - the benchmark layer may not import the synthetic one).
-SIMULATED_ANNOTATOR_PREFIX = "sim-"
 # The synthetic corpus writes source_file "synthetic/<sample_id>.json" (its own record in the data);
 # generated interviews are known from the catalog (the batch manifest's synthetic column), never from
 # their group's name.

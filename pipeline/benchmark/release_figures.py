@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 
 from pipeline import taxonomy
 from pipeline.annotation import pushed
-from pipeline.benchmark.card import SIMULATED_ANNOTATOR_PREFIX
 from pipeline.paths import DataRoot, InvalidId
 
 LABEL_TASKS = ("itp", "rpp", "stp", "ssp")  # tasks with a categorical label
@@ -87,11 +86,23 @@ def statistics(samples_t: pa.Table, rows_t: pa.Table) -> dict:
     return out
 
 
+def simulated_people(data_root: str | os.PathLike) -> set[str]:
+    """Who is registered as a simulated annotator (the desks' registry: ``rescue annotators add
+    --simulated``), lower-cased: what the card counts as simulated, never a name's look."""
+    from pipeline.annotation.desks import DeskError, Desks
+
+    try:
+        return {e.lower() for e in Desks(data_root).simulated()}
+    except DeskError:
+        return set()
+
+
 def annotation_rounds(data_root: str | os.PathLike, gate_list: list[dict]) -> list[dict]:
     """Per round behind the corpus, for the manifest and the card: annotators (a count, and how
     many are simulated - never their names), units, adjudicated rows, the gate's figures and the
     override that lets a failing round through."""
     root = DataRoot(data_root)
+    simulated = simulated_people(data_root) if gate_list else set()
     out = []
     for g in gate_list:
         rec = {"round": g["round"], "passed": g["passed"], "fields": g["fields"], "override": g["override"],
@@ -110,7 +121,7 @@ def annotation_rounds(data_root: str | os.PathLike, gate_list: list[dict]) -> li
             t = pq.read_table(labels_path, columns=["annotator", "sample_id", "row_index"])
             anns = set(t["annotator"].to_pylist())
             rec["annotators"] = len(anns)
-            rec["simulated_annotators"] = sum(1 for a in anns if str(a).startswith(SIMULATED_ANNOTATOR_PREFIX))
+            rec["simulated_annotators"] = len({str(a).lower() for a in anns} & simulated)
             rec["units"] = len(set(zip(t["sample_id"].to_pylist(), t["row_index"].to_pylist())))
         if adj_path.is_file():
             t = pq.read_table(adj_path, columns=["sample_id", "row_index"])

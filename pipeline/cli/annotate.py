@@ -154,6 +154,9 @@ def annotators_add(
     password_stdin: bool = typer.Option(False, "--password-stdin",
                                         help="Read the password from the first line of stdin (e.g. from a file "
                                              "only you can read: `< pw.txt`)."),
+    simulated: bool = typer.Option(False, "--simulated",
+                                   help="A program answers at this desk, not a person (demos, benches); releases "
+                                        "then say the round's answers were simulated. Recorded once."),
 ) -> None:
     """Make a person and their desk (their own Label Studio), and set their password (never printed;
     at least 12 characters). Adding someone again sets their new password, ends their sessions and
@@ -167,7 +170,7 @@ def annotators_add(
                                                                 confirmation_prompt=True)
     try:
         with console.status(f"making the desk of {email} (a few seconds)"):
-            desk = desks.add(email, "adjudicator" if adjudicator else "annotator", password)
+            desk = desks.add(email, "adjudicator" if adjudicator else "annotator", password, simulated=simulated)
     except _desk_errors() as exc:
         _fail(str(exc))
     console.print(f"{desk.role} {desk.email} ready: {desks.public_url(desk)}", highlight=False)
