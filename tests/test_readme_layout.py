@@ -1,7 +1,8 @@
-"""README's Layout matches the tree (#27 part 7): each package's row names every module in it,
-the core's file list names only files that exist, and every module the README's Layout or
-docs/ name by path (``pipeline/annotation/pull.py``) or dotted name (``pipeline.media.turns``,
-``media.turns``) exists."""
+"""README's Layout matches the tree, one short line per row: every row's paths exist, every
+top-level folder and file of the repository and every package under ``pipeline/`` has a row.
+docs/ARCHITECTURE.md goes one level down: each package's section names every module in it, and
+every module the README's Layout or docs/ name by path (``pipeline/annotation/pull.py``) or
+dotted name (``pipeline.media.turns``, ``media.turns``) exists."""
 from __future__ import annotations
 
 import re
@@ -13,6 +14,9 @@ from pipeline.config import REPO_ROOT
 
 PACKAGES = ["pipeline/media/", "pipeline/annotation/", "pipeline/quality/", "pipeline/benchmark/",
             "pipeline/synthetic/", "pipeline/cli/", "flows/", "ops/", "desk_front/"]
+ROW_MAX = 130  # characters of a Layout row's "what": one line, read at a glance
+NOT_IN_LAYOUT = {"README.md", "CHANGELOG.md"}  # the page itself and its history
+ARCHITECTURE = REPO_ROOT / "docs" / "ARCHITECTURE.md"
 
 
 def _layout() -> str:
@@ -30,26 +34,59 @@ def _rows() -> dict[str, str]:
     return rows
 
 
+def _row_paths() -> set[str]:
+    return {path.rstrip("/") for cell in _rows() for path in re.findall(r"`([^`]+)`", cell)}
+
+
 def _modules(package: str) -> list[str]:
     folder = REPO_ROOT / package
     return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")) + sorted(
         p.name for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists())
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_each_package_row_names_every_module(package):
+def _tracked_top_level() -> set[str]:
+    """Top-level folders and files of the checkout: not hidden, not ignored build output."""
+    ignored = {"data", "models", "build", "test-output"}
+    return {p.name for p in REPO_ROOT.iterdir()
+            if not p.name.startswith(".") and p.name not in ignored and not p.name.endswith(".egg-info")
+            and p.name != "__pycache__"}
+
+
+def test_every_layout_row_is_one_short_line_of_paths_that_exist():
     rows = _rows()
-    assert f"`{package}`" in rows, f"README's Layout has no row for {package}"
-    named = set(re.findall(r"`([A-Za-z_]\w*)/?`", rows[f"`{package}`"]))
+    assert len(rows) >= 10, "README's Layout table was not found"
+    long = [f"{path} ({len(what)} characters)" for path, what in rows.items() if len(what) > ROW_MAX]
+    assert not long, f"Layout rows over {ROW_MAX} characters (the detail goes to docs/ARCHITECTURE.md): {long}"
+    gone = sorted(p for p in _row_paths() if not (REPO_ROOT / p).exists())
+    assert not gone, f"README's Layout names paths that do not exist: {gone}"
+
+
+def test_every_top_level_entry_and_pipeline_package_has_a_row():
+    named = _row_paths()
+    missing = sorted(_tracked_top_level() - named - NOT_IN_LAYOUT)
+    assert not missing, f"README's Layout has no row for: {missing}"
+    packages = sorted(f"pipeline/{p.name}" for p in (REPO_ROOT / "pipeline").iterdir()
+                      if (p / "__init__.py").exists())
+    assert not [p for p in packages if p not in named], f"README's Layout lacks a pipeline package: {packages}"
+
+
+def _architecture_section(package: str) -> str:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    match = re.search(rf"^### [^\n]*`{re.escape(package)}`[^\n]*\n(.*?)(?=^#{{1,3}} |\Z)", text, re.M | re.S)
+    assert match, f"docs/ARCHITECTURE.md has no section for {package}"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_section_names_every_module(package):
+    named = set(re.findall(r"`([A-Za-z_]\w*)/?`", _architecture_section(package)))
     missing = [m for m in _modules(package) if m not in named]
-    assert not missing, f"README's Layout row {package} does not name: {', '.join(missing)}"
+    assert not missing, f"docs/ARCHITECTURE.md's section {package} does not name: {', '.join(missing)}"
 
 
-def test_the_core_row_names_the_core_modules_and_only_those():
-    [cell] = [c for c in _rows() if c.startswith("`pipeline/{")]
-    names = re.match(r"`pipeline/\{([^}]*)\}\.py`", cell).group(1).split(",")
-    packages = re.findall(r"`pipeline/(\w+)/`", cell)
-    listed = {*names, *packages, "paths"}  # paths.py has its own row
+def test_the_core_section_names_the_core_modules_and_only_those():
+    section = _architecture_section("pipeline/")
+    listed = set(re.findall(r"^- `(\w+)/?`", section, re.M))  # one bullet per core module
     layers = {p.rstrip("/").split("/")[-1] for p in PACKAGES if p.startswith("pipeline/")}
     assert sorted(listed) == sorted(set(_modules("pipeline/")) - layers)
 
@@ -84,7 +121,8 @@ def _resolves(name: str) -> bool:
 
 
 def test_every_module_the_layout_and_docs_name_exists():
-    named = {"README.md Layout": _named_modules(_layout(), short=True)} | {
+    named = {"README.md Layout": _named_modules(_layout(), short=True),
+             "docs/ARCHITECTURE.md": _named_modules(ARCHITECTURE.read_text(encoding="utf-8"), short=True)} | {
         str(p.relative_to(REPO_ROOT)): _named_modules(p.read_text(encoding="utf-8"))
         for p in sorted((REPO_ROOT / "docs").rglob("*.md"))}
     gone = [f"{where}: {name}" for where, names in named.items() for name in sorted(names) if not _resolves(name)]
