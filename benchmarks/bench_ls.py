@@ -11,7 +11,7 @@ work) and the round is pulled from both desks: export, raw archive, parse and va
 long label table. A push and a pull again with nothing changed are timed too, with the requests
 they make (counted on the desks' own HTTP clients).
 
-Targets (issue #28), after the desks' start: push <= 5 s, push again <= 1 s, pull (+ archive +
+Targets, after the desks' start: push <= 5 s, push again <= 1 s, pull (+ archive +
 validation) <= 5 s, pull again <= 1 s. The push's figure is the median of ``--repeat`` first
 pushes (default 3), each to its own new pair of desks, every one printed: the same work costs
 this 2-core machine's processes up to 40 % more CPU from one minute to the next.

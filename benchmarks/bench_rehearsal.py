@@ -1,11 +1,11 @@
-"""The RESCUE rehearsal (issue #26): a RESCUE-shaped batch through every deployment, as a maintainer rebuilds RESCUE.
+"""The RESCUE rehearsal: a RESCUE-shaped batch through every deployment, as a maintainer rebuilds RESCUE.
 
     .venv/bin/python benchmarks/bench_rehearsal.py --scale S [--workers N] [--database-url URL]
                      [--seed N] [--max-rows R] [--chunk-size C] [--json PATH] [--keep]
 
 What an operator does, on a stack of its own under a temporary data root:
 
-1. ``rescue synth batch --scale S --seed N --out rehearsal`` (the generator, issue #26 part 1:
+1. ``rescue synth batch --scale S --seed N --out rehearsal`` (the generator:
    videos, subtitles, manifest.csv, truth.json with the simulated annotators' per-field error
    rates; a few planted bad files; with ``--reference DIR``, the batch saved beside that release,
    DIR.batch, copied instead: both runs start from the same bytes), while

@@ -2,7 +2,7 @@
 
 Each build runs in a fresh subprocess (imports included, as `rescue release build` pays
 them) reading a rows directory written beforehand; the figures are CPU time, wall time and
-peak RSS (ru_maxrss) of that subprocess. Targets (issue #28): 1x CPU <= 3 s, of which the
+peak RSS (ru_maxrss) of that subprocess. Targets: 1x CPU <= 3 s, of which the
 release scan (V16 over every file) + manifest + dataset card <= 0.5 s CPU; 10x / 1x CPU
 <= 11; 10x peak RSS <= 1 GiB. It also prints what the paper-shaped files (``paper/``:
 benchmark.jsonl, per-sample files, er/vp.jsonl with all prior rows) add: CPU seconds of those

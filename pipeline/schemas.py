@@ -80,7 +80,7 @@ TASK_KEY_FIELDS: list[pa.Field] = [
     pa.field("instance_id", STR, nullable=False),
 ]
 
-# Draft rows from the turn segmenter (#3) before any annotation: the transcript round's input.
+# Draft rows from the turn segmenter before any annotation: the transcript round's input.
 DRAFT_ROWS = pa.schema(
     [
         pa.field("sample_id", STR, nullable=False),
@@ -110,7 +110,7 @@ DRAFT_VOICES = pa.schema(
     ]
 )
 
-# The long label table pulled from Label Studio (#4) and consumed by agreement/gold (#5).
+# The long label table pulled from Label Studio and consumed by agreement/gold.
 # One line per (round, sample, row, annotator, field); `value` is JSON text so that every
 # field type (choice, list of names, number, nested records) shares one column.
 LABELS = pa.schema(
@@ -129,7 +129,7 @@ LABELS = pa.schema(
     ]
 )
 
-# Problems found when validating pulled annotations against their round (#4): a field with a
+# Problems found when validating pulled annotations against their round: a field with a
 # problem has no line in LABELS. row_index/field are null for task-level problems (e.g. skipped).
 LABEL_PROBLEMS = pa.schema(
     [
@@ -143,7 +143,7 @@ LABEL_PROBLEMS = pa.schema(
     ]
 )
 
-# Media catalog (#3): one line per ingested video.
+# Media catalog: one line per ingested video.
 CATALOG = pa.schema(
     [
         pa.field("sample_id", STR, nullable=False),

@@ -1,4 +1,4 @@
-"""benchmarks/bench_rehearsal.py (issue #26) at the scale the issue asks of the suite: a
+"""benchmarks/bench_rehearsal.py at the suite's scale: a
 RESCUE-shaped batch of ten interviews cut to 6 rows (scale 0.05, seed 0: eight good ones, a
 family's and seven couples', and two planted bad files) through
 the `ingest-batch` deployment on a stack of the bench's own with 2 workers, fanned out (one

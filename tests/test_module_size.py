@@ -1,4 +1,4 @@
-"""No module in pipeline/ over 500 lines (#27): a module that long has grown a second job. One
+"""No module in pipeline/ over 500 lines: a module that long has grown a second job. One
 that truly is one job may stay longer if its docstring says why, on a line starting with
 "One module because" (the check reads the docstring, so the reason stays next to the code)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The RESCUE-shaped batch generator (pipeline.synthetic.batch, issue #26 part 1): its shape
+"""The RESCUE-shaped batch generator (pipeline.synthetic.batch): its shape
 against the paper's totals, determinism, bad files that are really bad, a manifest the real
 parser accepts, and simulated annotators whose errors and agreement match their configuration.
 Real espeak-ng and ffmpeg; the rendered batch is tiny (3 interviews cut to 6 rows)."""
@@ -196,7 +196,7 @@ def _voices(sample: dict) -> set[str]:
 @pytest.mark.parametrize("scale,max_rows", [(0.05, 6), (1.0, 4), (1.0, 6)])
 def test_max_rows_cut_keeps_every_voice_speaking(scale, max_rows):
     """The diarizer is told therapist + manifest participants: a cut where a listed voice never
-    speaks makes it split a real voice in two (#26: at 0.05 a plain 6-row prefix left 59 of 191
+    speaks makes it split a real voice in two (at 0.05 a plain 6-row prefix left 59 of 191
     interviews at scale 1 with a silent voice; 4 of 8 good ones at 0.05 drafted 7-10 rows)."""
     plans = batch.plan_batch(scale, 0, max_rows)
     full = {s["sample_id"]: s for s in corpus.generate(scale=scale, seed=0)}
@@ -219,7 +219,7 @@ def test_max_rows_cut_keeps_every_voice_speaking(scale, max_rows):
         else:
             assert len(rows) == max_rows
     if (scale, max_rows) == (0.05, 6):
-        # the interviews #26 found drafted with more rows now have every voice (a plain prefix did not)
+        # the interviews found drafted with more rows now have every voice (a plain prefix did not)
         ids = {"kai_and_jonah_001/001_s02e01_ct94_segment01", "leo_and_lila_000/001_s01e01_ct74_segment01",
                "leo_and_lila_000/002_s01e01_ct40_segment02", "leo_and_lila_000/006_s01e02_ct72_segment06"}
         assert all({r["primary_speaker"] for r in full[i]["rows"][:max_rows]} != _voices(full[i]) for i in ids)

@@ -262,7 +262,7 @@ def split_batches(pipeline, workers: int | None = None):
 # answers, speech in overlap) keeps forward's recipe on its frames of the chunk. Hop and share
 # were chosen on DER (sample.wav, generated couple/family/hour; 20 frames: 1,306 partials).
 # The default (diarize._load; RESCUE_DIARIZATION_SHARED_PARTIALS=0 turns it off): 5 min of
-# generated interview ran 23x -> 37x realtime, the hour 25x -> 34x (session 7's machine, quiet:
+# generated interview ran 23x -> 37x realtime, the hour 25x -> 34x (a quiet 2-core machine:
 # hour 27x -> 41x, docs/SCALING.md). DER, per-window -> shared
 # prints, both with refine's sliver and merge rules: hour 0.0075 -> 0.0076 (the old default,
 # per-window without those rules: 0.0079; shared without them: 0.0090, the loss was refine

@@ -1,4 +1,4 @@
-"""A RESCUE-shaped interview batch: what a maintainer ingests to rebuild RESCUE (issue #26).
+"""A RESCUE-shaped interview batch: what a maintainer ingests to rebuild RESCUE.
 
 At ``scale=1`` it is 191 interviews (174 couple, 17 family), 7,079 rows and 1,064.8 minutes,
 the paper's Table 3 (the numbers live once, in :data:`pipeline.synthetic.corpus.SHAPES`); any
@@ -106,7 +106,7 @@ def cut_rows(sample: dict, max_rows: int) -> dict:
     run of rows, longer than ``max_rows`` only where no shorter one has every voice (a family of
     four clients needs five rows). A plain prefix could leave a listed voice silent (at scale 0.05
     and 6 rows, 4 of 8 good interviews), and the diarizer, told therapist + participants, then
-    split a real voice in two: more drafted rows than the truth (#26). Rows are renumbered from 1
+    split a real voice in two: more drafted rows than the truth. Rows are renumbered from 1
     and evidence rows shifted to the cut's positions."""
     rows = sample["rows"]
     if len(rows) <= max_rows:

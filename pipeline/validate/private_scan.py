@@ -2,7 +2,7 @@
 and the scanners that find them fast in a sample's rows, a table (every string, nested ones too),
 a text file and a built release.
 
-Speed is by design (#28): one RE2 kernel (pyarrow's string kernels) runs a superset pattern over
+Speed is by design: one RE2 kernel (pyarrow's string kernels) runs a superset pattern over
 whole columns, rows' JSON text and text blocks; only what it flags goes through the exact Python
 pattern, string by string.
 """

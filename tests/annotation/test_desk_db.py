@@ -1,6 +1,6 @@
 """A project read from its desk's database (pipeline.annotation.desk_db) is Label Studio's own
 export, key for key, on a real desk with every kind of record; a pull reading that way gives the
-same tables as one asking the API; another schema or version falls back to the API (issue #28)."""
+same tables as one asking the API; another schema or version falls back to the API."""
 from __future__ import annotations
 
 import datetime as dt

@@ -1,4 +1,4 @@
-"""A push or pull again with nothing new is a no-op (issue #28): it asks each real desk only
+"""A push or pull again with nothing new is a no-op: it asks each real desk only
 whether anything moved - the requests are counted on the desks' own HTTP clients - and writes
 nothing. Anything that did move after it is seen: tasks deleted or edited, annotations added,
 changed, deleted, moved or skipped, drafts saved or changed. After every change the pull's tables

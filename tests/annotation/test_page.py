@@ -1,4 +1,4 @@
-"""Only what the work needs on the annotator's page (#25 item 4), through the desk's front, in
+"""Only what the work needs on the annotator's page, through the desk's front, in
 headless Chromium on the session's Label Studio: Label Studio's side column (Info/History,
 Regions/Relations) not shown and its width given to the forms; each row's form headed in words;
 relation labels in words while the exact taxonomy names are stored; one "Therapist" per row list in

@@ -1,4 +1,4 @@
-"""Honest pre-fills (#25, item 1): a push pre-fills only what someone or something proposed.
+"""Honest pre-fills: a push pre-fills only what someone or something proposed.
 
 * Every round pushed as the docs do it - by CLI (``rescue annotate push ROUND``, default
   ``--prelabel input``) and by flow (the ``push-transcript-round`` and ``push-next-round`` task

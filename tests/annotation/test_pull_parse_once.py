@@ -1,4 +1,4 @@
-"""The pull reads each export once (issue #28): one stitching serves the acceptance measure and
+"""The pull reads each export once: one stitching serves the acceptance measure and
 the label table, and each submitted annotation is parsed once (:class:`.parse.ParseOnce`). Its
 answer must be exactly what the two separate passes give - the acceptance measured on the
 export as archived (:func:`.acceptance.measure_archived` with :func:`.parse.parse_annotation`),

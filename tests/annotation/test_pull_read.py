@@ -1,4 +1,4 @@
-"""How a pull reads the desks through their API (issue #28; a desk it may not read from its
+"""How a pull reads the desks through their API (a desk it may not read from its
 database, ``tests/helpers.ThroughTheApi``), on two real desks (one Label Studio each): on each
 desk the projects are exported largest first, one export at a time (``EXPORTS_PER_DESK``), each
 after its own look (none when the pull has nothing to compare with); what the pull archives and writes is the same bytes however the reads are

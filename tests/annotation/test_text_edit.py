@@ -1,4 +1,4 @@
-"""Correcting a pre-filled text through the desk's front (#25): the text box stays open while the
+"""Correcting a pre-filled text through the desk's front: the text box stays open while the
 person types, and the form's "pre-fill checked" box is ticked once the text is left.
 
 Found by ``benchmarks/bench_annotator_ui.py`` (its key echo on the transcript round timed out on

@@ -287,7 +287,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
                 page.locator(f"#voice_{i} input[name={json.dumps(names[v['voice']])}]").click()
         page.locator("#unit_4").scroll_into_view_if_needed()
         page.locator("#unit_4 .lsf-choices").first.locator("input[name=Therapist]").click()  # row 5
-        for i in range(len(task["data"]["units"])):  # each row came pre-filled: checked (#25)
+        for i in range(len(task["data"]["units"])):  # each row came pre-filled: checked
             box = page.locator(f"#{ls_config.PREFILL_CHECK}_{i} input")
             box.scroll_into_view_if_needed()
             box.click()

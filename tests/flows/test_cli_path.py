@@ -119,7 +119,7 @@ def _cli_path(root: Path, batch: Path, desks, home: Path) -> Path:
     for args in (["ingest", str(batch)], ["transcribe", "--all"], ["diarize", "--all"], ["segment", "--all"]):
         _rescue_process(root, home, *args)
     who = [x for a in ANNOTATORS for x in ("-a", a)]
-    # The acceptance of #10: segment, then push the first round with no table given.
+    # Segment, then push the first round with no table given.
     pushed = _ok(rescue("annotate", "push", "transcript", *who), "1 segmented interviews admitted")
     assert re.search(r"\b2 tasks created", " ".join(pushed.output.split())), pushed.output
     assert [s["sample_id"] for s in corpus.load_work(root)] == [SID]

@@ -15,7 +15,7 @@ from pipeline.media import voice_labels as vl
 pytestmark = pytest.mark.slow
 
 # DER with the offline default (segmentation step 0.1, shared first convolution, shared partials)
-# on the three files issue #14 measures: 0.058, 0.008, 0.018 (0.061, 0.008, 0.018 before the
+# on the three measured files: 0.058, 0.008, 0.018 (0.061, 0.008, 0.018 before the
 # speed work); the bounds leave a little room for float rounding on other CPUs, none for a real
 # regression.
 DER_TARGETS = {"sample": 0.065, "couple": 0.012, "family": 0.025}

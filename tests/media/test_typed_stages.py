@@ -1,4 +1,4 @@
-"""Stages take the data root and typed records (#27 part 3). Given a sample's ``Ingested``
+"""Stages take the data root and typed records. Given a sample's ``Ingested``
 record, transcript, diarize and segment run with the catalog moved away and read it not once;
 a batch ingest reads it once (and once more per line it records, under the lock); a command reads
 it once however many samples it names, and writes the same bytes as the library calls."""

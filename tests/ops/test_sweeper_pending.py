@@ -1,5 +1,5 @@
-"""Flow runs left Pending by a worker that died: the gap ``bench_rehearsal.py --faults`` found
-(issue #26). A worker proposes Pending when it takes a run and only the flow-run process it then
+"""Flow runs left Pending by a worker that died: the gap ``bench_rehearsal.py --faults`` found.
+A worker proposes Pending when it takes a run and only the flow-run process it then
 spawns sets it Running; a worker SIGKILLed in between left the run Pending for ever, and the
 ``ingest-batch`` run waiting for it waited for ever. The sweeper (:mod:`ops.sweeper`) marks it
 Crashed once its worker (or process) is gone.
