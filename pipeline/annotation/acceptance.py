@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import store
-from pipeline.annotation import ls_config, naming, voice_naming
+from pipeline.annotation import ls_config, naming, screen, voice_naming
 from pipeline.annotation.client import LabelStudioClient
 from pipeline.annotation.rounds import Round
 from pipeline.annotation.windows import stitch_tasks
@@ -155,16 +155,19 @@ def measure_archived(rnd: Round, tasks: list[dict], record: dict, *, parse: Pars
     return measure_and_stitch(rnd, tasks, record, parse=parse)[0]
 
 
-def measure_and_stitch(rnd: Round, tasks: list[dict], record: dict, *,
-                       parse: Parser) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
+def measure_and_stitch(rnd: Round, tasks: list[dict], record: dict, *, parse: Parser,
+                       checked: bool = False) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
     """:func:`measure_archived`'s lines, and the export's tasks stitched as
     :func:`.windows.stitch_tasks` gives them (one task per sample, and its notes), from one
-    stitching: the pull needs both. The tasks are those of the export that are objects."""
+    stitching: the pull needs both. A task or answer not shaped as the push and Label Studio
+    make them is left out with a note (:func:`.screen.well_formed`; ``checked``: the caller did
+    that already), and a prediction of another shape counts as none."""
     predictions: dict[int, list[dict]] = {}
     for p in record.get("predictions") or []:
-        predictions.setdefault(p.get("task"), []).append(p)
+        if isinstance(p, dict):
+            predictions.setdefault(p.get("task"), []).append(p)
     users = {int(k): v for k, v in (record.get("users") or {}).items()}
-    return _measure(rnd, record["scenario"], record["annotator"], tasks, predictions, users, parse)
+    return _measure(rnd, record["scenario"], record["annotator"], tasks, predictions, users, parse, checked)
 
 
 def _email(completed_by, users: dict[int, str]) -> str | None:
@@ -302,20 +305,26 @@ def measure_tasks(rnd: Round, scenario: str, annotator: str, tasks: list[dict],
 
 
 def _measure(rnd: Round, scenario: str, annotator: str, tasks: list[dict], predictions: dict[int, list[dict]],
-             users: dict[int, str], parse: Parser) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
+             users: dict[int, str], parse: Parser,
+             checked: bool = False) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
     """(lines, the tasks stitched without the stand-ins, the stitching's notes)."""
-    tasks = [t for t in tasks if isinstance(t, dict)]
+    tasks, shape_notes = (([t for t in tasks if isinstance(t, dict)], []) if checked
+                          else screen.well_formed(tasks))
     versions: dict[str, set[str]] = {}  # sample -> model versions of the predictions shown
     with_pred = []
     for t in tasks:
         p = _shown_prediction(t, predictions, annotator, users)
         if p is not None:
-            versions.setdefault((t.get("data") or {}).get("sample_id"), set()).add(p.get("model_version") or "")
+            versions.setdefault((t.get("data") or {}).get("sample_id"), set()).add(str(p.get("model_version") or ""))
         # The prediction rides along as one more annotation, so windows stitch it like the labels.
-        stand_in = {"id": t.get("id"), "completed_by": _PREDICTOR, "result": (p or {}).get("result") or [],
+        result = (p or {}).get("result") or []
+        if screen.annotation_shape({"result": result}) is not None:
+            result = []  # a prediction no control could show: none
+        stand_in = {"id": t.get("id"), "completed_by": _PREDICTOR, "result": result,
                     "updated_at": ""}
         with_pred.append({**t, "annotations": [*(t.get("annotations") or []), stand_in]})
-    whole, notes = stitch_tasks(with_pred)  # every window has its stand-in: the stand-ins add no note
+    whole, notes = stitch_tasks(with_pred, checked=True)  # every window has its stand-in: the stand-ins add no note
+    notes = shape_notes + notes
     lines: list[dict] = []
     seen: set[str] = set()
     for task in whole:

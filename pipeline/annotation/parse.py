@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pipeline import taxonomy
-from pipeline.annotation import ls_config, naming, voice_naming
+from pipeline.annotation import ls_config, naming, screen, voice_naming
 from pipeline.annotation.rounds import Field, Round
 
 # The parse's hot spots, cached: control names, a field's allowed values per sample shape, and
@@ -316,7 +316,7 @@ def author_id(completed_by) -> int | None:
 def parse_export(rnd: Round, tasks: list[dict], annotator: str, users: dict[int, str] | None = None,
                  owner_id: int | None = None, where: str | None = None, *,
                  parse: Callable[[Round, dict, dict, str], tuple[list[dict], list[dict]]] = parse_annotation,
-                 ) -> tuple[list[dict], list[dict], int]:
+                 checked: bool = False) -> tuple[list[dict], list[dict], int]:
     """Label lines, problems and the number of done tasks of one annotator project's export.
 
     Only the desk owner's annotations count (``owner_id``: their user id on the desk; without it,
@@ -325,9 +325,20 @@ def parse_export(rnd: Round, tasks: list[dict], annotator: str, users: dict[int,
     counted (moved annotations are dropped by :func:`.pull.pull_round` before windows are
     stitched). ``users`` maps the desk's user ids to e-mails; ``parse``: :func:`parse_annotation`
     or a :class:`ParseOnce` shared with the acceptance measure.
+
+    Whatever an annotator stored, it never raises: a task or answer not shaped as the push and
+    Label Studio's controls make them is one problem line and is not counted
+    (:func:`.screen.well_formed`; ``checked``: the caller did that already).
     """
     users = users or {}
     where = where or f"{annotator}'s project"
+    labels, problems, done = [], [], 0
+    if not checked:
+        tasks, notes = screen.well_formed(tasks, where)
+        for sid, note in notes:
+            report = _Problems(rnd.name, sid, annotator)
+            report.add(None, None, note)
+            problems += report.items
 
     def _own(a: dict) -> bool:
         author = author_id(a.get("completed_by"))
@@ -340,7 +351,6 @@ def parse_export(rnd: Round, tasks: list[dict], annotator: str, users: dict[int,
         author = author_id(a.get("completed_by"))
         return users.get(author) or (f"user {author}" if author is not None else "no author")
 
-    labels, problems, done = [], [], 0
     seen: set[str] = set()
     for task in tasks:
         data = task.get("data") or {}

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
+from pipeline.annotation import screen
 from pipeline.annotation.naming import control_name, heading, parse_control_name
 
 # Units (rows with controls) per task of a long sample. Each unit's forms cost Label Studio's
@@ -132,8 +133,11 @@ def _latest(annotations: list[dict]) -> dict:
     return max(annotations, key=lambda a: (a.get("updated_at") or "", a.get("id") or 0))
 
 
-def stitch_tasks(tasks: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
+def stitch_tasks(tasks: list[dict], checked: bool = False) -> tuple[list[dict], list[tuple[str, str]]]:
     """One task per sample from an export that may hold windowed tasks.
+
+    A task or answer not shaped as the push and Label Studio make them is left out with a note
+    (:func:`.screen.well_formed`; ``checked``: the caller did that already).
 
     Unwindowed tasks pass through unchanged (in place of their sample). For a windowed sample,
     every person who submitted every window gets one annotation: the results of their latest
@@ -145,6 +149,8 @@ def stitch_tasks(tasks: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
     and returns a note ``(sample_id, message)``; the sample then counts as not done.
     """
     notes: list[tuple[str, str]] = []
+    if not checked:
+        tasks, notes = screen.well_formed(tasks)
     order: list[str] = []
     groups: dict[str, list[dict]] = defaultdict(list)
     plain: dict[str, list[dict]] = defaultdict(list)
