@@ -21,32 +21,9 @@ annotator touches no row; problems the pull would report are printed).
     .venv/bin/python benchmarks/bench_turns.py [--seeds 0 1 2 3] [--scenarios couple family]
         [--overlapping 3] [--partner 0] [--cache DIR]
 
-Measured (2026-11-30, seeds 0-3, couple and family, 3 therapist backchannels over a client's
-sentence + 1 in a pause per interview, 17 rows each; DER 0.036-0.088):
-
-    before (largest overlap; names by the manifest order)  rows 71.3 % (worst 18 %), backchannels 3/32
-      ... participants listed in another order              rows 45.6 % (worst 0 %),  backchannels 1/32
-    after, hint (names by the manifest order)              rows 90.4 % (worst 24 %), backchannels 27/32
-    after, default (voice labels, each voice named once)   rows 100 %,               backchannels 31/32
-      ... participants listed in another order              rows 100 %,               backchannels 31/32
-
-The one backchannel missed: diarization gives its 0.56 s piece to a client's voice.
-``voices-round`` (2026-11-30, same interviews, load 7-10): rows 100 %, backchannels 31/32, and
-no problem the pull would report (the annotator names the 3-4 voices and touches no row; before
-the round applied turns.apply_voice_names' addressee rule, couple1's opening row "to the
-therapist" by the therapist's own voice was a self-target problem).
-``--partner 1`` again on 2026-11-30 with a fresh ``--cache`` at 18:02 (the code that landed):
-every mode rows 100 %, backchannels 33/38 (therapist 30/30, clients 3/8), as above, no pull
-problem. A run at 16:20-16:32 had given 25/38: its diarization came from a refine experiment
-live for a few minutes then (reverted), and ``--cache`` kept it. The cache is keyed on the
-interview only, not on the code: use a fresh ``--cache`` after changing the diarization.
-
-With ``--partner 1`` (one more backchannel per interview, by a client over another client):
-before rows 76.5 % / misordered 50.0 %, backchannels 0/38; after (hint, default, misordered
-alike) rows 100 %, backchannels 33/38: the therapist's 30/30, the clients' 3/8. The offline
-diarization mostly folds a client's short overlapped "Mm-hmm." into the speaker it overlaps
-(then the listener rule names the therapist) or gives it the therapist's label: a limit of the
-diarization at overlaps (``pipeline.media.refine``), not of the segmenter.
+The last figures and what they mean: benchmarks/README.md. The diarization is cached under
+``--cache``, keyed on the interview only, not on the code: use a fresh ``--cache`` after changing
+the diarization.
 """
 from __future__ import annotations
 

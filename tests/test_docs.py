@@ -227,7 +227,7 @@ def test_every_benchmark_option_shown_exists():
 
 LAB_NOTES = [
     (re.compile(r"\bsession \d", re.I), "a session number"),
-    (re.compile(r"\bissue #\d|\(#\d+\b|#\d+ (?:part|item)", re.I), "an issue number"),
+    (re.compile(r"\bissue #\d|(?<![\w/&#])#\d{1,5}\b", re.I), "an issue number"),
     (re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b"), "a date"),
     (re.compile(r"`(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}`"), "a commit hash"),
 ]
@@ -296,3 +296,8 @@ def test_the_checks_find_what_is_wrong(tmp_path):
                           "```bash\neval \"$(rescue stack env)\"   # comment\nrescue validate # exit 1\n```\n")
     assert found == [("stack env", True), ("validate", True), ("stack down --data-root data/demo", False)]
     assert command_lines("```\nrescue stack env > env.sh 2>/dev/null\n```\n") == [("stack env", True)]
+    notes = ["Session 21: faster", "figures in the #12 closing note", "(issue #28)", "measured 2026-11-30",
+             "with all four (`1b161c1` and after)"]
+    assert all(any(p.search(n) for p, _ in LAB_NOTES) for n in notes)
+    assert not any(p.search(line) for p, _ in LAB_NOTES
+                   for line in ["batch_dir=/srv/batches/2026-11", "[x](#bench_demopy)", "row 4 of 12", "`rescue-cpu`"])
