@@ -3,8 +3,15 @@
 For a round, every row where annotators disagree (``pipeline.quality.disagreements``) is put
 into an adjudication project per (round, scenario) - the same labeling config as the round,
 so the adjudicator sees the same controls. The task shows only the disagreeing rows as
-units; each annotator's answers on those rows are attached as one prediction per annotator
-(``model_version`` = annotator id), so the adjudicator can flip between them in the UI.
+units; each annotator's answers on those rows are attached as one prediction per annotator,
+so the adjudicator can flip between them in the UI.
+
+Blind to identity: a prediction names its annotator as "Annotator A", "Annotator B", ... (its
+``model_version``), never by e-mail. The letters are the round's: one person keeps one letter
+in every task of the round and across pushes, and a person new to the round gets the next
+free letter (in an order drawn from a hash of round and person, not from their names). Which
+letter is whom lives only in the pipeline's private table ``annotation/adjudications/<round>.
+annotators.json`` (0600; :func:`annotator_aliases`); the label tables keep the e-mails.
 
 Pull turns the adjudicators' submitted annotations into label-table lines
 (``schemas.LABELS``; ``annotator`` = adjudicator e-mail) that ``pipeline.quality.gold.build_gold`` takes
@@ -25,6 +32,7 @@ annotators were named or "every annotator" was meant.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -33,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import corpus, schemas, store, taxonomy
@@ -41,10 +50,66 @@ from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.naming import parse_control_name
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot, check_name
-from pipeline.quality.disagreements import disagreements
+from pipeline.quality.disagreements import disagreements, index_labels
 from pipeline.annotation.pushed import pushed_annotators
 
 ADJUDICATOR_VERSION = "adjudication"  # the project's own model_version: no annotator pre-filled
+ALIAS_PREFIX = "Annotator "
+
+
+def _letters(n: int) -> str:
+    """0 -> A, 25 -> Z, 26 -> AA: as spreadsheet columns."""
+    out = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        out = chr(ord("A") + r) + out
+    return out
+
+
+def _draw_order(round_name: str, person: str) -> str:
+    return hashlib.sha256(f"{round_name}\0{person}".encode()).hexdigest()
+
+
+def assign_aliases(round_name: str, people: Sequence[str], known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """person -> "Annotator X" for a round: ``known`` (alias -> person, as stored) is kept as it
+    is; everyone else gets the next free letters, in the order of a hash of round and person."""
+    known = dict(known or {})
+    by_person = {person: alias for alias, person in known.items()}
+    taken = set(known)
+    n = 0
+    for person in sorted(set(people) - set(by_person), key=lambda p: (_draw_order(round_name, p), p)):
+        while f"{ALIAS_PREFIX}{_letters(n)}" in taken:
+            n += 1
+        by_person[person] = f"{ALIAS_PREFIX}{_letters(n)}"
+        taken.add(by_person[person])
+    return by_person
+
+
+def aliases_path(root: DataRoot, round_name: str) -> Path:
+    """The private table of a round's letters: beside its adjudications."""
+    return root.adjudications(round_name).with_suffix(".annotators.json")
+
+
+def annotator_aliases(root: DataRoot, round_name: str, people: Sequence[str]) -> dict[str, str]:
+    """person -> "Annotator X" for ``people`` of a round, kept in the round's private table
+    (:func:`aliases_path`, 0600): letters given before never change; new people are added."""
+    path = aliases_path(root, round_name)
+    known = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    by_person = assign_aliases(round_name, people, known)
+    table = {alias: person for person, alias in by_person.items()}
+    if table != known:
+        store.atomic_write_text(path, store.canonical_json(dict(sorted(table.items()))), private=True)
+    return by_person
+
+
+def _round_annotators(labels: Any, round_name: str) -> list[str]:
+    """Everyone with a label line in the round (not only those in a disagreement): their letters."""
+    if isinstance(labels, pa.Table):
+        rows = labels.filter(pc.equal(labels.column("round"), round_name))
+        return sorted(set(rows.column("annotator").to_pylist()))
+    return sorted({a for (r, _, _), per in index_labels(labels).items() if r == round_name
+                   for vals in per.values() for a in vals})
 
 
 def project_key(round_name: str, scenario: str) -> str:
@@ -66,8 +131,12 @@ class PushSummary:
     projects: dict[str, int]
 
 
-def adjudication_tasks(rnd, labels: Any, samples: Sequence[dict]) -> dict[str, list[dict]]:
-    """scenario -> Label Studio tasks (data + one prediction per annotator) for the disagreements."""
+def adjudication_tasks(rnd, labels: Any, samples: Sequence[dict],
+                       aliases: Mapping[str, str] | None = None) -> dict[str, list[dict]]:
+    """scenario -> Label Studio tasks (data + one prediction per annotator) for the disagreements.
+    ``aliases``: person -> "Annotator X" (default: :func:`assign_aliases` over the round's annotators)."""
+    if aliases is None:
+        aliases = assign_aliases(rnd.name, _round_annotators(labels, rnd.name))
     by_sample: dict[str, list[dict]] = {}
     for d in disagreements(labels, rnd):
         by_sample.setdefault(d["sample_id"], []).append(d)
@@ -86,7 +155,9 @@ def adjudication_tasks(rnd, labels: Any, samples: Sequence[dict]) -> dict[str, l
         predictions = []
         for ann in annotators:
             values = {ri: {f: vals[ann] for f, vals in d["answers"].items() if ann in vals} for ri, d in rows.items()}
-            predictions.append({"model_version": ann, "result": values_to_results(rnd, data, values)})
+            if ann not in aliases:
+                raise KeyError(f"adjudication of round {rnd.name!r}: no letter for an annotator of sample {sid!r}")
+            predictions.append({"model_version": aliases[ann], "result": values_to_results(rnd, data, values)})
         data["content_sha"] = content_sha(data, predictions)
         out.setdefault(sample["scenario"], []).append({"data": data, "predictions": predictions})
     return out
@@ -96,13 +167,14 @@ class NoAdjudicator(ValueError):
     """Disagreements to adjudicate, and nobody made an adjudicator."""
 
 
-def push(desks: DeskAccess, rnd, labels: Any, samples: Sequence[dict]) -> PushSummary:
+def push(desks: DeskAccess, rnd, labels: Any, samples: Sequence[dict],
+         aliases: Mapping[str, str] | None = None) -> PushSummary:
     """Create or refresh the adjudication projects of a round on every adjudicator's desk.
 
     Roles are explicit: only people added as adjudicators (``rescue annotators add EMAIL
     --adjudicator``) get adjudication projects; with disagreements and none, nothing is pushed
-    and :class:`NoAdjudicator` says what to do."""
-    tasks_by_scenario = adjudication_tasks(rnd, labels, samples)
+    and :class:`NoAdjudicator` says what to do. ``aliases``: as :func:`adjudication_tasks`."""
+    tasks_by_scenario = adjudication_tasks(rnd, labels, samples, aliases)
     judges = desks.people("adjudicator")
     if tasks_by_scenario and not judges:
         raise NoAdjudicator(f"round {rnd.name!r} has disagreements to adjudicate but nobody is an adjudicator: "
@@ -116,7 +188,8 @@ def push(desks: DeskAccess, rnd, labels: Any, samples: Sequence[dict]) -> PushSu
                                         model_version=ADJUDICATOR_VERSION,
                                         description=f"Adjudication of round {rnd.name} v{rnd.version}: "
                                                     f"rows where annotators disagree. Each annotator's "
-                                                    f"answer is a prediction; submit the correct one.")
+                                                    f"answer is a prediction (Annotator A, B, ...); "
+                                                    f"submit the correct one.")
         projects[f"{scenario}/{judge}"] = project.id
         existing = {t["data"].get("sample_id"): t for t in client.tasks(project.id)}
         new = []
@@ -266,7 +339,8 @@ def push_round(desks: DeskAccess, data_root: str | os.PathLike, round_name: str,
     root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     labels = _round_labels(root, rnd.name)
-    return push(desks, rnd, labels, corpus.load_annotated(root) if samples is None else samples)
+    aliases = annotator_aliases(root, rnd.name, _round_annotators(labels, rnd.name))
+    return push(desks, rnd, labels, corpus.load_annotated(root) if samples is None else samples, aliases)
 
 
 @dataclass(frozen=True)
