@@ -6,7 +6,7 @@ names every folder ``DataRoot`` makes, and no guide carries lab notes (dated ent
 hashes, issue or session numbers): git keeps the history."""
 from __future__ import annotations
 
-import itertools
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -21,15 +21,14 @@ from pipeline.config import REPO_ROOT
 SKIP_DIRS = {"data", "models", "build", "test-output", "node_modules", "__pycache__"}
 
 
-def markdown_files() -> list[Path]:
+@lru_cache(maxsize=1)
+def markdown_files() -> tuple[Path, ...]:
     """The repository's own Markdown: not environments, data, models or hidden folders."""
     found = []
-    for path in sorted(REPO_ROOT.rglob("*.md")):
-        parts = path.relative_to(REPO_ROOT).parts[:-1]
-        if any(p.startswith(".") or p in SKIP_DIRS or p.endswith(".egg-info") for p in parts):
-            continue
-        found.append(path)
-    return found
+    for folder, dirs, files in os.walk(REPO_ROOT):
+        dirs[:] = sorted(d for d in dirs if not (d.startswith(".") or d in SKIP_DIRS or d.endswith(".egg-info")))
+        found += [Path(folder) / f for f in files if f.endswith(".md")]
+    return tuple(sorted(found))
 
 
 @dataclass(frozen=True)
