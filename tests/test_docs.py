@@ -300,3 +300,20 @@ def test_the_checks_find_what_is_wrong(tmp_path):
     assert all(any(p.search(n) for p, _ in LAB_NOTES) for n in notes)
     assert not any(p.search(line) for p, _ in LAB_NOTES
                    for line in ["batch_dir=/srv/batches/2026-11", "[x](#bench_demopy)", "row 4 of 12", "`rescue-cpu`"])
+
+
+def test_commands_work_in_a_fresh_shell():
+    """README's commands run as shown in a new shell (``.venv/bin/rescue``); a guide that writes
+    them bare says once how to put the environment on PATH."""
+    path_line = 'export PATH="$PWD/.venv/bin:$PATH"'
+    bare = re.compile(r"^\s*(?:rescue|prefect)\s")
+    readme = parse_markdown((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not [line for line in readme.code_lines if bare.match(line)], \
+        "README shows bare rescue/prefect commands: write .venv/bin/rescue"
+    problems = []
+    for path in markdown_files():
+        text = path.read_text(encoding="utf-8")
+        parsed = parse_markdown(text)
+        if any(bare.match(line) for line in parsed.code_lines) and path_line not in text:
+            problems.append(str(path.relative_to(REPO_ROOT)))
+    assert not problems, f"bare rescue/prefect commands without saying how to put .venv/bin on PATH: {problems}"
