@@ -1,8 +1,16 @@
 // RESCUE annotators' keys, added to every page by the desk's front (served at /__rescue__/keys.js).
 // Keyboard-first by the WAI-ARIA patterns: each choice list is ONE Tab stop (roving tabindex) with
 // the arrow keys inside it; a form is a unit_<i> (a row) or a voice_<v> ("Who is each voice?").
+//
+// Key state belongs to the window on screen: Label Studio shows the next task (window) without
+// reloading the page and every window reuses the forms' ids (unit_0, ...), so the form the keys act
+// on is kept as an element with the task it belongs to, and a task change forgets it.
+//
+// Before it does anything on a task page the script checks every hook of Label Studio's page it
+// relies on (HOOKS); if one is missing it shows a banner and does nothing at all: never silently wrong.
 (function () {
   if (window.__rescueKeys) return; window.__rescueKeys = true;
+  var state = "unchecked";  // "unchecked" (no RESCUE form seen yet), "on", or "off" (a hook is missing)
   var style = document.createElement("style");
   style.textContent = [
     // Label Studio's automatic hotkey marks ([1], [q], ...) name keys that act on the first forms only
@@ -12,6 +20,12 @@
     ":focus-visible, .ant-checkbox-wrapper:has(input:focus-visible) { outline: 3px solid #0b57d0 !important;" +
     " outline-offset: 2px !important; border-radius: 3px; }",
     ".ant-checkbox-wrapper input:focus-visible { outline: none !important; }",
+    // a kept text's Edit and Delete actions show on hover only (opacity 0): shown when they have the focus
+    ".lsf-textarea__actions:focus-within { opacity: 1 !important; pointer-events: auto !important; }",
+    // every choice shows the key that picks it (a list of rows: the row number it is labelled with)
+    "label[data-rescue-key]::before { content: attr(data-rescue-key); display: inline-block; min-width: 1.4em;" +
+    " margin-right: 4px; padding: 0 3px; border: 1px solid #bbb; border-radius: 3px; font: 11px monospace;" +
+    " color: #444; text-align: center; }",
     ".rescue-why { color: #a8071a; background: #fff1f0; border: 1px solid #ffa39e; border-radius: 3px;" +
     " padding: 2px 6px; margin: 4px 0; font-size: 13px; }",
     // only what the work needs: the editor's side column (Info/History, Regions/Relations: no
@@ -24,31 +38,66 @@
   document.head.appendChild(style);
   var FORM = '[id^="unit_"], [id^="voice_"]';
   var FIELD = ".lsf-choices, .lsf-text-area, .lsf-number";
-  var current = null;  // id of the form the keys act on
+  // the form the keys act on (outlined): its element, its id (Label Studio may draw it anew within the
+  // same window) and the window (task) it belongs to
+  var current = null;  // {el, id, task}
+  function taskNow() {
+    var t = window.Htx && window.Htx.task;
+    return location.pathname + "#" + (t && t.id != null ? t.id : "");
+  }
+  var seenTask = taskNow();
+  function fresh() {  // a task change (the next window, another round, a reload) forgets the last one's state
+    var now = taskNow();
+    if (now === seenTask) return;
+    seenTask = now;
+    if (current && current.el.isConnected) current.el.style.outline = "";
+    current = null; keep = null; typed = null;
+  }
+  function chosenForm() {  // the outlined form of the window on screen, or null
+    fresh();
+    if (!current || current.task !== seenTask) return null;
+    if (current.el.isConnected) return current.el;
+    var again = document.getElementById(current.id);  // drawn anew in this same window
+    if (again) current.el = again;
+    return again;
+  }
   function formOf(el) { return el && el.closest ? el.closest(FORM) : null; }
   function visible(el) { return !!(el && el.getClientRects().length); }
+  function inView(el) {  // on screen now (a key changes nothing that is not)
+    if (!visible(el)) return false;
+    var r = el.getBoundingClientRect();
+    return r.bottom > 0 && r.top < window.innerHeight && r.right > 0 && r.left < window.innerWidth;
+  }
   function editing(el) {
     if (!el) return false;
     if (el.isContentEditable || el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
     return el.tagName === "INPUT" && ["checkbox", "radio", "button", "submit"].indexOf(el.type) < 0;
   }
   function mark(form) {
-    var old = current && document.getElementById(current);
+    fresh();
+    var old = current && current.el;
     if (old && old !== form) old.style.outline = "";
-    if (form) { current = form.id; form.style.outline = "2px solid #1677ff"; form.style.outlineOffset = "2px"; }
+    if (form) {
+      current = {el: form, id: form.id, task: seenTask};
+      form.style.outline = "2px solid #1677ff"; form.style.outlineOffset = "2px";
+    }
   }
   document.addEventListener("focusin", function (e) {
+    if (state !== "on") return;
     var f = formOf(e.target); if (f) mark(f);
     var g = e.target.closest && e.target.closest(".lsf-choices"); if (g) rove(g);
   }, true);
-  document.addEventListener("pointerdown", function (e) { var f = formOf(e.target); if (f) mark(f); }, true);
-  function onScreen() {  // no form chosen yet: the first one on screen, else the first one
-    var all = document.querySelectorAll('[id^="unit_"]');
-    for (var i = 0; i < all.length; i++) {
-      var r = all[i].getBoundingClientRect();
-      if (r.bottom > 0 && r.top < window.innerHeight) return all[i];
-    }
-    return all[0] || null;
+  document.addEventListener("pointerdown", function (e) {
+    if (state !== "on") return;
+    var f = formOf(e.target); if (f) mark(f);
+  }, true);
+  function onScreen() {  // no form chosen yet: the first one on screen, or null
+    var all = document.querySelectorAll(FORM);
+    for (var i = 0; i < all.length; i++) if (inView(all[i])) return all[i];
+    return null;
+  }
+  function start() {  // a window's first form: "Who is each voice?" where it has it, else the first row
+    return document.getElementById("voice_0") || document.getElementById("unit_0");
   }
   function choices(group) {
     return group ? Array.prototype.slice.call(group.querySelectorAll("input[type=checkbox], input[type=radio]")) : [];
@@ -63,6 +112,44 @@
     return null;
   }
   function single(group) { var m = modelOf(group); return !!(m && m.choice === "single"); }
+  function labelOf(input) { var l = input.closest("label"); return l ? l.textContent.trim() : ""; }
+  // a list labelled by row numbers ("12 · Ann: first words", the rows that show a relation): the row
+  // numbers, which are its keys; else null (its keys are positions: 1-9, 0 the 10th, - the last)
+  function rowNumbers(group) {
+    var all = choices(group), rows = [];
+    for (var i = 0; i < all.length; i++) {
+      var m = /^(\d+) \u00b7 /.exec(labelOf(all[i]));
+      if (!m) return null;
+      rows.push(m[1]);
+    }
+    return rows.length ? rows : null;
+  }
+  function positionKey(i, n) { return i < 9 ? String(i + 1) : i === 9 ? "0" : i === n - 1 ? "-" : ""; }
+  function keyMarks(group) {  // each choice shows the key that picks it (a row number is shown already)
+    var all = choices(group), rows = rowNumbers(group);
+    all.forEach(function (c, i) {
+      var l = c.closest("label"); if (!l) return;
+      var k = rows ? "" : positionKey(i, all.length);
+      if (k && l.getAttribute("data-rescue-key") !== k) l.setAttribute("data-rescue-key", k);
+      else if (!k && l.hasAttribute("data-rescue-key")) l.removeAttribute("data-rescue-key");
+    });
+  }
+  // typing a row number in a list of rows: "7" picks row 7, "1" "2" row 12 (within a second); a number
+  // that more rows start with waits for the next digit (a short while, then it is taken as it is)
+  var typed = null;  // {group, text, at, timer}
+  function byRow(group, rows, digit, pick) {
+    var now = Date.now(), text = digit;
+    if (typed && typed.group === group && now - typed.at < 1000) {
+      clearTimeout(typed.timer);
+      text = typed.text + digit;
+      if (!rows.some(function (r) { return r.indexOf(text) === 0; })) text = digit;
+    }
+    typed = {group: group, text: text, at: now, timer: 0};
+    var exact = rows.indexOf(text);
+    var longer = rows.some(function (r) { return r !== text && r.indexOf(text) === 0; });
+    if (exact >= 0 && !longer) { typed = null; pick(exact); }
+    else if (exact >= 0) typed.timer = setTimeout(function () { typed = null; pick(exact); }, 700);
+  }
   // roving tabindex: a list's one Tab stop is its focused choice, else its ticked one, else its first
   function rove(group) {
     var all = choices(group); if (!all.length) return;
@@ -116,7 +203,7 @@
   }
   function edited(e) {  // a choice clicked (Label Studio's choices fire no change event) or text typed
     var t = e.target;
-    if (!t || !t.closest) return;
+    if (state !== "on" || !t || !t.closest) return;
     if (e.type === "click" && (t.type === "checkbox" || t.type === "radio")) remember(t);
     if (t.closest('[id^="prefill-checked_"]')) return;
     if (e.type !== "click" && editing(t)) {
@@ -125,9 +212,12 @@
       // the person's fingers (the rest of their typing lost)
       if (!t.__rescueTick) {
         t.__rescueTick = formOf(t);
+        var typedIn = taskNow();
         t.addEventListener("focusout", function () {
           var form = t.__rescueTick; t.__rescueTick = null;
-          setTimeout(function () { check(document.getElementById(form.id) || form); }, 0);  // after Label Studio kept the text
+          setTimeout(function () {  // after Label Studio kept the text; in this same window only
+            if (form && taskNow() === typedIn) check(form.isConnected ? form : document.getElementById(form.id));
+          }, 0);
         }, {once: true});
       }
     } else if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(formOf(t));
@@ -156,10 +246,12 @@
     var form = formOf(input), group = input.closest(".lsf-choices");
     if (!form || !group) return;
     var first = !keep;
-    keep = {form: form.id, field: fields(form).indexOf(group), choice: choices(group).indexOf(input), until: Date.now() + 800};
+    keep = {form: form.id, task: taskNow(), field: fields(form).indexOf(group), choice: choices(group).indexOf(input),
+            until: Date.now() + 800};
     if (first) requestAnimationFrame(restore);
   }
   function restore() {
+    if (keep && keep.task !== taskNow()) keep = null;  // another window: its forms are not this one's
     if (!keep) return;
     var a = document.activeElement;
     if (a && a !== document.body) {
@@ -237,6 +329,7 @@
     })();
   }
   document.addEventListener("play", function (e) {
+    if (state !== "on") return;
     var m = e.target, src = m && m.tagName === "AUDIO" ? (m.currentSrc || m.src || "") : "";
     var t = /#t=([\d.]+),([\d.]+)$/.exec(src);
     if (t) watch(m, Number(t[2]), function () { m.pause(); });
@@ -254,6 +347,7 @@
     return p ? Number(p.getAttribute("data-testid").split(":")[1]) : -1;
   }
   document.addEventListener("click", function (e) {
+    if (state !== "on") return;
     var t = e.target, button = t && t.closest ? t.closest('button[aria-label="play"], button[aria-label="pause"]') : null;
     if (button && !formOf(button)) {
       var line = lineOf(button), model = paragraphs(button);
@@ -340,13 +434,52 @@
       if (b.style.display !== "none" && /^(Create Project|Invite Members|Create)$/.test(b.textContent.trim())) b.style.display = "none";
     });
   }
+  // every hook of Label Studio's task page the keys rely on, checked once the page shows a RESCUE form
+  var HOOKS = [
+    ["Label Studio's task (window.Htx.task)", function () {
+      var t = window.Htx && window.Htx.task; return !!(t && t.id != null && t.dataObj);
+    }],
+    ["a form's choice list with its boxes (.lsf-choices input)", function () { return choices(firstList()).length > 0; }],
+    ["a choice's label (label > input)", function () { var c = choices(firstList())[0]; return !!(c && c.closest("label")); }],
+    ["Label Studio's model of a list (React's fiber, item.name)", function () { return !!modelOf(firstList()); }],
+    ["the Submit button", function () { return !!submitButton(); }]
+  ];
+  function firstList() { return document.querySelector('[id^="unit_"] .lsf-choices, [id^="voice_"] .lsf-choices'); }
+  var firstSeen = 0;
+  function ready() {  // whether the keys may act: the hooks found (checked once), never with one missing
+    if (state !== "unchecked") return state === "on";
+    if (!document.querySelector(FORM)) return false;
+    var missing = HOOKS.filter(function (h) { try { return !h[1](); } catch (x) { return true; } })
+      .map(function (h) { return h[0]; });
+    if (!missing.length) { state = "on"; return true; }
+    // a page still being drawn: looked at again for a few seconds before the keys give up
+    if (!firstSeen) firstSeen = Date.now();
+    if (Date.now() - firstSeen < 6000) { setTimeout(tidy, 500); return false; }
+    state = "off";
+    style.remove();  // nothing else of the keys either
+    if (current && current.el) current.el.style.outline = "";
+    var banner = document.createElement("div");
+    banner.className = "rescue-off"; banner.setAttribute("role", "alert");
+    banner.setAttribute("style", "position: fixed; top: 0; left: 0; right: 0; z-index: 100000; padding: 6px 12px;" +
+      " background: #fff1f0; color: #a8071a; border-bottom: 2px solid #a8071a; font: 14px sans-serif;");
+    banner.textContent = "keyboard helpers are off: this Label Studio page changed (not found: " + missing.join("; ") +
+      "). Label Studio's own keys and the mouse work as usual.";
+    document.body.appendChild(banner);
+    if (window.console) console.warn("RESCUE keys: off, not found: " + missing.join("; "));
+    return false;
+  }
   var pending = 0, since = 0;
   function tidy() {
     pending = 0; since = 0;
+    if (state === "off") return;
+    var on = ready();
     instructions();
     legible();
     unclutter();
-    document.querySelectorAll(".lsf-choices").forEach(rove);
+    route();
+    if (!on) return;
+    fresh();
+    document.querySelectorAll(".lsf-choices").forEach(function (g) { rove(g); keyMarks(g); });
     // a text's Add button and a kept text's Delete button: by mouse (Shift+Enter adds; a kept text's
     // one Tab stop is its Edit button)
     document.querySelectorAll('.lsf-text-area form button, .lsf-textarea__actions button[aria-label="Delete Region"]')
@@ -354,7 +487,6 @@
     document.querySelectorAll(".ant-modal-confirm-warning").forEach(function (d) {
       if (!d.__rescueSeen) { d.__rescueSeen = true; refused(d); }
     });
-    route();
   }
   // debounced: once the page has been still for 80 ms (at least every 400 ms while it keeps changing),
   // not once per mutation: a task page makes thousands while its forms are built
@@ -377,8 +509,41 @@
     return next || (m && m[1] === "voice" ? document.getElementById("unit_0") : null);
   }
   function stop(e) { e.preventDefault(); e.stopImmediatePropagation(); }
+  // a number key in the list in focus: a list of rows takes the row number, any other the position
+  // (1-9, 0 the 10th, - the last), as each choice shows
+  function pickByKey(unit, group, key) {
+    var rows = rowNumbers(group), index = fields(unit).indexOf(group);
+    var pick = function (i) {
+      var g = group.isConnected ? group : fields(unit.isConnected ? unit : document.getElementById(unit.id) || unit)[index];
+      var item = g && choices(g)[i];
+      if (!item || !inView(g)) return;  // drawn anew meanwhile off screen: nothing changes
+      mark(formOf(g));
+      var one = single(g);
+      if (!(one && item.checked)) item.click();  // a single choice already chosen stays chosen
+      item.focus({preventScroll: true}); rove(g);
+      if (one) setTimeout(function () { advance(formOf(g) || unit, index); }, 0);
+    };
+    if (rows) { if (/^\d$/.test(key)) byRow(group, rows, key, pick); return; }
+    var n = choices(group).length;
+    pick(key === "-" ? n - 1 : key === "0" ? 9 : Number(key) - 1);
+  }
+  // the play key: the row's own player plays the row, and the key again stops it
+  function playRow(form) {
+    var audio = form && form.querySelector("audio");
+    if (!audio) return;
+    if (!audio.paused) { audio.pause(); return; }
+    document.querySelectorAll("audio").forEach(function (x) { if (x !== audio && !x.paused) x.pause(); });
+    var t = /#t=([\d.]+),([\d.]+)$/.exec(audio.currentSrc || audio.src || "");
+    if (t && audio.readyState >= 1 && (audio.currentTime < Number(t[1]) - 0.05 || audio.currentTime >= Number(t[2]) - 0.05))
+      audio.currentTime = Number(t[1]);  // played to its end before: from the row's start again
+    var playing = audio.play();
+    if (playing && playing.catch) playing.catch(function () {});
+  }
   window.addEventListener("keydown", function (e) {
+    if (state === "off") return;
     var t = e.target, a = document.activeElement;
+    // off a task page (or before its hooks are found) only the project list's keys
+    if (!ready() && !(t && t.classList && t.classList.contains("lsf-projects-page__link"))) return;
     if ((e.ctrlKey || e.metaKey) && e.key === "Enter" && !e.altKey && !e.shiftKey) {
       // submit from anywhere, a focused choice or text included (Label Studio's own key skips inputs)
       var sb = submitButton();
@@ -417,30 +582,31 @@
       if (single(group) && !all[j].checked) all[j].click();
       return;
     }
-    var chosen = current && document.getElementById(current);
-    if (!chosen || !chosen.isConnected) chosen = null;
-    var unit = form || chosen || onScreen();
-    if (!unit) return;  // not a RESCUE form: Label Studio's keys as usual
+    var chosen = chosenForm();  // of this window only
+    if (!(form || chosen || start())) return;  // not a RESCUE task page: Label Studio's keys as usual
+    // the form a key acts on: the one in focus, else the outlined one if it is on screen, else the first on screen
+    var unit = form || (chosen && inView(chosen) ? chosen : null) || onScreen();
     if (/^[0-9-]$/.test(e.key)) {
       stop(e);
-      // the list in focus, else the first list of the form in focus (or outlined): never another form's
-      if (!group || formOf(group) !== unit) group = fields(unit).filter(function (f) { return f.classList.contains("lsf-choices"); })[0];
-      var items = choices(group);
-      var item = e.key === "-" ? items[items.length - 1] : items[e.key === "0" ? 9 : Number(e.key) - 1];
-      if (!item) return;
-      mark(unit);
-      var one = single(group);
-      if (!(one && item.checked)) item.click();  // a single choice already chosen stays chosen
-      item.focus({preventScroll: true}); rove(group);
-      if (one) { var index = fields(unit).indexOf(group); setTimeout(function () { advance(unit, index); }, 0); }
+      if (!group || !formOf(group)) {
+        // no list in focus: the focus goes to the first list of the form in view, and nothing changes
+        var first = unit && fields(unit).filter(function (f) { return f.classList.contains("lsf-choices"); })[0];
+        if (first) { mark(unit); focusField(first); }
+        return;
+      }
+      pickByKey(formOf(group), group, e.key);
     } else if (e.key === "Enter" && !e.shiftKey) {
       if (!form && a && a !== document.body && (a.tagName === "BUTTON" || a.tagName === "A")) return;  // its own Enter
       stop(e);
-      // the first Enter comes to the first form on screen (or the one in focus), each next one to the following form
+      // the window's first Enter comes to "Who is each voice?" if it has it, else to the first form on
+      // screen; each next one to the following form
       var here = form || chosen;
-      if (here) check(here);  // Enter keeps the form as it is: its pre-fill is checked
-      var next = here ? nextForm(here) : unit;
+      if (here && inView(here)) check(here);  // Enter keeps the form as it is: its pre-fill is checked
+      var next = here ? nextForm(here) : (document.getElementById("voice_0") || unit || start());
       if (next) go(next);
+    } else if (e.key === "p" && !e.shiftKey) {
+      stop(e);
+      playRow(unit);
     } else if (/^[a-z]$/i.test(e.key) && !e.shiftKey) {
       e.stopImmediatePropagation();  // Label Studio's automatic hotkeys act on the first forms only
     }

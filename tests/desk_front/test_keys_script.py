@@ -1,0 +1,167 @@
+"""The keys script itself (desk_front/static/keys.js, as the front serves it) in headless Chromium,
+on a small page with the parts of Label Studio's task page it relies on: its hooks, checked at
+load (one missing: a banner and nothing else); key state that belongs to the window on screen;
+row numbers as the keys of a list of rows; every choice showing its key; a kept text's Edit
+action visible when focused. The same on Label Studio's real page: tests/annotation/test_keys_sequence.py."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from desk_front.comfort import KEYS_FILE
+
+_ROWS = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+
+
+def _form(i: int, rows: list[int] | None = None, prefilled: bool = False) -> str:
+    people = "".join(f'<label class="ant-checkbox-wrapper"><input type="checkbox" name="{p}"><span>{p}</span></label>'
+                     for p in ("Therapist", "Ann", "Bob"))
+    rows_list = "" if rows is None else '<div class="lsf-choices rows">' + "".join(
+        f'<label class="ant-checkbox-wrapper"><input type="checkbox" name="{r} \u00b7 Ann: words"><span>'
+        f'{r} \u00b7 Ann: words</span></label>' for r in rows) + "</div>"
+    box = (f'<div id="prefill-checked_{i}"><label><input type="checkbox" name="checked"> pre-fill checked</label></div>'
+           if prefilled else "")
+    return (f'<div id="unit_{i}" style="height: 700px"><h6>Row {i}</h6><div class="lsf-choices people">{people}</div>'
+            f'{rows_list}{box}<div class="lsf-text-area"><div class="lsf-textarea__region">kept text'
+            f'<div class="lsf-textarea__actions" style="opacity: 0"><button aria-label="Edit Region">Edit</button>'
+            f'</div></div></div></div>')
+
+
+# Label Studio's hooks, as its page has them: the task (window.Htx.task), each list's model on React's
+# fiber, the Submit button. ``hooks``: which of them the page has.
+def _page(forms: str, hooks: tuple[str, ...] = ("task", "fiber", "submit"), task_id: int = 1) -> str:
+    script = f"""
+      window.HOOKS = {json.dumps(list(hooks))};
+      function fibers() {{
+        if (HOOKS.indexOf("fiber") < 0) return;
+        document.querySelectorAll(".lsf-choices").forEach(function (g, i) {{
+          g.__reactFiber$test = {{memoizedProps: {{item: {{name: "list_" + i, choice: "multiple"}}}}}};
+        }});
+      }}
+      if (HOOKS.indexOf("task") >= 0) window.Htx = {{task: {{id: {task_id}, dataObj: {{units: []}}}}}};
+      fibers();
+    """
+    submit = '<button aria-label="Submit current annotation">Submit</button>' if "submit" in hooks else ""
+    return f"<!doctype html><html><head></head><body>{submit}<div id='forms'>{forms}</div><script>{script}</script></body></html>"
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1000, "height": 800})
+    page.set_default_timeout(20_000)
+    return page
+
+
+def _load(page, html: str) -> None:
+    page.set_content(html)
+    page.add_script_tag(content=KEYS_FILE.read_text())
+    page.evaluate("() => document.body.appendChild(document.createElement('i'))")  # a change: the script looks
+
+
+def _ticked(page) -> dict:
+    return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('[id^=unit_]')].map(f =>
+      [f.id, [...f.querySelectorAll('input')].filter(i => i.checked).map(i => i.name)]))""")
+
+
+def _focus(page) -> dict:
+    return page.evaluate("""() => { const a = document.activeElement, f = a && a.closest('[id^=unit_]');
+      const g = a && a.closest('.lsf-choices');
+      return {form: f ? f.id : null, list: g ? g.className : null, name: a ? a.getAttribute('name') : null}; }""")
+
+
+def test_a_missing_hook_shows_the_banner_and_the_keys_do_nothing(page):
+    _load(page, _page(_form(0, _ROWS), hooks=("task", "submit")))  # no model on React's fiber
+    banner = page.locator(".rescue-off")
+    banner.wait_for(timeout=15_000)
+    assert banner.inner_text().startswith("keyboard helpers are off: this Label Studio page changed")
+    assert "React" in banner.inner_text()
+    page.locator("#unit_0 .people input").first.focus()
+    for key in ("2", "Enter", "-"):
+        page.keyboard.press(key)
+    time.sleep(0.3)
+    assert _ticked(page) == {"unit_0": []}
+    # nothing else of the script: no tab stops changed, no key marks, no focus ring of its own
+    assert page.locator("[data-rescue-key]").count() == 0
+    assert page.evaluate("() => document.querySelectorAll('style').length") == 0
+
+
+def test_with_every_hook_there_is_no_banner(page):
+    _load(page, _page(_form(0, _ROWS)))
+    page.wait_for_selector("label[data-rescue-key]")
+    time.sleep(0.5)
+    assert page.locator(".rescue-off").count() == 0
+
+
+def test_row_numbers_pick_rows_and_every_choice_shows_its_key(page):
+    _load(page, _page(_form(0, _ROWS) + _form(1, [1, 2, 12, 13])))
+    page.wait_for_selector("label[data-rescue-key]")
+    marks = page.evaluate("() => [...document.querySelectorAll('#unit_0 label')].map(l => l.getAttribute('data-rescue-key'))")
+    assert marks[:3] == ["1", "2", "3"]  # the people list: positions
+    assert all(m is None for m in marks[3:3 + len(_ROWS)])  # the rows: their printed row number is the key
+    page.locator("#unit_0 .rows input").first.focus()
+    page.keyboard.press("7")  # row 7, not the 7th choice (row 9)
+    page.wait_for_function("() => document.querySelector('#unit_0 .rows input[name^=\"7 \"]').checked")
+    page.keyboard.press("1")
+    page.keyboard.press("2")  # row 12
+    page.wait_for_function("() => document.querySelector('#unit_0 .rows input[name^=\"12 \"]').checked")
+    time.sleep(1.0)
+    assert sorted(n.split(" ")[0] for n in _ticked(page)["unit_0"]) == ["12", "7"]
+    # a row number that a longer one starts with: taken once no digit follows
+    page.locator("#unit_1 .rows input").first.focus()
+    page.keyboard.press("1")
+    page.wait_for_function("() => document.querySelector('#unit_1 .rows input[name^=\"1 \"]').checked", timeout=3000)
+    page.keyboard.press("1")
+    page.keyboard.press("3")
+    page.wait_for_function("() => document.querySelector('#unit_1 .rows input[name^=\"13 \"]').checked", timeout=3000)
+    time.sleep(1.0)
+    assert sorted(n.split(" ")[0] for n in _ticked(page)["unit_1"]) == ["1", "13"]
+    # a number that is no row of the list changes nothing
+    page.keyboard.press("9")
+    time.sleep(1.0)
+    assert sorted(n.split(" ")[0] for n in _ticked(page)["unit_1"]) == ["1", "13"]
+
+
+def test_key_state_belongs_to_the_window_on_screen(page):
+    forms = "".join(_form(i, prefilled=True) for i in range(5))
+    _load(page, _page(forms))
+    page.wait_for_selector("label[data-rescue-key]")
+    # window 1: the last form is the outlined one (its list in focus)
+    page.locator("#unit_4 .people input").first.focus()
+    page.keyboard.press("2")
+    assert _ticked(page)["unit_4"] == ["Ann", "checked"]
+    next_window = """(a) => { window.Htx.task = {id: a.id, dataObj: {units: []}};
+      document.getElementById('forms').innerHTML = a.html; fibers(); window.scrollTo(0, 0);
+      document.activeElement && document.activeElement.blur(); }"""
+    # the next window: Label Studio draws new forms with the same ids, the page stays
+    page.evaluate(next_window, {"id": 2, "html": forms})
+    page.wait_for_selector("#unit_0 label[data-rescue-key]")
+    time.sleep(0.3)
+    assert _ticked(page) == {f"unit_{i}": [] for i in range(5)}
+    # Enter: to the window's first form; the previous window's last form (off screen) is not touched
+    page.keyboard.press("Enter")
+    time.sleep(0.3)
+    assert _focus(page)["form"] == "unit_0"
+    assert _ticked(page) == {f"unit_{i}": [] for i in range(5)}, "Enter changed a form"
+    # the window after: a number key with no list in focus moves the focus to the first list of the
+    # form in view, and changes nothing
+    page.evaluate(next_window, {"id": 3, "html": forms})
+    page.wait_for_selector("#unit_0 label[data-rescue-key]")
+    time.sleep(0.3)
+    page.keyboard.press("2")
+    time.sleep(0.3)
+    assert _ticked(page) == {f"unit_{i}": [] for i in range(5)}, "a number key changed a form"
+    assert _focus(page)["form"] == "unit_0" and "people" in _focus(page)["list"]
+    page.keyboard.press("Enter")  # keeps form 0 (on screen) as it is, on to form 1
+    time.sleep(0.3)
+    assert _focus(page)["form"] == "unit_1"
+    assert _ticked(page)["unit_0"] == ["checked"] and _ticked(page)["unit_4"] == []
+
+
+def test_a_kept_texts_edit_action_shows_when_focused(page):
+    _load(page, _page(_form(0)))
+    page.wait_for_selector("label[data-rescue-key]")
+    page.locator("#unit_0 button[aria-label='Edit Region']").focus()
+    opacity = page.evaluate("() => getComputedStyle(document.querySelector('#unit_0 .lsf-textarea__actions')).opacity")
+    assert opacity == "1"
