@@ -43,13 +43,15 @@ GUIDANCE_KIND = {  # taxonomy list -> the guidance section shown as hints
     "taxonomy:relation_patterns": "relation_patterns",
     "taxonomy:support_strategies": "support_strategies",
 }
-# The annotators' keys (added to the page by the desk's front, desk_front.comfort.KEYS_JS).
+# The annotators' keys (added to the page by the desk's front, desk_front/static/keys.js).
 KEYS_HELP = ("Keys (through the desk's front): Tab goes from list to list, one stop each; the arrow keys move "
-             "in a list (in a one-answer list they also choose), Space ticks; 1-9, 0 pick the 1st-10th choice "
-             "of the list in focus, else of the outlined form's first list, - its last choice (none); a "
-             "one-answer list picked by number goes on to the form's next open field; Shift+Enter keeps a "
-             "text or a number and goes on; Enter keeps the outlined form as it is (pre-fill checked) and goes "
-             "to the next form; Ctrl+Enter submits; Esc closes the instructions.")
+             "in a list (in a one-answer list they also choose), Space ticks; in the list in focus each choice "
+             "shows its key: 1-9, 0 the 1st-10th choice, - the last (none), and in a list of rows the row "
+             "number (1 then 2 for row 12); a number with no list in focus goes to the first list of the form "
+             "in view; a one-answer list picked by number goes on to the form's next open field; Shift+Enter "
+             "keeps a text or a number and goes on; Enter keeps the outlined form as it is (pre-fill checked) "
+             "and goes to the next form (the first: Who is each voice?, where there is one); p plays the "
+             "row, p again stops it; Ctrl+Enter submits; Esc closes the instructions.")
 # Label Studio (1.23, ``setupHotKeys``/``makeComb`` in its editor bundle) gives every choice, number
 # and label without a ``hotkey`` the first free key of this list, in page order: the keys then act
 # on the first forms of a task, whichever form the annotator is on. No config attribute or project
