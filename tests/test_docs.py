@@ -317,3 +317,9 @@ def test_commands_work_in_a_fresh_shell():
         if any(bare.match(line) for line in parsed.code_lines) and path_line not in text:
             problems.append(str(path.relative_to(REPO_ROOT)))
     assert not problems, f"bare rescue/prefect commands without saying how to put .venv/bin on PATH: {problems}"
+
+
+def test_readme_links_stay_inside_the_repository():
+    links = LINK.findall(parse_markdown((REPO_ROOT / "README.md").read_text(encoding="utf-8")).prose)
+    outside = [t for t in links if re.match(r"[a-z][a-z0-9+.-]*:|/", t)]
+    assert links and not outside, f"README links outside the repository: {outside}"
