@@ -73,13 +73,42 @@ annotator's pages are):
   (keys: every press but free text's characters, the route included; about 5 minutes). With
   ``--screenshots DIR`` each round's page, filled, before its submit: ``DIR/ROUND.png`` (the
   README's pictures: ``--keyboard --screenshots docs/annotator``).
+* ``--keyboard --whole``: a whole interview as one annotator lives it, in ONE browser tab by keys
+  alone through the front: every window of every round (in annotation order) of one family
+  interview of the first ``--rows``. The login form is filled and sent with Enter; the login
+  lands on the person's rounds (the front's landing: the first round focused); each round is
+  entered from there (arrow keys to its card, Enter, Enter on "Label All Tasks"; a later round
+  opens the list by its address first, counted as one key), its instructions closed with Escape,
+  then per window: Enter to the first form, each form filled as the page's keys and the choices'
+  printed keys say (:func:`keyboard_form`) and kept with Enter, Ctrl+Enter to submit. The bench
+  keeps an oracle (the answer meant for each field of each row, :func:`answers`) and at the end
+  reads back what the desk stored (its export). Per round::
+
+      ROUND windows=N keyboard_keys_per_row=K tabs_per_row=T clicks_per_row=C wrong_answers=W unseen_changes=U submitted=yes|no submit_to_next_s_median=S ...
+
+  ``wrong_answers``: stored values that differ from the oracle (a field meant but stored
+  otherwise or not at all, or a row field stored that the oracle leaves empty), over the windows
+  stored; ``unseen_changes``: choices ticked or unticked while their row's form was off screen
+  (outside the viewport or its scrolled box), seen by a page observer (``_UNSEEN_WATCH``) from
+  a window's first key to its submit; ``submitted``: every window of the round stored, none
+  refused (a refused submit ends the round there and its sentence is printed);
+  ``submit_to_next_s_median``: from Ctrl+Enter to the next window's first usable form (new task,
+  first control visible). The last line::
+
+      whole interview: windows=N wrong_answers=W machine_wait_share=P%
+
+  where the share is the machine's wait (every submit to next) over that wait plus 8 s per row
+  decision (each row with a form, every round). ``--port-base P``: the desk on port P and its
+  front on P + 100 (default: free ports). With ``--screenshots DIR``: the login page, the rounds
+  after logging in and each round's first form filled (``DIR/login.png``, ``DIR/rounds.png``,
+  ``DIR/ROUND.png``: the pictures of docs/annotator/README.md, ``--screenshots docs/annotator``).
 * Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, the front's start report
   (the desk's release and the bundle patches applied) and the load average (the machine is
   shared: compare figures taken under similar load).
 
     .venv/bin/python benchmarks/bench_annotator_ui.py [--rows 111 250] [--rounds emotion ...]
-        [--repeat N] [--desks N] [--direct] [--no-media] [--work-only] [--keyboard] [--window N] [--screenshots DIR]
-        [--json FILE]
+        [--repeat N] [--desks N] [--direct] [--no-media] [--work-only] [--keyboard [--whole] [--port-base P]]
+        [--window N] [--screenshots DIR] [--json FILE]
 
 About 6-15 minutes for every round at both sizes on a 2-core machine, by its speed (``--repeat 1``:
 about half), plus a few minutes for the desks' figures.
@@ -624,6 +653,273 @@ def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], paus
             "left": left}
 
 
+# --- a whole interview by keyboard (--keyboard --whole) -----------------------------------------
+
+# The page observer of --whole, on every page of the tab before Label Studio's own scripts: each
+# tick or untick of a choice (Label Studio's antd wrappers change their "-checked" class) made while
+# its row's form is off screen (outside the viewport or a scrolled box around it), counted while the
+# bench watches (a window open and drawn, until its submit).
+_UNSEEN_WATCH = r"""
+(() => {
+  if (window.__rescueUnseen) return;
+  window.__rescueUnseen = []; window.__rescueWatch = false;
+  function offScreen(form) {
+    if (!form.getClientRects().length) return true;
+    const r = form.getBoundingClientRect();
+    let top = 0, bottom = innerHeight;
+    for (let p = form.parentElement; p && p !== document.body; p = p.parentElement) {
+      const s = getComputedStyle(p);
+      if (/(auto|scroll|hidden)/.test(s.overflowY)) { const q = p.getBoundingClientRect(); top = Math.max(top, q.top); bottom = Math.min(bottom, q.bottom); }
+    }
+    return r.bottom <= top || r.top >= bottom;
+  }
+  const CHECKED = /\bant-(checkbox|radio)-wrapper-checked\b/;
+  new MutationObserver(records => {
+    if (!window.__rescueWatch) return;
+    for (const m of records) {
+      const el = m.target;
+      if (!el.classList || !/\bant-(checkbox|radio)-wrapper\b/.test(el.className)) continue;
+      if (CHECKED.test(m.oldValue || "") === CHECKED.test(el.className)) continue;
+      const form = el.closest('[id^="unit_"], [id^="voice_"]');
+      if (form && offScreen(form))
+        window.__rescueUnseen.push({form: form.id, task: window.Htx && Htx.task ? Htx.task.id : null,
+                                    choice: el.textContent.trim().slice(0, 60), now: CHECKED.test(el.className)});
+    }
+  }).observe(document.documentElement, {attributes: true, attributeFilter: ["class"], attributeOldValue: true, subtree: true});
+})();
+"""
+# the window on screen is a new one (another task than `old`) and its first form is usable
+_NEXT_WINDOW = """(old) => {
+  const t = window.Htx && Htx.task; if (!t || t.id === old) return false;
+  const u = document.getElementById('unit_0'); if (!u) return false;
+  const c = u.querySelector('.lsf-choices, textarea, input, [data-testid=htx-textbox-edit-button]');
+  return !!(c && c.getClientRects().length);
+}"""
+
+# why a submit was refused: the keys script's sentence above the field, else Label Studio's own dialog
+_REFUSED = """() => [...document.querySelectorAll('.rescue-why, .ant-modal-confirm-content')]
+  .filter(w => w.getClientRects().length).map(w => w.textContent.trim())"""
+
+
+def _stored_same(have, want) -> bool:
+    """A stored value (Label Studio's result value) equals the oracle's."""
+    if isinstance(want, list) or isinstance(have, list):
+        return sorted(map(str, have or [])) == sorted(map(str, want or []))
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        try:
+            return float(have) == float(want)
+        except (TypeError, ValueError):
+            return False
+    return (have or "") == (want or "")
+
+
+def wrong_answers(rnd, exported: list[dict], truth: dict[int, dict]) -> tuple[int, int, list[str]]:
+    """What the desk stored against the oracle: every field the oracle means for a submitted
+    window that the window's newest annotation holds otherwise (or not at all), and every row
+    field stored that the oracle leaves empty. Returns (wrong, windows with an annotation, a few
+    examples "task field: stored != meant")."""
+    wrong, done, examples = 0, 0, []
+    for task in exported:
+        kept = [a for a in task.get("annotations") or [] if not a.get("was_cancelled")]
+        if not kept:
+            continue
+        done += 1
+        stored = {r["from_name"]: ls_config.result_value(r) for r in max(kept, key=lambda a: a["id"])["result"]
+                  if r.get("from_name")}
+        meant = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, task["data"], truth)}
+        names = set(meant) | {n for n in stored if naming.parse_control_name(n) and not ls_config.is_prefill_control(n)}
+        for name in sorted(names):
+            have, want = stored.get(name), meant.get(name)
+            if want is None and have in (None, "", []):
+                continue
+            if not _stored_same(have, want):
+                wrong += 1
+                if len(examples) < 5:
+                    examples.append(f"task {task['id']} {name}: {have!r} != {want!r}")
+    return wrong, done, examples
+
+
+def _enter_round(k: KeyCounter, page, base: str, pid: int, first: bool) -> None:
+    """From the rounds (the project list the login lands on) into a round's task stream by keys:
+    the arrow keys to its project (the first round is focused already), Enter, and Enter on the
+    data manager's "Label All Tasks". A later round opens the list by its address first (one key:
+    a person's bookmark or Alt+Home), a page load."""
+    if not first:
+        page.goto(f"{base}/projects/")
+        k.keys += 1
+    page.wait_for_function("() => document.activeElement && document.activeElement.matches('a.lsf-projects-page__link')")
+    # the landing focuses the first round once the cards carry their rounds
+    page.wait_for_function("() => !document.querySelector('a.lsf-projects-page__link:not([data-rescue-round])')")
+    for _ in range(page.locator("a.lsf-projects-page__link").count()):
+        if page.evaluate("() => document.activeElement.getAttribute('href')").rstrip("/").endswith(f"/projects/{pid}/data"):
+            break
+        k.press("ArrowDown")
+    k.press("Enter")
+    page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim() === 'Label All Tasks'")
+    k.press("Enter")
+    _form_ready(page)
+    page.wait_for_load_state("networkidle")
+    close = page.locator('button[aria-label="Close modal"]')  # the round's instructions, on its first entry
+    if close.count() or _appears(close, 3):
+        k.press("Escape")
+        close.wait_for(state="detached", timeout=10_000)
+
+
+def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_windows: int, client, *, first: bool,
+                pause_s: float = 0.08, shot: Path | None = None) -> dict:
+    """Every window of one round in the tab, by keys alone: into the round's stream
+    (:func:`_enter_round`), then per window Enter to the first form, each form filled
+    (:func:`keyboard_form`) and kept with Enter, Ctrl+Enter to submit; the time from that
+    Ctrl+Enter to the next window's first usable form is kept. A refused submit (the window stays)
+    ends the round there."""
+    k = KeyCounter(page, pause_s)
+    _enter_round(k, page, base, pid, first)
+    waits, units, left, tasks, refused = [], 0, [], [], None
+    for w in range(n_windows):
+        task_id, data = page.evaluate("() => [Htx.task.id, Htx.task.dataObj]")
+        tasks.append(task_id)
+        want_all = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, data, truth)}
+        page.evaluate("() => { window.__rescueWatch = true; }")
+        k.press("Enter")  # to the first form
+        for i in range(len(data["units"])):
+            want = {n: v for n, v in want_all.items() if (naming.parse_control_name(n) or (0, 0, 0, -1))[3] == i}
+            left += [f"w{w + 1}:{n}" for n in keyboard_form(k, f"unit_{i}", want)]
+            if shot and w == 0 and i == 0:  # the guide's picture: the window's first form, filled
+                shot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(shot))
+            k.press("Enter")  # keeps this form (pre-fill checked) and goes to the next
+        units += len(data["units"])
+        page.evaluate("() => { window.__rescueWatch = false; }")
+        t0 = time.perf_counter()
+        k.press("Control+Enter")
+        if w < n_windows - 1:
+            try:
+                page.wait_for_function(_NEXT_WINDOW, arg=task_id, timeout=60_000)
+            except Exception:  # noqa: BLE001 (Playwright's timeout: the submit was refused or never came)
+                why = page.evaluate(_REFUSED)
+                refused = f"window {w + 1}: " + (why[0] if why else "no next window within 60 s")
+                break
+            waits.append(time.perf_counter() - t0)
+            time.sleep(pause_s)
+    deadline = time.monotonic() + 60  # the last window's annotation saved, or its submit refused
+    while not refused:
+        if client.request("GET", f"/api/tasks/{tasks[-1]}/", "read the task").json().get("total_annotations"):
+            break
+        why = page.evaluate(_REFUSED)
+        if why or time.monotonic() > deadline:
+            refused = f"window {len(tasks)}: " + (why[0] if why else "not saved within 60 s")
+        time.sleep(0.5)
+    unseen = page.evaluate("() => window.__rescueUnseen.splice(0)")
+    return {"keys": k.keys, "tabs": k.tabs, "typed": k.typed, "units": units, "waits": waits, "left": left,
+            "tasks": tasks, "refused": refused, "unseen": unseen}
+
+
+def whole_main(args) -> None:
+    """``--keyboard --whole``: one annotator's desk and its front; every round of one family
+    interview of ``--rows`` pushed, then done window by window in ONE browser tab by keys alone
+    (:func:`whole_round`), the rounds in annotation order; at the end every desk's stored answers
+    are read back and compared with the oracle (:func:`wrong_answers`). Prints one ``ROUND`` line
+    per round and the ``whole interview`` line (module doc)."""
+    from playwright.sync_api import sync_playwright
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    email, password = "bench-whole@rescue.test", secrets.token_urlsafe(12)
+    n_rows = args.rows[0]
+    rounds = [n for n in round_names() if n in args.rounds]
+    print(f"start rows={n_rows} rounds={','.join(rounds)} {_load()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-ui-whole-") as tmp:
+        root = Path(tmp) / "data"
+        base_port = args.port_base or _free_port()
+        settings = dataclasses.replace(Settings.from_env(root), desk_base_port=base_port,
+                                       desk_url="http://127.0.0.1:{port}", desk_public_url="")
+        desks = Desks(root, settings)
+        media = root / "media"
+        media.mkdir(parents=True)
+        front = None
+        try:
+            desks.add(email, "annotator", password, timeout=600)
+            client = desks.client(email)
+            front = FrontProcess(desks.url(email), port=(base_port + 100) if args.port_base else None)
+            sample = family_sample(n_rows)
+            audio = None if args.no_media else make_media(sample, media)
+            pids, windows = {}, {}
+            for name in rounds:
+                report = push.push_round(desks, name, [sample], [email], k=1, data_root=root,
+                                         prelabel=push.input_values if name == "transcript" else None,
+                                         prelabel_source="input" if name == "transcript" else "none",
+                                         media_url=(lambda s, a=audio: push.local_media_url(a)) if audio else None,
+                                         **({"window": args.window} if args.window else {}))
+                pids[name] = report.projects[push.project_key(name, "family", email)]
+                windows[name] = len(client.tasks(pids[name]))
+            results = {}
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                context.set_default_timeout(args.page_timeout * 1000)
+                context.add_init_script(_UNSEEN_WATCH)
+                page = context.new_page()  # the one tab
+                page.goto(f"{front.url}/user/login/")
+                page.fill("input[name=email]", email)
+                page.fill("input[name=password]", password)
+                if args.screenshots:
+                    args.screenshots.mkdir(parents=True, exist_ok=True)
+                    page.screenshot(path=str(args.screenshots / "login.png"))
+                page.keyboard.press("Enter")
+                page.wait_for_url(lambda url: "/user/login" not in url, timeout=120_000)
+                for i, name in enumerate(rounds):
+                    if args.screenshots and i == 0:
+                        page.wait_for_function("() => document.activeElement && document.activeElement"
+                                               ".getAttribute('data-rescue-round')")
+                        page.screenshot(path=str(args.screenshots / "rounds.png"))
+                    rnd = load_round(name)
+                    shot = args.screenshots / f"{name}.png" if args.screenshots else None
+                    try:
+                        got = whole_round(page, front.url, pids[name], rnd, answers(rnd, sample), windows[name],
+                                          client, first=i == 0, shot=shot)
+                    except Exception as exc:  # noqa: BLE001 (say where the round stopped; the next round goes on)
+                        got = {"keys": 0, "tabs": 0, "typed": 0, "units": 0, "waits": [], "left": [], "tasks": [],
+                               "refused": f"stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+                               "unseen": []}
+                        with contextlib.suppress(Exception):
+                            got["unseen"] = page.evaluate("() => window.__rescueUnseen.splice(0)")
+                    results[name] = got
+                    print(f"{name.upper()} windows_done={len(got['tasks'])}/{windows[name]} "
+                          f"refused={got['refused']!r} {_load()}", flush=True)
+                browser.close()
+            total_windows = total_wrong = 0
+            wait_s = decisions = 0.0
+            for name in rounds:
+                rnd, got = load_round(name), results[name]
+                exported = json.loads(client.export_tasks(pids[name]))
+                wrong, done, examples = wrong_answers(rnd, exported, answers(rnd, sample))
+                units = max(1, got["units"])
+                submitted = done == windows[name] and not got["refused"]
+                total_windows += windows[name]
+                total_wrong += wrong
+                wait_s += sum(got["waits"])
+                decisions += got["units"]
+                median = statistics.median(got["waits"]) if got["waits"] else float("nan")
+                print(f"{name.upper()} windows={windows[name]} keyboard_keys_per_row={got['keys'] / units:.2f} "
+                      f"tabs_per_row={got['tabs'] / units:.2f} clicks_per_row=0.00 wrong_answers={wrong} "
+                      f"unseen_changes={len(got['unseen'])} submitted={'yes' if submitted else 'no'} "
+                      f"submit_to_next_s_median={median:.2f} windows_stored={done} rows_done={got['units']} "
+                      f"submit_to_next_s_range={min(got['waits'], default=float('nan')):.2f}-"
+                      f"{max(got['waits'], default=float('nan')):.2f} not_as_wanted={len(got['left'])} "
+                      f"typed_chars_per_row={got['typed'] / units:.1f}"
+                      + (f" refused={got['refused']!r}" if got["refused"] else "")
+                      + (f" wrong_examples={examples!r}" if examples else "")
+                      + (f" unseen_examples={got['unseen'][:3]!r}" if got["unseen"] else ""), flush=True)
+            share = wait_s / (wait_s + 8 * decisions) if decisions else float("nan")
+            print(f"whole interview: windows={total_windows} wrong_answers={total_wrong} "
+                  f"machine_wait_share={100 * share:.1f}% machine_wait_s={wait_s:.1f} row_decisions={decisions:.0f} "
+                  f"{_load()}", flush=True)
+        finally:
+            if front:
+                front.stop()
+            desks.down()
+            desks.close()
+
+
 def make_media(sample: dict, folder: Path) -> str:
     """A WAV as long as the sample (noise), under the media root: what the players and the
     dialogue's line buttons load. Returns its path relative to the media root."""
@@ -639,8 +935,8 @@ class FrontProcess:
     ``rescue annotate front`` runs it (in this process it would share the interpreter with
     Playwright's client and slow both). The ``RESCUE_NO_*`` switches of the environment reach it."""
 
-    def __init__(self, upstream: str):
-        self.port = _free_port()
+    def __init__(self, upstream: str, port: int | None = None):
+        self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         code = ("import json, sys, threading; from desk_front import FrontServer; "
                 f"f = FrontServer({upstream!r}, port={self.port}).start(); r = f.report; "
@@ -818,6 +1114,11 @@ def main() -> None:
     ap.add_argument("--keyboard", action="store_true",
                     help="instead of the page figures: one whole window of every round by keyboard alone through the "
                          "front (keyboard_keys_per_row, clicks_per_row, tabs_per_row, submitted), at the first --rows")
+    ap.add_argument("--whole", action="store_true",
+                    help="with --keyboard: every window of every round of one interview of the first --rows in ONE "
+                         "tab by keys alone, the stored answers read back against the oracle (module doc)")
+    ap.add_argument("--port-base", type=int,
+                    help="the desk's port (its front: this + 100); default: free ports")
     ap.add_argument("--screenshots", type=Path,
                     help="save a screenshot of each page here (e.g. test-output/bench); with --keyboard one page per "
                          "round, filled by keys, before its submit: ROUND.png (the README's are docs/annotator/)")
@@ -835,6 +1136,9 @@ def main() -> None:
         return
     if not shutil.which(CHROMIUM):
         sys.exit("Debian chromium is not installed (scripts/setup.sh installs it)")
+    if args.keyboard and args.whole:
+        whole_main(args)
+        return
     if args.keyboard:
         keyboard_main(args)
         return
