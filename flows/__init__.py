@@ -3,11 +3,15 @@
 All logic lives in ``pipeline/``; a flow only decides what runs where and how often. The
 shared machinery is here so every flow resumes, retries and reports the same way:
 
-- ``RESUME``: the cache policy of every stage task. INPUTS + TASK_SOURCE (+ a pipeline
-  version) survives across flow runs, so a rerun after a crash recomputes only what did not
-  finish; editing a stage's task code or bumping the pipeline version invalidates it. Stage
-  inputs are content-addressed records (paths + sha256), so the key follows file CONTENT.
-  ``file_key`` hashes a file's bytes for the first stage, whose input is a raw path.
+- ``stage_resume(builder)``: the cache policy of the media stage tasks (ingest, transcript,
+  diarize, segment). Its key is the stage result's key (``pipeline.media.keys``, the one the CLI
+  uses: inputs' content, the digest of the code that computes it read from source, the models'
+  digests, the settings that change it) plus the data root it is written to. It survives across
+  flow runs, so a rerun after a crash recomputes only what did not finish, and a rerun after a
+  change of code or models recomputes exactly the results it touches.
+- ``RESUME``: the cache policy of the other tasks: INPUTS + TASK_SOURCE + the digest of the
+  package's source (``CODE_VERSION``, read at run time, never bumped by hand). ``file_key``
+  hashes a file's bytes for a task whose input is a raw path.
 - ``NETWORK_RETRIES``: exponential backoff for Label Studio / network calls, and ONLY for the
   transient family (:func:`transient`: ``isinstance(exc, pipeline.errors.TransientError)``,
   raised where the fault is seen: network, timeouts, HTTP 5xx, a locked resource); a
@@ -44,6 +48,7 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 from prefect.futures import PrefectFuture, wait
 from prefect.tasks import exponential_backoff
 
+from pipeline import lineage
 from pipeline.errors import ServerFault, TransientError, Unreachable
 from pipeline.store import private_by_default, sha256_file
 
@@ -51,11 +56,31 @@ from pipeline.store import private_by_default, sha256_file
 # owner-only files, whatever umask the worker was started with.
 private_by_default()
 
-CODE_VERSION = f"rescue-pipeline-{pipeline.__version__}"
 GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")
 PUSH_LIMIT = os.environ.get("RESCUE_PUSH_LIMIT", "rescue-push")
 
-RESUME = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=lambda ctx, params: CODE_VERSION)
+
+
+def __getattr__(name: str):
+    # CODE_VERSION: the digest of the package's source, made on first use (once per process)
+    if name == "CODE_VERSION":
+        return f"rescue-pipeline-{lineage.package_digest()}"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+RESUME = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=lambda ctx, params: __getattr__("CODE_VERSION"))
+
+
+def stage_resume(builder: Callable[[dict], "lineage.StageKey"]):
+    """The cache policy of a media stage task: ``builder(params)`` makes the stage result's key
+    from the task's parameters (with the function the CLI calls); the data root
+    (parameter ``root``) is part of it, since the result is written there."""
+    from prefect.utilities.hashing import hash_objects
+
+    def key(ctx, params: dict) -> str:
+        return hash_objects(ctx.task.name, builder(params).key, str(params["root"]), raise_on_failure=True)
+
+    return CacheKeyFnPolicy(cache_key_fn=key)
 
 
 def transient(task, task_run, state) -> bool:
@@ -120,7 +145,7 @@ def file_key(param: str):
         path = Path(params[param])
         content = sha256_file(path) if path.is_file() else f"missing:{path}"
         rest = {k: v for k, v in params.items() if k != param}
-        return hash_objects(ctx.task.name, content, rest, CODE_VERSION, raise_on_failure=True)
+        return hash_objects(ctx.task.name, content, rest, __getattr__("CODE_VERSION"), raise_on_failure=True)
 
     return key
 

@@ -16,8 +16,11 @@ chain runs in this flow's thread pool, at most ``max_workers`` interviews at a t
 
 A bad interview is quarantined with its reason and the rest go on - a child run that fails or
 crashes (its worker killed) too; a manifest entry whose sample id breaks the grammar is
-quarantined before anything runs. Every stage is cached on its inputs' CONTENT in the shared
-result storage, so a rerun after a crash redoes only what did not finish.
+quarantined before anything runs. Every stage is cached in the shared result storage under its
+result's key (:mod:`pipeline.media.keys`: inputs' content, the code that computes it, its models,
+its settings), so a rerun after a crash redoes only what did not finish, and a rerun after a
+change of code or models redoes exactly the results it touched: the summary lists each result
+made again and why (``pipeline/media/turns.py changed``, ``model diarization-offline changed``).
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, summary_on_failure
-from flows.ingest_interview import submit_interview
+from flows.ingest_interview import KEY_STAGE, submit_interview
+from pipeline import lineage
 from pipeline.config import Settings
 from pipeline.media import voices
 from pipeline.media.manifest import ManifestEntry, ManifestError, find_manifest, read_manifest
@@ -59,6 +63,20 @@ def push_drafts(drafted: list[Segmented], root: DataRoot, annotators: list[str] 
     rep = opened.report
     return {"round": opened.round, "created": rep.created, "projects": sorted(rep.projects),
             "annotators": list(rep.annotators)}
+
+
+def recomputed(root: DataRoot, outcomes: list[Outcome]) -> list[dict]:
+    """Each stage result this run made (its task ran, not served from the cache) and why, from
+    the record the task kept beside it."""
+    rows = []
+    for o in outcomes:
+        for task_name in o.executed:
+            stage = KEY_STAGE.get(task_name)
+            if stage is None:
+                continue
+            rec = lineage.read_record(root, stage, o.item) or {}
+            rows.append({"item": o.item, "stage": stage, "why": "; ".join(rec.get("recomputed_because") or ["?"])})
+    return rows
 
 
 def _child_deployment(fan_out: bool | None, device: str, logger) -> str | None:
@@ -300,12 +318,17 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     pushed = push_drafts(drafted, root, annotators) if push and drafted else None
     extra = (f"Round `{pushed['round']}` in Label Studio: {pushed['created']} new tasks in "
              f"{len(pushed['projects'])} projects" if pushed else "Nothing pushed.")
+    remade = recomputed(root, outcomes)
+    extra += ("\n\n## Made again\n\n| item | stage | why |\n|---|---|---|\n" +
+              "\n".join(f"| {r['item']} | {r['stage']} | {r['why'].replace('|', '/')} |" for r in remade)
+              if remade else "\n\nEvery result was up to date: nothing was made again.")
     if child:
         extra += (f"\n\n## Child flow runs ({child})\n\n| item | status | worker | run |\n|---|---|---|---|\n" +
                   "\n".join(f"| {o.item} | {o.status} | {o.worker} | [{o.flow_run.rsplit('/', 1)[-1]}]({o.flow_run}) |"
                             for o in outcomes if o.flow_run))
-    counts = report("ingest-batch", f"Batch {batch.name}", outcomes, extra_markdown=extra)
-    result = {"counts": counts, "pushed": pushed, "fan_out": child,
+    counts = report("ingest-batch", f"Batch {batch.name}", outcomes, extra_markdown=extra,
+                    tables={"recomputed": remade})
+    result = {"counts": counts, "pushed": pushed, "fan_out": child, "recomputed": remade,
               "quarantined": {o.item: o.reason for o in outcomes if o.status == "quarantined"},
               "items": {o.item: {"status": o.status, "source": o.source, "executed": o.executed,
                                  "cached": o.cached, "flow_run": o.flow_run, "worker": o.worker}

@@ -15,8 +15,12 @@ ingest (:func:`pipeline.media.ingest.ingest_entry`: probe, sha256, 16 kHz wav, c
 WhisperX, chosen by ``transcribe.resolve_backend`` -> ``Transcribed``) and diarize
 (:func:`pipeline.media.diarize.diarize_stage` -> ``Diarized``), side by side -> segment
 (:func:`pipeline.media.turns.segment_stage`: draft rows -> ``Segmented``). Every stage is
-cached on its inputs' CONTENT (file sha256s + task source + pipeline version) in the shared
-result storage, so a rerun on any worker redoes only what did not finish.
+cached in the shared result storage under its result's key (:mod:`pipeline.media.keys`, the one
+the CLI uses: its inputs' content, the digest of the code that computes it, the models it loads,
+the settings that change it), so a rerun on any worker redoes only what did not finish, or what a
+change of code or models touched. A stage that runs records its key, the key's parts and why it
+ran beside its result (``DataRoot.result_key``); ``rescue status --stale`` and the batch's
+summary read them.
 
 The flow's result (persisted: the parent reads it from the shared result storage) says what
 ran, what came from the cache and where it ran (:func:`where_running`); a bad interview ends
@@ -28,6 +32,7 @@ traceback.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import socket
@@ -37,10 +42,12 @@ from prefect import flow, get_run_logger, task
 from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import RESUME, file_resume, gpu_slot, settle, sha256_file
-from pipeline.catalog import Ingested
+from flows import gpu_slot, settle, stage_resume
+from pipeline import lineage
+from pipeline.catalog import Catalog, Ingested
 from pipeline.config import Settings
 from pipeline.media import diarize as dz
+from pipeline.media import keys
 from pipeline.media import transcribe as tr
 from pipeline.media import turns
 from pipeline.media.diarize import Diarized
@@ -56,6 +63,8 @@ from pipeline.media.turns import Segmented
 from pipeline.paths import DataRoot
 
 STAGES = ("ingest", "transcript", "diarize", "segment")
+# the task's name -> the stage's name in pipeline.media.keys (and in `rescue status --stale`)
+KEY_STAGE = {"ingest": "ingest", "transcript": "transcribe", "diarize": "diarize", "segment": "segment"}
 
 
 class InterviewQuarantined(RuntimeError):
@@ -89,44 +98,102 @@ def where_running() -> str:
     return f"{name}@{host} pid {os.getppid()}" if name else f"this process ({host} pid {os.getpid()})"
 
 
-@task(name="ingest", task_run_name="ingest[{entry.sample_id}]", cache_policy=file_resume("video"))
+def _subtitles(entry: ManifestEntry, batch_dir: str, video: str) -> str | None:
+    """The entry's subtitle file, read for the key only when the entry's files are read at all."""
+    return str(Path(batch_dir) / entry.subtitles) if entry.subtitles and video else None
+
+
+def ingest_key(params: dict) -> lineage.StageKey:
+    entry = params["entry"]
+    return keys.ingest_key(entry.sample_id, dataclasses.asdict(entry), params["video"] or None,
+                           _subtitles(entry, params["batch_dir"], params["video"]),
+                           allow_outside_batch=params.get("allow_outside_batch", False),
+                           cache=lineage.cache_for(params["root"]))
+
+
+def transcript_key(params: dict) -> lineage.StageKey:
+    return keys.transcribe_key(params["ingested"], params["backend"], params["asr_model"], params["align_model"],
+                               params["device"], settings=Settings.from_env(params["root"].root),
+                               cache=lineage.cache_for(params["root"]))
+
+
+def diarize_key(params: dict) -> lineage.StageKey:
+    return keys.diarize_key(params["ingested"], params["root"], params["diarization"], params["device"],
+                            cache=lineage.cache_for(params["root"]))
+
+
+def segment_key(params: dict) -> lineage.StageKey:
+    return keys.segment_key(params["ingested"], params["root"], cache=lineage.cache_for(params["root"]))
+
+
+def _made(root: DataRoot, key: lineage.StageKey, why: list[str], output_sha256: str | None = None) -> None:
+    """Record what made the result just written, and why it was made (the task ran: its key was
+    not in the flow's cache)."""
+    lineage.record(root, key, why or ["not in the flow's cache"], output_sha256)
+
+
+@task(name="ingest", task_run_name="ingest[{entry.sample_id}]", cache_policy=stage_resume(ingest_key))
 @quarantine_expected
 def ingest(video: str, entry: ManifestEntry, batch_dir: str, root: DataRoot,
            subtitles_sha256: str | None = None, allow_outside_batch: bool = False) -> Ingested:
-    """``video``: the entry's video file (the cache key follows its bytes; "" for a file outside the
-    batch folder, which is refused unread); ``subtitles_sha256``: only part of the cache key (a
-    changed subtitle file is ingested again)."""
-    result = ingest_entry(entry, root, batch_dir, allow_outside_batch=allow_outside_batch)
+    """``video``: the entry's video file (the key follows its bytes; "" for a file outside the
+    batch folder, which is refused unread). ``subtitles_sha256``: no longer used (the key reads
+    the subtitle file); kept so that older callers still work. A result made by other code or
+    from another manifest line than the catalog's is ingested again, not taken from the catalog."""
+    key = ingest_key({"video": video, "entry": entry, "batch_dir": batch_dir, "root": root,
+                      "allow_outside_batch": allow_outside_batch})
+    before = Catalog.read(root)
+    row = before.rows.get(entry.sample_id)
+    previous = lineage.read_record(root, "ingest", entry.sample_id)
+    wav = root.resolve(row["audio_path"]) if row and row.get("audio_path") else None
+    why = lineage.reasons(root, key, wav)
+    if previous is not None and previous.get("key") != key.key:  # made otherwise: not "cached" by ingest's own check
+        before = Catalog(before.root, {sid: r for sid, r in before.rows.items() if sid != entry.sample_id})
+    result = ingest_entry(entry, root, batch_dir, allow_outside_batch=allow_outside_batch, catalog=before)
     if result.ingested is None:
         raise MediaError(result.reason)
+    _made(root, key, why)
     return result.ingested
 
 
-@task(name="transcript", task_run_name="transcript[{ingested.sample_id}]", cache_policy=RESUME)
+@task(name="transcript", task_run_name="transcript[{ingested.sample_id}]", cache_policy=stage_resume(transcript_key))
 @quarantine_expected
 def transcript(ingested: Ingested, root: DataRoot, backend: str, asr_model: str | None, align_model: str | None,
                device: str) -> Transcribed:
+    key = transcript_key(dict(ingested=ingested, root=root, backend=backend, asr_model=asr_model,
+                              align_model=align_model, device=device))
+    why = lineage.reasons(root, key, root.transcript(ingested.sample_id))
     chosen = tr.resolve_backend(backend, ingested.subtitle_path)
     with gpu_slot(device) if chosen == "whisperx" else contextlib.nullcontext():  # subtitles: no model, no slot
-        return tr.transcribe_stage(ingested, root, chosen, asr_model, align_model, device)
+        done = tr.transcribe_stage(ingested, root, chosen, asr_model, align_model, device)
+    _made(root, key, why, done.sha256)
+    return done
 
 
-@task(name="diarize", task_run_name="diarize[{ingested.sample_id}]", cache_policy=RESUME)
+@task(name="diarize", task_run_name="diarize[{ingested.sample_id}]", cache_policy=stage_resume(diarize_key))
 @quarantine_expected
 def diarize(ingested: Ingested, root: DataRoot, diarization: str | None, device: str, voices: str = "") -> Diarized:
-    """``voices``: the enrolled voices' fingerprint; only part of the cache key (the names come
-    from the voices under the data root)."""
+    """``voices``: the enrolled voices' fingerprint (the key reads the voices under the data root
+    itself; kept so that older callers still work)."""
+    key = diarize_key(dict(ingested=ingested, root=root, diarization=diarization, device=device))
+    why = lineage.reasons(root, key, root.rttm(ingested.sample_id))
     model = dz.load_pipeline(diarization, device, Settings.from_env(root.root))  # once per process
     with gpu_slot(device):
-        return dz.diarize_stage(ingested, root, pipeline=model, device=device)
+        done = dz.diarize_stage(ingested, root, pipeline=model, device=device)
+    _made(root, key, why, done.sha256)
+    return done
 
 
-@task(name="segment", task_run_name="segment[{ingested.sample_id}]", cache_policy=RESUME)
+@task(name="segment", task_run_name="segment[{ingested.sample_id}]", cache_policy=stage_resume(segment_key))
 @quarantine_expected
 def segment(ingested: Ingested, transcribed: Transcribed, diarized: Diarized, root: DataRoot) -> Segmented:
-    """``transcribed`` and ``diarized``: what segment waits for, and part of its cache key (the
-    stage reads the transcript and RTTM they wrote)."""
-    return turns.segment_stage(ingested, root)
+    """``transcribed`` and ``diarized``: what segment waits for; its key reads the transcript and
+    RTTM files they wrote."""
+    key = segment_key(dict(ingested=ingested, root=root))
+    why = lineage.reasons(root, key, root.drafts(ingested.sample_id))
+    done = turns.segment_stage(ingested, root)
+    _made(root, key, why, done.drafts_sha256)
+    return done
 
 
 def entry_of(raw: dict) -> ManifestEntry:
@@ -138,13 +205,10 @@ def submit_interview(runner, entry: ManifestEntry, batch: Path, root: DataRoot, 
                      asr_model: str | None, align_model: str | None, diarization: str | None, device: str,
                      voices: str, allow_outside_batch: bool) -> list[tuple[str, object]]:
     """Submit one interview's chain to ``runner``; its ``(stage, future)`` pairs for :func:`flows.settle`."""
-    subs = batch / entry.subtitles if entry.subtitles else None
     inside = allow_outside_batch or not any(
         outside_batch(batch, name) for name in (entry.video, entry.subtitles) if name)
     f_in = runner.submit(ingest, {"video": str(batch / entry.video) if inside else "", "entry": entry,
-                                  "batch_dir": str(batch), "root": root,
-                                  "subtitles_sha256": sha256_file(subs) if inside and subs and subs.is_file()
-                                  else None, "allow_outside_batch": allow_outside_batch})
+                                  "batch_dir": str(batch), "root": root, "allow_outside_batch": allow_outside_batch})
     f_tr = runner.submit(transcript, {"ingested": f_in, "root": root, "backend": backend,
                                       "asr_model": asr_model, "align_model": align_model, "device": device})
     f_dz = runner.submit(diarize, {"ingested": f_in, "root": root, "diarization": diarization,

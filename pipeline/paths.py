@@ -16,6 +16,8 @@ Layout::
     diarization/<sample_id>.rttm             who spoke when
     drafts/<sample_id>.parquet               draft rows from the segmenter
     draft-voices/<sample_id>.parquet         the voices of a segmented interview (name each voice once)
+    keys/<stage>/<sample_id>.json            what made a media stage's result: its key and the key's parts
+    keys/digests.json                        file digests by path, size and mtime (models, videos)
     work/{samples,rows}.parquet              interviews in annotation (drafts, then each round's gold)
     corpus/{samples,rows}.parquet            the corpus: imported samples and finished gold samples
     annotation/exports/<round>/<scenario>/<annotator>/<sha>.json   raw Label Studio exports
@@ -202,6 +204,15 @@ class DataRoot:
 
     def draft_voices(self, sample_id: str) -> Path:
         return self._inside("draft-voices", f"{check_sample_id(sample_id)}.parquet")
+
+    def result_key(self, stage: str, sample_id: str) -> Path:
+        """What made a media stage's result (``pipeline.lineage``): its key, the key's parts and why
+        it was last recomputed."""
+        return self._inside("keys", check_name(stage, "stage"), f"{check_sample_id(sample_id)}.json")
+
+    def digest_cache(self) -> Path:
+        """File digests by path, size and modification time (``pipeline.lineage.DigestCache``)."""
+        return self._inside("keys", "digests.json")
 
     # --- interviews in annotation, and the corpus ---------------------------------------
     def work_dir(self) -> Path:

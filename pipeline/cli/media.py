@@ -7,6 +7,12 @@ its data root and builds the :class:`pipeline.paths.DataRoot` once, reads the ca
 hands each stage the sample's :class:`pipeline.catalog.Ingested` record. Sample ids given on
 the command line are checked against the sample-id grammar first: a bad one is an error
 (exit 2) before anything runs.
+
+A result that is up to date is skipped, and the command says so; ``--redo`` makes it again. Up
+to date: its key (``pipeline.media.keys``, the one the flows' cache uses: inputs' content, the
+code that computes it, its models, its settings) equals the one recorded beside it. A result
+made again says why, and its new key is recorded. ``rescue status --stale`` lists what is not
+up to date.
 """
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ import typer
 from pipeline.cli.app import app
 from pipeline.config import DataRootError, Settings
 from pipeline.paths import DataRoot, InvalidId, check_sample_id
+
+REDO = typer.Option(False, "--redo", help="make the results again even when they are up to date")
 
 # --- media, transcription, diarization, turns (pipeline.media.ingest, .transcribe, .diarize, .turns)
 # The stage modules are imported inside the commands: they pull in ffmpeg bindings, numpy, scipy
@@ -68,34 +76,83 @@ def ingest(
     allow_outside_batch: bool = typer.Option(False, "--allow-outside-batch",
                                              help="use video/subtitle files the manifest names outside the batch "
                                                   "folder (absolute paths, '..', symlinks out); refused otherwise"),
+    redo: bool = REDO,
 ) -> None:
-    """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog.
+    """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog. An entry whose
+    result is up to date (same files, same entry, same code) is skipped (--redo makes it again).
     Limits: RESCUE_FFPROBE_TIMEOUT_S (60) and RESCUE_FFMPEG_TIMEOUT_S (3600) seconds per file."""
     from rich.console import Console
     from rich.table import Table
-    from pipeline.media.ingest import ingest_batch
     from pipeline.media.manifest import ManifestError
 
     console = Console()
     _, root = _media_root(data_root)
+    if jobs is not None and jobs < 1:
+        _refuse(f"--jobs must be at least 1, got {jobs}")
     try:
-        report = ingest_batch(batch_dir, root, progress=True, min_duration_s=min_duration, jobs=jobs,
-                              allow_outside_batch=allow_outside_batch)
+        results, warnings = _ingest_keyed(batch_dir, root, min_duration, jobs, allow_outside_batch, redo)
     except ManifestError as exc:
         console.print(f"[red]manifest error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     except (DataRootError, ValueError) as exc:
         _refuse(str(exc))
-    for warning in report.warnings:
+    for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     table = Table(title=f"ingest {batch_dir.name} -> {root}")
     for col in ("sample_id", "outcome", "duration_s", "reason"):
         table.add_column(col)
-    for res in report.results:
+    for res, why in results:
         shown = res.sample_id if res.sample_id.isprintable() else res.sample_id.encode("unicode_escape").decode()
-        table.add_row(shown, res.outcome, f"{res.duration_s or 0:.1f}", res.reason or "")
+        reason = res.reason or ("up to date" if res.outcome == "cached" and not why else "; ".join(why or []))
+        table.add_row(shown, res.outcome, f"{res.duration_s or 0:.1f}", reason)
     console.print(table)
-    console.print(f"done {len(report.done)}, cached {len(report.cached)}, quarantined {len(report.quarantined)}")
+    count = {o: sum(r.outcome == o for r, _ in results) for o in ("done", "cached", "quarantined")}
+    console.print(f"done {count['done']}, cached {count['cached']}, quarantined {count['quarantined']}")
+
+
+def _ingest_keyed(batch_dir: Path, root: DataRoot, min_duration: float, jobs: Optional[int],
+                  allow_outside_batch: bool, redo: bool) -> tuple[list, list[str]]:
+    """``ingest.ingest_entry`` for every manifest entry whose result is not up to date, ``jobs`` at a
+    time; ``[(IngestResult, why it was made or None), ...]`` in manifest order, and the manifest's
+    warnings. An entry made by other code (or with ``redo``) is ingested again, not taken from
+    the catalog."""
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+    from pipeline import lineage
+    from pipeline.catalog import Catalog, ingested
+    from pipeline.media.ingest import IngestResult, default_jobs, ingest_entry
+    from pipeline.media.keys import ingest_key
+    from pipeline.media.manifest import find_manifest, outside_batch, read_manifest
+
+    batch = Path(batch_dir).absolute()
+    warnings: list[str] = []
+    entries = read_manifest(find_manifest(batch), warnings)
+    before = Catalog.read(root)
+    cache = lineage.cache_for(root)
+
+    def one(entry):
+        if entry.refused:
+            return ingest_entry(entry, root, batch, min_duration, allow_outside_batch, before), None
+        inside = allow_outside_batch or not any(outside_batch(batch, n) for n in (entry.video, entry.subtitles) if n)
+        key = ingest_key(entry.sample_id, dataclasses.asdict(entry), batch / entry.video if inside else None,
+                         batch / entry.subtitles if inside and entry.subtitles else None, min_duration,
+                         allow_outside_batch, cache)
+        row = before.rows.get(entry.sample_id)
+        usable = row is not None and row.get("status") == "done" and row.get("audio_path")
+        why = lineage.reasons(root, key, root.resolve(row["audio_path"]) if usable else None, redo)
+        if not why:
+            return IngestResult(entry.sample_id, "cached", None, row["duration_s"], ingested(row)), None
+        recorded = lineage.read_record(root, "ingest", entry.sample_id)
+        catalog = before
+        if redo or (recorded is not None and recorded.get("key") != key.key):
+            catalog = Catalog(root, {sid: r for sid, r in before.rows.items() if sid != entry.sample_id})
+        result = ingest_entry(entry, root, batch, min_duration, allow_outside_batch, catalog)
+        if result.ingested is not None:
+            lineage.record(root, key, why)
+        return result, why
+
+    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+        return list(pool.map(one, entries)), warnings
 
 
 @app.command("transcribe")
@@ -109,24 +166,32 @@ def transcribe_cmd(
     device: str = typer.Option("cpu"),
     compute_type: str = typer.Option("int8"),
     batch_size: int = typer.Option(8, min=1, max=1024),
+    redo: bool = REDO,
 ) -> None:
     """Transcripts (subtitle import or WhisperX) -> DATA_ROOT/transcripts/<sample_id>.json."""
     from rich.console import Console
     from rich.progress import track
+    from pipeline import lineage
     from pipeline.catalog import Catalog
+    from pipeline.media.keys import transcribe_key
     from pipeline.media.transcribe import SubtitleError, transcribe_stage
 
     console = Console()
-    _, root = _media_root(data_root)
+    settings, root = _media_root(data_root)
     ids = _checked_ids(sample_ids or [])  # bad ids end the command before the catalog is read
     catalog = Catalog.read(root)
     failed = 0
     for sid in track(_sample_ids(catalog, ids, all_), description="transcribe", console=console):
         try:
-            tr = transcribe_stage(catalog.ingested(sid), root, backend, asr_model, align_model, device,
-                                  compute_type, batch_size)
-            console.print(f"{sid}: {tr.units} {tr.kind}s" + "".join(f"\n  [yellow]{w}[/yellow]" for w in tr.warnings),
-                          highlight=False)
+            ingested = catalog.ingested(sid)
+            key = transcribe_key(ingested, backend, asr_model, align_model, device, compute_type, batch_size,
+                                 settings, lineage.cache_for(root))
+            why = _up_to_date(console, key, root, root.transcript(sid), redo)
+            if why is None:
+                continue
+            tr = transcribe_stage(ingested, root, backend, asr_model, align_model, device, compute_type, batch_size)
+            _made(console, key, root, why, tr.sha256, f"{tr.units} {tr.kind}s" +
+                  "".join(f"\n  [yellow]{w}[/yellow]" for w in tr.warnings))
         except (SubtitleError, ValueError, KeyError, FileNotFoundError) as exc:
             failed += 1
             console.print(f"[red]{sid}: {exc}[/red]", highlight=False, soft_wrap=True)
@@ -148,6 +213,7 @@ def diarize_cmd(
     data_root: Optional[Path] = typer.Option(None),
     refine: bool = typer.Option(True, "--refine/--no-refine",
                                 help="cut silences out of pyannote's turns and re-cluster them by voice print"),
+    redo: bool = REDO,
 ) -> None:
     """Who spoke when -> standard RTTM. A sample's speaker count defaults to therapist +
     participants; enrolled voices (`rescue voices`) name their speakers."""
@@ -155,7 +221,9 @@ def diarize_cmd(
     from rich.progress import track
     from pipeline.media.audio import MediaError
     from pipeline.catalog import Catalog, QuarantinedAtIngest
+    from pipeline import lineage
     from pipeline.media.diarize import DiarizationError, NoSpeech, diarize_file, diarize_stage, load_pipeline
+    from pipeline.media.keys import diarize_key
 
     console = Console()
     if min_speakers and max_speakers and min_speakers > max_speakers:
@@ -170,19 +238,32 @@ def diarize_cmd(
         raise typer.BadParameter("give WAV files, sample ids or --all")
     if out is not None and len(items) > 1:
         raise typer.BadParameter("--out names one RTTM: give one target")
-    with console.status("loading the diarization pipeline"):
-        model = load_pipeline(pipeline_source, device, settings)
-    failed = 0
+    model, failed, kept = None, 0, 0
     for item in track(items, description="diarize", console=console):
         try:
+            key = why = None
+            if not Path(item).is_file() and out is None:  # a sample's own RTTM: keyed, skipped when up to date
+                ingested = catalog.ingested(item)
+                key = diarize_key(ingested, root, pipeline_source, device, num_speakers, min_speakers, max_speakers,
+                                  refine, settings, lineage.cache_for(root))
+                why = _up_to_date(console, key, root, root.rttm(item), redo)
+                if why is None:
+                    kept += 1
+                    continue
+            if model is None:
+                with console.status("loading the diarization pipeline"):
+                    model = load_pipeline(pipeline_source, device, settings)
             if Path(item).is_file():
                 done = diarize_file(item, root, out, num_speakers, min_speakers, max_speakers,
                                     pipeline=model, device=device, refine=refine)
             else:  # a sample id: its WAV from the catalog
                 done = diarize_stage(catalog.ingested(item), root, num_speakers, pipeline=model, device=device,
                                      min_speakers=min_speakers, max_speakers=max_speakers, refine=refine, out=out)
-            console.print(f"{item}: {done.turns} turns, {len(done.speakers)} speakers -> {done.rttm}",
-                          highlight=False, soft_wrap=True)
+            said = f"{done.turns} turns, {len(done.speakers)} speakers -> {done.rttm}"
+            if key is not None:
+                _made(console, key, root, why, done.sha256, said)
+            else:
+                console.print(f"{item}: {said}", highlight=False, soft_wrap=True)
         except NoSpeech as exc:
             failed += 1
             console.print(f"[red]{item}: quarantined: {exc}[/red]", highlight=False, soft_wrap=True)
@@ -190,7 +271,7 @@ def diarize_cmd(
             failed += 1
             reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # KeyError quotes itself
             console.print(f"[red]{item}: {reason}[/red]", highlight=False, soft_wrap=True)
-    console.print(f"diarized {len(items) - failed}, failed {failed}")
+    console.print(f"diarized {len(items) - failed - kept}, failed {failed}" + (f", up to date {kept}" if kept else ""))
     if failed:
         raise typer.Exit(1)
 
@@ -207,11 +288,14 @@ def segment_cmd(
         help="yes: the participants are listed in the order they first speak, and voices are named in that "
              "order (the manifest's speaking_order column); no: neutral voice labels (Speaker 1, ...), which "
              "annotators name once per voice in the transcript round. Default: the manifest's column"),
+    redo: bool = REDO,
 ) -> None:
     """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet) and the interview's
     voices (DATA_ROOT/draft-voices/<sample_id>.parquet)."""
     from rich.console import Console
+    from pipeline import lineage
     from pipeline.catalog import Catalog, QuarantinedAtIngest
+    from pipeline.media.keys import segment_key
     from pipeline.media.turns import SegmenterConfig, segment_stage
 
     console = Console()
@@ -223,8 +307,13 @@ def segment_cmd(
     catalog = Catalog.read(root)
     for sid in _sample_ids(catalog, ids, all_):
         try:
-            done = segment_stage(catalog.ingested(sid), root, cfg, speaking_order=hint)
-            console.print(f"{sid}: {done.rows} draft rows", highlight=False)
+            ingested = catalog.ingested(sid)
+            key = segment_key(ingested, root, cfg, hint, lineage.cache_for(root))
+            why = _up_to_date(console, key, root, root.drafts(sid), redo)
+            if why is None:
+                continue
+            done = segment_stage(ingested, root, cfg, speaking_order=hint)
+            _made(console, key, root, why, done.drafts_sha256, f"{done.rows} draft rows")
         except QuarantinedAtIngest as exc:
             failed += 1
             console.print(f"[red]{exc}[/red]", highlight=False, soft_wrap=True)
@@ -233,6 +322,73 @@ def segment_cmd(
             console.print(f"[red]{sid}: {exc} (run `rescue transcribe` / `rescue diarize` first)[/red]", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _up_to_date(console, key, root: DataRoot, output: Path, redo: bool) -> list[str] | None:
+    """None when the result ``key`` names is up to date (said, and skipped); else why it is made."""
+    from pipeline import lineage
+
+    why = lineage.reasons(root, key, output, redo)
+    if not why:
+        console.print(f"{key.sample_id}: {key.stage} up to date, skipped (--redo makes it again)", highlight=False)
+        return None
+    return why
+
+
+def _made(console, key, root: DataRoot, why: list[str], output_sha256: str | None, said: str) -> None:
+    from pipeline import lineage
+
+    lineage.record(root, key, why, output_sha256)
+    console.print(f"{key.sample_id}: {said} [dim](made: {'; '.join(why)})[/dim]", highlight=False, soft_wrap=True)
+
+
+@app.command("status")
+def status_cmd(
+    sample_ids: list[str] = typer.Argument(None, help="catalogued sample ids (default: every one)"),
+    data_root: Optional[Path] = typer.Option(None),
+    stale: bool = typer.Option(False, "--stale", help="whether each result is up to date: fresh, stale (and why) "
+                                                      "or missing, by the key of what made it"),
+    as_json: bool = typer.Option(False, "--json", help='a JSON list of {"sample_id", "stage", "state", "why"}'),
+) -> None:
+    """Per sample and media stage (ingest, transcribe, diarize, segment): whether its result is
+    there; with --stale, whether it is up to date (fresh), was made by other code, models,
+    settings or inputs than those of now (stale, and what changed), or is missing."""
+    import json
+    from rich.console import Console
+    from rich.table import Table
+    from pipeline.catalog import Catalog
+    from pipeline.media.keys import StageState, output_of, stage_states, STAGES
+
+    root = DataRoot(Settings.from_env(data_root).data_root)
+    ids = _checked_ids(sample_ids or []) or None
+    catalog = Catalog.read(root)
+    missing = [sid for sid in ids or [] if sid not in catalog.rows]
+    if missing:
+        _refuse(f"not in the catalog of {root}: {', '.join(missing)}")
+    if stale:
+        states = stage_states(root, ids)
+    else:
+        states = []
+        for sid in ids or sorted(catalog.rows):
+            for stage in STAGES:
+                path = output_of(stage, root, catalog.rows[sid])
+                states.append(StageState(sid, stage, "made" if path is not None and path.exists() else "missing"))
+    if as_json:
+        typer.echo(json.dumps([s.as_dict() for s in states], indent=1))
+        return
+    console = Console()
+    if not states:
+        console.print(f"no samples in the catalog of {root}", highlight=False)
+        return
+    table = Table(title=f"{'up to date? ' if stale else ''}{root}", title_justify="left")
+    for col in ("sample_id", "stage", "state", *(("why",) if stale else ())):
+        table.add_column(col, overflow="fold")
+    colour = {"fresh": "green", "made": "green", "stale": "yellow", "missing": "red"}
+    for s in states:
+        table.add_row(s.sample_id, s.stage, f"[{colour[s.state]}]{s.state}[/]", *(("; ".join(s.why),) if stale else ()))
+    console.print(table)
+    counts = {k: sum(s.state == k for s in states) for k in ("fresh", "made", "stale", "missing")}
+    console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n), highlight=False)
 
 
 def _yes_no(value: Optional[str], option: str) -> Optional[bool]:
