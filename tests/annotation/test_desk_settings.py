@@ -59,7 +59,7 @@ def test_the_desk_settings_apply_to_their_own_version_only(tmp_path, monkeypatch
     assert _settings(tmp_path / f"venv-{LS_VERSION}", tmp_path) == {}  # asked for: the stock ones
     # the folder holds that one module: nothing else of ours becomes importable in Label Studio
     assert sorted(p.name for p in DESK_SETTINGS.parent.iterdir() if p.suffix == ".py") == [
-        "rescue_desk_counters.py", DESK_SETTINGS.name]
+        "rescue_desk_counters.py", "rescue_desk_guard.py", DESK_SETTINGS.name]
 
 
 def test_the_installed_label_studio_is_the_one_the_desk_settings_were_written_for(tmp_path):

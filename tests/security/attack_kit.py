@@ -33,6 +33,42 @@ def answer_values(rnd, sample, utterance: str, tone: str) -> dict:
             v["tone_of_voice"] = f"{tone} {sample['sample_id']} row {ri}"
     return values
 
+# The pair of desks of tests/security/conftest.py (desk_pair): one annotator on each
+OURS = "olga.ours@rescue.test"    # on a desk with the desk settings
+STOCK = "sam.stock@rescue.test"   # on a desk with Label Studio's own (RESCUE_LS_STOCK_SETTINGS=1)
+
+
+@dataclass
+class DeskPair:
+    desks: object
+    passwords: dict[str, str]  # the current password of each (a test that changes one says so here)
+
+    def port(self, email: str) -> int:
+        return self.desks.get(email).port
+
+    def url(self, email: str) -> str:
+        return self.desks.url(email)
+
+
+def login_attempt(port: int, email: str, password: str, source: str = "127.0.0.1",
+                  target: str = "/user/login/") -> Resp:
+    """One POST of the real login form (its CSRF cookie and token first) from the client address
+    ``source`` (any of 127.0.0.0/8: a desk sees it as REMOTE_ADDR). Counted as one request."""
+    count(None)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, follow_redirects=False,
+                      transport=httpx.HTTPTransport(local_address=source)) as c:
+        c.get("/user/login/")
+        r = c.post(target, data={"csrfmiddlewaretoken": c.cookies.get("csrftoken", ""), "email": email,
+                                 "password": password}, headers={"Referer": f"http://127.0.0.1:{port}/user/login/"})
+        return Resp(r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.content,
+                    f"POST :{port}{target} as {email} from {source}")
+
+
+def logged_in(r: Resp) -> bool:
+    """The login form let the person in (a redirect away from the login page)."""
+    return r.status == 302 and "/user/login" not in r.location()
+
+
 # Keys whose values change with reads (not with writes): left out of a desk's fingerprint.
 VOLATILE = {"last_activity", "last_login", "date_joined", "active_organization_meta", "created_ago"}
 

@@ -2,7 +2,9 @@
 annotator B and adjudicator J under one data root; a small emotion round with media pushed to A
 and B (and one sample to B alone); A and B answer with unique markers (B's answers, B's draft),
 a pull, then adjudication pushed to J (whose predictions hold both annotators' answers). A then
-logs in to A's own desk through the real login form and keeps A's session and token."""
+logs in to A's own desk through the real login form and keeps A's session and token. Apart from
+it, a pair of desks (the desk settings, Label Studio's stock ones) for the attacks on logins,
+sessions and passwords (:func:`desk_pair`)."""
 from __future__ import annotations
 
 import secrets
@@ -16,8 +18,8 @@ import pytest
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, ROUND, Login, answer_values,  # noqa: E402,F401
-                        credential_variants, desk_state, diff, form_login)
+from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, OURS, ROUND, STOCK, DeskPair, Login,  # noqa: E402,F401
+                        answer_values, credential_variants, desk_state, diff, form_login)
 
 from tests.helpers import free_port, noise_wav, require_label_studio  # noqa: E402
 
@@ -187,6 +189,40 @@ def unchanged(world):
     for who in before:
         assert after[who] == before[who], f"{who}'s desk changed during the attacks of this module: " \
                                           f"{diff(before[who], after[who])[:10]}"
+
+
+@pytest.fixture(scope="package")
+def desk_pair(tmp_path_factory):
+    """Two desks of their own for the attacks that change logins, sessions or passwords (the
+    world's must stay as they are for the other modules): OURS runs the desk settings, STOCK
+    Label Studio's own (``RESCUE_LS_STOCK_SETTINGS=1``), each with one annotator's login."""
+    from pipeline.annotation.desks import Desks
+    from pipeline.annotation.server import STOCK_SETTINGS_VAR
+
+    require_label_studio()
+    root = tmp_path_factory.mktemp("security-pair") / "data"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
+        desks = Desks(root)
+    pair = DeskPair(desks, {e: secrets.token_urlsafe(12) for e in (OURS, STOCK)})
+    for email in (OURS, STOCK):
+        desks.register(email, "annotator")
+
+    try:
+        for email in (OURS, STOCK):  # one after the other: the variable is read when a server starts
+            with pytest.MonkeyPatch.context() as mp:
+                if email == STOCK:
+                    mp.setenv(STOCK_SETTINGS_VAR, "1")
+                else:
+                    mp.delenv(STOCK_SETTINGS_VAR, raising=False)
+                desks.add(email, "annotator", pair.passwords[email], timeout=400)
+            pid = desks.server(email).status().pid
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert (b"DJANGO_SETTINGS_MODULE=rescue_desk_settings" in environ) == (email == OURS), email
+        yield pair
+    finally:
+        desks.down()
+        desks.close()
 
 
 def pytest_sessionfinish(session):
