@@ -22,9 +22,14 @@ Nothing already pulled is lost:
   replaces only those annotators' lines and problems in the round's tables; everyone else's
   stay as they were pulled before.
 * The round's push record (:mod:`.pushed`) says which samples each annotator's project was
-  given. A task (or whole project) deleted in Label Studio after the push is reported, one
-  problem per (sample, annotator), in the problems table and :attr:`PullResult.missing`; the
-  label lines pulled for it before are kept. Pushing the round again recreates the task.
+  given. A task (or whole project, or one window of a long sample) deleted on the desk after the
+  push is reported, one problem per (sample, annotator), in the problems table and
+  :attr:`PullResult.missing`; the label lines pulled for it before are kept. Pushing the round
+  again recreates the task.
+* Only what the push gave a desk counts (:mod:`.pull_trust`): a task it never pushed there, a
+  task whose data was edited on the desk, an answer of a shape no control sends or over the size
+  limits (:mod:`.screen`) is one problem line naming the desk, task and sample, and is not
+  counted; that annotator's earlier lines for the sample are kept, and everyone else's pull goes on.
 
 A pull again with nothing new is a no-op. Before exporting a project the pull looks at it
 (:mod:`.pull_look`: its live counts and config, the tasks Label Studio changed since a window
@@ -49,12 +54,13 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
 from pipeline.annotation import (acceptance, ledger, ls_config, ls_results, ls_tasks, naming, parse, pull_look,
-                                 round_ui, voice_naming)
+                                 pull_trust, round_ui, screen, voice_naming)
 from pipeline.annotation import rounds as rounds_module
 from pipeline.annotation import windows as windows_module
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.parse import ParseOnce, parse_annotation, parse_export
 from pipeline.annotation.pull_look import DeskRead, Wanted, look_from_export, read_desk, reading
+from pipeline.annotation.pull_rebuild import Rebuilt, rebuild_acceptance
 from pipeline.annotation.push_project import parse_project_key
 from pipeline.annotation.pushed import files_digest, read_pushed, read_sync, write_sync
 from pipeline.annotation.rounds import Round, load_round, round_names
@@ -85,7 +91,7 @@ class PullResult:
     snapshots: list[Path] = field(default_factory=list)
     new_snapshots: int = 0
     progress: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (annotator, scenario) -> (done, total)
-    missing: list[tuple[str, str]] = field(default_factory=list)  # (sample_id, annotator): pushed, gone from Label Studio
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (sample_id, annotator): pushed, deleted on the desk
     kept: list[str] = field(default_factory=list)  # annotators whose earlier lines were kept (not pulled this time)
 
     def summary(self) -> str:
@@ -124,6 +130,8 @@ class _Parsed:
     problems: list[dict] = field(default_factory=list)
     accepted: list[dict] = field(default_factory=list)
     progress: tuple[int, int] | None = None  # (done, total); None when the export is not JSON
+    untrusted: set[tuple[str, str]] = field(default_factory=set)  # (sample, annotator) not counted: lines kept
+    deleted: set[tuple[str, str]] = field(default_factory=set)    # (sample, annotator): a window deleted on the desk
 
 
 # --- what a pull saw of each project --------------------------------------------------------
@@ -131,7 +139,8 @@ class _Parsed:
 # What the pull's output is a function of, besides Label Studio: these files. A pull whose exports,
 # inputs and code are as at the last pull, and whose tables are as it wrote them, writes nothing.
 _CODE = tuple(Path(m.__file__) for m in (acceptance, ledger, ls_config, ls_results, ls_tasks, naming, parse, pull_look,
-                                         round_ui, voice_naming, windows_module, rounds_module, taxonomy, schemas)) + (
+                                         pull_trust, round_ui, screen, voice_naming, windows_module, rounds_module,
+                                         taxonomy, schemas)) + (
     Path(__file__), taxonomy.SCHEMAS_DIR / "taxonomies.yaml")
 
 
@@ -199,6 +208,8 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
     def problem(who: str, message: str, sid: str = "") -> None:
         problems.append(problem_line(who, message, sid))
 
+    untrusted: set[tuple[str, str]] = set()  # (sample, annotator): a task or answer not counted; earlier lines kept
+
     people = desks.people("annotator")
     pushed_record = read_pushed(root, rnd.name)
     given = {k.partition("/")[2] for k in pushed_record}  # whom the round was pushed to
@@ -235,8 +246,6 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             return
         if item.look_since is not None and isinstance(tasks, list):
             item.look = look_from_export(project, item.look_since, tasks)
-        exported[(scenario, annotator)] |= {(t.get("data") or {}).get("sample_id") for t in tasks
-                                            if isinstance(t, dict)}
         # What annotators did with the pre-annotation (kept / changed / cleared): the predictions
         # are archived beside the export, and measured from that pair as a rebuild would.
         if item.archived is not None:
@@ -244,13 +253,22 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         else:
             record, _ = acceptance.archive_predictions(root, out.path, acceptance.predictions_record(
                 rnd.name, scenario, annotator, project.id, tasks, item.predictions, users))
+        # Only what the push gave this desk counts, and only answers of the shape its controls send.
+        trusted = pull_trust.screen_export(tasks, set(pushed_record.get(f"{scenario}/{annotator}", ()))
+                                           if pushed_record else None, pull_trust.predicted(record),
+                                           desks.where(annotator), rnd.name)
+        tasks = trusted.tasks
+        out.problems.extend(problem_line(annotator, note, sid) for sid, note in trusted.notes)
+        out.untrusted = {(sid, annotator) for sid in trusted.kept}
+        out.deleted = {(sid, annotator) for sid in trusted.deleted}
+        exported[(scenario, annotator)] |= {t["data"]["sample_id"] for t in tasks} | trusted.kept
         once = ParseOnce()  # the acceptance and the labels parse each submitted annotation once
         moved = seen.check(annotator, tasks)  # before stitching: a window is a task of its own
         if not moved:  # one stitching for both (the prediction rides along, then is dropped)
-            lines, tasks, notes = acceptance.measure_and_stitch(rnd, tasks, record, parse=once)
+            lines, tasks, notes = acceptance.measure_and_stitch(rnd, tasks, record, parse=once, checked=True)
             out.accepted.extend(lines)
         else:  # measured as exported; the labels without the moved annotations (stitched again)
-            out.accepted.extend(acceptance.measure_archived(rnd, tasks, record, parse=once))
+            out.accepted.extend(acceptance.measure_and_stitch(rnd, tasks, record, parse=once, checked=True)[0])
             for task in [t for t in tasks if isinstance(t, dict)]:
                 data = task.get("data") or {}
                 for a in [a for a in task.get("annotations") or [] if a.get("id") in moved]:
@@ -258,9 +276,10 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
                         annotator, f"annotation {a['id']} on {desks.where(annotator)}: {moved[a['id']]}; not counted",
                         data.get("sample_id", "?")))
                     task["annotations"].remove(a)
-            tasks, notes = stitch_tasks(tasks)  # windows of a long sample -> one task per sample
+            tasks, notes = stitch_tasks(tasks, checked=True)  # windows of a long sample -> one task per sample
         out.problems.extend(problem_line(annotator, note, sid) for sid, note in notes)
-        lines, probs, n_done = parse_export(rnd, tasks, annotator, users, owner, desks.where(annotator), parse=once)
+        lines, probs, n_done = parse_export(rnd, tasks, annotator, users, owner, desks.where(annotator), parse=once,
+                                            checked=True)
         out.labels, out.progress = lines, (n_done, len(tasks))
         out.problems.extend(probs)
 
@@ -329,6 +348,8 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         labels += out.labels
         problems += out.problems
         accepted += out.accepted
+        untrusted |= out.untrusted
+        result.missing += sorted(out.deleted)
         if out.progress is not None:
             result.progress[(item.annotator, item.scenario)] = out.progress
     # Pushed but gone: a task or project deleted in Label Studio after the push.
@@ -344,19 +365,22 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             what = "task" if have is not None else f"project ({rnd.name} / {scenario} / {annotator})"
             problems.append({"round": rnd.name, "sample_id": sid, "row_index": None, "annotator": annotator,
                              "field": None, "value": None,
-                             "problem": f"pushed to {annotator} but its {what} is gone from Label Studio (deleted "
-                                        f"after the push); labels pulled for it before are kept; `rescue annotate "
-                                        f"push {rnd.name}` recreates the task"})
+                             "problem": f"pushed to {annotator} but its {what} is gone from Label Studio: deleted "
+                                        f"on the desk after the push; labels pulled for it before are kept; `rescue "
+                                        f"annotate push {rnd.name}` recreates the task"})
             result.missing.append((sid, annotator))
     for who in annotators or []:
         if who not in pulled and who in people:
             problems.append({"round": rnd.name, "sample_id": "", "row_index": None, "annotator": who, "field": None,
                              "value": None, "problem": f"{who} has no project in round {rnd.name}; nothing pulled "
                                                        "for them (earlier lines kept)"})
-    # Keep what was pulled before for annotators not pulled now, and for tasks that are gone.
-    gone = set(result.missing)
+    # Keep what was pulled before for annotators not pulled now, for tasks that are gone, and for
+    # tasks and answers not counted (the earlier lines stand, never these).
+    gone = set(result.missing) | untrusted
     old_labels = _read_rows(root.labels(rnd.name))
     old_problems = _read_rows(root.label_problems(rnd.name))
+    labels = [r for r in labels if (r["sample_id"], r["annotator"]) not in gone]
+    accepted = [r for r in accepted if (r["sample_id"], r["annotator"]) not in gone]
     labels += [r for r in old_labels if r["annotator"] not in pulled or (r["sample_id"], r["annotator"]) in gone]
     problems += [r for r in old_problems if r["annotator"] not in pulled and (not annotators or r["annotator"] not in annotators)]
     result.kept = sorted({r["annotator"] for r in old_labels if r["annotator"] not in pulled})
@@ -390,53 +414,6 @@ def _as_before(result: PullResult, root: DataRoot, rnd: Round, wanted: list[Want
     result.labels, result.problems, result.progress, result.missing, result.kept = labels, problems, progress, missing, kept
     result.snapshots = [i.archived for i in wanted]
     return result
-
-
-@dataclass
-class Rebuilt:
-    round: str
-    path: Path | None
-    lines: list[dict]
-    states: int                                       # export states read (with their predictions)
-    without_predictions: list[Path] = field(default_factory=list)  # exports archived before predictions were
-
-
-def rebuild_acceptance(data_root: str | os.PathLike, round_name: str, write: bool = True) -> Rebuilt:
-    """The round's acceptance table from the archive alone (no Label Studio): for each annotator
-    project, its latest archived export state with its predictions record
-    (:func:`.acceptance.measure_archived`, as the pull computes it); a sample pushed to that
-    annotator but gone from that state keeps its lines from the latest earlier state that had it
-    (as a pull keeps them). Exports archived before predictions were have no record: they are
-    listed in :attr:`Rebuilt.without_predictions` and give no lines. Writes the whole table when
-    ``write`` and the archive has a state (the same lines the pulls wrote)."""
-    root = DataRoot(data_root)
-    rnd = load_round(check_name(round_name, "round"))
-    pairs, bare = acceptance.archived_states(root, rnd.name)
-    by_project: dict[tuple[str, str], list[tuple[Path, dict]]] = {}
-    for export, record in pairs:
-        by_project.setdefault((record["scenario"], record["annotator"]), []).append((export, record))
-    pushed = read_pushed(root, rnd.name)
-    lines: list[dict] = []
-    for (scenario, annotator), states in sorted(by_project.items()):
-        *earlier, (export, record) = states
-        tasks = json.loads(export.read_bytes())
-        lines += acceptance.measure_archived(rnd, tasks, record, parse=parse_annotation)
-        have = {(t.get("data") or {}).get("sample_id") for t in tasks if isinstance(t, dict)}
-        gone = [sid for sid in pushed.get(f"{scenario}/{annotator}", []) if sid not in have]
-        read = {}  # earlier states are read only for a sample deleted after the push, each once
-        for sid in gone:  # deleted after the push: the lines of the last state that had it
-            for old_export, old_record in reversed(earlier):
-                if old_export not in read:
-                    read[old_export] = json.loads(old_export.read_bytes())
-                mine = [t for t in read[old_export]
-                        if isinstance(t, dict) and (t.get("data") or {}).get("sample_id") == sid]
-                if mine:
-                    lines += acceptance.measure_archived(rnd, mine, old_record, parse=parse_annotation)
-                    break
-    path = None
-    if write and pairs:  # an empty archive leaves the table as it is
-        path = acceptance.write(root, rnd.name, lines, {a for _, a in by_project}, replace=True)
-    return Rebuilt(rnd.name, path, lines, len(pairs), bare)
 
 
 def _read_rows(path: Path) -> list[dict]:

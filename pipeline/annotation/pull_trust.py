@@ -78,3 +78,13 @@ def screen_export(tasks, pushed: set[str] | None, predictions: dict[int, list], 
         out.deleted.add(sid)
     out.tasks = [t for t in out.tasks if t["data"]["sample_id"] not in out.deleted]
     return out
+
+
+def predicted(record: dict) -> dict[int, list]:
+    """task id -> the results of its predictions, from an export's predictions record
+    (:func:`.acceptance.predictions_record`): what a task's content address may be taken with."""
+    out: dict[int, list] = {}
+    for p in record.get("predictions") or []:
+        if isinstance(p, dict) and isinstance(p.get("task"), int):
+            out.setdefault(p["task"], []).append(p.get("result"))
+    return out
