@@ -339,7 +339,11 @@ def why_stale(recorded: dict | None, current: StageKey) -> list[str]:
     old_models, new_models = recorded.get("models") or {}, current.models
     for name in sorted(set(old_models) | set(new_models)):
         old, new = (old_models.get(name) or {}).get("sha256"), (new_models.get(name) or {}).get("sha256")
-        if old != new:
+        if old == new:
+            continue
+        if new == "missing":
+            why.append(f"model {name} missing at {new_models[name].get('path')}")
+        else:
             why.append(f"model {name} changed" if old and new else f"model {name} {'added' if new else 'no longer used'}")
     old_settings, new_settings = recorded.get("settings") or {}, current.settings
     for name in sorted(set(old_settings) | set(new_settings)):

@@ -1,0 +1,152 @@
+"""The parts of a media stage result's key (pipeline.lineage, pipeline.media.keys): the code
+each stage is keyed on, read from source, found the same way a full parse would; a changed line
+in a scratch copy of the package changes only the keys of the stages that import it, and names
+the file; model digests follow content, not place; the record's reasons; and the cost of the
+source digests in a fresh process."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline import lineage
+from pipeline.config import REPO_ROOT
+from pipeline.media import keys
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(lineage.SOURCE_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_import_scan_finds_what_a_full_parse_finds_in_every_module():
+    """The scan reads only the import statements (parsing whole files costs too much per
+    process); in every module of the package it must find the same pipeline modules as ``ast``
+    over the whole file (function-level imports, parenthesised lists and comments included)."""
+    files = sorted(lineage.PACKAGE_DIR.rglob("*.py"))
+    assert len(files) > 50
+    for path in files:
+        module = _module_name(path)
+        full = lineage._imports(module, path, ast.parse(path.read_bytes()))
+        assert set(lineage._parse(module)[1]) == full, module
+
+
+def test_each_stage_is_keyed_on_its_module_and_what_it_imports():
+    files = {stage: lineage.code_files(module) for stage, module in keys.MODULES.items()}
+    assert "pipeline/media/turns.py" in files["segment"]
+    for stage in ("ingest", "transcribe", "diarize"):
+        assert "pipeline/media/turns.py" not in files[stage], stage
+    # transitively: segment -> turns -> voice_labels; diarize -> refine, its lazily imported models
+    assert {"pipeline/media/voice_labels.py", "pipeline/media/assign.py", "pipeline/__init__.py",
+            "pipeline/media/__init__.py"} <= set(files["segment"])
+    assert {"pipeline/media/refine.py", "pipeline/media/models.py", "pipeline/media/dvector.py"} <= set(files["diarize"])
+    assert not any(f.startswith("pipeline/cli/") for fs in files.values() for f in fs)
+
+
+def test_the_offline_pipeline_folder_is_the_one_the_builder_names():
+    """keys cannot import pipeline.media.models (torch) for the folder's name: read it from source."""
+    tree = ast.parse((REPO_ROOT / "pipeline/media/models.py").read_text())
+    value = next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", "") == "OFFLINE_DIARIZATION" for t in node.targets))
+    assert value == keys.OFFLINE_DIARIZATION
+
+
+_PROBE = """
+import json, time
+t0 = time.perf_counter()
+from pipeline import lineage
+from pipeline.media import keys
+t1 = time.perf_counter()
+files = {stage: lineage.code_files(module) for stage, module in keys.MODULES.items()}
+lineage.package_digest()
+t2 = time.perf_counter()
+print(json.dumps({"files": files, "import_ms": (t1 - t0) * 1e3, "digest_ms": (t2 - t1) * 1e3}))
+"""
+
+
+def _probe(pythonpath: Path | None) -> dict:
+    env = {**os.environ, **({"PYTHONPATH": str(pythonpath)} if pythonpath else {})}
+    run = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=str(pythonpath or REPO_ROOT))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def scratch_copy(target: Path) -> Path:
+    """A copy of the package (no caches) to put first on PYTHONPATH."""
+    shutil.copytree(lineage.PACKAGE_DIR, target / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def test_a_changed_line_in_a_scratch_copy_changes_only_the_stages_that_import_it(tmp_path):
+    here = _probe(None)
+    scratch = scratch_copy(tmp_path / "scratch")
+    same = _probe(scratch)
+    assert same["files"] == here["files"], "a copy with the same bytes has the same code digests"
+    turns = scratch / "pipeline/media/turns.py"
+    turns.write_text(turns.read_text().replace("WORD_OTHER_SHARE = 0.5", "WORD_OTHER_SHARE = 0.6", 1))
+    changed = _probe(scratch)
+    for stage in ("ingest", "transcribe", "diarize"):
+        assert changed["files"][stage] == here["files"][stage], stage
+    assert changed["files"]["segment"] != here["files"]["segment"]
+    old = keys.StageKey("segment", "g/s", here["files"]["segment"])
+    new = keys.StageKey("segment", "g/s", changed["files"]["segment"])
+    assert lineage.why_stale(old.as_record(), new) == ["pipeline/media/turns.py changed"]
+    # the cost in a fresh process (every flow-run process pays it once), measured and shown
+    print(f"source digests of the four stages + the package: {changed['digest_ms']:.1f} ms")
+    assert changed["digest_ms"] < 1000, changed  # ~20-40 ms on an idle core; generous for a loaded host
+
+
+def test_a_model_digest_follows_content_not_place(tmp_path):
+    model = tmp_path / "a" / "diarization-offline"
+    (model / "embedding").mkdir(parents=True)
+    (model / "config.yaml").write_text("embedding_batch_size: 32\n")
+    (model / "embedding" / "weights.bin").write_bytes(bytes(range(256)))
+    before = lineage.model_digest(model)
+    copy = tmp_path / "b" / "diarization-offline"
+    shutil.copytree(model, copy)
+    assert lineage.model_digest(copy) == before
+    data = bytearray((copy / "embedding" / "weights.bin").read_bytes())
+    data[7] ^= 1
+    (copy / "embedding" / "weights.bin").write_bytes(bytes(data))
+    assert lineage.model_digest(copy) != before
+    assert lineage.model_digest(tmp_path / "nowhere") == "missing"
+
+
+def test_the_digest_cache_is_kept_under_the_data_root_and_read_by_the_next_process(tmp_path):
+    from pipeline.paths import DataRoot
+
+    root = DataRoot(tmp_path / "data")
+    video = tmp_path / "v.bin"
+    video.write_bytes(b"x" * 1000)
+    cache = lineage.DigestCache(root)
+    digest = cache.file(video)
+    cache.save()
+    stored = json.loads(root.digest_cache().read_text())
+    st = video.stat()
+    assert stored[str(video.absolute())] == [st.st_size, st.st_mtime_ns, digest]
+    # a changed file (other size) is hashed again
+    video.write_bytes(b"y" * 1001)
+    assert lineage.DigestCache(root).file(video) != digest
+
+
+def test_why_names_each_changed_part():
+    base = keys.StageKey("diarize", "g/s", {"pipeline/media/diarize.py": "a", "pipeline/paths.py": "b"},
+                         {"diarization-offline": {"path": "/m/diarization-offline", "sha256": "m1"}},
+                         {"device": "cpu", "diarization_step": None}, {"ingested": "i1", "voices": "none"})
+    assert lineage.why_stale(base.as_record(), base) == []
+    assert lineage.why_stale(None, base) == [lineage.NO_RECORD]
+    now = keys.StageKey("diarize", "g/s", {"pipeline/media/diarize.py": "a2", "pipeline/paths.py": "b",
+                                           "pipeline/media/vad.py": "c"},
+                        {"diarization-offline": {"path": "/n/diarization-offline", "sha256": "m2"}},
+                        {"device": "cpu", "diarization_step": 0.2}, {"ingested": "i2", "voices": "none"})
+    assert lineage.why_stale(base.as_record(), now) == [
+        "pipeline/media/diarize.py changed", "pipeline/media/vad.py added", "model diarization-offline changed",
+        "setting diarization_step changed (None -> 0.2)", "input changed (ingested)"]
+    gone = keys.StageKey("diarize", "g/s", base.code, {"diarization-offline": {"path": "/x", "sha256": "missing"}},
+                         base.settings, base.inputs)
+    assert lineage.why_stale(base.as_record(), gone) == ["model diarization-offline missing at /x"]
