@@ -27,6 +27,7 @@ import yaml
 
 from pipeline import schemas, store, taxonomy
 from pipeline.benchmark import tasks
+from pipeline.benchmark.croissant import croissant
 
 # The synthetic corpus writes source_file "synthetic/<sample_id>.json" (its own record in the data);
 # generated interviews are known from the catalog (the batch manifest's synthetic column), never from
@@ -200,6 +201,9 @@ def _dist_text(d: dict) -> str:
                      for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+DESCRIPTION = ("Relation-aware multi-party emotional support conversations from couple and family therapy "
+               "interviews. Six benchmark tasks: intervention timing (ITP), relation pattern (RPP), support target "
+               "(STP), support strategy (SSP), emotion recognition (ER) and viewpoint prediction (VP).")
 SOURCE_TEXT = {
     "rows_dir": ("gold rows read from a folder given at build time; this release records its files' hashes, "
                  "not how the rows were made."),
@@ -308,7 +312,13 @@ def release_bibtex(manifest: dict, content_sha256: str) -> str:
             f"  howpublished = {{Dataset release {v}}}\n}}")
 
 
-def _sensitive_text(manifest: dict) -> str:
+def release_croissant(manifest: dict) -> dict:
+    """``croissant.json``: the release in Croissant 1.1, its responsible-AI fields in the card's words."""
+    return croissant(manifest, description=DESCRIPTION, sensitive=sensitive_text(manifest),
+                     source=source_text(manifest), generated_only=generated_only(manifest))
+
+
+def sensitive_text(manifest: dict) -> str:
     if generated_only(manifest):
         return ("Every sample is generated (synthetic voices reading generated text): no real person's words, "
                 "relationships or inner states are in it. No audio, video, voice prints, clip files, absolute "
@@ -390,10 +400,11 @@ def dataset_card(manifest: dict) -> str:
     body = f"""
 # RESCUE {v}{' (SYNTHETIC DEMO)' if markers else ''}
 
-{banner}Relation-aware multi-party emotional support conversations from couple and family therapy
-interviews, rebuilt by `rescue-pipeline` {manifest['pipeline_version']}. Six benchmark tasks:
-intervention timing (ITP), relation pattern (RPP), support target (STP), support strategy
-(SSP), emotion recognition (ER) and viewpoint prediction (VP).
+{banner}{DESCRIPTION} Rebuilt by `rescue-pipeline` {manifest['pipeline_version']}.
+
+`croissant.json` describes this release in Croissant 1.1 (MLCommons): every file with its sha256,
+every config's columns, and the responsible-AI fields (how the data was collected and annotated,
+annotators per item, each field's agreement with its interval, whether anything is synthetic).
 
 ## Licence
 
@@ -472,7 +483,7 @@ a sample never moves between splits when interviews are added. Samples per split
 
 ## Sensitive data
 
-{_sensitive_text(manifest)}
+{sensitive_text(manifest)}
 
 ## Consent
 

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store
 from pipeline.benchmark import tasks
-from pipeline.benchmark.card import CardOptions, dataset_card, synthetic_markers
+from pipeline.benchmark.card import CardOptions, dataset_card, release_croissant, synthetic_markers
 from pipeline.benchmark.paper_export import (PAPER_CONTEXT, paper_task_records,  # noqa: F401 (public here too)
                                              write_paper_files)
 from pipeline.benchmark.paper_format import load_rescue_jsonl
@@ -271,7 +271,8 @@ def build_release(
         }
         if inp.origin is not None:
             manifest["origin"] = inp.origin
-        held = {"manifest.json": store.canonical_json(manifest), "README.md": dataset_card(manifest)}
+        held = {"manifest.json": store.canonical_json(manifest), "README.md": dataset_card(manifest),
+                "croissant.json": store.canonical_json(release_croissant(manifest))}
         for rel, text in held.items():
             store.atomic_write_text(tmp / rel, text)
         step("manifest and card")

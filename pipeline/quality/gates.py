@@ -32,6 +32,7 @@ def write_gate(data_root: str | os.PathLike, report: RoundAgreement, labels_sha2
               "failing": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold}
                           for f in report.failing()],
               "fields": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold,
+                          "ci_low": f.ci_low, "ci_high": f.ci_high,  # alpha's bootstrap 95% interval
                           "n_units": f.n_units, "n_annotators": f.n_annotators} for f in report.fields]}
     root = DataRoot(data_root)
     store.atomic_write_text(root.gate(report.round), store.canonical_json(record))
