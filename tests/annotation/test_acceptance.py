@@ -12,7 +12,7 @@ from ls_samples import make_sample
 from typer.testing import CliRunner
 
 from pipeline import taxonomy
-from pipeline.annotation import acceptance, ls_config, pull, push
+from pipeline.annotation import acceptance, ls_config, ls_tasks, pull, push
 from pipeline.annotation.rounds import load_round
 from pipeline.cli import app
 from pipeline.paths import DataRoot
@@ -166,8 +166,11 @@ def sorted_lines(lines):
 # --- the comparison itself, on hand-made exports (no server) -----------------------------------
 
 def _task(rnd, sample, values, tid=1):
+    """A task as pushed (its data with the content address of data and prediction) and its prediction."""
     data = ls_config.build_tasks_data(rnd, sample)[0]
-    return {"id": tid, "data": data, "annotations": []}, ls_config.values_to_results(rnd, data, values)
+    prediction = ls_config.values_to_results(rnd, data, values)
+    ls_tasks.address(data, prediction)
+    return {"id": tid, "data": data, "annotations": []}, prediction
 
 
 def test_order_of_choices_is_no_change_and_a_refused_value_is_a_change():
