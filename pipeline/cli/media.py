@@ -338,8 +338,11 @@ def _up_to_date(console, key, root: DataRoot, output: Path, redo: bool) -> list[
 def _made(console, key, root: DataRoot, why: list[str], output_sha256: str | None, said: str) -> None:
     from pipeline import lineage
 
+    from rich.markup import escape
+
     lineage.record(root, key, why, output_sha256)
-    console.print(f"{key.sample_id}: {said} [dim](made: {'; '.join(why)})[/dim]", highlight=False, soft_wrap=True)
+    console.print(f"{key.sample_id}: {said} [dim](made: {escape('; '.join(why))})[/dim]", highlight=False,
+                  soft_wrap=True)
 
 
 @app.command("status")
