@@ -75,7 +75,7 @@ annotator's pages are):
   README's pictures: ``--keyboard --screenshots docs/annotator``).
 * ``--keyboard --whole``: a whole interview as one annotator lives it, in ONE browser tab by keys
   alone through the front: every window of every round (in annotation order) of one family
-  interview of the first ``--rows``. The login form is filled and sent with Enter; the login
+  interview of the first ``--rows``. The login is typed (e-mail, Tab, password, Enter); it
   lands on the person's rounds (the front's landing: the first round focused); each round is
   entered from there (arrow keys to its card, Enter, Enter on "Label All Tasks"; a later round
   opens the list by its address first, counted as one key), its instructions closed with Escape,
@@ -463,6 +463,10 @@ _FOCUS = """() => {
   if (f.classList.contains('lsf-choices')) {
     const boxes = [...f.querySelectorAll('input[type=checkbox], input[type=radio]')];
     out.kind = 'choices'; out.options = boxes.map(b => b.name); out.checked = boxes.filter(b => b.checked).map(b => b.name);
+    // the key each choice shows: the front's mark, else the row number a list of rows is labelled with
+    out.keys = boxes.map(b => { const l = b.closest('label'); if (!l) return null;
+      const m = /^(\d+) \u00b7 /.exec(l.textContent.trim());
+      return l.getAttribute('data-rescue-key') || (m ? m[1] : null); });
     out.at = boxes.indexOf(a);
   } else if (f.classList.contains('lsf-number')) {
     out.kind = 'number'; out.value = a.value;
@@ -541,9 +545,12 @@ def _same(have, want) -> bool:
 
 
 def _choose(k: KeyCounter, focus: dict, want: list) -> None:
-    """Set the list in focus to ``want`` by keys: a choice among the first ten its number key (the
-    last one ``-``), a later one by the arrow keys (and Space in a multiple-choice list)."""
+    """Set the list in focus to ``want`` by keys: a choice by the key it shows (the front's mark
+    beside it; in a list of rows, its row number, typed digit by digit, with a pause where another
+    row's number starts with it), else among the first ten its number key (the last one ``-``),
+    else by the arrow keys (and Space in a multiple-choice list)."""
     options, checked = [_alias(o) for o in focus["options"]], {_alias(o) for o in focus["checked"]}
+    shown = focus.get("keys") or [None] * len(options)
     single = focus["choice"] == "single"
     flips = [o for o in options if (o in want) != (o in checked)]
     if single:
@@ -551,11 +558,16 @@ def _choose(k: KeyCounter, focus: dict, want: list) -> None:
     at = focus["at"] if focus["at"] >= 0 else 0
     for o in flips:
         i = options.index(o)
-        if i == len(options) - 1:
+        if shown[i]:
+            for ch in shown[i]:
+                k.press(ch)
+            if any(x and x != shown[i] and x.startswith(shown[i]) for x in shown):
+                time.sleep(1.0)  # the page waits for a next digit, then takes the number as typed
+        elif not any(shown) and i == len(options) - 1:  # a page that marks no key: the keys by position
             k.press("-")
-        elif i < 10:
+        elif not any(shown) and i < 10:
             k.press(str((i + 1) % 10))
-        else:
+        else:  # a choice that shows no key
             for _ in range(abs(i - at)):
                 k.press("ArrowRight" if i > at else "ArrowLeft")
             if not single:
@@ -858,9 +870,11 @@ def whole_main(args) -> None:
                 context.set_default_timeout(args.page_timeout * 1000)
                 context.add_init_script(_UNSEEN_WATCH)
                 page = context.new_page()  # the one tab
-                page.goto(f"{front.url}/user/login/")
-                page.fill("input[name=email]", email)
-                page.fill("input[name=password]", password)
+                page.goto(f"{front.url}/user/login/")  # the login by keys: its form has the focus
+                page.wait_for_function("() => document.activeElement && document.activeElement.name === 'email'")
+                page.keyboard.type(email)
+                page.keyboard.press("Tab")
+                page.keyboard.type(password)
                 if args.screenshots:
                     args.screenshots.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(args.screenshots / "login.png"))
