@@ -4,13 +4,17 @@ The stage is :func:`pipeline.benchmark.release.build_or_reuse`, the same one ``r
 build`` calls; this flow picks the input, calls it, and publishes the summary. A rerun after a
 crash is safe: a release that already exists with the same source hashes is returned as it is
 (``reused``; releases are write-once), a different source under an existing version is an error
-naming the version.
+naming the version. A release the stage refuses (a gate below its threshold, a missing input, a
+version built from other data) is no crash: the run ends in a Failed state named ``Refused``, with
+each reason (and the exact override command of each gate) as one log line, no traceback.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
+from prefect.states import Failed
 
 from flows import report, Outcome
 from pipeline.config import Settings
@@ -31,21 +35,33 @@ def load_input(source: str, data_root: Path):
     return release.load_source(source, data_root)
 
 
+@dataclass(frozen=True)
+class Refused:
+    """Why the stage would not build the release (its error's words, one reason a line)."""
+
+    reasons: list[str]
+
+
 @task(name="build-release")
 def build(source: str, version: str, data_root: str, dev_fraction: float, card: dict | None = None):
-    """-> :class:`pipeline.benchmark.release.ReleaseResult`; ``card``: CardOptions fields (licence, citation)."""
+    """-> :class:`pipeline.benchmark.release.ReleaseResult`, or :class:`Refused` when the stage says no
+    (an expected answer, not a crash: no traceback); ``card``: CardOptions fields (licence, citation)."""
+    from pipeline import store
     from pipeline.benchmark import release
     from pipeline.benchmark.card import CardOptions
 
     root = Path(data_root)
-    return release.build_or_reuse(load_input(source, root), version, root, dev_fraction=dev_fraction,
-                                  settings=Settings.from_env(root), card=CardOptions(**(card or {})))
+    try:
+        return release.build_or_reuse(load_input(source, root), version, root, dev_fraction=dev_fraction,
+                                      settings=Settings.from_env(root), card=CardOptions(**(card or {})))
+    except (release.ReleaseError, store.AlreadyExists) as exc:
+        return Refused([line.strip() for line in str(exc).splitlines() if line.strip()])
 
 
 @flow(name="build-release", log_prints=True, persist_result=True)
 def build_release_flow(version: str, source: str = "", dev_fraction: float = 0.0,
                        data_root: str | None = None, license: str = "other", license_name: str = "rescue-release-terms",
-                       license_link: str = "") -> str:
+                       license_link: str = ""):
     """Build release ``version`` (X.Y.Z) from ``source`` (default: the corpus under the data root);
     ``license*``: the dataset card's licence (as ``rescue release build --license ...``)."""
     from pipeline.paths import check_version
@@ -54,6 +70,14 @@ def build_release_flow(version: str, source: str = "", dev_fraction: float = 0.0
     root = Settings.from_env(data_root).data_root.resolve()
     out = build(source, version, str(root), dev_fraction,
                 {"license": license, "license_name": license_name, "license_link": license_link})
+    if isinstance(out, Refused):
+        log = get_run_logger()
+        for reason in out.reasons:
+            log.error("release %s refused: %s", version, reason)
+        report("build-release", f"Release {version} refused", [],
+               extra_markdown="Nothing was written. Each reason, and what to do:\n\n"
+                              + "\n".join(f"- {r}" for r in out.reasons))
+        return Failed(name="Refused", message=f"release {version} refused: " + " | ".join(out.reasons))
     manifest = out.manifest
     counts = [{"task": t, **c} if isinstance(c, dict) else {"task": t, "count": c}
               for t, c in manifest.get("counts", {}).items()]
