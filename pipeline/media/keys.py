@@ -181,8 +181,12 @@ def current_key(stage: str, root: DataRoot, row: dict, recorded: Mapping | None,
     if stage == "ingest":
         entry = options.get("entry") or {k: row.get(k) for k in ("scenario", "participants", "speaking_order",
                                                                   "synthetic")}
-        return ingest_key(row["sample_id"], entry, options.get("video"), options.get("subtitles"),
-                          options.get("min_duration_s"), bool(options.get("allow_outside_batch")), cache)
+        key = ingest_key(row["sample_id"], entry, options.get("video"), options.get("subtitles"),
+                         options.get("min_duration_s"), bool(options.get("allow_outside_batch")), cache)
+        # a batch folder removed after ingest cannot be read again: its files count as unchanged
+        gone = {name: (recorded or {}).get("inputs", {}).get(name) for name in ("video", "subtitles")
+                if options.get(name) and not Path(options[name]).exists()}
+        return dataclasses.replace(key, inputs={**key.inputs, **gone}) if gone else key
     record = ingested_of(row)
     if stage == "transcribe":
         return transcribe_key(record, settings=settings, cache=cache, **options)

@@ -52,6 +52,8 @@ def changed(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("stale-changes")
     scratch = base / "scratch"
     shutil.copytree(REPO_ROOT / "pipeline", scratch / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    # the package reads its schemas beside itself (pipeline.config.SCHEMAS_DIR)
+    shutil.copytree(REPO_ROOT / "annotation_schemas", scratch / "annotation_schemas")
     turns = scratch / "pipeline/media/turns.py"
     text = turns.read_text()
     assert "MIN_ACTIVE_S = MIN_PIECE_S" in text

@@ -150,3 +150,21 @@ def test_why_names_each_changed_part():
     gone = keys.StageKey("diarize", "g/s", base.code, {"diarization-offline": {"path": "/x", "sha256": "missing"}},
                          base.settings, base.inputs)
     assert lineage.why_stale(base.as_record(), gone) == ["model diarization-offline missing at /x"]
+
+
+def test_an_ingest_key_follows_the_video_and_a_removed_batch_folder_counts_as_unchanged(tmp_path):
+    from pipeline.paths import DataRoot
+
+    root = DataRoot(tmp_path / "data")
+    video = tmp_path / "batch" / "v.mp4"
+    video.parent.mkdir()
+    video.write_bytes(b"video bytes")
+    entry = {"scenario": "couple", "participants": ("Ann", "Bo"), "speaking_order": True, "synthetic": None}
+    made = keys.ingest_key("g/s", entry, video, None).as_record()
+    row = {"sample_id": "g/s"}
+    assert keys.current_key("ingest", root, row, made).key == made["key"]
+    video.write_bytes(b"other video bytes")
+    assert lineage.why_stale(made, keys.current_key("ingest", root, row, made)) == ["input changed (video)"]
+    # the operator removed the batch folder after ingest: nothing to read again, nothing stale
+    video.unlink()
+    assert keys.current_key("ingest", root, row, made).key == made["key"]
