@@ -168,3 +168,24 @@ def test_an_ingest_key_follows_the_video_and_a_removed_batch_folder_counts_as_un
     # the operator removed the batch folder after ingest: nothing to read again, nothing stale
     video.unlink()
     assert keys.current_key("ingest", root, row, made).key == made["key"]
+
+
+def test_a_transcript_is_keyed_on_models_and_device_only_when_a_model_makes_it(tmp_path):
+    from pipeline.catalog import Ingested
+    from pipeline.config import Settings
+
+    settings = Settings(data_root=tmp_path / "data", models_dir=tmp_path / "models", label_studio_port=8080)
+    asr = tmp_path / "models" / "my-asr"
+    asr.mkdir(parents=True)
+    (asr / "model.bin").write_bytes(b"weights")
+    spoken = Ingested("g/s", "couple", ("Ann", "Bo"), "a" * 64, "media/a.wav", None, 40.0)
+    cpu = keys.transcribe_key(spoken, "auto", asr, None, "cpu", settings=settings)
+    assert cpu.settings["backend"] == "whisperx" and set(cpu.models) == {"my-asr", "alignment-default"}
+    assert keys.transcribe_key(spoken, "auto", asr, None, "cuda", settings=settings).key != cpu.key
+    (asr / "model.bin").write_bytes(b"new weights")
+    assert lineage.why_stale(cpu.as_record(), keys.transcribe_key(spoken, "auto", asr, None, "cpu",
+                                                                 settings=settings)) == ["model my-asr changed"]
+    subtitled = Ingested("g/s", "couple", ("Ann", "Bo"), "a" * 64, "media/a.wav", "subtitles/b/s.srt", 40.0)
+    subs = keys.transcribe_key(subtitled, "auto", asr, None, "cpu", settings=settings)
+    assert subs.models == {} and subs.settings == {"backend": "subtitles"}
+    assert keys.transcribe_key(subtitled, "auto", None, None, "cuda", settings=settings).key == subs.key
