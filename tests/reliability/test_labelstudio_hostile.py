@@ -113,7 +113,7 @@ def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_client
     assert res.missing == [(samples[0]["sample_id"], a)]
     probs = [p for p in res.problems.to_pylist() if "gone from Label Studio" in p["problem"]]
     assert [(p["sample_id"], p["annotator"]) for p in probs] == [(samples[0]["sample_id"], a)]
-    assert "deleted after the push" in probs[0]["problem"] and samples[0]["sample_id"] in res.summary()
+    assert "deleted on the desk after the push" in probs[0]["problem"] and samples[0]["sample_id"] in res.summary()
     assert _lines(tmp_path) == before  # what was pulled for it before is kept
     # the live check (for `rescue annotate status`) names it too
     assert pull.missing_tasks(ls_desks, tmp_path, [ROUND]) == [(ROUND, "couple", a, samples[0]["sample_id"])]
