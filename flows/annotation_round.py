@@ -32,6 +32,12 @@ from pipeline.paths import check_name
 from pipeline.quality.agreement import TooFewAnnotators
 
 
+def _literal(text: str) -> str:
+    """An inline code span of ``text`` (annotators' text, e.g. a sample id they typed): shown as
+    written, never read as Markdown (a heading, a link, a table)."""
+    return "`" + " ".join(str(text).replace("`", "'").split()) + "`"
+
+
 def _desks(data_root: str):
     from pipeline.annotation.desks import Desks
 
@@ -46,6 +52,7 @@ def pull(round_name: str, data_root: str, annotators: list[str] | None = None) -
 
     res = ls_pull.pull_round(_desks(data_root), round_name, data_root, annotators or None)
     return {"labels": res.labels.num_rows, "problems": res.problems.to_pylist(), "summary": res.summary(),
+            "not_counted": [list(n) for n in res.not_counted],
             "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()},
             "acceptance": acceptance.summarize(acceptance.read(data_root, round_name) or [], by_annotator=True)}
 
@@ -135,6 +142,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     the adjudication and carries on: one run per round instead of two. A pause that is not
     resumed in time fails the run; nothing is lost, run it again after adjudication."""
     from prefect.flow_runs import pause_flow_run
+    from prefect.states import Completed
 
     logger = get_run_logger()
     root = str(Settings.from_env(data_root).data_root.resolve())
@@ -147,6 +155,8 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
         raise ValueError(f"flow parameter annotators={annotators!r}: give a list of annotators' e-mails, "
                          "or leave it out for every annotator")
     pulled = pull(round_name, root, annotators)
+    for who, sid, what in pulled["not_counted"]:  # a desk holding what the push did not give it: each named
+        logger.warning("round %s: %s, %s: %s", round_name, who, sid, what)
     try:
         agr = agreement(round_name, root)
     except TooFewAnnotators as exc:  # name the flow parameter that decides whose labels were pulled
@@ -168,7 +178,10 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     # Where every annotator stands, in this round and the one just opened.
     status_table = progress([round_name] + ([nxt] if opened else []), root, annotators)
     status = "done" if gold is not None else "waiting"
-    lines = [pulled["summary"], "",
+    lines = [_literal(pulled["summary"]), "",
+             *([f"Not counted ({len(pulled['not_counted'])}; every one in table `problems`, earlier labels kept):"]
+               + [f"- {_literal(f'{who}, {sid}: {what}')}" for who, sid, what in pulled["not_counted"][:50]] + [""]
+               if pulled["not_counted"] else []),
              f"Agreement gate: **{'pass' if agr['passed'] else 'FAIL'}**; report: `{Path(agr['report'].get('html', '')).name}`",
              f"Disagreeing rows: {adj.disagreements} ({adjudicated} adjudicated)",
              f"Gold: {gold['rows']} rows" if gold else "Gold: waiting for adjudication - run this flow again when done",
@@ -181,5 +194,15 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
            tables={"agreement": agr["fields"], "problems": pulled["problems"][:500], "status": status_table,
                    "acceptance": pulled["acceptance"]})
     logger.info("round %s: %s", round_name, status)
-    return {"round": round_name, "status": status, "passed": agr["passed"], "disagreements": adj.disagreements,
-            "gold": gold, "next": opened, "report": agr["report"]}
+    result = {"round": round_name, "status": status, "passed": agr["passed"], "disagreements": adj.disagreements,
+              "gold": gold, "next": opened, "report": agr["report"]}
+    if gold is not None:
+        return result
+    # Nothing moved on: the run's state says so by name (Completed, exit 0 with --watch), and the
+    # log's last line is the next step
+    waiting = (f"{adj.disagreements - adjudicated} of {adj.disagreements} disagreeing rows open on the "
+               "adjudicator's desk" if adj.disagreements else "gold waits for an earlier round's adjudication")
+    step = (f"round {round_name}: awaiting adjudication ({waiting}); next: when it is done, run this round again "
+            f"(`prefect deployment run 'annotation-round/default' --param round_name={round_name} --watch`)")
+    logger.warning(step)
+    return Completed(name="Awaiting adjudication", message=step, data=result)

@@ -93,6 +93,8 @@ class PullResult:
     progress: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (annotator, scenario) -> (done, total)
     missing: list[tuple[str, str]] = field(default_factory=list)  # (sample_id, annotator): pushed, deleted on the desk
     kept: list[str] = field(default_factory=list)  # annotators whose earlier lines were kept (not pulled this time)
+    # (annotator, sample, problem) of every task or answer not counted (:mod:`.pull_trust`): also in ``problems``
+    not_counted: list[tuple[str, str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         s = (f"round {self.round}: {self.labels.num_rows} label lines, {self.problems.num_rows} problems, "
@@ -103,6 +105,10 @@ class PullResult:
             s += (f"; {len(self.missing)} pushed tasks are gone from Label Studio: "
                   + ", ".join(f"{sid} ({who})" for sid, who in self.missing[:5])
                   + (" ..." if len(self.missing) > 5 else ""))
+        if self.not_counted:
+            s += (f"; {len(self.not_counted)} tasks or answers not counted (a desk holds what the push did not give "
+                  f"it): " + ", ".join(f"{sid} ({who})" for who, sid, _ in self.not_counted[:5])
+                  + (" ..." if len(self.not_counted) > 5 else ""))
         return s
 
 
@@ -132,6 +138,7 @@ class _Parsed:
     progress: tuple[int, int] | None = None  # (done, total); None when the export is not JSON
     untrusted: set[tuple[str, str]] = field(default_factory=set)  # (sample, annotator) not counted: lines kept
     deleted: set[tuple[str, str]] = field(default_factory=set)    # (sample, annotator): a window deleted on the desk
+    not_counted: list[tuple[str, str, str]] = field(default_factory=list)  # (annotator, sample, problem)
 
 
 # --- what a pull saw of each project --------------------------------------------------------
@@ -259,6 +266,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
                                            desks.where(annotator), rnd.name)
         tasks = trusted.tasks
         out.problems.extend(problem_line(annotator, note, sid) for sid, note in trusted.notes)
+        out.not_counted = [(annotator, sid, note) for sid, note in trusted.notes]
         out.untrusted = {(sid, annotator) for sid in trusted.kept}
         out.deleted = {(sid, annotator) for sid in trusted.deleted}
         exported[(scenario, annotator)] |= {t["data"]["sample_id"] for t in tasks} | trusted.kept
@@ -350,6 +358,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         accepted += out.accepted
         untrusted |= out.untrusted
         result.missing += sorted(out.deleted)
+        result.not_counted += out.not_counted
         if out.progress is not None:
             result.progress[(item.annotator, item.scenario)] = out.progress
     # Pushed but gone: a task or project deleted in Label Studio after the push.
@@ -396,7 +405,8 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         write_sync(root, rnd.name, "pull", {
             "inputs": inputs, "tables": {k: _file_sha(p) for k, p in tables.items()},
             "result": {"progress": sorted([a, s, d, t] for (a, s), (d, t) in result.progress.items()),
-                       "missing": [list(m) for m in result.missing], "kept": result.kept},
+                       "missing": [list(m) for m in result.missing], "kept": result.kept,
+                       "not_counted": [list(n) for n in result.not_counted]},
             "projects": {**{k: v for k, v in old_projects.items() if k not in looked}, **looked}})
     return result
 
@@ -411,6 +421,7 @@ def _as_before(result: PullResult, root: DataRoot, rnd: Round, wanted: list[Want
     progress = {(a, s): (d, t) for a, s, d, t in done.get("progress") or []}
     missing = [(sid, who) for sid, who in done.get("missing") or []]
     kept = [str(who) for who in done.get("kept") or []]
+    result.not_counted = [(who, sid, what) for who, sid, what in done.get("not_counted") or []]
     result.labels, result.problems, result.progress, result.missing, result.kept = labels, problems, progress, missing, kept
     result.snapshots = [i.archived for i in wanted]
     return result

@@ -301,13 +301,21 @@ def annotate_pull(
             result = pull.pull_round(_desks(settings), round_name, settings.data_root, annotators=annotator or None)
     except (*_desk_errors(), KeyError, ValueError) as exc:
         _fail(str(exc).strip("'\""))
-    console.print(result.summary(), highlight=False)
+    from rich.markup import escape
+
+    console.print(escape(result.summary()), highlight=False)
     console.print(f"labels: {DataRootMap(settings.data_root).labels(round_name)}", highlight=False)
-    for p in result.problems.to_pylist()[:show]:
+    # What was not counted first (a task or answer the push did not give that desk), then the rest;
+    # one line each, the annotator's own text escaped (it is theirs to write).
+    first = set(result.not_counted)
+    problems = result.problems.to_pylist()
+    problems.sort(key=lambda p: (p["annotator"], p["sample_id"], p["problem"]) not in first)
+    for p in problems[:show]:
         where = f"{p['sample_id']} row {p['row_index']}" if p["row_index"] is not None else p["sample_id"]
-        console.print(f"  [red]{where}[/red] {p['annotator']} {p['field'] or ''}: {p['problem']}", highlight=False)
-    if result.problems.num_rows > show:
-        console.print(f"  ... {result.problems.num_rows - show} more in "
+        console.print(f"  [red]{escape(where)}[/red] {escape(p['annotator'])} {escape(p['field'] or '')}: "
+                      f"{escape(p['problem'])}", highlight=False)
+    if len(problems) > show:
+        console.print(f"  ... {len(problems) - show} more in "
                       f"{DataRootMap(settings.data_root).label_problems(round_name)}", highlight=False)
 
 

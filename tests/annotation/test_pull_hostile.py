@@ -2,9 +2,11 @@
 annotator), after a first pull, annotator A saves a malformed answer, imports a task of their
 own, edits a task's data and deletes one window of a long sample. `rescue annotate pull` then
 writes everyone's labels as before (B's new ones, A's earlier ones), names each of the four in
-one problem line (desk, task, sample) and exits as a pull with problems does."""
+one problem line (desk, task, sample) and exits as a pull with problems does. The
+`annotation-round` flow run on that round then completes and names them in its summary."""
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 
@@ -45,6 +47,17 @@ def _answer(client, project_id: int, rnd, by_id: dict, user_id: int) -> None:
 def _lines(root) -> list[tuple]:
     table = pq.read_table(DataRoot(root).labels(ROUND)).to_pylist()
     return sorted((r["sample_id"], r["row_index"], r["annotator"], r["field"], r["value"]) for r in table)
+
+
+@contextlib.contextmanager
+def prefect_harness():
+    """Prefect's test harness (a temporary server) for the flow run in this process."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180), \
+            temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
 
 
 def test_a_poisoned_desk_is_named_line_by_line_and_every_label_stays(tmp_path, monkeypatch):
@@ -97,15 +110,12 @@ def test_a_poisoned_desk_is_named_line_by_line_and_every_label_stays(tmp_path, m
                              completed_by=desks.owner_id(a))
         window = tasks[("synthetic/hostile_3", 1)]
         ca.request("DELETE", f"/api/tasks/{window['id']}/", "delete one window")
-        # B's pull has something new: B changes one answer (all values again, lead time aside)
+        # B's pull has something new: B saves one answer again, after a longer look (lead time 9 s)
         cb = desks.client(b)
         b_task = next(t for t in json.loads(cb.export_tasks(projects[b]))
                       if t["data"]["sample_id"] == "synthetic/hostile_4")
-        changed = push.input_values(rnd, by_id["synthetic/hostile_4"])
-        unit = b_task["data"]["units"][0]["row_index"]
-        changed[unit] = dict(changed[unit], utterance_type="withdrawal")
-        cb.request("PATCH", f"/api/annotations/{b_task['annotations'][0]['id']}/", "change an answer",
-                   json={"result": ls_config.values_to_results(rnd, b_task["data"], changed)})
+        cb.request("PATCH", f"/api/annotations/{b_task['annotations'][0]['id']}/", "save an answer again",
+                   json={"lead_time": 9.0})
 
         pulled = runner.invoke(app, ["annotate", "pull", ROUND, *dr])
         assert pulled.exit_code == 0, pulled.output
@@ -129,15 +139,26 @@ def test_a_poisoned_desk_is_named_line_by_line_and_every_label_stays(tmp_path, m
             assert len([ln for ln in out if sid in ln and a in ln and text.split(" on ")[0] in ln]) == 1, pulled.output
 
         after = _lines(root)
-        b_new = [r for r in after if r[2] == b and r[0] == "synthetic/hostile_4" and r[1] == unit
-                 and r[3] == "utterance_type"]
-        assert [json.loads(r[4]) for r in b_new] == ["withdrawal"]  # B's pull went on
-        assert [r for r in after if r[2] == a] == [r for r in before if r[2] == a]  # A lost nothing
-        assert [r for r in after if r[2] == b and r[0] != "synthetic/hostile_4"] == \
-            [r for r in before if r[2] == b and r[0] != "synthetic/hostile_4"]
-        assert not [r for r in after if r[0] == "synthetic/never_given"]
+        assert after == before  # A lost nothing, B's lines stand, the phantom sample has none
+        times = {(r["sample_id"], r["annotator"]): r["lead_time_s"]
+                 for r in pq.read_table(DataRoot(root).labels(ROUND)).to_pylist()}
+        assert times[("synthetic/hostile_4", b)] == 9.0 and times[("synthetic/hostile_1", b)] == 5.0  # B's pull went on
+        assert times[("synthetic/hostile_1", a)] == 5.0
+        rebuilt = runner.invoke(app, ["annotate", "acceptance", ROUND, "--rebuild", *dr])  # the archive agrees
+        assert rebuilt.exit_code == 0, rebuilt.output
 
-        status = runner.invoke(app, ["annotate", "acceptance", ROUND, "--rebuild", *dr])  # the archive agrees
-        assert status.exit_code == 0, status.output
+        # The round's flow: it completes, and its summary names each task or answer not counted.
+        from prefect.client.orchestration import get_client
+
+        from flows.annotation_round import annotation_round_flow
+
+        with prefect_harness():
+            state = annotation_round_flow(round_name=ROUND, data_root=str(root), open_next=False, return_state=True)
+            assert state.is_completed(), state.message
+            with get_client(sync_client=True) as client:
+                markdown = next(str(x.data) for x in client.read_artifacts() if x.key == f"round-{ROUND}-summary")
+        assert "4 tasks or answers not counted" in markdown
+        for sid, text in want.items():
+            assert len([ln for ln in markdown.splitlines() if sid in ln and text.split(" on ")[0] in ln]) == 1, markdown
     finally:
         Desks(root).down()
