@@ -589,9 +589,11 @@
     if (/^[0-9-]$/.test(e.key)) {
       stop(e);
       if (!group || !formOf(group)) {
-        // no list in focus: the focus goes to the first list of the form in view, and nothing changes
-        var first = unit && fields(unit).filter(function (f) { return f.classList.contains("lsf-choices"); })[0];
-        if (first) { mark(unit); focusField(first); }
+        // no list in focus: the focus goes to the first list of the form in view (none in view: of the
+        // window's first form), and nothing changes
+        var to = unit || start();
+        var first = to && fields(to).filter(function (f) { return f.classList.contains("lsf-choices"); })[0];
+        if (first) { mark(to); focusField(first); }
         return;
       }
       pickByKey(formOf(group), group, e.key);

@@ -101,10 +101,10 @@ _CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices`)].map(g => [
 
 
 def _fill_by_keyboard(page, rnd, data, values) -> int:
-    """Fill every unit with the keyboard alone, through the front's keys (desk_front.comfort.KEYS_JS): Enter
-    comes to the first form; in each form the first list's choice is its number key, pressed
-    with the focus anywhere in that form (and it must land there, not on form 0 as Label
-    Studio's own automatic hotkeys do); the other lists: Tab to the list, arrows to the choice, Space; text is typed
+    """Fill every unit with the keyboard alone, through the front's keys (desk_front/static/keys.js): Enter
+    comes to the first form; in each form the first list's choice is its number key (with the
+    focus elsewhere in that form, the key first moves it to that list and changes nothing; it must
+    land there, not on form 0 as Label Studio's own automatic hotkeys do); the other lists: Tab to the list, arrows to the choice, Space; text is typed
     and added with Shift+Enter; Ctrl+Enter submits. Returns the key presses used."""
     keys = 0
 
@@ -142,7 +142,14 @@ def _fill_by_keyboard(page, rnd, data, values) -> int:
                     for v in [v for v in items if v not in ("", None)]:
                         if k == 0:  # the first list: its number key, the focus anywhere in this form
                             at = options.index(v)
-                            press("-" if at == len(options) - 1 else str((at + 1) % 10))
+                            key = "-" if at == len(options) - 1 else str((at + 1) % 10)
+                            if page.evaluate(_ACTIVE)["group"] != 0:
+                                # no list in focus: the key moves the focus to the form's first list, and changes nothing
+                                before_i = page.evaluate(_CHECKED, f"unit_{i}")
+                                press(key)
+                                assert page.evaluate(_ACTIVE)["group"] == 0, page.evaluate(_ACTIVE)
+                                assert page.evaluate(_CHECKED, f"unit_{i}") == before_i
+                            press(key)
                             assert v in page.evaluate(_CHECKED, f"unit_{i}")[0], (i, v)
                             if i:  # not on form 0 (Label Studio's own hotkeys would go there)
                                 assert page.evaluate(_CHECKED, "unit_0") == before_0

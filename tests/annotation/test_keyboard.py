@@ -1,4 +1,4 @@
-"""Keyboard-first through the desk's front (desk_front.comfort.KEYS_JS), in headless Chromium on
+"""Keyboard-first through the desk's front (desk_front/static/keys.js), in headless Chromium on
 the session's Label Studio: a whole window of a round by keyboard alone, from the project list into
 the label stream (the benchmark's own driver, benchmarks/bench_annotator_ui.py --keyboard); a
 refused submit says why next to the field; Ctrl+Enter submits from a focused checkbox (Label
