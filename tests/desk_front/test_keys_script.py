@@ -165,3 +165,18 @@ def test_a_kept_texts_edit_action_shows_when_focused(page):
     page.locator("#unit_0 button[aria-label='Edit Region']").focus()
     opacity = page.evaluate("() => getComputedStyle(document.querySelector('#unit_0 .lsf-textarea__actions')).opacity")
     assert opacity == "1"
+
+
+def test_enter_starts_at_who_is_each_voice(page):
+    voices = "".join(f'<div id="voice_{v}" style="height: 300px"><div class="lsf-choices people">'
+                     f'<label><input type="checkbox" name="Ann"><span>Ann</span></label>'
+                     f'<label><input type="checkbox" name="Bob"><span>Bob</span></label></div></div>' for v in range(2))
+    _load(page, _page(voices + _form(0) + _form(1)))
+    page.wait_for_selector("#voice_0 label[data-rescue-key]")
+    page.evaluate("() => document.getElementById('unit_0').scrollIntoView()")  # a row on screen, not the voices
+    walk = []
+    for _ in range(3):
+        page.keyboard.press("Enter")
+        time.sleep(0.2)
+        walk.append(page.evaluate("() => document.activeElement.closest('[id^=unit_], [id^=voice_]').id"))
+    assert walk == ["voice_0", "voice_1", "unit_0"]
