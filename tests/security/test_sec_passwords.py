@@ -51,23 +51,29 @@ class ProcWatch(threading.Thread):
 
 
 def test_a_re_added_persons_password_is_on_no_command_line(desk_pair):
+    """Re-added twice while watched: through the library (``Desks.add``) and the command."""
     desks = desk_pair.desks
-    new = "stdin-only-" + secrets.token_urlsafe(12)
+    first, new = "library-" + secrets.token_urlsafe(12), "stdin-only-" + secrets.token_urlsafe(12)
     env = {k: v for k, v in os.environ.items() if k != "RESCUE_ANNOTATOR_PASSWORD"}
-    watch = ProcWatch(new, OURS)
-    watch.start()
+    watches = [ProcWatch(first, OURS), ProcWatch(new, OURS)]
+    for w in watches:
+        w.start()
     try:
+        desks.add(OURS, "annotator", first)
+        desk_pair.passwords[OURS] = first
         done = subprocess.run([str(RESCUE), "annotators", "add", OURS, "--data-root", str(desks.root.root),
                                "--password-stdin"], input=new + "\n", env=env, capture_output=True, text=True,
                               timeout=600)
     finally:
-        watch.stop.set()
-        watch.join()
-    count(None, watch.scans)
+        for w in watches:
+            w.stop.set()
+            w.join()
+    count(None, sum(w.scans for w in watches))
+    assert not [h for w in watches for h in w.hits], [h for w in watches for h in w.hits]
     assert done.returncode == 0, done.stdout + done.stderr
     desk_pair.passwords[OURS] = new
-    assert not watch.hits, watch.hits
-    assert len(watch.seen_marker) >= 2, (watch.scans, watch.seen_marker)  # the command and the desk's reset were seen
+    # the watch saw the processes that had the password: the command and the desk's two resets
+    assert len(watches[1].seen_marker) >= 3, (watches[1].scans, watches[1].seen_marker)
     assert new not in done.stdout + done.stderr
     files = [p for p in desks.root.desk_dir(desks.get(OURS).slug).rglob("*") if p.is_file()]
     assert files and not [str(p) for p in files if new.encode() in p.read_bytes()]
