@@ -10,8 +10,10 @@ link is closed and telemetry is off. The token is never printed.
 A desk runs with :data:`DESK_SETTINGS` (Label Studio's settings less its request-log middleware,
 the telemetry hook that parses every request body, with its task counters counted in SQL, and
 with guards: cross-site writes with the session cookie refused, failed logins limited per account
-and address, a logged-out session ended for good) when the installed Label Studio is the version that module was written for; any other version,
-or ``RESCUE_LS_STOCK_SETTINGS=1``, runs Label Studio's settings unchanged.
+and address, a logged-out session ended for good) when the installed Label Studio is the
+version that module was written for; any other version, or ``RESCUE_LS_STOCK_SETTINGS=1``, runs
+Label Studio's settings unchanged. A person's password goes to the server's python on stdin
+(:meth:`LabelStudioServer.set_password`), never on a command line.
 """
 from __future__ import annotations
 

@@ -72,16 +72,18 @@ def test_the_desks_own_pages_and_the_pipelines_token_still_write(desk_pair):
     token from anywhere (no cookie: the pipeline is not a browser)."""
     url, port = desk_pair.url(OURS), desk_pair.port(OURS)
     login = form_login(url, OURS, desk_pair.passwords[OURS])
-    own = raw(port, "POST", "/api/projects/", [("Cookie", f"sessionid={login.session}"), ("Origin", url),
-                                               ("Content-Type", "application/json")], json.dumps({"title": "own-page"}))
+    cookie = ("Cookie", f"sessionid={login.session}")
+    own = raw(port, "POST", "/api/projects/", [cookie, ("Origin", url), ("Content-Type", "application/json")],
+              json.dumps({"title": "own-page"}))
     assert own.status == 201, own.describe()
     referer = raw(port, "PATCH", f"/api/projects/{json.loads(own.body)['id']}/",
-                  [("Cookie", f"sessionid={login.session}"), ("Referer", f"{url}/projects/"),
-                   ("Content-Type", "application/json")], json.dumps({"title": "own-page-renamed"}))
+                  [cookie, ("Referer", f"{url}/projects/"), ("Content-Type", "application/json")],
+                  json.dumps({"title": "own-page-renamed"}))
     assert referer.status == 200, referer.describe()
     token = desk_pair.desks.service(OURS)["LABEL_STUDIO_USER_TOKEN"]
-    piped = raw(port, "POST", "/api/projects/", [("Authorization", f"Token {token}"), ("Origin", "https://evil.example"),
-                                                 ("Content-Type", "application/json")], json.dumps({"title": "by-token"}))
+    piped = raw(port, "POST", "/api/projects/",
+                [("Authorization", f"Token {token}"), ("Origin", "https://evil.example"),
+                 ("Content-Type", "application/json")], json.dumps({"title": "by-token"}))
     assert piped.status == 201, piped.describe()
     login.http.close()
 

@@ -68,7 +68,7 @@ def test_a_re_added_persons_password_is_on_no_command_line(desk_pair):
         for w in watches:
             w.stop.set()
             w.join()
-    count(None, sum(w.scans for w in watches))
+    count("passwords: /proc sweeps", sum(w.scans for w in watches))
     assert not [h for w in watches for h in w.hits], [h for w in watches for h in w.hits]
     assert done.returncode == 0, done.stdout + done.stderr
     desk_pair.passwords[OURS] = new
