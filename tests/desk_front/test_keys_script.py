@@ -126,7 +126,7 @@ def test_row_numbers_pick_rows_and_every_choice_shows_its_key(page):
 def test_key_state_belongs_to_the_window_on_screen(page):
     forms = "".join(_form(i, prefilled=True) for i in range(5))
     _load(page, _page(forms))
-    page.wait_for_selector("label[data-rescue-key]")
+    time.sleep(0.5)
     # window 1: the last form is the outlined one (its list in focus)
     page.locator("#unit_4 .people input").first.focus()
     page.keyboard.press("2")
@@ -136,7 +136,7 @@ def test_key_state_belongs_to_the_window_on_screen(page):
       document.activeElement && document.activeElement.blur(); }"""
     # the next window: Label Studio draws new forms with the same ids, the page stays
     page.evaluate(next_window, {"id": 2, "html": forms})
-    page.wait_for_selector("#unit_0 label[data-rescue-key]")
+    time.sleep(0.3)
     time.sleep(0.3)
     assert _ticked(page) == {f"unit_{i}": [] for i in range(5)}
     # Enter: to the window's first form; the previous window's last form (off screen) is not touched
@@ -147,7 +147,7 @@ def test_key_state_belongs_to_the_window_on_screen(page):
     # the window after: a number key with no list in focus moves the focus to the first list of the
     # form in view, and changes nothing
     page.evaluate(next_window, {"id": 3, "html": forms})
-    page.wait_for_selector("#unit_0 label[data-rescue-key]")
+    time.sleep(0.3)
     time.sleep(0.3)
     page.keyboard.press("2")
     time.sleep(0.3)
@@ -172,7 +172,7 @@ def test_enter_starts_at_who_is_each_voice(page):
                      f'<label><input type="checkbox" name="Ann"><span>Ann</span></label>'
                      f'<label><input type="checkbox" name="Bob"><span>Bob</span></label></div></div>' for v in range(2))
     _load(page, _page(voices + _form(0) + _form(1)))
-    page.wait_for_selector("#voice_0 label[data-rescue-key]")
+    time.sleep(0.5)
     page.evaluate("() => document.getElementById('unit_0').scrollIntoView()")  # a row on screen, not the voices
     walk = []
     for _ in range(3):
