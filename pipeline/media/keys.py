@@ -32,6 +32,10 @@ from pipeline import lineage
 from pipeline.catalog import Catalog, Ingested, ingested as ingested_of
 from pipeline.config import Settings
 from pipeline.lineage import DigestCache, StageKey, file_digest, model_digest
+from pipeline.media import voices
+from pipeline.media.ingest import MIN_DURATION_S
+from pipeline.media.transcribe import resolve_backend
+from pipeline.media.turns import SegmenterConfig, hint_of
 from pipeline.paths import DataRoot
 
 STAGES = ("ingest", "transcribe", "diarize", "segment")
@@ -68,8 +72,6 @@ def ingest_key(sample_id: str, entry: Mapping, video: str | None, subtitles: str
                cache: DigestCache | None = None) -> StageKey:
     """``entry``: the manifest entry's fields (scenario, participants, speaking_order, synthetic);
     ``video`` / ``subtitles``: the files (a file outside the batch, refused unread: ``None``)."""
-    from pipeline.media.ingest import MIN_DURATION_S
-
     min_duration_s = MIN_DURATION_S if min_duration_s is None else min_duration_s
     fields = {k: entry.get(k) for k in ("scenario", "participants", "speaking_order", "synthetic")}
     fields["participants"] = list(fields["participants"] or ())
@@ -91,8 +93,6 @@ def transcribe_key(ingested: Ingested, backend: str = "auto", asr_model: str | P
                    cache: DigestCache | None = None) -> StageKey:
     """Subtitles: no model and no device. WhisperX: the ASR and alignment models (a folder is
     digested; a model name is recorded as named) and whisperx's sentence splitter data."""
-    from pipeline.media.transcribe import resolve_backend
-
     chosen = resolve_backend(backend, ingested.subtitle_path)
     models, values = {}, {"backend": chosen}
     if chosen == "whisperx":
@@ -128,8 +128,6 @@ def diarize_key(ingested: Ingested, root: DataRoot, source: str | Path | None = 
                 num_speakers: int | None = None, min_speakers: int | None = None,
                 max_speakers: int | None = None, refine: bool = True, settings: Settings | None = None,
                 cache: DigestCache | None = None) -> StageKey:
-    from pipeline.media import voices
-
     settings = settings or Settings.from_env(root.root)
     where = diarization_source(source, settings)
     name, model = _model(where, cache) if isinstance(where, Path) else _named_model(where, cache)
@@ -147,8 +145,6 @@ def segment_key(ingested: Ingested, root: DataRoot, config=None, speaking_order=
                 cache: DigestCache | None = None) -> StageKey:
     """``config``: a ``SegmenterConfig`` (or its fields), default the segmenter's own;
     ``speaking_order``: the hint as ``segment_stage`` takes it."""
-    from pipeline.media.turns import SegmenterConfig, hint_of
-
     fields = dataclasses.asdict(SegmenterConfig()) if config is None else \
         dict(config) if isinstance(config, Mapping) else dataclasses.asdict(config)
     hint = speaking_order if speaking_order is None or isinstance(speaking_order, bool) else list(speaking_order)

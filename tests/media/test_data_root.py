@@ -84,7 +84,8 @@ def test_ingest_refuses_bad_ids_and_writes_nothing_outside_the_root(bad_batch, t
             assert "is not allowed" in out.output and "Traceback" not in out.output
             assert isinstance(out.exception, SystemExit)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch", "data"]
-    assert sorted(p.name for p in root.iterdir()) == ["catalog.lock", "catalog.parquet", "media", "subtitles"]
+    # keys/: what made the one good sample's ingest result (pipeline.lineage)
+    assert sorted(p.name for p in root.iterdir()) == ["catalog.lock", "catalog.parquet", "keys", "media", "subtitles"]
 
 
 def test_library_entry_points_refuse_bad_ids(tmp_path):
