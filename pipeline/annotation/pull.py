@@ -437,9 +437,10 @@ def _read_rows(path: Path) -> list[dict]:
 def missing_tasks(desks: DeskAccess, data_root: str | os.PathLike,
                   rounds: list[str] | None = None) -> list[tuple[str, str, str, str]]:
     """``(round, scenario, annotator, sample_id)`` pushed (the push record) but gone from the
-    annotators' desks: a deleted task or project. For ``rescue annotate status``."""
+    annotators' desks: a deleted task or project, or a part of a windowed sample. For ``rescue
+    annotate status``."""
     root = DataRoot(data_root)
-    live: dict[tuple[str, str, str], set[str]] = {}
+    live: dict[tuple[str, str, str], dict[str, list]] = {}  # -> sample -> the window of each of its tasks
     projects = [(desks.client(who), p, parsed) for who in desks.people("annotator")
                 for p in desks.client(who).projects() if (parsed := parse_project_key(p.key)) and parsed[2] == who]
     out = []
@@ -449,12 +450,15 @@ def missing_tasks(desks: DeskAccess, data_root: str | os.PathLike,
             continue
         for client, project, parsed in projects:
             if parsed[0] == name:
-                live.setdefault(parsed, set()).update(
-                    (t.get("data") or {}).get("sample_id") for t in client.tasks(project.id))
+                for t in client.tasks(project.id):  # task data is the annotator's to edit: read with care
+                    data = t.get("data") if isinstance(t.get("data"), dict) else {}
+                    if isinstance(data.get("sample_id"), str):
+                        live.setdefault(parsed, {}).setdefault(data["sample_id"], []).append(data.get("window"))
         for key, sample_ids in sorted(record.items()):
             scenario, _, annotator = key.partition("/")
-            have = live.get((name, scenario, annotator), set())
-            out += [(name, scenario, annotator, sid) for sid in sample_ids if sid not in have]
+            have = live.get((name, scenario, annotator), {})
+            out += [(name, scenario, annotator, sid) for sid in sample_ids
+                    if sid not in have or (None not in have[sid] and pull_trust.parts_gone(have[sid]))]
     return out
 
 

@@ -64,12 +64,10 @@ def screen_export(tasks, pushed: set[str] | None, predictions: dict[int, list], 
         if task["data"].get("window") is not None:
             parts.setdefault(task["data"]["sample_id"], []).append(task["data"]["window"])
     for sid, windows in parts.items():
-        counts = {w["count"] for w in windows}
-        indices = sorted(w["index"] for w in windows)
-        if len(counts) != 1 or len(set(indices)) != len(indices) or len(indices) == next(iter(counts)):
+        gone = parts_gone(windows)
+        if not gone:
             continue  # complete, or not one cut: the stitching says what it sees
-        count = next(iter(counts))
-        gone = [i + 1 for i in range(count) if i not in indices]
+        count = windows[0]["count"]
         out.notes.append((sid, f"part{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} of {count} of {sid} "
                                f"deleted on the desk after the push ({where}); labels pulled for the sample before "
                                f"are kept; `rescue annotate push {round_name}` recreates "
@@ -78,6 +76,21 @@ def screen_export(tasks, pushed: set[str] | None, predictions: dict[int, list], 
         out.deleted.add(sid)
     out.tasks = [t for t in out.tasks if t["data"]["sample_id"] not in out.deleted]
     return out
+
+
+def parts_gone(windows: list) -> list[int]:
+    """The parts (1-based) missing from one cut of a windowed sample, given the ``window`` of each
+    of its tasks still on the desk ([] when it is whole, or when they are not one cut: windows of
+    another push's cut, or the same window twice, are the stitching's to report)."""
+    if not windows or not all(isinstance(w, dict) for w in windows):
+        return []
+    counts = {w.get("count") for w in windows}
+    indices = [w.get("index") for w in windows]
+    count = next(iter(counts))
+    if len(counts) != 1 or not isinstance(count, int) or len(set(indices)) != len(indices) \
+            or not set(indices) < set(range(count)):
+        return []
+    return [i + 1 for i in range(count) if i not in indices]
 
 
 def predicted(record: dict) -> dict[int, list]:

@@ -60,8 +60,6 @@ def task_name(task) -> str:
 
 
 def _rows_shape(rows, what: str) -> str | None:
-    if rows is None:
-        return None
     if not isinstance(rows, list):
         return f"its {what} are not a list"
     for row in rows:

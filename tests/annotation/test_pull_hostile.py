@@ -146,6 +146,11 @@ def test_a_poisoned_desk_is_named_line_by_line_and_every_label_stays(tmp_path, m
         assert times[("synthetic/hostile_1", a)] == 5.0
         rebuilt = runner.invoke(app, ["annotate", "acceptance", ROUND, "--rebuild", *dr])  # the archive agrees
         assert rebuilt.exit_code == 0, rebuilt.output
+        status = runner.invoke(app, ["annotate", "status", *dr])  # the live check names the deleted window's sample
+        assert status.exit_code == 0, status.output
+        assert [ln for ln in status.output.splitlines() if ln.startswith("missing task")] == [
+            f"missing task: {ROUND} couple {a}: synthetic/hostile_3 was pushed but is gone from Label Studio "
+            "(deleted); `rescue annotate push` recreates it"], status.output
 
         # The round's flow: it completes, and its summary names each task or answer not counted.
         from prefect.client.orchestration import get_client
