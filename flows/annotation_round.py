@@ -28,14 +28,9 @@ from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, push_slot, report, sha256_file, summary_on_failure
 from pipeline.annotation import rounds
 from pipeline.config import Settings
+from pipeline.markdown import escape as md_escape
 from pipeline.paths import check_name
 from pipeline.quality.agreement import TooFewAnnotators
-
-
-def _literal(text: str) -> str:
-    """An inline code span of ``text`` (annotators' text, e.g. a sample id they typed): shown as
-    written, never read as Markdown (a heading, a link, a table)."""
-    return "`" + " ".join(str(text).replace("`", "'").split()) + "`"
 
 
 def _desks(data_root: str):
@@ -178,9 +173,9 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     # Where every annotator stands, in this round and the one just opened.
     status_table = progress([round_name] + ([nxt] if opened else []), root, annotators)
     status = "done" if gold is not None else "waiting"
-    lines = [_literal(pulled["summary"]), "",
+    lines = [md_escape(pulled["summary"]), "",  # sample ids and problems: annotators' text
              *([f"Not counted ({len(pulled['not_counted'])}; every one in table `problems`, earlier labels kept):"]
-               + [f"- {_literal(f'{who}, {sid}: {what}')}" for who, sid, what in pulled["not_counted"][:50]] + [""]
+               + [f"- {md_escape(f'{who}, {sid}: {what}')}" for who, sid, what in pulled["not_counted"][:50]] + [""]
                if pulled["not_counted"] else []),
              f"Agreement gate: **{'pass' if agr['passed'] else 'FAIL'}**; report: `{Path(agr['report'].get('html', '')).name}`",
              f"Disagreeing rows: {adj.disagreements} ({adjudicated} adjudicated)",
