@@ -7,6 +7,11 @@ whose data no longer hashes to the content address the push gave it (``data["con
 :func:`.ls_tasks.content_sha` over the data and the pre-annotation it was pushed with: data
 edited on the desk), and names the windows of a sample deleted on the desk after the push. Each
 is one problem line; the pull keeps the annotator's earlier lines for that sample.
+
+The content address is a checksum, not a signature: it catches an edit made through Label
+Studio's API or its data manager, not someone who recomputes it over their edited data and
+pre-annotation. Which samples a desk was given is the push record's, under the data root, out of
+any annotator's reach.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from dataclasses import dataclass, field
 
 from pipeline.annotation import ls_tasks
 from pipeline.annotation.screen import task_name, well_formed
+
 
 @dataclass
 class Screened:
