@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,11 +240,17 @@ def cache_for(root: DataRoot) -> DigestCache:
 
 
 def file_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> str:
-    """sha256 of a file's bytes ("missing" when there is none), cached by path, size and mtime."""
+    """sha256 of a file's bytes, cached by path, size and mtime; else what it is ("missing", "not a
+    regular file", "unreadable"): a key is made before the stage checks its input, so a FIFO or a
+    device is never read here (the stage refuses it, naming it)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return "not a regular file"
         return (cache or DigestCache()).file(path)
     except FileNotFoundError:
         return "missing"
+    except OSError:
+        return "unreadable"
 
 
 def model_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> str:

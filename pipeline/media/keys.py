@@ -7,8 +7,8 @@ cache (``flows.stage_resume``) and the CLI (``rescue ingest | transcribe | diari
 =========== ====================================== ============================ ==========================
 stage       inputs                                 models                       settings
 =========== ====================================== ============================ ==========================
-ingest      the video's and subtitles' bytes, the  -                            minimum duration, files
-            manifest entry                                                      outside the batch allowed
+ingest      the video's and subtitles' bytes, the  -                            minimum duration
+            manifest entry
 transcribe  the ingested record (audio sha256,     WhisperX: the ASR and        backend; WhisperX: device,
             subtitle copy, participants)           alignment models, punkt      compute type, batch size
 diarize     the ingested record, enrolled voices   the pyannote pipeline        device, segmentation step,
@@ -80,7 +80,9 @@ def ingest_key(sample_id: str, entry: Mapping, video: str | None, subtitles: str
     if subtitles:
         inputs["subtitles"] = file_digest(subtitles, cache)
     return StageKey("ingest", sample_id, lineage.code_files(MODULES["ingest"]),
-                    settings={"min_duration_s": min_duration_s, "allow_outside_batch": bool(allow_outside_batch)},
+                    # allow_outside_batch changes nothing of a file inside the batch; outside, the
+                    # video's digest (or "none": refused unread) says it
+                    settings={"min_duration_s": min_duration_s},
                     inputs=inputs,
                     options={"entry": fields, "video": str(video) if video else None,
                              "subtitles": str(subtitles) if subtitles else None,
