@@ -122,6 +122,17 @@ def test_a_model_digest_follows_content_not_place(tmp_path):
     assert lineage.model_digest(tmp_path / "nowhere") == "missing"
 
 
+def test_a_key_never_reads_what_is_no_regular_file(tmp_path):
+    """Keys are made before the stage checks its input: a FIFO would block a read for good."""
+    fifo = tmp_path / "video.mp4"
+    os.mkfifo(fifo)
+    assert lineage.file_digest(fifo) == "not a regular file"
+    loop = tmp_path / "loop.mp4"
+    loop.symlink_to(loop)
+    assert lineage.file_digest(loop) == "unreadable"
+    assert lineage.file_digest(tmp_path / "none.mp4") == "missing"
+
+
 def test_the_digest_cache_is_kept_under_the_data_root_and_read_by_the_next_process(tmp_path):
     from pipeline.paths import DataRoot
 
