@@ -9,6 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipeline import schemas
+from pipeline.benchmark.provenance import generated_only, sensitive_text, source_text
 
 CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
 # The standard @context of Croissant 1.1 (mlcroissant's own; a test keeps the two equal).
@@ -135,3 +136,11 @@ def croissant(manifest: dict, *, description: str, sensitive: str, source: str, 
         doc["rai:dataAnnotationProtocol"] = [
             "No annotation round of this pipeline produced these samples; the source's own account applies."]
     return doc
+
+
+def release_croissant(manifest: dict) -> dict:
+    """``croissant.json``: the release in Croissant 1.1, its responsible-AI fields in the card's words."""
+    from pipeline.benchmark.card import DESCRIPTION
+
+    return croissant(manifest, description=DESCRIPTION, sensitive=sensitive_text(manifest),
+                     source=source_text(manifest), generated_only=generated_only(manifest))

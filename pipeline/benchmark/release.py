@@ -51,11 +51,12 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store
 from pipeline.benchmark import tasks
-from pipeline.benchmark.card import CardOptions, dataset_card, release_croissant, synthetic_markers
+from pipeline.benchmark.card import CardOptions, dataset_card
+from pipeline.benchmark.croissant import release_croissant
 from pipeline.benchmark.paper_export import (PAPER_CONTEXT, paper_task_records,  # noqa: F401 (public here too)
                                              write_paper_files)
 from pipeline.benchmark.paper_format import load_rescue_jsonl
-from pipeline.benchmark.provenance import corpus_origin
+from pipeline.benchmark.provenance import corpus_origin, synthetic_markers
 from pipeline.benchmark.release_figures import annotation_rounds, count_by_scenario, label_distribution, statistics
 from pipeline.benchmark.release_files import (ReleaseError, diff_releases, open_release,  # noqa: F401 (public here)
                                               read_config, release_path)

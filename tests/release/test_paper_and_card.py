@@ -262,7 +262,7 @@ def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp
 
 
 def test_generated_interviews_are_marked_by_provenance_not_by_name():
-    from pipeline.benchmark.card import synthetic_markers
+    from pipeline.benchmark.provenance import synthetic_markers
 
     # the catalog's record says generated: marked, whatever the group is called
     demo = [{"sample_id": "alan_and_evelyn/session01", "group_id": "alan_and_evelyn", "source_file": None}]
