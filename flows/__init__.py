@@ -60,7 +60,6 @@ GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")
 PUSH_LIMIT = os.environ.get("RESCUE_PUSH_LIMIT", "rescue-push")
 
 
-
 def __getattr__(name: str):
     # CODE_VERSION: the digest of the package's source, made on first use (once per process)
     if name == "CODE_VERSION":
