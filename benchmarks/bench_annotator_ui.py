@@ -475,7 +475,7 @@ _FOCUS = """() => {
     out.kind = 'choices'; out.options = boxes.map(b => b.name); out.checked = boxes.filter(b => b.checked).map(b => b.name);
     // the key each choice shows: the front's mark, else the row number a list of rows is labelled with
     out.keys = boxes.map(b => { const l = b.closest('label'); if (!l) return null;
-      const m = /^(\d+) \u00b7 /.exec(l.textContent.trim());
+      const m = /^(\\d+) \u00b7 /.exec(l.textContent.trim());
       return l.getAttribute('data-rescue-key') || (m ? m[1] : null); });
     out.at = boxes.indexOf(a);
   } else if (f.classList.contains('lsf-number')) {
