@@ -20,6 +20,9 @@ these comforts, the same for everyone:
   Studio's worker as it is.
 * Pages get the annotators' keys script (``static/keys.js`` at :data:`~desk_front.comfort.KEYS_PATH`) and their
   feature flags without those equal to the default (:func:`~desk_front.comfort.slim_feature_flags`).
+* Pages get the landing script (``static/landing.js`` at :data:`LANDING_PATH`): the login form
+  focused and a login landing on the person's rounds in annotation order, the first focused; no
+  project keys on the cards and no Import or Export in the data manager (what is shown only).
 * The data manager's columns show only the task's heading by default
   (:func:`~desk_front.comfort.slim_columns`; ``RESCUE_NO_SLIM_COLUMNS=1``: as built).
 * Build files with patches (:mod:`desk_front.patches`): applied only to the exact build they
