@@ -192,6 +192,8 @@ def test_a_change_of_code_or_model_remakes_exactly_what_it_touched_on_the_cli_pa
     first = _stages(batch, root, plain)
     assert "(made: not made yet)" in first["segment"] and "(made: not made yet)" in first["diarize"], first
     _all_fresh(_status(root, plain))
+    table = _rescue(root, plain, "status")
+    assert table.count(f"{SID} ") == 4 and "4 made" in table, table
 
     # nothing changed: every command says its result is up to date and makes nothing
     again = _stages(batch, root, plain)
@@ -203,6 +205,8 @@ def test_a_change_of_code_or_model_remakes_exactly_what_it_touched_on_the_cli_pa
 
     code = _env(changed["scratch"])
     _segment_stale_for_turns(_status(root, code))
+    table = _rescue(root, code, "status", "--stale")
+    assert "pipeline/media/turns.py changed" in table and "3 fresh, 1 stale" in table, table
     after_code = _stages(batch, root, code)
     assert "done 0, cached 1" in after_code["ingest"], after_code["ingest"]
     assert _skipped(after_code["transcribe"], "transcribe") and _skipped(after_code["diarize"], "diarize"), after_code
