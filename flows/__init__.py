@@ -35,6 +35,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import logging
 import os
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -294,6 +295,23 @@ def report(key: str, title: str, outcomes: Iterable[Outcome], extra_markdown: st
 
 
 _RUN: contextvars.ContextVar[dict | None] = contextvars.ContextVar("rescue_run", default=None)
+
+
+def tell(what: str, lines: Iterable[str], level: int = logging.WARNING) -> None:
+    """Say ``lines`` to the operator where they look: the run's log, and one event each, which
+    ``prefect deployment run ... --watch`` prints (the line as the event's resource name, the event
+    named ``rescue.<what>``). For what a person must do next: a refusal's reasons, a round that waits."""
+    from prefect import get_run_logger
+    from prefect.events import emit_event
+    from prefect.runtime import flow_run
+
+    logger = get_run_logger()
+    related = [{"prefect.resource.id": f"prefect.flow-run.{flow_run.id}", "prefect.resource.role": "flow-run"}] \
+        if flow_run.id else []
+    for i, line in enumerate(lines):
+        logger.log(level, "%s", line)
+        emit_event(event=f"rescue.{what}", resource={"prefect.resource.id": f"rescue.{what}.{flow_run.id}.{i}",
+                                                     "prefect.resource.name": line}, related=related)
 
 
 def note(outcomes: Iterable[Outcome] | None = None, extra_markdown: str | None = None) -> None:

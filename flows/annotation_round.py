@@ -25,7 +25,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
-from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, push_slot, report, sha256_file, summary_on_failure
+from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, push_slot, report, sha256_file, summary_on_failure, tell
 from pipeline.annotation import rounds
 from pipeline.config import Settings
 from pipeline.markdown import escape as md_escape
@@ -199,5 +199,5 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
                "adjudicator's desk" if adj.disagreements else "gold waits for an earlier round's adjudication")
     step = (f"round {round_name}: awaiting adjudication ({waiting}); next: when it is done, run this round again "
             f"(`prefect deployment run 'annotation-round/default' --param round_name={round_name} --watch`)")
-    logger.warning(step)
+    tell("round.awaiting-adjudication", [step])
     return Completed(name="Awaiting adjudication", message=step, data=result)

@@ -10,13 +10,14 @@ each reason (and the exact override command of each gate) as one log line, no tr
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.states import Failed
 
-from flows import report, Outcome
+from flows import Outcome, report, tell
 from pipeline.config import Settings
 
 # pipeline.benchmark.release (polars, pyarrow, the task builders) is imported inside the task: every flow
@@ -71,9 +72,7 @@ def build_release_flow(version: str, source: str = "", dev_fraction: float = 0.0
     out = build(source, version, str(root), dev_fraction,
                 {"license": license, "license_name": license_name, "license_link": license_link})
     if isinstance(out, Refused):
-        log = get_run_logger()
-        for reason in out.reasons:
-            log.error("release %s refused: %s", version, reason)
+        tell("release.refused", [f"release {version} refused: {reason}" for reason in out.reasons], logging.ERROR)
         report("build-release", f"Release {version} refused", [],
                extra_markdown="Nothing was written. Each reason, and what to do:\n\n"
                               + "\n".join(f"- {r}" for r in out.reasons))

@@ -87,6 +87,17 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
     truth = demo.demo_truth(corpus.load_work(drafted), seed=0)
     assert demo.annotate_round(desks, "transcript", truth, seed=0, annotators=ANNOTATORS) == len(ANNOTATORS)
     params = {"round_name": "transcript", "data_root": str(drafted), "annotators": ANNOTATORS}
+    # Without waiting: nothing moves on, and the terminal says so - a Completed state named for
+    # it (exit 0), and the next step as the log's word
+    proc = stack.prefect("deployment", "run", "annotation-round/default", "--param", "round_name=transcript",
+                         "--param", f"data_root={drafted}", "--param", f"annotators={json.dumps(ANNOTATORS)}", "--watch")
+    out = " ".join((proc.stdout + proc.stderr).split())  # the terminal wraps long lines
+    assert proc.returncode == 0, out[-4000:]
+    assert "finished successfully in 'Awaiting adjudication'" in out, out[-3000:]
+    assert "round transcript: awaiting adjudication (" in out and "disagreeing rows open on the adjudicator" in out, \
+        out[-6000:]
+    assert "Traceback" not in out
+    assert round_tasks(desks, "emotion") == {}, "nothing moves on while rows wait for adjudication"
     with stack.prefect_settings():
         run_id = demo.start_deployment("annotation-round/default", {**params, "wait_for_adjudication_s": 300})
         paused = demo.wait_flow_run(run_id, until_paused=True, timeout_s=600)
