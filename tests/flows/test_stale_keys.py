@@ -80,6 +80,7 @@ def prefect_env(prefect_harness, tmp_path_factory) -> dict:
 def _env(code: Path | None = None, models: Path | None = None, extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RESCUE_", "PYTHONPATH"))}
     env["RESCUE_MODELS_DIR"] = str(models or Settings.from_env().models_dir)
+    env["COLUMNS"] = "200"  # tables on one line each
     if code is not None:
         env["PYTHONPATH"] = str(code)
     return {**env, **(extra or {})}
