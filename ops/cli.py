@@ -19,7 +19,8 @@ def annotate_front(
     annotator: str = typer.Option(..., "--annotator", "-a", help="Whose desk this front serves (their e-mail)."),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
     host: str = typer.Option("127.0.0.1", help="Address the front listens on."),
-    port: int = typer.Option(8090, help="Port of the front."),
+    port: Optional[int] = typer.Option(None, help="Port of the front (default: the one the desks' registry gives "
+                                                  "this person, where `rescue stack up` starts it)."),
 ) -> None:
     """Serve the comfort front of ONE person's desk (cached build, service worker, keys script).
     It is no security boundary and holds no secret: the desk is the person's own Label Studio;
@@ -29,7 +30,10 @@ def annotate_front(
     from pipeline.config import Settings
 
     try:
-        upstream = Desks(Settings.from_env(data_root).data_root).url(annotator)
+        desks = Desks(Settings.from_env(data_root).data_root)
+        upstream = desks.url(annotator)
+        if port is None:
+            port = next(d.front_port for d in desks.registered_fronts() if d.email == desks.get(annotator).email)
     except DeskError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(1) from None
