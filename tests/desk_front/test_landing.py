@@ -30,6 +30,46 @@ def test_the_landing_knows_the_rounds_in_annotation_order():
     assert re.findall(r'"([^"]+)"', found.group(1)) == list(round_names())
 
 
+def _card(pid: int, title: str, description: str) -> str:
+    return (f'<a class="lsf-projects-page__link" href="/projects/{pid}/data"><div class="lsf-project-card">'
+            f'<div class="lsf-project-card__title">{title}</div>'
+            f'<div class="lsf-project-card__description">{description}</div></div></a>')
+
+
+def test_the_rounds_are_ordered_and_keys_hidden_on_any_desk(browser):
+    """Label Studio's project list as it draws it (its classes, newest first; the descriptions
+    coming after the cards), on an annotator's desk and an adjudicator's: the rounds in annotation
+    order, couple before family, a project that is not a round's last, no key shown, the first
+    round focused; and once the person has pressed a key, the focus stays theirs."""
+    cards = [(9, "other", "made by hand"),
+             (8, "strategy family", "Therapist support strategy\nrescue-project:strategy/family/a@x.org"),
+             (7, "transcript family", "Transcript\nrescue-project:transcript/family/a@x.org"),
+             (6, "emotion couple", "Emotion\nrescue-adjudication:emotion/couple"),
+             (5, "transcript couple", "Transcript\nrescue-project:transcript/couple/a@x.org")]
+    landing = (_STATIC / "landing.js").read_text()
+    page = browser.new_page()
+    # the list first without descriptions (Label Studio's first answer), then with them
+    html = ("<html><body><div class='lsf-projects-page__list'>"
+            + "".join(_card(p, t, "") for p, t, _ in cards) + f"</div><script>{landing}</script></body></html>")
+    page.route("http://desk.test/**", lambda route: route.fulfill(body=html, content_type="text/html"))
+    page.goto("http://desk.test/projects/")
+    page.evaluate("""(cards) => cards.forEach(([pid, , d]) => {
+        document.querySelector(`a[href="/projects/${pid}/data"] .lsf-project-card__description`).textContent = d; })""",
+                  [list(c) for c in cards])
+    page.wait_for_function("() => document.activeElement.getAttribute('href') === '/projects/5/data'")
+    hrefs = page.evaluate("() => [...document.querySelectorAll('a.lsf-projects-page__link')].map(a => a.getAttribute('href'))")
+    assert hrefs == [f"/projects/{p}/data" for p in (5, 7, 6, 8, 9)], hrefs
+    text = page.inner_text("body")
+    assert "rescue-project:" not in text and "rescue-adjudication:" not in text, text
+    assert "Therapist support strategy" in text and "made by hand" in text
+    # the person moves on; a later redraw does not take the focus back
+    page.focus("a[href='/projects/8/data']")
+    page.keyboard.press("Shift")
+    page.evaluate("() => document.querySelector('.lsf-projects-page__list').appendChild(document.createElement('span'))")
+    page.wait_for_timeout(200)
+    assert page.evaluate("() => document.activeElement.getAttribute('href')") == "/projects/8/data"
+
+
 @pytest.mark.slow
 def test_login_lands_on_the_first_round_and_two_keys_reach_its_stream(desk_factory, chromium):
     email = "landing@rescue.test"
