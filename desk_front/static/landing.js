@@ -70,11 +70,14 @@
   function tidy() {
     if (location.pathname !== path) { path = location.pathname; acted = false; }
     if (/^\/projects\/?$/.test(location.pathname)) rounds();
-    else if (/^\/projects\/\d+\/data\/?$/.test(location.pathname)) hideTransfers();
   }
+  var DATA = /^\/projects\/\d+\/data\/?$/;
   var pending = 0;
   new MutationObserver(function () {
+    // at once (before the page is painted): the buttons are never seen, nor pressed
+    if (DATA.test(location.pathname)) hideTransfers();
     if (!pending) pending = setTimeout(function () { pending = 0; tidy(); }, 40);
   }).observe(document.documentElement, {childList: true, subtree: true});
   tidy();
+  if (DATA.test(location.pathname)) hideTransfers();
 })();
