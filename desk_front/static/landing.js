@@ -10,9 +10,9 @@
   if (window.__rescueLanding) return; window.__rescueLanding = true;
   // the rounds in annotation order: annotation_schemas/rounds (tests/desk_front/test_landing.py checks)
   var ROUNDS = ["transcript", "emotion", "viewpoints", "relation", "strategy"];
-  // a project's key, the last line of its description: a round's (rescue-project:round/scenario/person)
-  // or an adjudication's (rescue-adjudication:round/scenario)
-  var KEY = /^rescue-(?:project|adjudication):([^/\s]+)\/([^/\s]+)(?:\/\S+)?$/;
+  // a project's key, the last line of its description: rescue-<kind>:round/scenario[/...] (the
+  // front knows no kinds of people: any kind the push writes)
+  var KEY = /^rescue-[a-z]+:([^/\s]+)\/([^/\s]+)(?:\/\S+)?$/;
   var LOGIN = /^\/user\/login\/?$/;
 
   if (LOGIN.test(location.pathname)) {
@@ -45,7 +45,7 @@
     links.forEach(function (a) {
       var d = a.querySelector(".lsf-project-card__description");
       // (the list's first answer may come without descriptions: looked at again as they come)
-      if (!d || !/rescue-(project|adjudication):/.test(d.textContent)) return;
+      if (!d || !/rescue-[a-z]+:/.test(d.textContent)) return;
       var found = null;
       var kept = d.textContent.split("\n").filter(function (line) {
         var m = KEY.exec(line.trim()); if (m) found = m; return !m;

@@ -91,6 +91,10 @@ def test_a_project_read_from_the_desk_database_is_label_studios_export_key_for_k
         kinds |= {"window" for t in tasks if t["data"].get("window")}
         kinds |= {"replaced prediction" for ps in predictions.values() for p in ps if p["model_version"] == "model-2"}
     assert kinds == {"annotation", "skip", "draft", "window", "replaced prediction"}  # every kind was compared
+    # the export files the desk wrote are its owner's alone (Django's uploads would be 0644)
+    written = [p for p in DataRoot(world.root).desk_label_studio_dir("deskdb-a-rescue-test").rglob("*") if p.is_file()]
+    assert [p for p in written if "export" in p.parts], "the export wrote no file"
+    assert [p for p in written if p.stat().st_mode & 0o077] == []
 
 
 def _tables(root: Path) -> dict[str, bytes]:

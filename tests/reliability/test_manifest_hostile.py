@@ -53,7 +53,7 @@ def test_unknown_columns_are_named_in_a_warning(tmp_path):
     warnings: list[str] = []
     read_manifest(batch / "manifest.csv", warnings)
     assert warnings == ["manifest.csv: unknown column(s) 'notes', 'particpants' ignored (known: sample_id, "
-                        "scenario, video, participants, subtitles, speaking_order)"]
+                        "scenario, video, participants, subtitles, speaking_order, synthetic)"]
     result = cli("ingest", str(batch), "--data-root", str(tmp_path / "data"))
     assert result.exit_code == 0 and "warning: manifest.csv: unknown column(s) 'notes', 'particpants'" in result.output
     assert "done 1," in result.output

@@ -38,3 +38,8 @@ _at = MIDDLEWARE.index(SESSIONS) + 1  # before authentication: an ended session 
 MIDDLEWARE[_at:_at] = ["rescue_desk_guard.CrossSiteWrites", "rescue_desk_guard.EndedSessions"]
 MIDDLEWARE.append("rescue_desk_guard.LoginThrottle")  # last: after the CSRF check of the login form
 INSTALLED_APPS = [*INSTALLED_APPS, "rescue_desk_counters.CountersConfig"]  # noqa: F405
+
+# Files the desk writes (exports of answers, uploads) are its owner's alone, like everything under
+# the data root: Django chmods uploads to 0644 by default, whatever the process's umask.
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
