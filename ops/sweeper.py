@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="sweep once and exit (1 if the sweep failed)")
     parser.add_argument("--every", type=float, default=SWEEP_EVERY_S, help="seconds between sweeps")
     args = parser.parse_args(argv)
+    from pipeline.store import private_by_default
+
+    private_by_default()  # started by hand too: what it writes is the operator's alone
     if args.once:
         try:
             sweep(log=lambda line: print(line, flush=True))
