@@ -43,7 +43,7 @@ class FieldRule:
     """What agreement means for one field (``name``) or record subfield (``name = "field.sub"``).
 
     For a subfield of a records field, ``key`` names the subfields that identify a record
-    (issue #4's ``Field.key``): a key subfield is compared per row (the row's key values), any
+    (the round definition's ``Field.key``): a key subfield is compared per row (the row's key values), any
     other subfield per matched record (unit = sample, row, key values). Rows where an
     annotator wrote no record leave that annotator missing: presence is its own rule.
     """
