@@ -194,7 +194,8 @@ def annotators_list(data_root: Optional[Path] = DataRoot,
         print(json.dumps(people))
         return
     for p in people:
-        console.print(f"{p['email']}  {p['role']}  {p['url']}  (desk: {p['desk_url']})", highlight=False)
+        console.print(f"{p['email']}  {p['role']}  {p['url']}  (desk: {p['desk_url']})", highlight=False,
+                      soft_wrap=True)
 
 
 # --- annotate --------------------------------------------------------------------------------
@@ -312,8 +313,9 @@ def annotate_pull(
     problems.sort(key=lambda p: (p["annotator"], p["sample_id"], p["problem"]) not in first)
     for p in problems[:show]:
         where = f"{p['sample_id']} row {p['row_index']}" if p["row_index"] is not None else p["sample_id"]
+        # one line each, never wrapped: read by people and grep alike
         console.print(f"  [red]{escape(where)}[/red] {escape(p['annotator'])} {escape(p['field'] or '')}: "
-                      f"{escape(p['problem'])}", highlight=False)
+                      f"{escape(p['problem'])}", highlight=False, soft_wrap=True)
     if len(problems) > show:
         console.print(f"  ... {len(problems) - show} more in "
                       f"{DataRootMap(settings.data_root).label_problems(round_name)}", highlight=False)
@@ -426,4 +428,4 @@ def annotate_status(
         console.print(line, highlight=False)
     for rnd, scenario, who, sid in gone:  # pushed, then deleted in Label Studio: never dropped in silence
         console.print(f"[yellow]missing task[/yellow]: {rnd} {scenario} {who}: {sid} was pushed but is gone from "
-                      "Label Studio (deleted); `rescue annotate push` recreates it", highlight=False)
+                      "Label Studio (deleted); `rescue annotate push` recreates it", highlight=False, soft_wrap=True)
