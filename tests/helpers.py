@@ -257,7 +257,8 @@ def play_until_stopped(page, sel: str, span: tuple[float, float]) -> list[tuple[
 
     for _ in range(5):  # the form may still re-render right after it appears
         try:
-            page.locator(sel).scroll_into_view_if_needed(timeout=10_000)
+            # to the middle of the view: at its top edge, the editor's sticky bar may lie over the button
+            page.locator(sel).evaluate("m => m.scrollIntoView({block: 'center'})", timeout=10_000)
             box = page.locator(sel).bounding_box(timeout=10_000)
             page.mouse.click(box["x"] + 16, box["y"] + box["height"] / 2)  # its play button
             page.wait_for_function(f"() => {{ const m = document.querySelector('{sel}'); "
