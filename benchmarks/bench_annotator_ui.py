@@ -642,12 +642,16 @@ def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], paus
     once the window is open (``"open"``) and once it is filled (``"filled"``); its keys are not counted."""
     k = KeyCounter(page, pause_s)
     page.goto(f"{base}/projects/")
+    # the list settles first: the front's landing script orders the cards (and focuses the first) as
+    # their descriptions arrive, so a focus read before that may move before Enter
+    page.wait_for_load_state("networkidle")
     page.wait_for_function("() => document.activeElement && document.activeElement.matches('a.lsf-projects-page__link')")
     for _ in range(page.locator("a.lsf-projects-page__link").count()):
         if page.evaluate("() => document.activeElement.getAttribute('href')").rstrip("/").endswith(f"/projects/{pid}/data"):
             break
         k.press("ArrowDown")
     k.press("Enter")
+    page.wait_for_url(f"**/projects/{pid}/**")  # this round's project, not one the focus moved to
     page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim() === 'Label All Tasks'")
     k.press("Enter")
     _form_ready(page)
@@ -777,6 +781,7 @@ def _enter_round(k: KeyCounter, page, base: str, pid: int, first: bool) -> None:
             break
         k.press("ArrowDown")
     k.press("Enter")
+    page.wait_for_url(f"**/projects/{pid}/**")  # this round's project, not one the focus moved to
     page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim() === 'Label All Tasks'")
     k.press("Enter")
     _form_ready(page)
