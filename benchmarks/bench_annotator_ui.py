@@ -632,6 +632,26 @@ def _appears(locator, seconds: float) -> bool:
         return False
 
 
+def _into_stream(page, k, pid: int) -> None:
+    """From the focused project list into project ``pid``'s label stream by keys: the arrow keys to
+    its card, Enter, Enter on "Label All Tasks"; the round's instructions (open on the first entry
+    into a round's stream; the front keeps them closed later on) closed with Escape."""
+    for _ in range(page.locator("a.lsf-projects-page__link").count()):
+        if page.evaluate("() => document.activeElement.getAttribute('href')").rstrip("/").endswith(f"/projects/{pid}/data"):
+            break
+        k.press("ArrowDown")
+    k.press("Enter")
+    page.wait_for_url(f"**/projects/{pid}/**")  # this round's project, not one the focus moved to
+    page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim() === 'Label All Tasks'")
+    k.press("Enter")
+    _form_ready(page)
+    page.wait_for_load_state("networkidle")
+    close = page.locator('button[aria-label="Close modal"]')  # the round's instructions, on its first entry
+    if close.count() or _appears(close, 3):
+        k.press("Escape")
+        close.wait_for(state="detached", timeout=10_000)
+
+
 def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], pause_s: float = 0.08,
                     hook=None) -> dict:
     """One whole window by keyboard alone, through the front's keys: from the project list (the
@@ -646,22 +666,7 @@ def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], paus
     # their descriptions arrive, so a focus read before that may move before Enter
     page.wait_for_load_state("networkidle")
     page.wait_for_function("() => document.activeElement && document.activeElement.matches('a.lsf-projects-page__link')")
-    for _ in range(page.locator("a.lsf-projects-page__link").count()):
-        if page.evaluate("() => document.activeElement.getAttribute('href')").rstrip("/").endswith(f"/projects/{pid}/data"):
-            break
-        k.press("ArrowDown")
-    k.press("Enter")
-    page.wait_for_url(f"**/projects/{pid}/**")  # this round's project, not one the focus moved to
-    page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim() === 'Label All Tasks'")
-    k.press("Enter")
-    _form_ready(page)
-    page.wait_for_load_state("networkidle")
-    # the round's instructions open on the first entry into the round's stream (the front keeps them
-    # closed later on): read, then Escape
-    close = page.locator('button[aria-label="Close modal"]')
-    if close.count() or _appears(close, 3):
-        k.press("Escape")
-        close.wait_for(state="detached", timeout=10_000)
+    _into_stream(page, k, pid)
     task_id, data = page.evaluate("() => [Htx.task.id, Htx.task.dataObj]")  # the window the stream gave
     want_all = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, data, truth)}
     left: list[str] = []
@@ -776,20 +781,7 @@ def _enter_round(k: KeyCounter, page, base: str, pid: int, first: bool) -> None:
     page.wait_for_function("() => document.activeElement && document.activeElement.matches('a.lsf-projects-page__link')")
     # the landing focuses the first round once the cards carry their rounds
     page.wait_for_function("() => !document.querySelector('a.lsf-projects-page__link:not([data-rescue-round])')")
-    for _ in range(page.locator("a.lsf-projects-page__link").count()):
-        if page.evaluate("() => document.activeElement.getAttribute('href')").rstrip("/").endswith(f"/projects/{pid}/data"):
-            break
-        k.press("ArrowDown")
-    k.press("Enter")
-    page.wait_for_url(f"**/projects/{pid}/**")  # this round's project, not one the focus moved to
-    page.wait_for_function("() => document.activeElement && document.activeElement.textContent.trim() === 'Label All Tasks'")
-    k.press("Enter")
-    _form_ready(page)
-    page.wait_for_load_state("networkidle")
-    close = page.locator('button[aria-label="Close modal"]')  # the round's instructions, on its first entry
-    if close.count() or _appears(close, 3):
-        k.press("Escape")
-        close.wait_for(state="detached", timeout=10_000)
+    _into_stream(page, k, pid)
 
 
 def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_windows: int, client, *, first: bool,
