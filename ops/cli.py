@@ -6,12 +6,13 @@ from typing import Optional
 
 import typer
 
-from ops import demo, stack
+from ops import demo, remote, stack
 from pipeline.cli import app
-from pipeline.cli.annotate import annotate_app
+from pipeline.cli.annotate import annotate_app, annotators_app
 
 app.add_typer(stack.cli, name="stack")
 app.command("demo")(demo.demo_command)
+annotators_app.command("remote")(remote.annotators_remote)
 
 
 @annotate_app.command("front")

@@ -15,7 +15,8 @@ second key, options smuggled in through the comment, a wildcard host, a port out
 :func:`caddyfile` and :func:`desk_ssh_line` render the recipes for the desks of a registry:
 each names a desk by its random site name (``desk-3f9a1c2b7e01``) and its front's port, never
 by the person's e-mail or role (a public host name ends up in certificate transparency logs).
-``rescue stack remote caddyfile|ssh-line`` prints them (:data:`cli`).
+``rescue stack remote caddyfile`` prints the whole Caddyfile (:data:`cli`), ``rescue annotators
+remote EMAIL --ssh KEY.pub --caddy DOMAIN`` one person's line and site (:func:`annotators_remote`).
 """
 from __future__ import annotations
 
@@ -114,15 +115,20 @@ def caddy_site(host: str, port: int) -> str:
 
 # --- the recipes for a registry's desks: site names and fronts' ports only ---------------------
 
+def desk_site(site: str, domain: str, front_port: int) -> str:
+    """The Caddyfile site block of one desk: ``<site>.<domain>``, proxying to its front only."""
+    if not re.fullmatch(_LABEL, site or ""):
+        raise ValueError(f"site {site!r}: one DNS label (the registry's random site name)")
+    return caddy_site(f"{site}.{domain}", front_port)
+
+
 def caddyfile(sites: Iterable[tuple[str, int]], domain: str, email: str | None = None) -> str:
     """A whole Caddyfile: one site ``<site>.<domain>`` per ``(site, front_port)``, proxying to that
     front only; ``email``: the ACME account's (expiry notices). Names nobody and no role."""
     head = f"{{\n\temail {email}\n}}\n\n" if email else ""
     blocks = []
     for site, port in sorted(sites):
-        if not re.fullmatch(_LABEL, site or ""):
-            raise ValueError(f"site {site!r}: one DNS label (the registry's random site name)")
-        blocks.append(caddy_site(f"{site}.{domain}", port))
+        blocks.append(desk_site(site, domain, port))
     return head + "\n".join(blocks)
 
 
@@ -132,7 +138,8 @@ def desk_ssh_line(public_key: str, site: str, front_port: int) -> str:
     return authorized_keys_line(public_key, front_port, site)
 
 
-cli = typer.Typer(help="Recipes for remote people: a TLS proxy's Caddyfile, an SSH key line (docs/OPERATIONS.md).",
+cli = typer.Typer(help="Recipes for remote people: the TLS proxy's Caddyfile for every desk (docs/OPERATIONS.md; "
+                       "one person's SSH line or site: rescue annotators remote).",
                   no_args_is_help=True)
 _DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data).")
 
@@ -163,17 +170,30 @@ def _cli_caddyfile(domain: str = typer.Option(..., help="The proxy's domain: eac
         raise typer.Exit(1) from None
 
 
-@cli.command("ssh-line")
-def _cli_ssh_line(annotator: str = typer.Option(..., "--annotator", "-a", help="Whose desk (their e-mail)."),
-                  key: Path = typer.Option(..., help="Their public key file (.pub)."),
-                  data_root: Path = _DATA_ROOT) -> None:
-    """Print the authorized_keys line that lets KEY forward to that person's front only."""
+def annotators_remote(
+    annotator: str = typer.Argument(..., metavar="EMAIL", help="Whose desk (their e-mail)."),
+    ssh: Path = typer.Option(None, "--ssh", metavar="KEY.pub",
+                             help="Print the authorized_keys line that lets this public key (ssh-keygen's .pub "
+                                  "file) forward to the person's front only."),
+    caddy: str = typer.Option(None, "--caddy", metavar="DOMAIN",
+                              help="Print the TLS proxy's site block <site>.DOMAIN -> the person's front only."),
+    data_root: Path = _DATA_ROOT,
+) -> None:
+    """How a person far away reaches their own front, and nothing else on the host: the SSH line
+    (--ssh) or the proxy site (--caddy). Both name the desk by its random site name, never by
+    the person (docs/OPERATIONS.md, "Remote annotators")."""
+    if ssh is None and caddy is None:
+        typer.secho("error: say --ssh KEY.pub, --caddy DOMAIN or both", fg="red", err=True)
+        raise typer.Exit(2)
     desks, _ = _registry(data_root)
     from pipeline.annotation.desks import DeskError
 
     try:
         desk = desks.get(annotator)
-        typer.echo(desk_ssh_line(key.read_text().strip(), desk.site, desk.front_port))  # one key: a second line is refused
-    except (DeskError, OSError, ValueError) as exc:
+        if ssh is not None:  # ssh-keygen's .pub ends in a newline; a second key line is refused
+            typer.echo(desk_ssh_line(ssh.read_text().strip(), desk.site, desk.front_port))
+        if caddy is not None:
+            typer.echo(desk_site(desk.site, caddy, desk.front_port), nl=False)
+    except (DeskError, OSError, UnicodeDecodeError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(1) from None

@@ -10,7 +10,9 @@ import base64
 import json
 import os
 import re
+import shutil
 import socket
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -80,15 +82,51 @@ def test_the_ssh_line_opens_the_persons_front_only_and_is_named_by_site(root, tm
     key.write_text(_key() + "\n")
     desks = Desks(root)
     carol = desks.get("carol@example.org")
-    out = CliRunner().invoke(app, ["stack", "remote", "ssh-line", "-a", carol.email, "--key", str(key)])
+    out = CliRunner().invoke(app, ["annotators", "remote", carol.email, "--ssh", str(key)])
     assert out.exit_code == 0, out.output
     line = out.output.strip()
     assert f'permitopen="127.0.0.1:{carol.front_port}"' in line and line.endswith(f" {carol.site}"), line
     assert not [w for w in _revealing(desks) if w in line], line
     two = tmp_path / "two.pub"
     two.write_text(_key() + "\n" + _key() + "\n")
-    refused = CliRunner().invoke(app, ["stack", "remote", "ssh-line", "-a", carol.email, "--key", str(two)])
+    refused = CliRunner().invoke(app, ["annotators", "remote", carol.email, "--ssh", str(two)])
     assert refused.exit_code == 1 and "one line" in refused.output
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen (openssh-client) is not installed")
+def test_a_key_made_by_ssh_keygen_gives_one_line_for_that_key(root, tmp_path):
+    """The .pub file as ssh-keygen writes it (trailing newline, its own comment) is taken as it is."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bob@laptop", "-f", str(tmp_path / "id")],
+                   check=True)
+    pub = (tmp_path / "id.pub").read_text()
+    assert pub.endswith("\n")
+    bob = Desks(root).get("bob@example.org")
+    out = CliRunner().invoke(app, ["annotators", "remote", bob.email, "--ssh", str(tmp_path / "id.pub")])
+    assert out.exit_code == 0, out.output
+    key_type, blob = pub.split()[:2]
+    assert out.output == (f'restrict,port-forwarding,permitopen="127.0.0.1:{bob.front_port}",command="/bin/false" '
+                          f"{key_type} {blob} {bob.site}\n")
+
+
+def test_the_caddy_site_of_one_person_is_that_fronts_block_of_the_whole_file(root):
+    desks = Desks(root)
+    bob = desks.get("bob@example.org")
+    one = CliRunner().invoke(app, ["annotators", "remote", bob.email, "--caddy", "annotate.example.org"])
+    assert one.exit_code == 0, one.output
+    assert one.output == f"{bob.site}.annotate.example.org {{\n\treverse_proxy 127.0.0.1:{bob.front_port}\n}}\n"
+    whole = CliRunner().invoke(app, ["stack", "remote", "caddyfile", "--domain", "annotate.example.org"])
+    assert one.output in whole.output
+
+
+def test_remote_says_what_is_missing_in_one_line(root, tmp_path):
+    none = CliRunner().invoke(app, ["annotators", "remote", "bob@example.org"])
+    assert none.exit_code == 2 and "--ssh KEY.pub, --caddy DOMAIN" in none.output
+    nobody = CliRunner().invoke(app, ["annotators", "remote", "eve@example.org", "--caddy", "annotate.example.org"])
+    assert nobody.exit_code == 1 and "eve@example.org has no desk" in nobody.output
+    bad = CliRunner().invoke(app, ["annotators", "remote", "bob@example.org", "--caddy", "*.example.org"])
+    assert bad.exit_code == 1 and "one lower-case DNS name" in bad.output
+    missing = CliRunner().invoke(app, ["annotators", "remote", "bob@example.org", "--ssh", str(tmp_path / "no.pub")])
+    assert missing.exit_code == 1 and "no.pub" in missing.output
 
 
 def test_the_public_address_takes_the_site_name(root, monkeypatch):
