@@ -224,6 +224,17 @@ cli.add_typer(remote.cli, name="remote")
 _DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data).")
 
 
+def _prefect_port_option():
+    return typer.Option(None, "--prefect-port", envvar="RESCUE_PREFECT_PORT", show_envvar=True, min=1, max=65535,
+                        show_default="4200", help="Port of the Prefect server on 127.0.0.1.")
+
+
+def _use_prefect_port(port: int | None) -> None:
+    """The stack's processes and every later command read the port from the environment."""
+    if port is not None:
+        os.environ["RESCUE_PREFECT_PORT"] = str(port)
+
+
 def _or_exit(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
@@ -236,8 +247,12 @@ def _or_exit(fn, *args, **kwargs):
 def _cli_up(data_root: Path = _DATA_ROOT,
             label_studio: bool = typer.Option(True, help="Also start the desks."),
             worker_limit: int = typer.Option(4, help="Flow runs each local worker runs at once."),
-            workers: int = typer.Option(1, min=1, help="Local workers on the rescue-cpu pool.")) -> None:
-    """Start the server, register pools/limits/deployments, start workers (idempotent)."""
+            workers: int = typer.Option(1, min=1, help="Local workers on the rescue-cpu pool."),
+            prefect_port: int = _prefect_port_option()) -> None:
+    """Start the server, register pools/limits/deployments, start workers (idempotent). Each
+    desk and its front keep the ports they were given when the person was added (`rescue
+    annotators add --desk-base-port/--front-base-port`)."""
+    _use_prefect_port(prefect_port)
     env = _or_exit(up, data_root, label_studio=label_studio, worker_limit=worker_limit, workers=workers)
     typer.echo(f"\nPrefect UI: {env['PREFECT_API_URL'].removesuffix('/api')}\n"
                f'Point the prefect CLI at it:  eval "$(rescue stack env)"')
@@ -245,14 +260,17 @@ def _cli_up(data_root: Path = _DATA_ROOT,
 
 @cli.command("down")
 def _cli_down(data_root: Path = _DATA_ROOT,
-              label_studio: bool = typer.Option(True, help="Also stop the desks.")) -> None:
+              label_studio: bool = typer.Option(True, help="Also stop the desks."),
+              prefect_port: int = _prefect_port_option()) -> None:
     """Stop what `rescue stack up` started (by recorded pid)."""
+    _use_prefect_port(prefect_port)
     _or_exit(down, data_root, label_studio=label_studio)
 
 
 @cli.command("status")
-def _cli_status(data_root: Path = _DATA_ROOT) -> None:
+def _cli_status(data_root: Path = _DATA_ROOT, prefect_port: int = _prefect_port_option()) -> None:
     """What runs where; exit 1 if the Prefect server or worker is down."""
+    _use_prefect_port(prefect_port)
     st = status(data_root)
     for name, info in st.items():
         typer.echo(f"{name:16s} " + "  ".join(f"{k}={v}" for k, v in info.items()))
@@ -269,9 +287,10 @@ def _cli_register(data_root: Path = _DATA_ROOT) -> None:
 
 
 @cli.command("env")
-def _cli_env(data_root: Path = _DATA_ROOT) -> None:
+def _cli_env(data_root: Path = _DATA_ROOT, prefect_port: int = _prefect_port_option()) -> None:
     """Print `export` lines for the prefect CLI:  eval "$(rescue stack env)". The API auth string
     is read from its owner-only file by the shell that evaluates them, never printed."""
+    _use_prefect_port(prefect_port)
     import shlex
 
     root = Settings.from_env(data_root).data_root

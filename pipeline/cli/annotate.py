@@ -157,10 +157,21 @@ def annotators_add(
     simulated: bool = typer.Option(False, "--simulated",
                                    help="A program answers at this desk, not a person (demos, benches); releases "
                                         "then say the round's answers were simulated. Recorded once."),
+    desk_base_port: Optional[int] = typer.Option(None, envvar="RESCUE_DESK_BASE_PORT", show_envvar=True,
+                                                 min=1, max=65535, show_default="8081",
+                                                 help="A new desk takes the first free port from here (kept in "
+                                                      "the registry: later starts use the same port)."),
+    front_base_port: Optional[int] = typer.Option(None, envvar="RESCUE_FRONT_BASE_PORT", show_envvar=True,
+                                                  min=1, max=65535, show_default="desk base port + 100",
+                                                  help="A new desk's front takes the first free port from here "
+                                                       "(kept in the registry)."),
 ) -> None:
     """Make a person and their desk (their own Label Studio), and set their password (never printed;
     at least 12 characters). Adding someone again sets their new password, ends their sessions and
     replaces their API tokens."""
+    for name, port in (("RESCUE_DESK_BASE_PORT", desk_base_port), ("RESCUE_FRONT_BASE_PORT", front_base_port)):
+        if port is not None:  # where the settings and the registry read them
+            os.environ[name] = str(port)
     settings = _settings(data_root)
     desks = _desks(settings)
     if password_stdin:  # never an argument: a command line is readable by every local account
