@@ -24,8 +24,10 @@ shared machinery is here so every flow resumes, retries and reports the same way
 - ``push_slot()``: the strict global concurrency limit ``rescue-push`` (1 slot) around every push of
   a round from a flow: it holds across workers on several hosts, where the library's fcntl lock
   on the data root (kept for the CLI path) cannot be trusted (NFS; docs/SCALING.md).
-- ``settle()``: wait for ALL futures, then sort them into done / cached / failed (calling
-  ``.result()`` on the first failure would cancel the siblings and lose their work).
+- ``settle()``: wait for ALL futures, then sort them into done / cached / quarantined (calling
+  ``.result()`` on the first failure would cancel the siblings and lose their work). A stage that
+  finds its input at fault returns a :class:`Quarantine` (:func:`quarantined`: a Completed state
+  named "Quarantined", one line in the log, no traceback, never cached).
 - ``report()``: the per-run summary artifacts; ``summary_on_failure`` publishes them for a
   failed run too (what was done, cached, quarantined - noted with ``note()`` - and the error).
 """
@@ -77,10 +79,39 @@ def stage_resume(builder: Callable[[dict], "lineage.StageKey"]):
     (parameter ``root``) is part of it, since the result is written there."""
     from prefect.utilities.hashing import hash_objects
 
-    def key(ctx, params: dict) -> str:
+    def key(ctx, params: dict) -> str | None:
+        if any(isinstance(v, Quarantine) for v in params.values()):  # an earlier stage quarantined it: no key
+            return None
         return hash_objects(ctx.task.name, builder(params).key, str(params["root"]), raise_on_failure=True)
 
     return CacheKeyFnPolicy(cache_key_fn=key)
+
+
+QUARANTINED = "Quarantined"  # the name of a Completed state that quarantined its item
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """What a stage task returns for an item it could not make (its input is at fault): the
+    stage and the reason. The task ends Completed, named :data:`QUARANTINED` (one INFO line,
+    never an ERROR or a traceback); the next stages pass it on without running
+    (:func:`quarantined`), and :func:`settle` reports the item quarantined with this reason."""
+
+    sample_id: str
+    stage: str
+    reason: str
+
+
+def quarantined(q: Quarantine, message: str | None = None):
+    """The state a stage task returns for ``q``: Completed, named :data:`QUARANTINED`, and never
+    cached (a quarantine is no result to reuse: the next run tries the item again)."""
+    from prefect.states import Completed
+    from prefect.transactions import get_transaction
+
+    txn = get_transaction()
+    if txn is not None:
+        txn.write_on_commit = False
+    return Completed(name=QUARANTINED, message=message or f"{q.stage}: {q.reason}", data=q)
 
 
 def transient(task, task_run, state) -> bool:
@@ -237,7 +268,8 @@ def _reason(state) -> str:
 
 
 def settle(chains: dict[str, list[tuple[str, PrefectFuture]]]) -> list[Outcome]:
-    """Wait for every future of every item; an item is quarantined by its first failed task.
+    """Wait for every future of every item; an item is quarantined by its first task that failed
+    or returned a :class:`Quarantine` (in the chain's order).
 
     ``chains`` maps an item (interview id) to its ``(stage name, future)`` pairs in order.
     """
@@ -247,7 +279,11 @@ def settle(chains: dict[str, list[tuple[str, PrefectFuture]]]) -> list[Outcome]:
         out = Outcome(item)
         for name, fut in futures:
             state = fut.state
-            if state.is_completed():
+            if state.is_completed() and state.name == QUARANTINED:
+                if out.status != "quarantined":
+                    q = fut.result()
+                    out.status, out.reason = "quarantined", f"{q.stage}: {q.reason}"
+            elif state.is_completed():
                 (out.cached if state.name == "Cached" else out.executed).append(name)
             elif out.status != "quarantined":
                 out.status = "quarantined"

@@ -16,7 +16,11 @@ chain runs in this flow's thread pool, at most ``max_workers`` interviews at a t
 
 A bad interview is quarantined with its reason and the rest go on - a child run that fails or
 crashes (its worker killed) too; a manifest entry whose sample id breaks the grammar is
-quarantined before anything runs. Every stage is cached in the shared result storage under its
+quarantined before anything runs. Each quarantine is one WARNING line naming the interview, its
+manifest line and the reason (the run's log and ``--watch``: :func:`flows.tell`), and the run
+ends Completed, named "Completed (N quarantined)". A ``batch_dir`` without a readable manifest
+is one ERROR line naming it, and the run ends Failed, named "Refused" (no traceback).
+``rescue batch watch`` (:mod:`ops.batch_watch`) follows a batch's children as they end. Every stage is cached in the shared result storage under its
 result's key (:mod:`pipeline.media.keys`: inputs' content, the code that computes it, its models,
 its settings), so a rerun after a crash redoes only what did not finish, and a rerun after a
 change of code or models redoes exactly the results it touched: the summary lists each result
@@ -25,15 +29,16 @@ made again and why (``pipeline/media/turns.py changed``, ``model diarization-off
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections import Counter
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-from prefect.states import Completed
+from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, summary_on_failure
+from flows import NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, summary_on_failure, tell
 from flows.ingest_interview import KEY_STAGE, submit_interview
 from pipeline import lineage
 from pipeline.config import Settings
@@ -227,7 +232,7 @@ def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logg
     outcomes = []
     for run_id, items in started.items():
         run, link = final[run_id], _ui_link(run_id)
-        try:  # a quarantined child ends Failed with its result as data (flows.ingest_interview)
+        try:  # a quarantined child ends Completed, named for it, its items' reasons in its result
             res, unread = run.state.result(raise_on_failure=False), None
         except Exception as exc:  # noqa: BLE001 - named, not handled
             res, unread = None, f"{type(exc).__name__}: {exc}"
@@ -241,7 +246,7 @@ def _submit_and_wait(name: str, entries: list[ManifestEntry], params: dict, logg
             outcomes += [Outcome(o["item"], o["status"], o["reason"], o["result"], o["executed"], o["cached"],
                                  flow_run=link, worker=res["worker"]) for o in res["items"]]
         else:
-            msg = (run.state.message or "").strip()
+            msg = (run.state.message or "").strip()  # a child of older code ended Failed "InterviewQuarantined: ..."
             reason = msg.split("InterviewQuarantined: ", 1)[1] if "InterviewQuarantined: " in msg else \
                 f"child flow run {run.name} ended {run.state.name}: {msg}"
             worker = res["worker"] if res else _run_worker(run)
@@ -256,6 +261,16 @@ def _run_worker(run) -> str:
     if not pid:
         return f"not started by a worker of pool {run.work_pool_name or '?'}"
     return f"a worker of pool {run.work_pool_name or '?'}" + (f"@{host}" if host else "") + f" (flow-run pid {pid})"
+
+
+def refuse_batch(batch_dir: str, exc: ManifestError):
+    """A ``batch_dir`` with no readable manifest: one ERROR line naming the parameter (the run's
+    log and ``--watch``), the summary artifact, and the run Failed, named "Refused", with that
+    line as its message - no traceback: nothing ran, and the operator's fix is the parameter."""
+    line = f"flow parameter batch_dir={batch_dir!r}: {exc}"
+    tell("batch.refused", [line], logging.ERROR)
+    report("ingest-batch", f"Batch {Path(str(batch_dir)).name}", [], error=ManifestError(line))
+    return Failed(name="Refused", message=line)
 
 
 @flow(name="ingest-batch", log_prints=True, persist_result=True)
@@ -285,9 +300,9 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     manifest_warnings: list[str] = []
     try:
         manifest = find_manifest(batch)
-    except ManifestError as exc:  # a configuration error: named by the flow parameter, never retried
-        raise ManifestError(f"flow parameter batch_dir={batch_dir!r}: {exc}") from None
-    entries = read_manifest(manifest, manifest_warnings)
+        entries = read_manifest(manifest, manifest_warnings)
+    except ManifestError as exc:  # a configuration error: one line naming the flow parameter, never retried
+        return refuse_batch(batch_dir, exc)
     for warning in manifest_warnings:
         logger.warning(warning)
     logger.info("%d interviews in %s", len(entries), batch.name)
@@ -336,6 +351,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     bad = [o for o in outcomes if o.status == "quarantined"]
     if not bad:
         return result
+    # one WARNING line an interview, in this run's log and in `prefect deployment run ... --watch`
+    tell("batch.quarantined", [f"{o.item} quarantined ({o.source or 'not in the manifest'}): {o.reason}" for o in bad])
     # Completed all the same (the rest went on), but the state's name says so in the run list
     return Completed(name=f"Completed ({len(bad)} quarantined)", data=result,
                      message=f"{len(bad)} of {len(outcomes)} interviews quarantined: " +

@@ -23,11 +23,11 @@ ran beside its result (``DataRoot.result_key``); ``rescue status --stale`` and t
 summary read them.
 
 The flow's result (persisted: the parent reads it from the shared result storage) says what
-ran, what came from the cache and where it ran (:func:`where_running`); a bad interview ends
-the run Failed with its reason (``InterviewQuarantined: ...``), which the parent reports as
-quarantined. An expected problem of the interview (:data:`EXPECTED`: a bad video, no speech,
-an empty subtitle file) is one line in the run's log, no traceback; anything else keeps its
-traceback.
+ran, what came from the cache and where it ran (:func:`where_running`). An expected problem of
+the interview (:data:`EXPECTED`: a bad video, no speech, an empty subtitle file) quarantines
+it: its stage and the later ones end Completed, named "Quarantined", the run says it in one
+WARNING line and ends Completed, named "Quarantined", with the reason in its result, which the
+parent reports. No ERROR line, no traceback; anything else (a bug) fails with its traceback.
 """
 from __future__ import annotations
 
@@ -39,10 +39,10 @@ import socket
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-from prefect.states import Failed
+from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import gpu_slot, settle, stage_resume
+from flows import QUARANTINED, Quarantine, gpu_slot, quarantined, settle, stage_resume
 from pipeline import lineage
 from pipeline.catalog import Catalog, Ingested
 from pipeline.config import Settings
@@ -67,25 +67,35 @@ STAGES = ("ingest", "transcript", "diarize", "segment")
 KEY_STAGE = {"ingest": "ingest", "transcript": "transcribe", "diarize": "diarize", "segment": "segment"}
 
 
-class InterviewQuarantined(RuntimeError):
-    """The interview could not be drafted; the message is the stage and the reason."""
-
-
 # What a bad interview raises (its input, not the code, is at fault): quarantined with one line.
 EXPECTED = (MediaError, SubtitleError, DiarizationError, VadError, VoiceError)
 
 
 def quarantine_expected(fn):
-    """A stage task's function that ends Failed with ``"<Error>: <reason>"`` on an :data:`EXPECTED`
-    problem instead of raising it: Prefect logs a raised exception with its traceback, a returned
-    Failed state as one line. :func:`flows.settle` reads the reason from the message."""
+    """A stage task's function that, on an :data:`EXPECTED` problem, returns a
+    :class:`flows.Quarantine` (``"<Error>: <reason>"``) instead of raising it, and that passes an
+    earlier stage's quarantine on without running: the task ends Completed, named "Quarantined"
+    (:func:`flows.quarantined`). Prefect logs a raised exception, or a Failed state, as an ERROR
+    with a traceback, and marks each later stage NotReady with an ERROR of its own; a bad input is
+    no error of the code. :func:`flows.settle` reads the stage and the reason."""
     @functools.wraps(fn)  # Prefect reads the parameters and the cache key's source through __wrapped__
     def stage(*args, **kwargs):
+        earlier = next((v for v in (*args, *kwargs.values()) if isinstance(v, Quarantine)), None)
+        if earlier is not None:
+            return quarantined(earlier, f"not run: {earlier.stage} quarantined {earlier.sample_id}")
         try:
             return fn(*args, **kwargs)
         except EXPECTED as exc:
-            return Failed(message=f"{type(exc).__name__}: {exc}")
+            return quarantined(Quarantine(_sample_id(args, kwargs), fn.__name__, f"{type(exc).__name__}: {exc}"))
     return stage
+
+
+def _sample_id(args, kwargs) -> str:
+    """The sample id of a stage's call (its ``entry`` or ``ingested``), for the quarantine's name."""
+    for value in (*args, *kwargs.values()):
+        if hasattr(value, "sample_id"):
+            return str(value.sample_id)
+    return "?"
 
 
 def where_running() -> str:
@@ -227,9 +237,10 @@ def ingest_interview_flow(entry: dict | list[dict], batch_dir: str, data_root: s
 
     Returns ``{"items": [{"item", "status": done|cached|quarantined, "reason", "executed",
     "cached", "result": Segmented}], "worker": where_running(), "host", "pid", "worker_pid"}``.
-    A single interview that cannot be drafted ends the run Failed, message ``InterviewQuarantined:
-    <stage>: <reason>``, with the same result as its data (no traceback: it is no error of the
-    run); in a chunk it is listed with its reason and the others go on."""
+    An interview that cannot be drafted is one WARNING line ``<id> quarantined: <stage>: <reason>``
+    and the run ends Completed, named "Quarantined" (every interview of the run quarantined) or
+    "Completed (N quarantined)", its message the same lines, its result as data: no ERROR, no
+    traceback, since it is no error of the run. In a chunk the others go on."""
     chunk = [entry_of(e) for e in entry] if isinstance(entry, list) else [entry_of(entry)]
     root = DataRoot(data_root)  # built once, handed to every stage
     with ThreadPoolTaskRunner(max_workers=2) as runner:  # transcript and diarize side by side
@@ -238,12 +249,14 @@ def ingest_interview_flow(entry: dict | list[dict], batch_dir: str, data_root: s
             diarization=diarization, device=device, voices=voices, allow_outside_batch=allow_outside_batch)
             for one in chunk})
     logger = get_run_logger()
-    for out in outs:
-        if out.status == "quarantined":
-            logger.warning("%s quarantined: %s", out.item, out.reason)
+    bad = [o for o in outs if o.status == "quarantined"]
+    for out in bad:
+        logger.warning("%s quarantined: %s", out.item, out.reason)
     result = {"items": [{"item": o.item, "status": o.status, "reason": o.reason, "executed": o.executed,
                          "cached": o.cached, "result": o.result} for o in outs],
               "worker": where_running(), "host": socket.gethostname(), "pid": os.getpid(), "worker_pid": os.getppid()}
-    if not isinstance(entry, list) and outs[0].status == "quarantined":
-        return Failed(message=f"{InterviewQuarantined.__name__}: {outs[0].reason}", data=result)
-    return result
+    if not bad:
+        return result
+    # Completed (it is no error of the run), named for it; the parent reads the items' reasons
+    name = QUARANTINED if len(bad) == len(outs) else f"Completed ({len(bad)} quarantined)"
+    return Completed(name=name, data=result, message="; ".join(f"{o.item} quarantined: {o.reason}" for o in bad)[:2000])

@@ -196,21 +196,48 @@ def test_a_batch_with_quarantined_interviews_says_so_in_its_state_and_names_the_
 
 
 def test_a_quarantined_interview_run_logs_one_line_and_says_where_it_ran(storage):
-    """The child run of the fan-out (``ingest-interview``), called here without a worker: Failed
-    with its reason and its result (where it ran) as data, no traceback in its log."""
+    """The child run of the fan-out (``ingest-interview``), called here without a worker: Completed,
+    named "Quarantined", with its reason and its result (where it ran) as data; its log holds one
+    WARNING line naming the interview and the reason, and no ERROR (no NotReady stage, no
+    traceback, no Prefect TypeError about the state's data)."""
     from flows.ingest_interview import ingest_interview_flow
 
     batch = storage / "batch"
     batch.mkdir()
-    state = ingest_interview_flow(entry={"sample_id": "summary/002", "scenario": "couple", "video": "missing.mp4",
+    (batch / "broken.mp4").write_bytes(b"this is not a video")
+    reason = "ingest: MediaError: broken.mp4: unreadable or corrupt media"
+    state = ingest_interview_flow(entry={"sample_id": "summary/002", "scenario": "couple", "video": "broken.mp4",
                                          "participants": ["Ann", "Bo"], "line": 2},
                                   batch_dir=str(batch), data_root=str(storage / "data"), return_state=True)
-    assert state.is_failed() and state.message == "InterviewQuarantined: ingest: MediaError: missing.mp4: file not found"
-    res = state.result(raise_on_failure=False)
-    assert res["items"][0]["status"] == "quarantined" and res["worker"].startswith("this process (")
+    assert state.is_completed() and state.name == "Quarantined", (state.name, state.message)
+    assert state.message.startswith(f"summary/002 quarantined: {reason}"), state.message
+    res = state.result()
+    assert res["items"][0]["status"] == "quarantined" and res["items"][0]["reason"].startswith(reason)
+    assert res["worker"].startswith("this process (")
     logs = _logs(state.state_details.flow_run_id)
-    assert not any("Traceback" in line for line in logs), logs
-    assert any("summary/002 quarantined: ingest: MediaError: missing.mp4: file not found" in line for line in logs)
+    warnings = [line for line in logs if line.startswith("30 ")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"30 summary/002 quarantined: {reason}"), logs
+    assert not [line for line in logs if int(line.split()[0]) >= 40], logs
+    assert not any("Traceback" in line or "NotReady" in line or "TypeError" in line for line in logs), logs
+    # the stages after it were not run, and nothing of the quarantine was cached: run again, the
+    # bad video is read again (here: fixed to a missing file, so the reason changes)
+    (batch / "broken.mp4").unlink()
+    again = ingest_interview_flow(entry={"sample_id": "summary/002", "scenario": "couple", "video": "broken.mp4",
+                                         "participants": ["Ann", "Bo"], "line": 2},
+                                  batch_dir=str(batch), data_root=str(storage / "data"), return_state=True)
+    assert again.name == "Quarantined" and "broken.mp4: file not found" in again.message, again.message
+
+
+def test_a_wrong_batch_dir_is_one_line_and_the_run_refused(storage):
+    from flows.ingest_batch import ingest_batch_flow
+
+    missing = storage / "no-such-batch"
+    state = ingest_batch_flow(batch_dir=str(missing), data_root=str(storage / "data"), return_state=True)
+    line = f"flow parameter batch_dir={str(missing)!r}: batch folder {missing} does not exist"
+    assert state.is_failed() and state.name == "Refused" and state.message == line, (state.name, state.message)
+    logs = _logs(state.state_details.flow_run_id)
+    assert [entry for entry in logs if entry.startswith("40 ")][0] == f"40 {line}", logs
+    assert not any("Traceback" in entry for entry in logs), logs
 
 
 def test_only_expected_problems_lose_their_traceback(storage):
@@ -226,12 +253,12 @@ def test_only_expected_problems_lose_their_traceback(storage):
 
     @flow
     def run():
-        return [(s.is_failed(), s.message) for s in (stage(k, return_state=True) for k in ("bad video", "bug"))]
+        return [(s.name, s.message) for s in (stage(k, return_state=True) for k in ("bad video", "bug"))]
 
     state = run(return_state=True)
     expected, bug = state.result()
-    assert expected == (True, "MediaError: v.mp4: not a video")
-    assert bug[0] and "KeyError" in bug[1]
+    assert expected == ("Quarantined", "stage: MediaError: v.mp4: not a video")
+    assert bug[0] == "Failed" and "KeyError" in bug[1]
     tracebacks = [line for line in _logs(state.state_details.flow_run_id) if "Traceback" in line]
     assert len(tracebacks) == 1 and "KeyError" in tracebacks[0], tracebacks
 
