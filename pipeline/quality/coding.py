@@ -311,13 +311,45 @@ def _sort_key(v: Any) -> tuple:
     return (0, [str(v)])
 
 
-def label_text(v: Any) -> str:
-    """A short printable name of a domain value."""
-    if isinstance(v, frozenset):
-        return "{" + ", ".join(sorted(map(str, v))) + "}"
+def field_of(rnd: Any, path: str | None) -> Any:
+    """The round definition's field (``field`` or ``field.subfield``) a label belongs to; None
+    when the round or the path is unknown (then a label is shown as it is stored)."""
+    if rnd is None or not path:
+        return None
+    parent, _, sub = path.partition(".")
+    try:
+        f = rnd.field(parent)
+        return f.subfield(sub) if sub else f
+    except (KeyError, AttributeError):
+        return None
+
+
+def _one_text(v: Any, rnd: Any, path: str | None, f: Any) -> str:
+    if f is None:
+        return '""' if v == "" else str(v)
+    if f.type == "rows" and isinstance(v, int) and not isinstance(v, bool):
+        return str(v + 1)  # stored as 0-based positions; annotators pick the printed (1-based) rows
     if v == "":
-        return '""'
+        return f.empty_choice or "(empty)"
+    if isinstance(v, str) and (f.values or "").startswith("taxonomy:"):
+        from pipeline.annotation.round_ui import choice_text
+
+        return choice_text(rnd, path, v)
     return str(v)
+
+
+def label_text(v: Any, rnd: Any = None, path: str | None = None) -> str:
+    """A printable name of a domain value. With the round definition (``rnd``) and the field's
+    path (``field`` or ``field.subfield``), in the words annotators see: a choice as its button
+    shows it (the round YAML's ``shown``), the empty choice by its name ("no clear pattern"), rows
+    by their printed 1-based numbers. Without them, the value as stored (``""`` for empty)."""
+    f = field_of(rnd, path)
+    if isinstance(v, frozenset):
+        if f is not None and f.type == "rows":
+            rows = sorted(x for x in v if isinstance(x, int))
+            return ("rows " + ", ".join(str(x + 1) for x in rows)) if rows else "no rows"
+        return "{" + ", ".join(sorted(_one_text(x, rnd, path, f) for x in v)) + "}"
+    return _one_text(v, rnd, path, f)
 
 
 def confusion(coded: Coded, i: int, j: int) -> np.ndarray:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,7 @@ from pipeline import store
 from pipeline.annotation import acceptance as acc
 from pipeline.markdown import escape as md_text
 from pipeline.quality.adjudication import project_key, project_title
-from pipeline.quality.coding import confusion, label_text
+from pipeline.quality.coding import confusion, field_of, label_text
 from pipeline.quality.measures import (BANDS_SOURCE, METRIC_MEANING, MIN_UNITS, TEXT_MEANING, FieldAgreement,
                                        RoundAgreement)
 from pipeline.quality.measures import band
@@ -71,7 +73,44 @@ def _slug(name: str) -> str:
     return name.replace(".", "__")
 
 
-def _plots(fa: FieldAgreement, out: Path) -> list[tuple[str, str]]:
+def _round(name: str):
+    """The round's definition (its fields' words), or None for a round not defined here."""
+    from pipeline.annotation.rounds import load_round
+
+    try:
+        return load_round(name)
+    except (KeyError, ValueError, OSError):
+        return None
+
+
+def _words(fa: FieldAgreement, rnd) -> list[str]:
+    """Each domain value of a field in the words annotators see (:func:`label_text`)."""
+    return [label_text(v, rnd, fa.field) for v in fa.coded.domain] if fa.coded is not None else []
+
+
+def _label_rows(fa: FieldAgreement, rnd) -> list[list]:
+    """The one-vs-rest table's rows, each label in words (``fa.labels`` holds the stored values in
+    the order :func:`pipeline.quality.measures.per_label` made them: the domain's, or set members)."""
+    if fa.coded is None or len(fa.labels) == 0:
+        return [[x["label"], x["n"], x["alpha"]] for x in fa.labels]
+    if fa.metric == "nominal":
+        names = _words(fa, rnd)
+    else:  # masi: the members of the sets, in per_label's order
+        items = sorted({x for s in fa.coded.domain for x in s}, key=str)
+        f = field_of(rnd, fa.field)
+        names = [label_text(x, rnd, fa.field) if f is None or f.type != "rows" else f"row {label_text(x, rnd, fa.field)}"
+                 for x in items]
+    if len(names) != len(fa.labels):
+        names = [x["label"] for x in fa.labels]
+    return [[name, x["n"], x["alpha"]] for name, x in zip(names, fa.labels)]
+
+
+def _wrapped(text: str, width: int) -> str:
+    """A plot's label on as many lines as it needs, never cut (a word longer than a line keeps it)."""
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False) or text
+
+
+def _plots(fa: FieldAgreement, out: Path, rnd=None) -> list[tuple[str, str]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,7 +123,8 @@ def _plots(fa: FieldAgreement, out: Path) -> list[tuple[str, str]]:
     counts = np.stack([np.bincount(coded.codes[:, a][coded.codes[:, a] >= 0], minlength=len(coded.domain))
                        for a in range(len(coded.annotators))]) if coded.annotators else np.zeros((0, 0))
     top = np.argsort(-counts.sum(axis=0), kind="stable")[:MAX_LABELS_PLOTTED]
-    names = [label_text(coded.domain[i])[:28] for i in top]
+    words = _words(fa, rnd)
+    names = [_wrapped(words[i], 24) for i in top]
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(top) + 3), 5.5))
     width = 0.8 / max(1, len(coded.annotators))
     for a, ann in enumerate(coded.annotators):
@@ -115,7 +155,8 @@ def _plots(fa: FieldAgreement, out: Path) -> list[tuple[str, str]]:
                 ax.set_yticks(range(len(top)), names, fontsize=SMALL)
                 ax.set_xlabel(coded.annotators[j], fontsize=FONT)
                 ax.set_ylabel(coded.annotators[i], fontsize=FONT)
-                ax.set_title(f"{fa.field}: {coded.annotators[i]} vs {coded.annotators[j]}", fontsize=TITLE)
+                # on lines of its own: a field and two e-mails are wider than the plot
+                ax.set_title(f"{fa.field}\n{coded.annotators[i]}\nvs {coded.annotators[j]}", fontsize=TITLE)
                 fig.tight_layout()
                 name = f"{_slug(fa.field)}.confusion.{i}-{j}.png"
                 fig.savefig(out / name, dpi=DPI)
@@ -167,13 +208,14 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
     None leaves the section out)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    rnd = _round(report.round)
     md: list[str] = [f"# Agreement report - round `{report.round}`", ""]
     hp: list[str] = [f"<!doctype html><html><head><meta charset='utf-8'><title>Agreement {html.escape(report.round)}"
                      "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
                      "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;"
                      "font-size:13px}.fail{color:#b00}.pass{color:#070}</style></head><body>",
                      f"<h1>Agreement report - round <code>{html.escape(report.round)}</code></h1>"]
-    text = verdict(report.passed, _failing(report), override if not report.passed else None, report.round)
+    text = _html_verdict(report.passed, _failing(report), override, report.round)
     md += [f"{GATE_MD} {_md_verdict(report.passed, _failing(report), override, report.round)}", ""]
     hp.append(_gate_html(report.passed, text))
     metrics = sorted({f.metric for f in report.fields})
@@ -185,7 +227,7 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
            "Disagreeing rows are listed per field with each annotator's value; the adjudicator sees them in "
            "Label Studio (project named below) and decides."]
     md += ["## How to read this report", "", *[f"- {h}" for h in how], ""]
-    hp += ["<h2>How to read this report</h2><ul>", *[f"<li>{html.escape(h)}</li>" for h in how], "</ul>"]
+    hp += ["<h2>How to read this report</h2><ul>", *[f"<li>{_code_html(h)}</li>" for h in how], "</ul>"]
     headers = ["field", "metric", "alpha", "95% CI", "threshold", "passed", "reading", "units", "pairable",
                "annotators", "disagreeing", "% agreement", "unanimous", "Fleiss kappa"]
     rows = [[f.field, f.metric, f.alpha, _ci(f), f.threshold, {True: "yes", False: "NO", None: "undefined"}[f.passed],
@@ -210,7 +252,7 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
         for w in f.warnings:
             md += [f"> **Warning:** {md_text(w)}", ""]
             hp.append(f"<p class='fail'><b>Warning:</b> {html.escape(w)}</p>")
-        d_md, d_h = _disagreements(report.round, f)
+        d_md, d_h = _disagreements(report.round, f, rnd)
         md += d_md
         hp += d_h
         parts = [("Annotator pairs", ["a", "b", "units", "% agreement", "alpha", "Cohen kappa"],
@@ -222,14 +264,14 @@ def write_report(report: RoundAgreement, out_dir: str | Path, override: dict | N
                  ("Scenarios", ["scenario", "units", "alpha"],
                   [[s["scenario"], s["n_units"], s["alpha"]] for s in f.scenarios]),
                  ("Labels (one vs rest)", ["label", "count", "alpha"],
-                  [[x["label"], x["n"], x["alpha"]] for x in f.labels])]
+                  _label_rows(f, rnd))]
         for title, headers, rows in parts:
             if not rows:
                 continue
             t_md, t_h = _table(headers, rows)
             md += [f"### {title}", "", t_md, ""]
             hp += [f"<h3>{html.escape(title)}</h3>", t_h]
-        for caption, name in _plots(f, out):
+        for caption, name in _plots(f, out, rnd):
             plots[name] = out / name
             md += [f"![{md_text(caption)}]({name})", ""]
             hp.append(f"<figure><img src='{name}' alt='{html.escape(caption)}'><figcaption>"
@@ -282,7 +324,7 @@ def _acceptance(lines: list[dict] | None) -> tuple[list[str], list[str]]:
     if lines is None:
         return [], []
     md = ["## Pre-annotation acceptance", "", ACCEPTANCE_HOW, ""]
-    hp = ["<h2>Pre-annotation acceptance</h2>", f"<p>{html.escape(ACCEPTANCE_HOW)}</p>"]
+    hp = ["<h2>Pre-annotation acceptance</h2>", f"<p>{_code_html(ACCEPTANCE_HOW)}</p>"]
     if not lines:
         text = "No submitted task of this round carried a prediction."
         return md + [text, ""], hp + [f"<p>{text}</p>"]
@@ -311,12 +353,46 @@ def _md_verdict(passed: bool, failing: list[str], override: dict | None, round_n
     return verdict(passed, failing, override if not passed else None, round_name, esc=md_text)
 
 
+_CODE = re.compile(r"`([^`]+)`")
+_TICK = "\x00"  # a backtick someone else wrote, kept apart from our code spans until the end
+
+
+def _code_html(text: str) -> str:
+    """Our own text as HTML: escaped, its `code` spans as <code> (no literal backticks). Text that
+    someone else wrote reaches it with its backticks as :data:`_TICK`: shown as backticks."""
+    return _CODE.sub(r"<code>\1</code>", html.escape(text)).replace(_TICK, "&#96;")
+
+
+def _html_verdict(passed: bool, failing: list[str], override: dict | None, round_name: str) -> str:
+    return verdict(passed, failing, override if not passed else None, round_name,
+                   esc=lambda s: str(s).replace("`", _TICK))
+
+
 def _gate_html(passed: bool, text: str) -> str:
-    return f"<p id='gate'><b>Gate:</b> <span class='{'pass' if passed else 'fail'}'>{html.escape(text)}</span></p>"
+    """``text``: :func:`_html_verdict`'s."""
+    return f"<p id='gate'><b>Gate:</b> <span class='{'pass' if passed else 'fail'}'>{_code_html(text)}</span></p>"
 
 
-def _disagreements(round_name: str, f: FieldAgreement) -> tuple[list[str], list[str]]:
-    """The disagreeing rows of a field and where the adjudicator finds them."""
+def _disagreement_values(f: FieldAgreement, rnd) -> list[dict[str, str]]:
+    """Each listed disagreement's values by annotator, in words (from the coded matrix; the
+    stored text of ``agreement.json`` where a unit is not in it)."""
+    if f.coded is None:
+        return [d["values"] for d in f.disagreements]
+    words = _words(f, rnd)
+    index = {tuple(u) if len(u) > 2 else (*u, ""): k for k, u in enumerate(f.coded.units)}
+    out = []
+    for d in f.disagreements[:MAX_ROWS_SHOWN]:
+        k = index.get((d["sample_id"], d["row_index"], d["part"] or ""))
+        if k is None:
+            out.append(d["values"])
+            continue
+        codes = f.coded.codes[k]
+        out.append({f.coded.annotators[a]: words[c] for a, c in enumerate(codes) if c >= 0})
+    return out
+
+
+def _disagreements(round_name: str, f: FieldAgreement, rnd=None) -> tuple[list[str], list[str]]:
+    """The disagreeing rows of a field (values in words) and where the adjudicator finds them."""
     if not f.n_disagreeing:
         return [], []
     scen = sorted({d["scenario"] for d in f.disagreements})
@@ -326,11 +402,12 @@ def _disagreements(round_name: str, f: FieldAgreement) -> tuple[list[str], list[
              f"below; agreement.json keeps up to {len(f.disagreements)}). Adjudication: one task per sample in {where} "
              "(`rescue adjudicate push " + round_name + "`).")
     anns = sorted({a for d in f.disagreements for a in d["values"]})
-    rows = [[d["sample_id"], d["row_index"], d["part"] or "", *[d["values"].get(a, "-") for a in anns]]
-            for d in f.disagreements[:MAX_ROWS_SHOWN]]
+    values = _disagreement_values(f, rnd)
+    rows = [[d["sample_id"], d["row_index"], d["part"] or "", *[v.get(a, "-") for a in anns]]
+            for d, v in zip(f.disagreements[:MAX_ROWS_SHOWN], values)]
     t_md, t_h = _table(["sample", "row", "record", *anns], rows)
     return (["### Disagreeing rows", "", intro, "", t_md, ""],
-            ["<h3>Disagreeing rows</h3>", f"<p>{html.escape(intro)}</p>", t_h])
+            ["<h3>Disagreeing rows</h3>", f"<p>{_code_html(intro)}</p>", t_h])
 
 
 def _text_fields(report: RoundAgreement) -> tuple[list[str], list[str]]:
@@ -369,7 +446,7 @@ def mark_override(out_dir: str | Path, round_name: str, passed: bool, failing: l
     md_path, html_path, json_path = out / "report.md", out / "report.html", out / "agreement.json"
     if not md_path.is_file():
         return False
-    text = verdict(passed, failing, override if not passed else None, round_name)
+    text = _html_verdict(passed, failing, override, round_name)
     lines = md_path.read_text(encoding="utf-8").split("\n")
     gate = f"{GATE_MD} {_md_verdict(passed, failing, override, round_name)}"
     lines = [gate if line.startswith(GATE_MD) else line for line in lines]
