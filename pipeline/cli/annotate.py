@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.cli.app import DataRoot
+from pipeline.cli.app import DataRoot, narrow_table
 from pipeline.paths import DataRoot as DataRootMap
 
 console = Console()
@@ -368,7 +368,7 @@ def annotate_acceptance(
     if not rows:
         console.print("no task of this round carried a prediction yet")
         return
-    table = Table(*rows[0].keys())
+    table = narrow_table(*rows[0].keys())
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row.values()))
     console.print(table)

@@ -144,3 +144,16 @@ def _main(ctx: typer.Context) -> None:
 
 
 DataRoot = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data).")
+
+
+def narrow_table(*columns: str, title: str | None = None, **options):
+    """A rich table for an 80-column terminal: no side borders, one space between columns, and
+    columns that fold a long value onto the next line rather than cut it."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1, 0, 0), pad_edge=False,
+                  **options)
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    return table

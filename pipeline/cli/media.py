@@ -21,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli.app import app
+from pipeline.cli.app import app, narrow_table
 from pipeline.config import DataRootError, Settings
 from pipeline.paths import DataRoot, InvalidId, check_sample_id
 
@@ -82,7 +82,6 @@ def ingest(
     result is up to date (same files, same entry, same code) is skipped (--redo makes it again).
     Limits: RESCUE_FFPROBE_TIMEOUT_S (60) and RESCUE_FFMPEG_TIMEOUT_S (3600) seconds per file."""
     from rich.console import Console
-    from rich.table import Table
     from pipeline.media.manifest import ManifestError
 
     console = Console()
@@ -98,9 +97,7 @@ def ingest(
         _refuse(str(exc))
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
-    table = Table(title=f"ingest {batch_dir.name} -> {root}")
-    for col in ("sample_id", "outcome", "duration_s", "reason"):
-        table.add_column(col)
+    table = narrow_table("sample_id", "outcome", "duration_s", "reason", title=f"ingest {batch_dir.name} -> {root}")
     for res, why in results:
         shown = res.sample_id if res.sample_id.isprintable() else res.sample_id.encode("unicode_escape").decode()
         reason = res.reason or ("up to date" if res.outcome == "cached" and not why else "; ".join(why or []))
@@ -358,7 +355,6 @@ def status_cmd(
     settings or inputs than those of now (stale, and what changed), or is missing."""
     import json
     from rich.console import Console
-    from rich.table import Table
     from pipeline.catalog import Catalog
     from pipeline.media.keys import StageState, output_of, stage_states, STAGES
 
@@ -383,9 +379,8 @@ def status_cmd(
     if not states:
         console.print(f"no samples in the catalog of {root}", highlight=False)
         return
-    table = Table(title=f"{'up to date? ' if stale else ''}{root}", title_justify="left")
-    for col in ("sample_id", "stage", "state", *(("why",) if stale else ())):
-        table.add_column(col, overflow="fold")
+    table = narrow_table("sample_id", "stage", "state", *(("why",) if stale else ()),
+                         title=f"{'up to date? ' if stale else ''}{root}")
     colour = {"fresh": "green", "made": "green", "stale": "yellow", "missing": "red"}
     for s in states:
         table.add_row(s.sample_id, s.stage, f"[{colour[s.state]}]{s.state}[/]", *(("; ".join(s.why),) if stale else ()))

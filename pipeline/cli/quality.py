@@ -28,12 +28,11 @@ def agreement_cmd(
 ) -> None:
     """Krippendorff alpha / kappa per field; writes the report (beside the labels) and the gate record."""
     from rich.console import Console
-    from rich.table import Table
 
     from pipeline.paths import DataRoot
     from pipeline.quality import agreement, gates
 
-    console = Console()
+    console = Console(soft_wrap=True)  # a path or a sentence stays one line; tables fit the width
     root = DataRoot.from_env(data_root)
     try:
         out = agreement.measure_round(root, round_name, labels)
@@ -41,20 +40,9 @@ def agreement_cmd(
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
     rep = out.report
-    table = Table(title=f"agreement - round {round_name}")
-    for col in ("field", "metric", "alpha", "95% CI", "reading", "threshold", "units", "pairable", "disagree",
-                "% agree", "Fleiss", "gate"):
-        table.add_column(col, justify="left" if col in ("field", "metric", "reading", "gate") else "right")
+    for table in _agreement_tables(round_name, rep.fields):
+        console.print(table)
     fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
-    from pipeline.quality.measures import band
-
-    for f in rep.fields:
-        gate = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "[yellow]undefined[/yellow]"}[f.passed]
-        ci = "n/a" if f.ci_low is None else f"{f.ci_low:.2f}-{f.ci_high:.2f}"
-        table.add_row(f.field, f.metric, fmt(f.alpha), ci, band(f.alpha) or "undefined", f"{f.threshold:.3f}",
-                      str(f.n_units), str(f.n_pairable), str(f.n_disagreeing), fmt(f.percent_agreement),
-                      fmt(f.fleiss_kappa), gate)
-    console.print(table)
     console.print("reading: Krippendorff (2004) - alpha >= .800 reliable, >= .667 tentative, below unreliable",
                   highlight=False)
     for f in rep.fields:
@@ -96,6 +84,31 @@ def _adjudication_samples(samples: Optional[Path], rows: Optional[Path], root) -
 
     corpus_tables = rows_dir_paths(root.corpus_dir())
     return load_samples(samples or corpus_tables["samples"], rows or corpus_tables["rows"])
+
+
+def _agreement_tables(round_name: str, fields) -> list:
+    """The gate per field, then the counts behind it: two tables that fit 80 columns (a field's
+    name folds rather than being cut)."""
+    from pipeline.cli.app import narrow_table
+    from pipeline.quality.measures import band
+
+    fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+    gate = narrow_table("field", title=f"agreement - round {round_name}")
+    gate.add_column("alpha [95% CI]", no_wrap=True)
+    gate.add_column("reading", no_wrap=True)
+    gate.add_column("needs", justify="right", no_wrap=True)
+    gate.add_column("gate", no_wrap=True)
+    counts = narrow_table("field", title="units behind each alpha (paired: labelled twice or more; "
+                                         "agree: observed agreement)")
+    for col in ("metric", "units", "paired", "differ", "agree", "Fleiss"):
+        counts.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+    for f in fields:
+        ci = "" if f.ci_low is None else f" [{f.ci_low:.2f}, {f.ci_high:.2f}]"
+        verdict = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "[yellow]undefined[/yellow]"}[f.passed]
+        gate.add_row(f.field, fmt(f.alpha) + ci, band(f.alpha) or "undefined", f"{f.threshold:.3f}", verdict)
+        counts.add_row(f.field, f.metric, str(f.n_units), str(f.n_pairable), str(f.n_disagreeing),
+                       fmt(f.percent_agreement), fmt(f.fleiss_kappa))
+    return [gate, counts]
 
 
 @adjudicate_app.command("push")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli.app import app
+from pipeline.cli.app import app, narrow_table
 from pipeline.cli.data import _print_violations
 
 
@@ -43,7 +43,6 @@ def release_build(
     """Build releases/<version>/ from the corpus (default), a rows directory, a RESCUE JSONL file or the synthetic corpus."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from pipeline import store
     from pipeline.benchmark import release
@@ -87,8 +86,7 @@ def release_build(
         return
 
     m = result.manifest
-    table = Table(title=f"RESCUE release {version}", show_lines=False)
-    table.add_column("task")
+    table = narrow_table("task", title=f"RESCUE release {version}")
     for col in ("couple inst.", "family inst.", "couple samp.", "family samp."):
         table.add_column(col, justify="right")
     for task, c in m["counts"].items():
@@ -147,7 +145,6 @@ def release_diff(
     import json
 
     from rich.console import Console
-    from rich.table import Table
 
     from pipeline.benchmark import release
     from pipeline.config import Settings
@@ -161,9 +158,7 @@ def release_diff(
     if as_json:
         print(json.dumps(report, indent=2, sort_keys=True, default=str))
         return
-    table = Table(title=f"release {a} -> {b}")
-    for col in ("what", "added", "removed", "changed", "changed fields"):
-        table.add_column(col)
+    table = narrow_table("what", "added", "removed", "changed", "changed fields", title=f"release {a} -> {b}")
     entries = [("samples", report["samples"]), ("rows", report["rows"])]
     entries += [(f"{t} labels", r) for t, r in report["labels"].items()]
     for name, r in entries:
