@@ -1,16 +1,17 @@
 """The ``rescue`` console script: the library's commands (:mod:`pipeline.cli`) plus the
-operational ones that start servers and flows (``rescue stack``, ``rescue demo``,
-``rescue annotate front``)."""
+operational ones that start servers and flows or follow them (``rescue stack``, ``rescue demo``,
+``rescue annotate front``, ``rescue batch watch``)."""
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ops import demo, remote, stack
+from ops import batch_watch, demo, remote, stack
 from pipeline.cli import app
 from pipeline.cli.annotate import annotate_app, annotators_app
 
 app.add_typer(stack.cli, name="stack")
+app.add_typer(batch_watch.cli, name="batch")
 app.command("demo")(demo.demo_command)
 annotators_app.command("remote")(remote.annotators_remote)
 

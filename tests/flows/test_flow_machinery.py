@@ -279,3 +279,39 @@ def test_the_worker_column_never_shows_a_bare_pid(monkeypatch):
     assert _run_worker(crashed) == "a worker of pool rescue-cpu@hostA (flow-run pid 4242)"
     assert _run_worker(SimpleNamespace(infrastructure_pid=None, work_pool_name="rescue-cpu")) == \
         "not started by a worker of pool rescue-cpu"
+
+
+def test_batch_watch_names_each_interview_and_its_reason(storage):
+    """`rescue batch watch`'s reading of a finished batch run that ran its interviews itself
+    (fan_out=false; the fanned-out batch on the real stack: tests/flows/test_terminal_truth.py)."""
+    import io
+
+    from prefect.client.orchestration import get_client
+    from rich.console import Console
+
+    from flows.ingest_batch import ingest_batch_flow
+    from ops import batch_watch
+
+    batch = storage / "batch"
+    batch.mkdir()
+    (batch / "broken.mp4").write_bytes(b"this is not a video")
+    (batch / "manifest.csv").write_text("sample_id,scenario,video,participants\n"
+                                        "watch/001,couple,missing.mp4,Ann;Bo\n"
+                                        "watch/002,family,broken.mp4,Cy;Di\n")
+    state = ingest_batch_flow(batch_dir=str(batch), data_root=str(storage / "data"), push=False, fan_out=False,
+                              return_state=True)
+    assert state.name == "Completed (2 quarantined)", state.name
+    out = io.StringIO()
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(state.state_details.flow_run_id)
+        code = batch_watch.watch(client, run.name, Console(file=out, width=80), interval_s=0.2)
+        with pytest.raises(batch_watch.WatchError, match="no ingest-batch run named 'no-such-run'"):
+            batch_watch.watch(client, "no-such-run", Console(file=io.StringIO()))
+    text = out.getvalue()
+    assert code == 0, text
+    assert "2/2" in text and "done 0, cached 0, quarantined 2" in text, text
+    assert f"ingest-batch run {run.name} ended Completed (2 quarantined): 0 done, 0 cached, 2 quarantined" in text
+    lines = text.splitlines()
+    assert "  watch/001  quarantined (manifest.csv line 2): ingest: MediaError: missing.mp4: file not found" in lines
+    assert any(line.startswith("  watch/002  quarantined (manifest.csv line 3): ingest: MediaError: broken.mp4: ")
+               for line in lines), text
