@@ -207,7 +207,9 @@ class LabelStudioServer:
         written_for = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M)
         if not written_for or written_for.group(1) != installed_version(self.venv):
             return {}
-        return {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": DESK_SETTINGS.stem}
+        # the folder is in the repository: its modules are read, never compiled into it
+        return {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": DESK_SETTINGS.stem,
+                "PYTHONDONTWRITEBYTECODE": "1"}
 
     def _executable(self) -> Path:
         exe = self.venv / "bin" / "label-studio"

@@ -45,12 +45,14 @@ def _fake_venv(root: Path, version: str | None) -> Path:
 
 def _settings(venv: Path, tmp_path: Path) -> dict:
     env = LabelStudioServer(tmp_path / "ls", venv=venv, credentials=CREDS)._env()
-    return {k: env[k] for k in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE") if k in env}
+    return {k: env[k] for k in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "PYTHONDONTWRITEBYTECODE") if k in env}
 
 
 def test_the_desk_settings_apply_to_their_own_version_only(tmp_path, monkeypatch):
     monkeypatch.delenv(STOCK_SETTINGS_VAR, raising=False)
-    ours = {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": "rescue_desk_settings"}
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # a desk may inherit it; here: only ours
+    ours = {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": "rescue_desk_settings",
+            "PYTHONDONTWRITEBYTECODE": "1"}  # the folder is in the repository: nothing compiled into it
     assert _settings(_fake_venv(tmp_path, LS_VERSION), tmp_path) == ours
     assert _settings(_fake_venv(tmp_path, "1.24.0"), tmp_path) == {}  # another version: its own settings
     assert _settings(_fake_venv(tmp_path, None), tmp_path) == {}
@@ -70,10 +72,12 @@ def test_the_installed_label_studio_is_the_one_the_desk_settings_were_written_fo
     assert f'WRITTEN_FOR = "{LS_VERSION}"' in DESK_SETTINGS.read_text()
 
 
-def test_the_desk_settings_refuse_a_label_studio_without_the_middleware(tmp_path):
+def test_the_desk_settings_refuse_a_label_studio_without_the_middleware(tmp_path, monkeypatch):
     """All or nothing: should the middleware be gone (another version), the settings fail to load
-    instead of quietly running something that is neither ours nor Label Studio's."""
+    instead of quietly running something that is neither ours nor Label Studio's. The settings'
+    folder, in the repository, gets no bytecode even where the environment allows it."""
     require_label_studio()
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     server = LabelStudioServer(tmp_path / "ls", credentials=CREDS)
     env = {**server._env(), "LATEST_VERSION_CHECK": "false"}
     package = next(DEFAULT_VENV.glob("lib/python3*/site-packages/label_studio"))
@@ -94,6 +98,7 @@ def test_the_desk_settings_refuse_a_label_studio_without_the_middleware(tmp_path
     assert "REFUSED ImproperlyConfigured" in runs["there"].stdout  # and only ever the code they were written for
     assert runs["gone"].returncode != 0
     assert "ContextLogMiddleware is not in Label Studio's MIDDLEWARE" in runs["gone"].stderr
+    assert not (DESK_SETTINGS.parent / "__pycache__").exists()  # imported there, compiled nowhere
 
 
 def _import_and_list(client: LabelStudioClient) -> list[dict]:
@@ -124,5 +129,6 @@ def test_the_same_import_gives_the_same_tasks_both_ways(ls_server, ls_client, tm
         # the request-log middleware ran on the stock server only (it writes its server id there)
         assert list((stock.data_dir / "xdg").rglob("user_id"))
         assert not list((ls_server.data_dir / "xdg").rglob("user_id"))
+        assert not (DESK_SETTINGS.parent / "__pycache__").exists()  # the desk wrote no bytecode into the tree
     finally:
         stock.stop()
