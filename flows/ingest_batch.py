@@ -20,8 +20,10 @@ quarantined before anything runs. Each quarantine is one WARNING line naming the
 manifest line and the reason (the run's log and ``--watch``: :func:`flows.tell`), and the run
 ends Completed, named "Completed (N quarantined)". A ``batch_dir`` without a readable manifest
 is one ERROR line naming it, and the run ends Failed, named "Refused" (no traceback).
-``rescue batch watch`` (:mod:`ops.batch_watch`) follows a batch's children as they end. Every stage is cached in the shared result storage under its
-result's key (:mod:`pipeline.media.keys`: inputs' content, the code that computes it, its models,
+``rescue batch watch`` (:mod:`ops.batch_watch`) follows a batch's children as they end.
+
+Every stage is cached in the shared result storage under its result's key
+(:mod:`pipeline.media.keys`: inputs' content, the code that computes it, its models,
 its settings), so a rerun after a crash redoes only what did not finish, and a rerun after a
 change of code or models redoes exactly the results it touched: the summary lists each result
 made again and why (``pipeline/media/turns.py changed``, ``model diarization-offline changed``).

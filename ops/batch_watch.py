@@ -138,7 +138,8 @@ def _items_of(tasks) -> dict[str, tuple[str, str]]:
             stages.setdefault(rest[:-1], {})[stage] = t.state
     out = {}
     for item, states in stages.items():
-        bad = next((s for s in states.values() if s.name == "Quarantined" and not s.message.startswith("not run")), None)
+        bad = next((s for s in states.values()
+                    if s.name == "Quarantined" and not (s.message or "").startswith("not run")), None)
         if bad is not None:
             out[item] = ("quarantined", bad.message or "")
         elif "segment" in states and states["segment"].is_completed():
@@ -175,7 +176,8 @@ class Follower:
             return progress
         for child in children:
             if child.id not in self.ended and child.state is not None and child.state.is_final():
-                tasks = _paged(client.read_task_runs, flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[child.id])))
+                tasks = _paged(client.read_task_runs,
+                               flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[child.id])))
                 items = _items_of(tasks)
                 why = f"child flow run {child.name} ended {child.state.name}: {(child.state.message or '').strip()}"
                 self.ended[child.id] = {i: items.get(i) or ("quarantined", why) for i in _entries(child)}
