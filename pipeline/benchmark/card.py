@@ -253,6 +253,17 @@ def release_bibtex(manifest: dict, content_sha256: str) -> str:
             f"  howpublished = {{Dataset release {v}}}\n}}")
 
 
+def _lineage_line(manifest: dict) -> str:
+    """Which code built the release (manifest.lineage.code), in one sentence."""
+    code = (manifest.get("lineage") or {}).get("code") or {}
+    if "git_commit" in code:
+        return (f"It was built at git commit `{code['git_commit']}`"
+                + (" with uncommitted changes." if code.get("dirty") else "."))
+    if "source_sha256" in code:
+        return f"It was built from pipeline source sha256 `{code['source_sha256'][:16]}…` (not a git checkout)."
+    return ""
+
+
 def dataset_card(manifest: dict) -> str:
     """README.md of a release; every number comes from the manifest."""
     meta = front_matter(manifest)
@@ -285,6 +296,9 @@ def dataset_card(manifest: dict) -> str:
     file_rows = [[f"`{k}`", v["rows"], v["bytes"], f"`{v['sha256'][:16]}…`"] for k, v in sorted(data_files.items())]
     file_rows += [[f"`{k}`", v["rows"], v["bytes"], f"`{v['sha256'][:16]}…`"]
                   for k, v in sorted(paper_files.items()) if not k.startswith("paper/data/")]
+    if "lineage.parquet" in manifest["files"]:
+        lin = manifest["files"]["lineage.parquet"]
+        file_rows.append(["`lineage.parquet`", lin["rows"], lin["bytes"], f"`{lin['sha256'][:16]}…`"])
     if per_sample:
         file_rows.append([f"`paper/data/**.json` ({len(per_sample)} files)", sum(v["rows"] for v in per_sample.values()),
                           sum(v["bytes"] for v in per_sample.values()), "each in manifest.json"])
@@ -310,7 +324,11 @@ def dataset_card(manifest: dict) -> str:
 
 `croissant.json` describes this release in Croissant 1.1 (MLCommons): every file with its sha256,
 every config's columns, and the responsible-AI fields (how the data was collected and annotated,
-annotators per item, each field's agreement with its interval, whether anything is synthetic).
+annotators per item, each field's agreement with its interval, whether anything is synthetic, and
+the lineage digests). `lineage.parquet` says what made each sample: the video's sha256, the
+transcript's source, the diarizer's model and the segmenter's code digests, and per annotation round
+the annotators (opaque ids) and the rows an adjudicator settled; `rescue release explain VERSION
+SAMPLE_ID [ROW]` tells it in words. {_lineage_line(manifest)}
 
 ## Licence
 

@@ -2,7 +2,10 @@
 fields, from the release's manifest alone (as the dataset card is): the files with their sha256,
 one record set per config and split with every column, and the story behind the rows - where the
 samples came from, how they were annotated, how many annotators per item, the agreement of each
-field, whether anything is generated or simulated. What the manifest does not prove is not claimed.
+field, whether anything is generated or simulated - and the lineage digests: the code's commit (or
+source digest), the packages' versions, each model's sha256 (``rai:dataPreprocessingProtocol``,
+``rai:machineAnnotationTools``) and ``lineage.parquet``, one record per sample. What the manifest
+does not prove is not claimed.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import pyarrow as pa
 
 from pipeline import schemas
 from pipeline.benchmark.provenance import generated_only, sensitive_text, source_text
+from pipeline.benchmark.release_lineage import LINEAGE, LINEAGE_FILE
 
 CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
 # The standard @context of Croissant 1.1 (mlcroissant's own; a test keeps the two equal).
@@ -64,6 +68,14 @@ def _record_sets(manifest: dict) -> tuple[list[dict], list[dict]]:
     files, record_sets = [], []
     tables = {"samples": schemas.SAMPLES, "rows": schemas.ROWS, **schemas.TASK_SCHEMAS}
     for rel, info in sorted(manifest["files"].items()):
+        if rel == LINEAGE_FILE:
+            files.append({"@type": "cr:FileObject", "@id": rel, "name": rel, "contentUrl": rel,
+                          "encodingFormat": "application/x-parquet", "sha256": info["sha256"],
+                          "contentSize": f"{info['bytes']} B"})
+            record_sets.append({"@type": "cr:RecordSet", "@id": "lineage", "name": "lineage",
+                                "description": f"what made each sample: {info['rows']} records",
+                                "field": [_field("lineage", f.name, f.type, rel, f.name) for f in LINEAGE]})
+            continue
         parts = rel.split("/")
         if parts[0] != "data" or len(parts) != 3:
             continue
@@ -90,6 +102,28 @@ def _agreement(rounds: list[dict]) -> list[str]:
                        f"{'n/a' if alpha is None else f'{alpha:.3f}'}{interval} ({f.get('metric')}; "
                        f"{f.get('n_units')} units, {f.get('n_annotators')} annotators; threshold {f.get('threshold')})")
     return out
+
+
+def lineage_text(manifest: dict) -> tuple[list[str], list[str]]:
+    """The lineage digests in words: (what processed the data, the machine tools with their sha256)."""
+    lin = manifest.get("lineage")
+    if not lin:
+        return [], []
+    code = lin.get("code") or {}
+    built = (f"Built by the rescue pipeline at git commit {code['git_commit']}"
+             + (" with uncommitted changes" if code.get("dirty") else "") if "git_commit" in code else
+             f"Built by the rescue pipeline, source sha256 {code.get('source_sha256')} (not a git checkout)")
+    packages = ", ".join(f"{n} {v or 'not installed'}" for n, v in sorted((lin.get("packages") or {}).items()))
+    out = [built + ".", f"Packages: {packages}."]
+    for stage, values in sorted((lin.get("settings") or {}).items()):
+        out.append(f"Settings of the {stage} stage: "
+                   + ", ".join(f"{k} {v}" for k, v in sorted(values.items())) + ".")
+    out.append(f"{LINEAGE_FILE}: per sample the video's sha256, the transcript's source (subtitle file sha256 or "
+               "ASR model digest), the diarizer's model digest, the segmenter's code digest, and per round the "
+               "annotators (opaque ids) and the rows an adjudicator settled.")
+    tools = [f"{name}: sha256 {d if isinstance(d, str) else ', '.join(d)}"
+             for name, d in sorted((lin.get("models") or {}).items())]
+    return out, tools
 
 
 def croissant(manifest: dict, *, description: str, sensitive: str, source: str, generated_only: bool) -> dict:
@@ -119,6 +153,11 @@ def croissant(manifest: dict, *, description: str, sensitive: str, source: str, 
         "rai:dataLimitations": ["Subjective high-level labels; check each field's agreement before trusting it.",
                                 "Intervention timing gold is observational: the therapist did speak next."],
     }
+    processing, tools = lineage_text(manifest)
+    if processing:
+        doc["rai:dataPreprocessingProtocol"] = processing
+    if tools:
+        doc["rai:machineAnnotationTools"] = tools
     if markers:
         doc["rai:dataLimitations"].insert(0, "Not real data: " + "; ".join(markers) + ".")
     if rounds:

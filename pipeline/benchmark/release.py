@@ -6,10 +6,14 @@
     paper/                          the same data in the paper's own shapes (benchmark.jsonl,
                                     er.jsonl, vp.jsonl, data/<sample_id>.json):
                                     :mod:`pipeline.benchmark.paper_export`
+    lineage.parquet                 what made each sample: video, transcript, diarizer and
+                                    segmenter digests, each round's annotators (opaque ids) and
+                                    adjudicated rows (:mod:`pipeline.benchmark.release_lineage`)
     manifest.json                   sha256/rows/bytes per file (Parquet and paper/), Table 6
                                     counts, label distributions, Table 3 statistics, source
                                     hashes, annotation rounds with agreement and overrides,
-                                    card options, synthetic markers
+                                    card options, synthetic markers, lineage (code, packages,
+                                    models, settings)
     README.md                       Hugging Face dataset card (:mod:`pipeline.benchmark.card`)
 
 Split ``test`` holds every sample not in ``dev`` (the paper evaluates on everything). With a
@@ -60,6 +64,7 @@ from pipeline.benchmark.provenance import corpus_origin, synthetic_markers
 from pipeline.benchmark.release_figures import annotation_rounds, count_by_scenario, label_distribution, statistics
 from pipeline.benchmark.release_files import (ReleaseError, diff_releases, open_release,  # noqa: F401 (public here)
                                               read_config, release_path)
+from pipeline.benchmark.release_lineage import LINEAGE_FILE, manifest_lineage, sample_lineage
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 from pipeline.quality import gates
@@ -70,8 +75,10 @@ from pipeline.validate import private_strings, scan_release, scan_table, validat
 # (editable install, cwd outside the repo) in which pipeline/__init__.py never ran.
 PIPELINE_VERSION = importlib.metadata.version("rescue-pipeline")
 SPLITS = ("dev", "test")
-# What a release holds; part of "the same input" for reuse. 2: Parquet + paper/ + the full card.
-RELEASE_LAYOUT = 2
+# What a release holds; part of "the same input" for reuse. 2: Parquet + paper/ + the full card;
+# 3: and lineage.parquet with manifest.lineage.
+RELEASE_LAYOUT = 3
+LAYOUT_LACKS = {1: "paper/ and lineage.parquet", 2: "lineage.parquet"}  # what an older layout has not
 
 
 # --- input ------------------------------------------------------------------------------
@@ -227,6 +234,7 @@ def build_release(
         opts[task].update(extra)
     tables: dict[str, pa.Table] = {"samples": samples_t, "rows": rows_t}
     tables.update(tasks.build_all(samples, settings, opts, on_task=lambda t: step(f"task {t}")))
+    lineage_t, stage_records = sample_lineage(data_root, ids, [r["round"] for r in rounds], inp.from_data_root)
 
     # The last guard before the release appears (V16): no file may hold an absolute path or a URL
     # other than those the maintainer put in the card on purpose (licence link, citations). Every
@@ -245,6 +253,11 @@ def build_release(
                 files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": part.num_rows, "bytes": len(data)}
                 hits += scan_table(part, rel, allow)
             step(f"write {config}")
+        data = _parquet_bytes(lineage_t)
+        store.atomic_write_bytes(tmp / LINEAGE_FILE, data)
+        files[LINEAGE_FILE] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": lineage_t.num_rows,
+                               "bytes": len(data)}
+        hits += scan_table(lineage_t, LINEAGE_FILE, allow)
         paper_files = write_paper_files(samples, tmp, opts, on_step=step)
         files.update(paper_files)
         split_counts = Counter(split_by_sample.values())
@@ -269,6 +282,7 @@ def build_release(
             "layout": RELEASE_LAYOUT,
             "card": card.to_manifest(),
             "synthetic": synthetic_markers(inp.source, samples, rounds, inp.origin),
+            "lineage": manifest_lineage(stage_records),
         }
         if inp.origin is not None:
             manifest["origin"] = inp.origin
@@ -277,7 +291,7 @@ def build_release(
         for rel, text in held.items():
             store.atomic_write_text(tmp / rel, text)
         step("manifest and card")
-        hits += scan_release(tmp, allow=allow, held=held, skip=[k for k in files if k.startswith("data/")])
+        hits += scan_release(tmp, allow=allow, held=held, skip=[k for k in files if k.startswith("data/")] + [LINEAGE_FILE])
         if hits:
             where = list(dict.fromkeys(h.split(": ", 1)[0] for h in hits))
             more = f" and {len(where) - 20} more" if len(where) > 20 else ""
@@ -330,8 +344,10 @@ def build_or_reuse(
         elif not same_split:
             what = f"dev fraction ({manifest.get('splits', {}).get('dev_fraction')})"
         elif not same_layout:
-            what = (f"file layout (layout {manifest.get('layout', 1)}, now {RELEASE_LAYOUT}: e.g. without paper/; "
-                    f"`rescue release export-paper {version} DIR` writes the paper files from it)")
+            old = manifest.get("layout", 1)
+            what = (f"file layout (layout {old}, now {RELEASE_LAYOUT}: without {LAYOUT_LACKS.get(old, 'files now made')}"
+                    + (f"; `rescue release export-paper {version} DIR` writes the paper files from it)" if old < 2
+                       else ")"))
         elif not same_card:
             what = "dataset card configuration (licence or citation)"
         else:

@@ -191,6 +191,36 @@ def release_diff(
                               soft_wrap=True)
 
 
+@release_app.command("explain")
+def release_explain(
+    version: str = typer.Argument(..., help="An existing release version X.Y.Z."),
+    sample_id: str = typer.Argument(..., help="A sample of the release (its sample_id)."),
+    row: Optional[int] = typer.Argument(None, help="A row of the sample (its row_index): its video span too."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+) -> None:
+    """What made a sample (or one row) of a release, in words: its video span, the video's and
+    transcript's digests, the diarizer's model and segmenter's code digests, who annotated it in
+    each round (opaque ids) and what an adjudicator settled, and the code the release was built from."""
+    import json
+
+    from rich.console import Console
+
+    from pipeline.benchmark import release
+    from pipeline.benchmark.release_lineage import ExplainError, explain
+    from pipeline.config import Settings
+
+    console = Console()
+    try:
+        path = release.open_release(Settings.from_env(data_root).data_root, version)
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        lines = explain(path, manifest, sample_id, row)
+    except (release.ReleaseError, ExplainError) as exc:
+        console.print(f"[red]release explain failed:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    for line in lines:  # one line each, never wrapped: digests are read whole and grepped
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
 @release_app.command("export-paper")
 def release_export_paper(
     version: str = typer.Argument(..., help="An existing release version X.Y.Z."),

@@ -40,11 +40,19 @@ def test_a_file_release_validates_and_claims_no_rounds(head_input, tmp_path):
     assert meta.data_annotation_protocol == [
         "No annotation round of this pipeline produced these samples; the source's own account applies."]
     assert meta.annotations_per_item is None and not meta.data_annotation_analysis
-    # every released Parquet file, with the sha256 of its bytes
+    # every released Parquet file (the configs and lineage.parquet), with the sha256 of its bytes
     doc = json.loads((res.path / "croissant.json").read_text())
     files = {f["contentUrl"]: f["sha256"] for f in doc["distribution"]}
     assert files == {rel: hashlib.sha256((res.path / rel).read_bytes()).hexdigest()
-                     for rel in res.manifest["files"] if rel.startswith("data/")}
+                     for rel in res.manifest["files"] if rel.startswith("data/") or rel == "lineage.parquet"}
+    # the lineage digests: the code the release was built from, the packages; lineage as records
+    code = res.manifest["lineage"]["code"]
+    assert meta.data_preprocessing_protocol[0].startswith(
+        f"Built by the rescue pipeline at git commit {code['git_commit']}" if "git_commit" in code else
+        f"Built by the rescue pipeline, source sha256 {code['source_sha256']}")
+    assert meta.data_preprocessing_protocol[1].startswith("Packages: ") and "pyarrow" in meta.data_preprocessing_protocol[1]
+    lineage = list(ds.records("lineage"))
+    assert sorted(r["lineage/sample_id"].decode() for r in lineage) == sorted(s["sample_id"] for s in head_input.samples)
     assert doc["rai:hasSyntheticData"] is False
     # mlcroissant's reader on a flat record set gives the released values
     first = next(iter(ds.records("samples/test")))
