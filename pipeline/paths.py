@@ -26,7 +26,9 @@ Layout::
     annotation/labels/<round>.parquet        the long label table of a round (+ .problems)
     annotation/labels/<round>.acceptance.parquet  what annotators did with the pre-annotation
     annotation/labels/<round>.agreement/     the agreement report of a round
-    annotation/pushed/<round>.json           which samples each annotator's projects were given
+    annotation/admitted.json                 what each interview's drafts were when it entered annotation
+    annotation/pushed/<round>.json           which samples each annotator's projects were given (and the
+                                             answered tasks ``--redraft`` replaced)
     annotation/sync/<round>.push.json        what the last push saw on each desk (a push again with
                                              nothing new writes nothing); .pull.json: the same for pulls
     annotation/ledger/<round>.json           where each annotation was first seen (a moved one is reported)

@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 
 from pipeline import schemas, store, taxonomy
 from pipeline.annotation import (acceptance, ledger, ls_config, ls_results, ls_tasks, naming, parse, pull_look,
-                                 pull_trust, round_ui, screen, voice_naming)
+                                 pull_trust, redraft, round_ui, screen, voice_naming)
 from pipeline.annotation import rounds as rounds_module
 from pipeline.annotation import windows as windows_module
 from pipeline.annotation.desks import DeskAccess
@@ -95,6 +95,8 @@ class PullResult:
     kept: list[str] = field(default_factory=list)  # annotators whose earlier lines were kept (not pulled this time)
     # (annotator, sample, problem) of every task or answer not counted (:mod:`.pull_trust`): also in ``problems``
     not_counted: list[tuple[str, str, str]] = field(default_factory=list)
+    # (annotator, sample, line): answers to drafts ``--redraft`` replaced, archived and never counted (:mod:`.redraft`)
+    replaced: list[tuple[str, str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         s = (f"round {self.round}: {self.labels.num_rows} label lines, {self.problems.num_rows} problems, "
@@ -109,6 +111,10 @@ class PullResult:
             s += (f"; {len(self.not_counted)} tasks or answers not counted (a desk holds what the push did not give "
                   f"it): " + ", ".join(f"{sid} ({who})" for who, sid, _ in self.not_counted[:5])
                   + (" ..." if len(self.not_counted) > 5 else ""))
+        if self.replaced:
+            s += (f"; answers to replaced drafts of {len({sid for _, sid, _ in self.replaced})} re-drafted samples "
+                  "archived, not counted: " + ", ".join(f"{sid} ({who})" for who, sid, _ in self.replaced[:5])
+                  + (" ..." if len(self.replaced) > 5 else ""))
         return s
 
 
@@ -146,7 +152,7 @@ class _Parsed:
 # What the pull's output is a function of, besides Label Studio: these files. A pull whose exports,
 # inputs and code are as at the last pull, and whose tables are as it wrote them, writes nothing.
 _CODE = tuple(Path(m.__file__) for m in (acceptance, ledger, ls_config, ls_results, ls_tasks, naming, parse, pull_look,
-                                         pull_trust, round_ui, screen, voice_naming, windows_module, rounds_module,
+                                         pull_trust, redraft, round_ui, screen, voice_naming, windows_module, rounds_module,
                                          taxonomy, schemas)) + (
     Path(__file__), taxonomy.SCHEMAS_DIR / "taxonomies.yaml")
 
@@ -219,6 +225,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
 
     people = desks.people("annotator")
     pushed_record = read_pushed(root, rnd.name)
+    retired = redraft.retired_shas(root, rnd.name)  # tasks --redraft replaced: never counted
     given = {k.partition("/")[2] for k in pushed_record}  # whom the round was pushed to
     asked = [who for who in people
              if not ((annotators and who not in annotators) or (not annotators and given and who not in given))]
@@ -263,7 +270,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         # Only what the push gave this desk counts, and only answers of the shape its controls send.
         trusted = pull_trust.screen_export(tasks, set(pushed_record.get(f"{scenario}/{annotator}", ()))
                                            if pushed_record else None, pull_trust.predicted(record),
-                                           desks.where(annotator), rnd.name)
+                                           desks.where(annotator), rnd.name, retired)
         tasks = trusted.tasks
         out.problems.extend(problem_line(annotator, note, sid) for sid, note in trusted.notes)
         out.not_counted = [(annotator, sid, note) for sid, note in trusted.notes]
@@ -337,7 +344,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
 
     inputs = hashlib.sha256(json.dumps([
         files_digest((*_CODE, rnd.source)), rnd.name, sorted(annotators) if annotators else None, people, asked,
-        pushed_record, [[who, desks.where(who), sorted(read[who].users.items()), read[who].foreign] for who in asked],
+        pushed_record, sorted((k, sorted(v)) for k, v in retired.items()), [[who, desks.where(who), sorted(read[who].users.items()), read[who].foreign] for who in asked],
         [[i.client.url, i.project.id, i.project.key, i.owner, i.sha] for i in wanted],
     ], sort_keys=True, default=str).encode()).hexdigest()
     tables = {"labels": root.labels(rnd.name), "problems": root.label_problems(rnd.name),
@@ -361,6 +368,7 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
         result.not_counted += out.not_counted
         if out.progress is not None:
             result.progress[(item.annotator, item.scenario)] = out.progress
+    result.replaced = [r for r in redraft.replaced_lines(root, rnd.name) if not annotators or r[0] in annotators]
     # Pushed but gone: a task or project deleted in Label Studio after the push.
     pulled = {a for (_, a) in exported}
     for key, sample_ids in sorted(pushed_record.items()):
@@ -406,7 +414,8 @@ def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike
             "inputs": inputs, "tables": {k: _file_sha(p) for k, p in tables.items()},
             "result": {"progress": sorted([a, s, d, t] for (a, s), (d, t) in result.progress.items()),
                        "missing": [list(m) for m in result.missing], "kept": result.kept,
-                       "not_counted": [list(n) for n in result.not_counted]},
+                       "not_counted": [list(n) for n in result.not_counted],
+                       "replaced": [list(r) for r in result.replaced]},
             "projects": {**{k: v for k, v in old_projects.items() if k not in looked}, **looked}})
     return result
 
@@ -422,6 +431,7 @@ def _as_before(result: PullResult, root: DataRoot, rnd: Round, wanted: list[Want
     missing = [(sid, who) for sid, who in done.get("missing") or []]
     kept = [str(who) for who in done.get("kept") or []]
     result.not_counted = [(who, sid, what) for who, sid, what in done.get("not_counted") or []]
+    result.replaced = [(who, sid, line) for who, sid, line in done.get("replaced") or []]
     result.labels, result.problems, result.progress, result.missing, result.kept = labels, problems, progress, missing, kept
     result.snapshots = [i.archived for i in wanted]
     return result

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.annotation import acceptance, pull_trust
+from pipeline.annotation import acceptance, pull_trust, redraft
 from pipeline.annotation.parse import parse_annotation
 from pipeline.annotation.pushed import read_pushed
 from pipeline.annotation.rounds import load_round
@@ -39,13 +39,14 @@ def rebuild_acceptance(data_root: str | os.PathLike, round_name: str, write: boo
     for export, record in pairs:
         by_project.setdefault((record["scenario"], record["annotator"]), []).append((export, record))
     pushed = read_pushed(root, rnd.name)
+    retired = redraft.retired_shas(root, rnd.name)
     lines: list[dict] = []
 
     def counted(export: Path, record: dict) -> tuple[list[dict], set[str]]:
         """The tasks of a state the pull counts, and the samples it counts there (as the pull screens them)."""
         given = set(pushed.get(f"{record['scenario']}/{record['annotator']}", ())) if pushed else None
         trusted = pull_trust.screen_export(json.loads(export.read_bytes()), given, pull_trust.predicted(record),
-                                           "", rnd.name)
+                                           "", rnd.name, retired)
         return trusted.tasks, {t["data"]["sample_id"] for t in trusted.tasks} - trusted.kept
 
     for (scenario, annotator), states in sorted(by_project.items()):

@@ -40,13 +40,17 @@ def pushed_as(data: dict, predictions: list) -> bool:
 
 
 def screen_export(tasks, pushed: set[str] | None, predictions: dict[int, list], where: str,
-                  round_name: str) -> Screened:
+                  round_name: str, retired: dict[str, set[str]] | None = None) -> Screened:
     """The export's tasks a pull may count (:func:`well_formed`, then only what was pushed).
 
     ``pushed``: the samples the push record gives this project (None: the round has no record,
     nothing to compare with; only shapes are checked); ``predictions``: task id -> the results of
-    each of its predictions; ``where``: the desk, as problem lines name it."""
+    each of its predictions; ``where``: the desk, as problem lines name it; ``retired``: sample ->
+    content hashes of its tasks replaced by ``--redraft`` (:func:`.redraft.retired_shas`): such a
+    task answers drafts that no longer exist and is left out (the pull reports those samples)."""
     good, notes = well_formed(tasks, where)
+    if retired:
+        good = [t for t in good if t["data"].get("content_sha") not in retired.get(t["data"]["sample_id"], ())]
     out = Screened([], notes)
     out.kept.update(sid for sid, _ in notes if sid != "?")
     if pushed is None:

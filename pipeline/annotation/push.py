@@ -9,8 +9,9 @@ Pushing is idempotent: every task carries its ``sample_id``, its window (``data[
 absent for a one-task sample) and the ``content_sha`` of what it shows; a re-push imports only
 missing tasks, refreshes changed tasks nobody has annotated yet (and removes unannotated
 windows a re-segmented sample no longer has), and reports (never touches) changed tasks that
-already carry annotations. A task's identity is its sample id, window and content hash, never a
-Label Studio id.
+already carry annotations - unless the sample is named in ``redraft`` (``--redraft``, :mod:`.redraft`):
+then the project's export is archived, the old tasks' content hashes recorded, and the tasks
+replaced. A task's identity is its sample id, window and content hash, never a Label Studio id.
 
 A push with a data root keeps what it saw (``<data root>/annotation/sync/<round>.push.json``):
 per sample, the hash of its inputs and its tasks' content hashes (:mod:`.push_tasks`: tasks are
@@ -38,7 +39,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from pipeline import taxonomy
-from pipeline.annotation import ls_config, pushed, voice_naming
+from pipeline.annotation import ls_config, pushed, redraft, voice_naming
 from pipeline.annotation.client import LabelStudioError, chunks
 from pipeline.annotation.desks import DeskAccess
 from pipeline.annotation.push_project import (KEY_PREFIX, ProjectSync, parse_project_key, project_key,
@@ -104,12 +105,17 @@ class PushReport:
     changed_after_annotation: list[tuple[str, str]] = field(default_factory=list)  # (annotator, sample_id)
     duplicates: list[tuple[str, str]] = field(default_factory=list)  # (annotator, sample_id) seen twice
     prefilled: dict[str, list[str]] = field(default_factory=dict)  # sample_id -> fields its prediction fills
+    # (annotator, sample_id, answered tasks): replaced by ``redraft``, their answers archived (:mod:`.redraft`)
+    replaced: list[tuple[str, str, int]] = field(default_factory=list)
 
     def summary(self) -> str:
         s = (f"round {self.round}: {len(self.projects)} projects for {len(self.annotators)} annotators; "
              f"{self.created} tasks created, {self.updated} updated, {self.unchanged} unchanged")
         if self.changed_after_annotation:
             s += f"; {len(self.changed_after_annotation)} changed after annotation (left as they are)"
+        if self.replaced:
+            s += (f"; {sum(n for _, _, n in self.replaced)} answered tasks of re-drafted samples replaced "
+                  "(answers archived, not counted)")
         if self.duplicates:
             s += f"; {len(self.duplicates)} duplicate tasks found"
         fields = sorted({f for fs in self.prefilled.values() for f in fs})
@@ -126,16 +132,34 @@ def push_round(desks: DeskAccess, round_name: str, samples: Sequence[dict],
     changed since, and writes nothing."""
     samples = voice_naming.attach_voice_tables(load_round(round_name), samples, data_root)  # the voice block
     if data_root is None:
+        if options.get("redraft"):
+            raise PushError("replacing answered tasks (redraft) needs a data root to archive their answers in")
         return _push_round(desks, round_name, samples, annotators, **options)
     with pushed.round_lock(data_root, round_name):
         state = pushed.read_sync(data_root, load_round(round_name).name, "push")
-        report = _push_round(desks, round_name, samples, annotators, state=state, **options)
+        report = _push_round(desks, round_name, samples, annotators, state=state,
+                             retire=_retirer(data_root, load_round(round_name).name), **options)
         pushed.write_sync(data_root, report.round, "push", state)
         scenario_of = {s["sample_id"]: s["scenario"] for s in samples}
         given = [(sc, ann, sid) for key in report.projects if (parsed := parse_project_key(key))
                  for _, sc, ann in [parsed] for sid, s_sc in scenario_of.items() if s_sc == sc]
         pushed.record_pushed(data_root, report.round, given, report.prefilled)
     return report
+
+
+def _retirer(data_root, round_name: str) -> Callable[[ProjectSync, dict], None]:
+    """What a project does before deleting answered tasks of ``redraft`` samples: archive its
+    export (as a pull would) and record the old tasks' content hashes in the push record."""
+    lock = threading.Lock()  # projects of several desks at once: one writer of the record
+
+    def retire(sync: ProjectSync, retired: dict) -> None:
+        path = redraft.archive_project(data_root, round_name, sync.scenario, sync.annotator, sync.client,
+                                       sync.project_id)
+        with lock:
+            for sid, tasks in sorted(retired.items()):
+                redraft.record_replaced(data_root, round_name, sid, sync.annotator, [t.sha for t in tasks if t.sha],
+                                        len(tasks), path)
+    return retire
 
 
 def _push_round(
@@ -151,6 +175,8 @@ def _push_round(
     on_chunk: Callable[[int, int], None] | None = None,
     window: int | None = None,
     state: dict | None = None,
+    redraft: Sequence[str] = (),
+    retire: Callable[[ProjectSync, dict], None] | None = None,
 ) -> PushReport:
     """Push ``samples`` (``pipeline.rows`` shape) to every chosen annotator's project of the
     round, each on the annotator's own desk.
@@ -164,6 +190,8 @@ def _push_round(
     ``window``: units per task for long samples (default: samples above ``windows.SPLIT_ABOVE``
     units in windows of ``windows.WINDOW_UNITS``). ``state``: what the last push saw (the push
     state, :func:`.pushed.read_sync`), updated in place; None: every project's tasks are listed.
+    ``redraft``: samples whose answered tasks that changed are replaced, not left (``retire``
+    archives and records them first, :mod:`.redraft`).
 
     The desks are worked on side by side (:func:`each_desk`: never two at once on one server).
     """
@@ -180,8 +208,8 @@ def _push_round(
 
     wants = Wants(rnd, samples, prelabel, media_url, window, state.get("samples") or {})  # no task built yet
     scenarios = sorted(wants.by_scenario.items())
-    syncs = {who: [ProjectSync(rnd, scenario, who, entries, version) for scenario, entries in scenarios]
-             for who in chosen}
+    syncs = {who: [ProjectSync(rnd, scenario, who, entries, version, frozenset(redraft), retire)
+                   for scenario, entries in scenarios] for who in chosen}
     ordered = [sync for scenario, _ in scenarios for who in chosen for sync in syncs[who] if sync.scenario == scenario]
     progress = {"done": 0, "importing": False}
     lock = threading.Lock()
@@ -263,6 +291,7 @@ def _push_round(
         report.unchanged += sync.unchanged
         report.duplicates += sync.duplicates
         report.changed_after_annotation += sync.changed_after_annotation
+        report.replaced += sync.replaced
     report.changed_after_annotation = list(dict.fromkeys(report.changed_after_annotation))  # once per sample
     return report
 

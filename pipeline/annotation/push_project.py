@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pipeline import taxonomy
@@ -79,8 +79,13 @@ class ProjectSync:
     write over an annotated task; it only leaves a task whose content hash someone else edited
     on the desk in that instant for the next listing."""
 
-    def __init__(self, rnd: Round, scenario: str, annotator: str, entries: list[SampleTasks], version: str):
+    def __init__(self, rnd: Round, scenario: str, annotator: str, entries: list[SampleTasks], version: str,
+                 redraft: frozenset[str] = frozenset(), retire: Callable[[ProjectSync, dict], None] | None = None):
         self.rnd, self.scenario, self.annotator, self.entries, self.version = rnd, scenario, annotator, entries, version
+        # samples whose answered tasks are replaced (``--redraft``): ``retire(self, {sample: [Known]})``
+        # archives and records them before they are deleted (:mod:`.redraft`)
+        self.redraft, self.retire = redraft, retire
+        self.replaced: list[tuple[str, str, int]] = []  # (annotator, sample, answered tasks replaced)
         self.key = project_key(rnd.name, scenario, annotator)
         self.client: LabelStudioClient | None = None
         self.project_id: int | None = None
@@ -228,6 +233,7 @@ class ProjectSync:
         (one request for all of them): if it is not what the state says, everything is listed."""
         plan = self._plan()
         writes = [task for _, task in plan["delete"]] + [task for _, _, task in plan["update"]]
+        writes += [task for _, task in plan["replace"]]
         if writes and self.from_state:
             fetched, _ = self.client.changed_tasks(self.project_id, None, ids=[t.id for t in writes],
                                                    include="id,data,total_annotations,cancelled_annotations")
@@ -238,6 +244,19 @@ class ProjectSync:
                 self._list_all()
                 plan = self._plan()
         client, version = self.client, self.version
+        retired: dict[str, list[Known]] = {}
+        for key, task in plan["delete"] + plan["replace"]:
+            if task.annotated and key[0] in self.redraft:
+                retired.setdefault(key[0], []).append(task)
+        if retired:  # their answers archived and recorded before the tasks go
+            if self.retire is None:
+                raise ValueError("replacing answered tasks needs a data root to archive their answers in")
+            self.retire(self, retired)
+            self.replaced += [(self.annotator, sid, len(tasks)) for sid, tasks in sorted(retired.items())]
+        for key, task in plan["replace"]:
+            client.request("DELETE", f"/api/tasks/{task.id}/", "delete an answered task of replaced drafts")
+            del self.known[key]
+            self.wrote = True
         for key, task in plan["delete"]:
             client.request("DELETE", f"/api/tasks/{task.id}/", "delete an outdated window")
             del self.known[key]
@@ -263,11 +282,13 @@ class ProjectSync:
         # A sample whose tasks are cut differently now (re-segmented, other window size): while any
         # of its old tasks carries annotations, it is left as it is (like any task changed after
         # annotation); otherwise its old tasks are replaced.
+        # ``--redraft`` samples (:attr:`redraft`) are not left: their answered tasks are replaced.
         kept = {key[0] for key, task in self.known.items()
-                if key[0] in pushed_ids and key not in wanted and task.annotated}
+                if key[0] in pushed_ids and key not in wanted and task.annotated and key[0] not in self.redraft}
         plan: dict = {"delete": [(key, task) for key, task in self.known.items()
                                  if key[0] in pushed_ids and key not in wanted and key[0] not in kept],
-                      "changed": [(annotator, sid) for sid in sorted(kept)], "unchanged": 0, "update": [], "new": []}
+                      "changed": [(annotator, sid) for sid in sorted(kept)], "unchanged": 0, "update": [], "new": [],
+                      "replace": []}
         for entry in self.entries:
             if entry.sample_id in kept:
                 continue
@@ -275,6 +296,9 @@ class ProjectSync:
                 task = self.known.get(key)
                 if task is not None and task.sha == sha:
                     plan["unchanged"] += 1
+                elif task is not None and task.annotated and entry.sample_id in self.redraft:
+                    plan["replace"].append((key, task))  # deleted (answers archived first), then imported anew
+                    plan["new"].append((entry.sample_id, key))
                 elif task is not None and task.annotated:
                     plan["changed"].append((annotator, entry.sample_id))
                 elif task is not None:

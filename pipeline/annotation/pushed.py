@@ -11,7 +11,8 @@ is gone, and agreement and gold name the annotators a round was given to but who
 The same record keeps ``{"prefilled": {sample_id: [field, ...]}}``: the fields the push really
 pre-filled in that sample's tasks (a value in their prediction), merged over pushes; the
 dataset card's "pre-filled" column is read from it (:func:`prefilled_fields`), never from the
-round definition.
+round definition. And ``{"replaced": ...}``: the answered tasks ``--redraft`` replaced
+(:mod:`.redraft`), which the pull reports and never counts.
 
 :func:`round_lock` is an exclusive ``fcntl.flock`` on ``DataRoot.push_lock(round)``, held by
 :func:`pipeline.annotation.push.push_round` from "find or create the project" to the last task
@@ -95,8 +96,10 @@ def record_pushed(data_root: str | os.PathLike, round_name: str, given: Iterable
         filled.setdefault(sample_id, set()).update(fields)
     out = {k: sorted(v) for k, v in sorted(projects.items())}
     path = DataRoot(data_root).pushed(round_name)
+    replaced = _read(data_root, round_name).get("replaced")  # kept as it is (:mod:`.redraft`)
     text = store.canonical_json(
-        {"round": round_name, "projects": out, "prefilled": {k: sorted(v) for k, v in sorted(filled.items())}})
+        {"round": round_name, "projects": out, "prefilled": {k: sorted(v) for k, v in sorted(filled.items())},
+         **({"replaced": replaced} if replaced else {})})
     with contextlib.suppress(OSError):
         if path.read_text(encoding="utf-8") == text:
             return out  # a push that gave nothing new leaves the record as it is

@@ -239,11 +239,16 @@ def annotate_push(
     prelabel: str = typer.Option("input", help="input (values in the rows) | none | model"),
     prelabel_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL for --prelabel model."),
     prelabel_model: Optional[str] = typer.Option(None, help="Model name for --prelabel model."),
+    redraft: Optional[list[str]] = typer.Option(
+        None, "--redraft", metavar="SAMPLE", help="Re-drafted interview whose new drafts replace the answered old "
+                                                  "ones (repeat); its answered tasks are archived, then pushed anew."),
 ) -> None:
     """Push a round to every annotator's project (idempotent; safe to re-run).
 
     By default the interviews in annotation (the work store); the first round (transcript)
-    first admits every segmented interview (`rescue segment`) that is not there yet."""
+    first admits every segmented interview (`rescue segment`) that is not there yet. An
+    interview segmented again since keeps its old drafts while it has answers (one line says
+    so), unless named with --redraft."""
     from rich.progress import Progress
 
     from pipeline.annotation import push
@@ -253,6 +258,8 @@ def annotate_push(
     settings = _settings(data_root)
     if (samples is None) != (rows is None):
         _fail("give --samples and --rows together (or neither: the interviews in annotation)")
+    if redraft and samples is not None:
+        _fail("--redraft replaces drafts of interviews in annotation; it does not go with --samples")
     sample_list = None
     if samples is not None:
         try:
@@ -275,7 +282,7 @@ def annotate_push(
             on_chunk = lambda done, total: progress.update(bar, completed=done, total=total)  # noqa: E731
             if sample_list is None:
                 opened = intake.open_round(_desks(settings), settings.data_root, round_name, annotator or None,
-                                           k=k, on_chunk=on_chunk, **kwargs)
+                                           k=k, on_chunk=on_chunk, redraft=redraft or (), **kwargs)
                 report = opened.report
                 if opened.admitted.added:
                     console.print(f"{len(opened.admitted.added)} segmented interviews admitted to annotation",
@@ -283,6 +290,13 @@ def annotate_push(
                 for sid in opened.admitted.empty:
                     console.print(f"[yellow]not admitted[/yellow]: {sid}: segmenting left no row (nothing to "
                                   "annotate; check its transcript and diarization)", highlight=False)
+                for line in opened.admitted.held_lines():  # one line each, never wrapped
+                    console.print(f"[yellow]kept old drafts[/yellow]: {line}", highlight=False, soft_wrap=True)
+                for sid in opened.admitted.redrafted:
+                    console.print(f"re-drafted: {sid}: its new drafts replace the old", highlight=False, soft_wrap=True)
+                for sid in opened.admitted.redraft_unchanged:
+                    console.print(f"--redraft {sid}: its drafts are those in annotation already", highlight=False,
+                                  soft_wrap=True)
             else:
                 report = push.push_round(
                     _desks(settings), round_name, sample_list, annotator or None, k=k,
@@ -293,6 +307,9 @@ def annotate_push(
     console.print(report.summary(), highlight=False)
     for who, sid in report.changed_after_annotation:
         console.print(f"  [yellow]changed after annotation[/yellow]: {sid} ({who})", highlight=False)
+    for who, sid, n in report.replaced:
+        console.print(f"  replaced: {sid} ({who}): {n} answered task{'s' if n != 1 else ''} archived, pushed anew",
+                      highlight=False, soft_wrap=True)
     if labeler and labeler.failures:
         console.print(f"  [yellow]{len(labeler.failures)} samples without model pre-annotation[/yellow]")
 
@@ -317,6 +334,8 @@ def annotate_pull(
 
     console.print(escape(result.summary()), highlight=False)
     console.print(f"labels: {DataRootMap(settings.data_root).labels(round_name)}", highlight=False)
+    for _, _, line in result.replaced:  # answers to drafts --redraft replaced: archived, one line per sample
+        console.print(f"  [yellow]replaced drafts[/yellow] {escape(line)}", highlight=False, soft_wrap=True)
     # What was not counted first (a task or answer the push did not give that desk), then the rest;
     # one line each, the annotator's own text escaped (it is theirs to write).
     first = set(result.not_counted)
