@@ -57,19 +57,24 @@ MAX_IN_FLIGHT = 32
 
 
 @task(name="push-transcript-round", cache_policy=RESUME, **NETWORK_RETRIES)
-def push_drafts(drafted: list[Segmented], root: DataRoot, annotators: list[str] | None) -> dict:
+def push_drafts(drafted: list[Segmented], root: DataRoot, annotators: list[str] | None,
+                redraft: list[str] | None = None) -> dict:
     """The first round for this batch's segmented interviews (:func:`pipeline.annotation.intake.open_round`:
     admitted to the work store, then pushed). ``drafted`` (the segment results, with their drafts'
-    sha256) is the cache key; pushing is idempotent on its own, the cache just skips the round trip."""
+    sha256) is the cache key; pushing is idempotent on its own, the cache just skips the round trip.
+    ``redraft``: re-drafted interviews whose new drafts replace answered old ones; ``held`` says,
+    one line each, which re-drafted interviews kept their old drafts (:mod:`pipeline.annotation.redraft`)."""
     from pipeline.annotation import intake
     from pipeline.annotation.desks import Desks
 
     ids = sorted(d.sample_id for d in drafted)
     with push_slot():  # across hosts; the fcntl lock inside holds only on one
-        opened = intake.open_round(Desks(root), root, intake.first_round(), annotators or None, sample_ids=ids)
+        opened = intake.open_round(Desks(root), root, intake.first_round(), annotators or None, sample_ids=ids,
+                                   redraft=redraft or ())
     rep = opened.report
     return {"round": opened.round, "created": rep.created, "projects": sorted(rep.projects),
-            "annotators": list(rep.annotators)}
+            "annotators": list(rep.annotators), "held": opened.admitted.held_lines(),
+            "redrafted": [f"{sid} ({who}): {n} answered tasks archived, pushed anew" for who, sid, n in rep.replaced]}
 
 
 def recomputed(root: DataRoot, outcomes: list[Outcome]) -> list[dict]:
@@ -282,7 +287,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,
                       push: bool = True, annotators: list[str] | None = None,
                       allow_outside_batch: bool = False, fan_out: bool | None = None,
-                      chunk_size: int = 1, max_in_flight: int = MAX_IN_FLIGHT) -> dict:
+                      chunk_size: int = 1, max_in_flight: int = MAX_IN_FLIGHT,
+                      redraft: list[str] | None = None) -> dict:
     """Ingest every interview of ``batch_dir`` (manifest.csv/yaml + videos) and push the drafts.
 
     backend: auto (subtitles when the manifest gives them, else WhisperX) | subtitles | whisperx.
@@ -295,6 +301,9 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     one model load, which pays for many short interviews.
     max_in_flight: child runs queued or running at a time (default 32); more are submitted as
     these end. Set it to at least the pool's slots (workers x their ``--limit``).
+    redraft: sample ids segmented again whose new drafts replace old ones that already have
+    answers (their answered tasks are archived and pushed anew); without it such an interview
+    keeps its old drafts and the summary says so, one line each.
     """
     logger = get_run_logger()
     root = DataRoot(Settings.from_env(data_root).data_root.resolve())  # built once, handed to every stage
@@ -332,9 +341,14 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     note(outcomes)  # shown in the summary even if the push below fails
 
     drafted = [o.result for o in outcomes if o.status != "quarantined"]
-    pushed = push_drafts(drafted, root, annotators) if push and drafted else None
+    pushed = push_drafts(drafted, root, annotators, redraft) if push and drafted else None
     extra = (f"Round `{pushed['round']}` in Label Studio: {pushed['created']} new tasks in "
              f"{len(pushed['projects'])} projects" if pushed else "Nothing pushed.")
+    said = [f"kept old drafts: {x}" for x in (pushed or {}).get("held") or []] + \
+        [f"re-drafted: {x}" for x in (pushed or {}).get("redrafted") or []]
+    if said:  # re-drafted interviews, one line each: in the log, as events and in the summary
+        tell("redraft", said)
+        extra += "\n\n## Re-drafted\n\n" + "\n".join(f"- {x}" for x in said)
     remade = recomputed(root, outcomes)
     extra += ("\n\n## Made again\n\n| item | stage | why |\n|---|---|---|\n" +
               "\n".join(f"| {r['item']} | {r['stage']} | {r['why'].replace('|', '/')} |" for r in remade)
