@@ -309,7 +309,7 @@ def explain(release_dir: str | Path, manifest: dict, sample_id: str, row: int | 
                        else "not adjudicated")
         else:
             settled = ("adjudicated (an adjudicator settled this row)" if row in rnd["adjudicated_rows"]
-                       else "not adjudicated (the annotators' answers made its gold)")
+                       else "not adjudicated")
         lines.append(f"  round {rnd['round']}: annotators {who}; {settled}")
     if not rec["rounds"]:
         lines.append("  annotation: no round of this data root labelled it (its labels came with the input)")
