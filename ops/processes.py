@@ -4,25 +4,24 @@ processes by the pids it recorded - never by name.
 A started process gets its own session (``down`` stops its children too), an owner-only log
 under ``<data root>/stack/logs/`` and a pid file under ``stack/pids/`` holding its pid AND its
 start time: a pid is the stack's only while the process with that pid still has that start
-time, so a pid reused by the system is never signalled. Which processes make up the stack is
+time, so a pid reused by the system is never signalled (:mod:`pipeline.processes`, which the
+desks and fronts use too). Which processes make up the stack is
 :mod:`ops.stack`'s business; this module knows none of them.
 """
 from __future__ import annotations
 
-import json
 import os
 import random
-import signal
 import socket
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import processes
 from pipeline.config import REPO_ROOT
 from pipeline.paths import DataRoot
+from pipeline.processes import start_time  # noqa: F401  (the stack's callers read it here)
 from pipeline.store import make_private_dir
 
 
@@ -74,50 +73,24 @@ def make_private(paths: StackPaths) -> None:
                 os.chmod(p, 0o700)
 
 
-# --- pid files: a pid is ours only if its start time matches what we recorded ---------------
-
-def start_time(pid: int) -> str | None:
-    """The process's start time, None when it is gone - or a zombie (killed, not yet reaped by
-    the process that started it, e.g. a worker SIGKILLed under a long-lived `up` caller)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return None if fields[0] == "Z" else fields[19]
-    except (OSError, IndexError):
-        return None
-
+# --- the stack's processes by name: started, recorded and stopped as pipeline.processes does ---
 
 def read_pid(paths: StackPaths, name: str) -> int | None:
     """The pid of the stack's process ``name`` while it runs, else None."""
-    try:
-        rec = json.loads(paths.pid_file(name).read_text())
-    except (OSError, ValueError):
-        return None
-    pid = int(rec["pid"])
-    return pid if start_time(pid) == rec["start_time"] else None
+    rec = processes.recorded(paths.pid_file(name))
+    return None if rec is None else int(rec["pid"])
 
 
 def write_pid(paths: StackPaths, name: str, pid: int) -> None:
     make_private_dir(paths.pids)
-    tmp = paths.pid_file(name).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": pid, "start_time": start_time(pid)}))
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, paths.pid_file(name))
-
-
-def _private_file(path: Path):
-    """Open ``path`` for appending, created 0600."""
-    return open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+    processes.record(paths.pid_file(name), pid)
 
 
 def spawn(paths: StackPaths, name: str, argv: list[str], env: dict[str, str]) -> int:
     """Start ``argv`` in the repository as the stack's process ``name`` (its own session, output
     to its log, files it makes owner-only) with ``env`` over this environment; its pid."""
     make_private_dir(paths.logs)
-    log = _private_file(paths.log_file(name))
-    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, umask=0o077,  # 0600 / 0700
-                            start_new_session=True)  # own process group: `down` stops its children too
-    log.close()
+    proc = processes.spawn(argv, log_file=paths.log_file(name), cwd=REPO_ROOT, env={**os.environ, **env})
     write_pid(paths, name, proc.pid)
     return proc.pid
 
@@ -129,20 +102,7 @@ def stop(paths: StackPaths, name: str, timeout: float = 20.0) -> bool:
     paths.pid_file(name).unlink(missing_ok=True)
     if pid is None:
         return False
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if start_time(pid) is None:
-                return True
-            time.sleep(0.2)
+    processes.stop(pid, timeout)
     return True
 
 

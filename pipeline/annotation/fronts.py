@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
+from pipeline import processes
 from pipeline.config import REPO_ROOT
 from pipeline.store import make_private_dir
 
@@ -31,15 +30,6 @@ START_TIMEOUT_S = float(os.environ.get("RESCUE_FRONT_START_TIMEOUT_S", "90"))  #
 
 class FrontError(RuntimeError):
     """A front did not start; the message says why in one line."""
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks after boot); None when it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return None if fields[0] == "Z" else fields[19]
-    except (OSError, IndexError):
-        return None
 
 
 class FrontProcess:
@@ -57,13 +47,8 @@ class FrontProcess:
 
     def pid(self) -> int | None:
         """The front's pid while the process it recorded still runs, else None."""
-        try:
-            rec = json.loads(self.pid_file.read_text())
-            pid = int(rec["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        self._reap(pid)
-        return pid if _start_time(pid) == rec.get("start_time") else None
+        rec = processes.recorded(self.pid_file)
+        return None if rec is None else int(rec["pid"])
 
     def recorded_upstream(self) -> str | None:
         try:
@@ -86,18 +71,9 @@ class FrontProcess:
                 return self.url
             self.stop()  # the desk moved (another RESCUE_DESK_URL): serve the new one
         make_private_dir(self.run_dir)
-        log = open(os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "desk_front", self.upstream, "--host", self.host, "--port", str(self.port)],
-                cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, umask=0o077)
-        finally:
-            log.close()
-        tmp = self.pid_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": proc.pid, "start_time": _start_time(proc.pid), "upstream": self.upstream}))
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.pid_file)
+        proc = processes.spawn([sys.executable, "-m", "desk_front", self.upstream, "--host", self.host,
+                                "--port", str(self.port)], log_file=self.log_file, cwd=REPO_ROOT, env=None)
+        processes.record(self.pid_file, proc.pid, upstream=self.upstream)
         deadline = time.monotonic() + timeout
         while not self.healthy():
             if proc.poll() is not None:
@@ -115,25 +91,8 @@ class FrontProcess:
         self.pid_file.unlink(missing_ok=True)
         if pid is None:
             return False
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                return True
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                self._reap(pid)
-                if _start_time(pid) is None:
-                    return True
-                time.sleep(0.1)
+        processes.stop(pid, timeout)
         return True
-
-    @staticmethod
-    def _reap(pid: int) -> None:
-        try:
-            os.waitpid(pid, os.WNOHANG)  # our child (started by this process): not left a zombie
-        except ChildProcessError:
-            pass
 
     def _last_line(self) -> str:
         try:

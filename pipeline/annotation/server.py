@@ -21,7 +21,6 @@ import functools
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from pipeline import processes
 from pipeline.config import REPO_ROOT
 from pipeline.store import make_private_dir
 
@@ -107,14 +107,15 @@ class LabelStudioServer:
 
     # --- state ---------------------------------------------------------------------------
     def _pid(self) -> int | None:
-        try:
+        """The server's pid while the process it recorded still runs (same start time), else None."""
+        rec = processes.recorded(self.pid_file)
+        if rec is not None:
+            return int(rec["pid"])
+        try:  # a bare pid, as desks started before start times were recorded wrote it
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        try:
-            return pid if self._alive(pid) else None
-        except PermissionError:  # alive, owned by someone else
-            return pid
+        return pid if processes.start_time(pid) is not None else None
 
     def healthy(self, timeout: float = 2.0) -> bool:
         """Whether ``/health`` answers UP. A probe, not a call that needs the server: no answer,
@@ -243,17 +244,10 @@ class LabelStudioServer:
         for existing in (db, self.log_file, self.pid_file):  # from before files were private
             if existing.exists():
                 os.chmod(existing, 0o600)
-        log = open(os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
-        proc = subprocess.Popen(
+        proc = processes.spawn(  # what it writes: 0600 / 0700
             [str(exe), "start", "--no-browser", "--internal-host", self.host, "--port", str(self.port),
-             "--data-dir", str(self.data_dir)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=self.data_dir, start_new_session=True, umask=0o077)  # what it writes: 0600 / 0700
-        log.close()
-        tmp = self.pid_file.with_suffix(".tmp")
-        tmp.write_text(str(proc.pid))
-        os.chmod(tmp, 0o600)
-        tmp.replace(self.pid_file)
+             "--data-dir", str(self.data_dir)], log_file=self.log_file, cwd=self.data_dir, env=env)
+        processes.record(self.pid_file, proc.pid)
         return self._wait(proc.pid, timeout)
 
     def _listen_port(self) -> int | None:
@@ -286,49 +280,18 @@ class LabelStudioServer:
     def stop(self, timeout: float = 20.0) -> bool:
         """Stop the server (SIGTERM, then SIGKILL); False when it was not running."""
         pid = self._pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        self._signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._alive(pid):
-            time.sleep(0.2)
-        if self._alive(pid):
-            self._signal(pid, signal.SIGKILL)
-            time.sleep(0.5)
         self.pid_file.unlink(missing_ok=True)
+        if pid is None:
+            return False
+        processes.stop(pid, timeout)
         return True
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would; used by the crash tests."""
         pid = self._pid()
         if pid is not None:
-            self._signal(pid, signal.SIGKILL)
-            while self._alive(pid):
-                time.sleep(0.05)
+            processes.kill(pid)
 
-    @staticmethod
-    def _signal(pid: int, sig: int) -> None:
-        try:
-            os.killpg(pid, sig)  # the server and its workers: it runs in its own session
-        except ProcessLookupError:
-            pass
-
-    @staticmethod
-    def _alive(pid: int) -> bool:
-        try:
-            waited, _ = os.waitpid(pid, os.WNOHANG)  # reap when it is our child
-            if waited == pid:
-                return False
-        except ChildProcessError:
-            pass
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-    # --- users (Django management commands of the server's own install) -------------------
     def manage(self, *args: str, timeout: float = 120.0) -> str:
         """Run a ``label-studio`` management command against this server's database."""
         proc = subprocess.run([str(self._executable()), *args, "--data-dir", str(self.data_dir)],

@@ -118,7 +118,8 @@ def annotator_ids(root: DataRoot, rounds: Iterable[str]) -> dict[str, str]:
     for name in rounds:
         path = _round_file(root.labels, name)
         if path is not None:
-            people |= {str(a).lower() for a in pq.read_table(path, columns=["annotator"])["annotator"].to_pylist()}
+            names = pc.unique(pq.read_table(path, columns=["annotator"])["annotator"])
+            people |= {str(a).lower() for a in names.to_pylist()}
     return {e: f"annotator-{i + 1}" for i, e in enumerate(sorted(people))}
 
 
@@ -137,8 +138,9 @@ def _round_lineage(root: DataRoot, rounds: list[str], ids: dict[str, str], wante
         who: dict[str, set[str]] = {}
         settled: dict[str, set[int]] = {}
         labels, adj = _round_file(root.labels, name), _round_file(root.adjudications, name)
-        if labels is not None:
+        if labels is not None:  # one line per (sample, annotator): a round's table has one per field and row
             t = pq.read_table(labels, columns=["sample_id", "annotator"])
+            t = t.group_by(["sample_id", "annotator"]).aggregate([])
             for sid, ann in zip(t["sample_id"].to_pylist(), t["annotator"].to_pylist()):
                 if sid in wanted:
                     who.setdefault(sid, set()).add(ids[str(ann).lower()])
@@ -194,7 +196,8 @@ def sample_lineage(data_root: str | os.PathLike, sample_ids: list[str], rounds: 
         return pa.table({**empty, "sample_id": sample_ids, "rounds": [[]] * len(sample_ids)}, schema=LINEAGE), []
     root = DataRoot(data_root)
     rounds = sorted(rounds, key=_round_order)
-    catalog = {r["sample_id"]: r for r in read_catalog(root).select(["sample_id", "sha256", "subtitle_path"]).to_pylist()}
+    catalog = {r["sample_id"]: r
+               for r in read_catalog(root).select(["sample_id", "sha256", "subtitle_path"]).to_pylist()}
     per_round = _round_lineage(root, rounds, annotator_ids(root, rounds), set(sample_ids))
     rows, records = [], []
     for sid in sample_ids:
