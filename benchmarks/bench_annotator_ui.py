@@ -67,7 +67,7 @@ annotator's pages are):
   through the front, at the first ``--rows`` (default 111), in a fresh browser per round: from the
   project list (arrow keys, Enter; "Label All Tasks", Enter) into the label stream (Escape closes
   the round's instructions, which open on the first entry), each form
-  filled as the front's keys lead (:func:`keyboard_window`) and kept with Enter, Ctrl+Enter to
+  filled as the front's keys lead (:func:`keyboard_window`: a proposal kept is accepted with `a`), Enter to the next, Ctrl+Enter to
   submit; the desk is then asked whether the window's annotation was saved. Prints per round
   ``ROUND keyboard_keys_per_row=K clicks_per_row=C tabs_per_row=T submitted=yes|no`` and extras
   (keys: every press but free text's characters, the route included; about 5 minutes). With
@@ -80,7 +80,7 @@ annotator's pages are):
   entered from there (arrow keys to its card, Enter, Enter on "Label All Tasks"; a later round
   opens the list by its address first, counted as one key), its instructions closed with Escape,
   then per window: Enter to the first form, each form filled as the page's keys and the choices'
-  printed keys say (:func:`keyboard_form`) and kept with Enter, Ctrl+Enter to submit. The bench
+  printed keys say (:func:`keyboard_form`: a proposal kept is accepted with `a`), Enter to the next, Ctrl+Enter to submit. The bench
   keeps an oracle (the answer meant for each field of each row, :func:`answers`) and at the end
   reads back what the desk stored (its export). Per round::
 
@@ -233,15 +233,27 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
     """Clicks, key presses and typed text fields needed to turn the pre-filled form into the
     answers, per unit (row with controls). Reads the pushed config (which controls exist and how
     they are shown) and the pre-filled results; a control already holding the answer costs
-    nothing. With ``keys`` (the desk front's keys, ``desk_front.comfort.KEYS_JS``): a choice of a form's
+    nothing, unless it holds a proposal (``ls_config.mark_prefilled``), which is accepted: the
+    key ``a`` (a form whose work starts so costs one Enter to come to it), or a click on its
+    "accept" box without the front's keys. With ``keys`` (the desk front's keys, ``desk_front.comfort.KEYS_JS``): a choice of a form's
     first list costs its number key (no click), and a form where that is used, or where nothing
     needs changing, costs one Enter to come to it."""
     controls = _controls(label_config)
     first = _first_list(label_config) if keys else None
     want = ls_config.values_to_results(rnd, data, truth)
     have = {r["from_name"]: ls_config.result_value(r) for r in prediction}
+    proposed = {f"{key}_{r['from_name'].rsplit('_', 1)[1]}" for r in prediction
+                if r["from_name"].startswith(f"{ls_config.PROPOSED_MARK}_") for key in ls_config.result_value(r)}
     clicks = key_presses = texts = 0
     acted: dict[int, str] = {}  # unit -> "key" / "click": how its first needed action is done
+    kept = proposed - {r["from_name"] for r in want if have.get(r["from_name"]) != ls_config.result_value(r)}
+    for name in sorted(kept):  # a proposal kept as it is: accepted
+        unit = naming.parse_control_name(name)[3]
+        if keys:
+            key_presses += 1
+        else:
+            clicks += 1
+        acted.setdefault(unit, "key" if keys else "click")
     for r in want:
         name = r["from_name"]
         value = ls_config.result_value(r)
@@ -504,6 +516,13 @@ _FORM_VALUES = """(id) => {
   return out;
 }"""
 
+# the fields of a form holding a proposal nobody accepted yet (their "accept" box shown, not ticked)
+_PENDING = """(id) => {
+  const form = document.getElementById(id);
+  return [...form.querySelectorAll('[id^="proposal-"]')].filter(v => v.getClientRects().length
+    && !v.querySelector('input').checked).map(v => v.id.slice('proposal-'.length));
+}"""
+
 
 class KeyCounter:
     """Presses keys (never clicks) and counts them: every key press, the Tabs among them, and the
@@ -587,16 +606,23 @@ def _choose(k: KeyCounter, focus: dict, want: list) -> None:
 
 def keyboard_form(k: KeyCounter, form_id: str, want: dict, limit: int = 40) -> list[str]:
     """Fill one form (its Enter already pressed) with the keyboard alone, as the desk front's keys
-    lead: act on the field in focus when its value is not the wanted one, Tab past it when it is
-    and some field of the form is still to do. Returns the names still not as wanted."""
+    lead: act on the field in focus when its value is not the wanted one (an edit accepts that
+    field's proposal), accept it with ``a`` when it holds a proposal that is the wanted value (or
+    one meant empty: the lone pre-filled "who feels it", which the pull takes for no entry), Tab
+    past it when neither and some field of the form is still to do. Returns the names still not
+    as wanted, and ``accept:<name>`` for each proposal left not accepted."""
     page = k.page
     for _ in range(limit):
         values = page.evaluate(_FORM_VALUES, form_id)
         todo = [n for n, v in want.items() if not _same(values.get(n), v)]
-        if not todo:
+        pending = set(page.evaluate(_PENDING, form_id)) - set(todo)
+        if not todo and not pending:
             return []
         focus = page.evaluate(_FOCUS)
         name = focus.get("name")
+        if focus["form"] == form_id and name in pending:
+            k.press("a")  # the proposal as it is: accepted; the focus goes on to what is left
+            continue
         if focus["form"] == form_id and name in todo:
             if focus["kind"] == "choices":
                 _choose(k, focus, want[name])
@@ -619,7 +645,8 @@ def keyboard_form(k: KeyCounter, form_id: str, want: dict, limit: int = 40) -> l
             continue
         k.press("Tab")
     values = page.evaluate(_FORM_VALUES, form_id)
-    return [n for n, v in want.items() if not _same(values.get(n), v)]
+    return [n for n, v in want.items() if not _same(values.get(n), v)] + [
+        f"accept:{n}" for n in page.evaluate(_PENDING, form_id)]
 
 
 def _appears(locator, seconds: float) -> bool:
@@ -657,7 +684,7 @@ def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], paus
     """One whole window by keyboard alone, through the front's keys: from the project list (the
     arrow keys to this round's project, Enter; the data manager's "Label All Tasks", Enter) into
     the label stream; there Enter comes to the first form, each form is filled (:func:`keyboard_form`)
-    and kept with Enter (its pre-fill checked), and Ctrl+Enter submits. Returns the task id, the
+    (its proposals accepted), Enter to the next, and Ctrl+Enter submits. Returns the task id, the
     counts, the units and the fields left not as wanted. ``hook(stage)`` (tests), if given, runs
     once the window is open (``"open"``) and once it is filled (``"filled"``); its keys are not counted."""
     k = KeyCounter(page, pause_s)
@@ -676,7 +703,7 @@ def keyboard_window(page, base: str, pid: int, rnd, truth: dict[int, dict], paus
     for i in range(len(data["units"])):
         want = {n: v for n, v in want_all.items() if (naming.parse_control_name(n) or (0, 0, 0, -1))[3] == i}
         left += keyboard_form(k, f"unit_{i}", want)
-        k.press("Enter")  # keeps this form (pre-fill checked) and goes to the next
+        k.press("Enter")  # on to the next form
     if hook:
         hook("filled")
     k.press("Control+Enter")
@@ -788,7 +815,7 @@ def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_window
                 pause_s: float = 0.08, shot: Path | None = None) -> dict:
     """Every window of one round in the tab, by keys alone: into the round's stream
     (:func:`_enter_round`), then per window Enter to the first form, each form filled
-    (:func:`keyboard_form`) and kept with Enter, Ctrl+Enter to submit; the time from that
+    (:func:`keyboard_form`), Enter to the next, Ctrl+Enter to submit; the time from that
     Ctrl+Enter to the next window's first usable form is kept. A refused submit (the window stays)
     ends the round there."""
     k = KeyCounter(page, pause_s)
@@ -806,7 +833,7 @@ def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_window
             if shot and w == 0 and i == 0:  # the guide's picture: the window's first form, filled
                 shot.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(shot))
-            k.press("Enter")  # keeps this form (pre-fill checked) and goes to the next
+            k.press("Enter")  # on to the next form
         units += len(data["units"])
         page.evaluate("() => { window.__rescueWatch = false; }")
         t0 = time.perf_counter()

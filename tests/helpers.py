@@ -249,6 +249,26 @@ def open_task(page, url: str, prefilled: bool = False) -> None:
     page.locator("#unit_0 .lsf-choices").first.wait_for()
 
 
+# the fields of the page holding a proposal nobody accepted yet ([form id, field key], the form's
+# order), and each field's "accept" box as [form id, field key, shown, ticked]
+PENDING = """() => [...document.querySelectorAll('[id^="proposal-"]')].filter(v => v.getClientRects().length
+  && !v.querySelector('input').checked).map(v => [v.closest('[id^=unit_]').id, v.id.slice(9).replace(/_\\d+$/, '')])"""
+ACCEPT_BOXES = """() => [...document.querySelectorAll('[id^="proposal-"]')].map(v => [v.closest('[id^=unit_]').id,
+  v.id.slice(9).replace(/_\\d+$/, ''), v.getClientRects().length > 0, v.querySelector('input').checked])"""
+
+
+def accept_by_mouse(page) -> int:
+    """Tick every shown "accept" box that is not ticked (as a person without the desk's front does
+    it, each by a click); returns how many."""
+    for n in range(500):
+        box = page.locator('[id^="proposal-"]:visible input:not(:checked)').first
+        if not box.count():
+            return n
+        box.scroll_into_view_if_needed()
+        box.click()
+    raise AssertionError("500 clicks on 'accept' boxes and one still not ticked")
+
+
 def play_until_stopped(page, sel: str, span: tuple[float, float]) -> list[tuple[float, bool]]:
     """Click the play button of the media element ``sel``, which should play ``span`` (s); its
     (currentTime, paused), read every 0.2 s until it stops past the span's start (or 4 s after

@@ -26,6 +26,11 @@
     "label[data-rescue-key]::before { content: attr(data-rescue-key); display: inline-block; min-width: 1.4em;" +
     " margin-right: 4px; padding: 0 3px; border: 1px solid #bbb; border-radius: 3px; font: 11px monospace;" +
     " color: #444; text-align: center; }",
+    // a pre-filled value not yet accepted is a proposal: its own look and the word "proposed"
+    "[data-rescue-proposed] { outline: 2px dashed #d48806; outline-offset: 2px; background: #fffbe6;" +
+    " border-radius: 3px; }",
+    "[data-rescue-proposed]::before { content: 'proposed'; display: inline-block; margin: 0 6px 2px 0;" +
+    " padding: 0 5px; border-radius: 3px; background: #ffe58f; color: #613400; font: italic 12px sans-serif; }",
     ".rescue-why { color: #a8071a; background: #fff1f0; border: 1px solid #ffa39e; border-radius: 3px;" +
     " padding: 2px 6px; margin: 4px 0; font-size: 13px; }",
     // only what the work needs: the editor's side column (Info/History, Regions/Relations: no
@@ -38,6 +43,9 @@
   document.head.appendChild(style);
   var FORM = '[id^="unit_"], [id^="voice_"]';
   var FIELD = ".lsf-choices, .lsf-text-area, .lsf-number";
+  // a field's "accept" box (ls_config.proposal_box: shown where the push proposed that field's value),
+  // and the "pre-fill checked" box of a form pushed before proposals were per field
+  var PROPOSAL = '[id^="proposal-"], [id^="prefill-checked_"]';
   // the form the keys act on (outlined): its element, its id (Label Studio may draw it anew within the
   // same window) and the window (task) it belongs to
   var current = null;  // {el, id, task}
@@ -85,7 +93,7 @@
   document.addEventListener("focusin", function (e) {
     if (state !== "on") return;
     var f = formOf(e.target); if (f) mark(f);
-    var g = e.target.closest && e.target.closest(".lsf-choices"); if (g) rove(g);
+    var g = e.target.closest && e.target.closest(".lsf-choices"); if (g && !g.closest(PROPOSAL)) rove(g);
   }, true);
   document.addEventListener("pointerdown", function (e) {
     if (state !== "on") return;
@@ -157,12 +165,31 @@
     var stop = all.indexOf(a) >= 0 ? a : (all.filter(function (c) { return c.checked; })[0] || all[0]);
     all.forEach(function (c) { var t = c === stop ? "0" : "-1"; if (c.getAttribute("tabindex") !== t) c.setAttribute("tabindex", t); });
   }
-  // a form's fields in order (a list, a text, a number), the hidden ones and the "pre-fill checked" box left out
+  // a form's fields in order (a list, a text, a number), the hidden ones and the "accept" boxes left out
   function fields(form) {
     return Array.prototype.filter.call(form.querySelectorAll(FIELD), function (f) {
-      return visible(f) && !f.closest('[id^="prefill-checked_"]');
+      return visible(f) && !f.closest(PROPOSAL);
     });
   }
+  // a field's "accept" box (its view has the id "proposal-" + the field's control name), and whether the
+  // field holds a proposal nobody accepted yet (the box shown and not ticked)
+  function proposalOf(f) {
+    var m = f && modelOf(f), form = formOf(f);
+    return m && form ? form.querySelector('[id="proposal-' + m.name + '"]') : null;
+  }
+  function unaccepted(f) {
+    var p = proposalOf(f), box = p && p.querySelector("input");
+    return !!(box && !box.checked && visible(p));
+  }
+  function accept(f) {  // ticks this field's "accept" box (of this field only)
+    var p = proposalOf(f), box = p && p.querySelector("input");
+    if (box && !box.checked && visible(p)) box.click();
+    if (f && f.removeAttribute) f.removeAttribute("data-rescue-proposed");
+  }
+  function fieldNamed(form, name) {  // a field found again by its control's name (Label Studio redraws them)
+    return form ? fields(form).filter(function (x) { var m = modelOf(x); return m && m.name === name; })[0] : null;
+  }
+  function todo(f) { return !answered(f) || unaccepted(f); }  // still to do: no answer, or a proposal to accept
   function answered(f) {
     if (f.classList.contains("lsf-choices")) return choices(f).some(function (c) { return c.checked; });
     if (f.classList.contains("lsf-number")) { var n = f.querySelector("input"); return !!(n && n.value !== ""); }
@@ -184,7 +211,7 @@
   // after a field is answered: the form's next field still without an answer (the re-render awaited)
   function advance(form, index, tries) {
     var all = fields(form);
-    for (var j = index + 1; j < all.length; j++) if (!answered(all[j])) { focusField(all[j]); return; }
+    for (var j = index + 1; j < all.length; j++) if (todo(all[j])) { focusField(all[j]); return; }
     if ((tries || 0) < 5) { setTimeout(function () { advance(form, index, (tries || 0) + 1); }, 30); return; }
     var a = document.activeElement;  // nothing left: the focus stays in this form (Enter: the next form)
     if ((!a || a === document.body) && all[index]) focusField(all[index]);
@@ -192,36 +219,46 @@
   function go(form) {  // to a form: its first field without an answer, else its first field
     mark(form); form.scrollIntoView({block: "center"});
     var all = fields(form);
-    var f = all.filter(function (x) { return !answered(x); })[0] || all[0];
+    var f = all.filter(todo)[0] || all[0];
     if (!f || !focusField(f)) { var first = form.querySelector("input, textarea"); if (first) first.focus({preventScroll: true}); }
   }
-  // a form that came pre-filled in full shows a required "pre-fill checked" box (ls_config.prefill_check):
-  // Enter on the form, or any change in it, ticks it (a hidden box, on a form not pre-filled, never)
-  function check(unit) {
-    var box = unit && unit.querySelector('[id^="prefill-checked_"] input');
-    if (box && !box.checked && box.offsetParent) box.click();
-  }
+  // a proposed value is accepted by the key a on its field, or by an edit of that field, and of that
+  // field only (ls_config.proposal_box); a form pushed before proposals were per field has one "pre-fill
+  // checked" box, which any change in the form ticks
   function edited(e) {  // a choice clicked (Label Studio's choices fire no change event) or text typed
     var t = e.target;
     if (state !== "on" || !t || !t.closest) return;
+    if (t.closest(PROPOSAL)) return;  // an "accept" box itself
     if (e.type === "click" && (t.type === "checkbox" || t.type === "radio")) remember(t);
-    if (t.closest('[id^="prefill-checked_"]')) return;
+    var field = t.closest(FIELD), form = formOf(t);
+    if (!field || !form) return;
     if (e.type !== "click" && editing(t)) {
-      // text typed: the box is ticked once the text is left. Label Studio closes a text being edited on
+      // text typed: its box is ticked once the text is left. Label Studio closes a text being edited on
       // any click anywhere, the box's click included: ticked at the first key, the text box closed under
       // the person's fingers (the rest of their typing lost)
       if (!t.__rescueTick) {
-        t.__rescueTick = formOf(t);
+        var m = modelOf(field);
+        t.__rescueTick = {form: form, name: m && m.name};
         var typedIn = taskNow();
         t.addEventListener("focusout", function () {
-          var form = t.__rescueTick; t.__rescueTick = null;
+          var was = t.__rescueTick; t.__rescueTick = null;
           setTimeout(function () {  // after Label Studio kept the text; in this same window only
-            if (form && taskNow() === typedIn) check(form.isConnected ? form : document.getElementById(form.id));
+            if (was && taskNow() === typedIn) acceptTyped(was);
           }, 0);
         }, {once: true});
       }
-    } else if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") check(formOf(t));
+    } else if (e.type !== "click" || t.type === "checkbox" || t.type === "radio") { accept(field); legacy(form); }
     setTimeout(clearWhy, 0);
+  }
+  function acceptTyped(was) {
+    var form = was.form.isConnected ? was.form : document.getElementById(was.form.id);
+    var f = fieldNamed(form, was.name);
+    if (f) accept(f);
+    legacy(form);
+  }
+  function legacy(form) {  // the one "pre-fill checked" box of a form pushed before proposals were per field
+    var box = form && form.querySelector('[id^="prefill-checked_"] input');
+    if (box && !box.checked && box.offsetParent) box.click();
   }
   function textBox(el) {  // Label Studio's component of a text being edited (its save: keep it, close it)
     var key = el && Object.keys(el).find(function (k) { return k.indexOf("__reactFiber") === 0; });
@@ -231,11 +268,11 @@
     }
     return null;
   }
-  function leaveText(a) {  // a text being typed is kept (Label Studio keeps it on blur) and its box ticked
-    var form = a && a.__rescueTick;
-    if (!form) return;
+  function leaveText(a) {  // a text being typed is kept (Label Studio keeps it on blur) and accepted
+    var was = a && a.__rescueTick;
+    if (!was) return;
     a.blur();
-    check(form);
+    acceptTyped(was);
   }
   // Label Studio draws a choice list anew when one of its choices is clicked (by mouse, Space, a number
   // or arrow key): the focused box is replaced and the focus falls to the page, where the next key would
@@ -271,7 +308,7 @@
   function clearWhy() {
     document.querySelectorAll(".rescue-why").forEach(function (w) {
       var f = w.nextElementSibling;
-      if (!f || !f.isConnected || answered(f)) w.remove();
+      if (!f || !f.isConnected || !todo(f)) w.remove();
     });
   }
   function refused(dialog) {
@@ -283,6 +320,11 @@
     });
     var field = matching.filter(function (f) { return !answered(f); })[0] || matching[0];
     if (!field) return;  // not one of our forms' messages: Label Studio's warning as it is
+    var box = field.closest('[id^="proposal-"]');
+    if (box) {  // a proposal not accepted: the reason goes to the proposed field itself
+      var proposed = fieldNamed(formOf(box), box.id.slice("proposal-".length));
+      if (proposed) field = proposed;
+    }
     document.querySelectorAll(".rescue-why").forEach(function (w) { w.remove(); });
     var why = document.createElement("div");
     why.className = "rescue-why"; why.setAttribute("role", "alert"); why.textContent = text;
@@ -479,7 +521,19 @@
     route();
     if (!on) return;
     fresh();
-    document.querySelectorAll(".lsf-choices").forEach(function (g) { rove(g); keyMarks(g); });
+    document.querySelectorAll(".lsf-choices").forEach(function (g) { if (!g.closest(PROPOSAL)) { rove(g); keyMarks(g); } });
+    // an "accept" box is no Tab stop (the key a on its field, or the mouse)
+    document.querySelectorAll('[id^="proposal-"] input').forEach(function (b) {
+      if (b.getAttribute("tabindex") !== "-1") b.setAttribute("tabindex", "-1");
+    });
+    // a proposal not yet accepted has its own look (the word "proposed" before it)
+    document.querySelectorAll(FIELD).forEach(function (f) {
+      if (f.closest(PROPOSAL) || !formOf(f)) return;
+      var p = unaccepted(f);
+      if (p !== f.hasAttribute("data-rescue-proposed")) {
+        if (p) f.setAttribute("data-rescue-proposed", ""); else f.removeAttribute("data-rescue-proposed");
+      }
+    });
     // a text's Add button and a kept text's Delete button: by mouse (Shift+Enter adds; a kept text's
     // one Tab stop is its Edit button)
     document.querySelectorAll('.lsf-text-area form button, .lsf-textarea__actions button[aria-label="Delete Region"]')
@@ -520,6 +574,7 @@
       mark(formOf(g));
       var one = single(g);
       if (!(one && item.checked)) item.click();  // a single choice already chosen stays chosen
+      else accept(g);  // ... and its key, on a proposal, accepts it
       item.focus({preventScroll: true}); rove(g);
       if (one) setTimeout(function () { advance(formOf(g) || unit, index); }, 0);
     };
@@ -602,10 +657,21 @@
       stop(e);
       // the window's first Enter comes to "Who is each voice?" if it has it, else to the first form on
       // screen; each next one to the following form
-      var here = form || chosen;
-      if (here && inView(here)) check(here);  // Enter keeps the form as it is: its pre-fill is checked
+      var here = form || chosen;  // (Enter accepts nothing: a proposal is accepted field by field)
       var next = here ? nextForm(here) : (document.getElementById("voice_0") || unit || start());
       if (next) go(next);
+    } else if (e.key === "a" && !e.shiftKey) {
+      stop(e);
+      if (field && form && unaccepted(field)) {  // the proposal in focus is accepted as it is; on to what is left
+        var at = fields(form).indexOf(field);
+        accept(field);
+        setTimeout(clearWhy, 0);
+        if (at >= 0) setTimeout(function () { advance(form, at); }, 0);
+        return;
+      }
+      // no proposal in focus: the focus goes to the first proposal of the form in view, nothing is accepted
+      var here2 = unit || start(), first2 = here2 && fields(here2).filter(unaccepted)[0];
+      if (first2) { mark(here2); focusField(first2); }
     } else if (e.key === "p" && !e.shiftKey) {
       stop(e);
       playRow(unit);

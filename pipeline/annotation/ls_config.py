@@ -19,13 +19,12 @@ results (:mod:`.ls_results`).
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from html import escape
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from pipeline import taxonomy
-from pipeline.annotation import voice_naming
+from pipeline.annotation import naming, voice_naming
 from pipeline.annotation.ls_results import result_value, values_to_results  # noqa: F401 (re-exported)
 from pipeline.annotation.ls_tasks import (DYNAMIC_KEY, EVIDENCE_AFTER, EVIDENCE_BEFORE,  # noqa: F401 (re-exported)
                                           UNIT_ROW_OPTIONS, build_task_data, build_tasks_data, content_sha,
@@ -48,10 +47,11 @@ KEYS_HELP = ("Keys (through the desk's front): Tab goes from list to list, one s
              "in a list (in a one-answer list they also choose), Space ticks; in the list in focus each choice "
              "shows its key: 1-9, 0 the 1st-10th choice, - the last (none), and in a list of rows the row "
              "number (1 then 2 for row 12); a number with no list in focus goes to the first list of the form "
-             "in view; a one-answer list picked by number goes on to the form's next open field; Shift+Enter "
-             "keeps a text or a number and goes on; Enter keeps the outlined form as it is (pre-fill checked) "
-             "and goes to the next form (the first: Who is each voice?, where there is one); p plays the "
-             "row, p again stops it; Ctrl+Enter submits; Esc closes the instructions.")
+             "in view; a one-answer list picked by number goes on to the form's next open field; a value marked "
+             "'proposed' (pre-filled) is yours once you accept it: a on that field accepts it as it is, and "
+             "changing a field accepts that field only; Shift+Enter keeps a text or a number and goes on; Enter "
+             "goes to the next form (the first: Who is each voice?, where there is one); p plays the row, p "
+             "again stops it; Ctrl+Enter submits; Esc closes the instructions.")
 # Label Studio (1.23, ``setupHotKeys``/``makeComb`` in its editor bundle) gives every choice, number
 # and label without a ``hotkey`` the first free key of this list, in page order: the keys then act
 # on the first forms of a task, whichever form the annotator is on. No config attribute or project
@@ -61,17 +61,33 @@ KEYS_HELP = ("Keys (through the desk's front): Tab goes from list to list, one s
 # control is left a key, with or without the desk's front (the front's own keys act instead).
 AUTO_HOTKEYS = "1234567890qwetasdfgzxcvbyiopjklnm"
 HOTKEY_SINK = "no_auto_hotkeys"
-# A form the push pre-filled in full (every control Label Studio requires holds a value, so it
-# would take the form untouched) is marked by the prediction itself with a hidden choice
-# (PREFILLED_MARK); the marked form shows a required "checked" box (PREFILL_CHECK) that the
-# prediction never sets: Label Studio refuses the submit until the person ticks it (the desk's
-# front ticks it on Enter or on any change in the form). Label Studio skips the requirement on a
-# hidden View (``Required.js``: ``getParent(self, 2)?.isVisible !== false``), so unmarked forms
-# need no tick. The hyphen keeps both names out of ``naming.parse_control_name`` (no field of
-# any round: windows, acceptance and adjudication never see them; the pull skips them).
-PREFILLED_MARK, PREFILLED_MARK_VALUE = "prefilled-form", "pre-filled"
-PREFILL_CHECK, PREFILL_CHECK_VALUE = "prefill-checked", "pre-fill checked"
-PREFILL_CONTROLS = (PREFILLED_MARK, PREFILL_CHECK)
+# Pre-filled values are proposals, field by field. The prediction itself marks, per form, which of
+# its fields it proposes: one hidden multiple choice (PROPOSED_MARK) whose choices are the form's
+# field keys (``dialogue_cleaned``, ``internal_emotion__1__person``: :func:`field_key`). Beside
+# every field stands its "accept" box (ACCEPT), shown and required only where the mark names that
+# field, and never set by the prediction: Label Studio refuses the submit until the person has
+# ticked it, with one sentence naming the field (through the desk's front: the key ``a`` on the
+# field ticks it, and so does an edit of that field, and of that field only). Label Studio skips
+# the requirement on a hidden View (``Required.js``: ``getParent(self, 2)?.isVisible !== false``),
+# so a field nobody proposed needs no tick. The hyphen keeps these names out of
+# ``naming.parse_control_name`` (no field of any round: windows, acceptance and adjudication never
+# see them; the pull skips them). The form-level mark and "pre-fill checked" box of earlier pushes
+# (PREFILLED_MARK, PREFILL_CHECK) are still known, so their stored results stay no answers.
+PROPOSED_MARK = "proposed-fields"
+ACCEPT, ACCEPT_VALUE = "accept", "proposed: accept it"
+PROPOSAL_VIEW = "proposal"
+PREFILLED_MARK, PREFILL_CHECK = "prefilled-form", "prefill-checked"  # earlier pushes' form-level pair
+PREFILL_CONTROLS = (PROPOSED_MARK, PREFILLED_MARK, PREFILL_CHECK)
+
+
+def field_key(field: str, slot: int | None = None, sub: str | None = None) -> str:
+    """A form's field as the proposal mark names it: its control name without the unit."""
+    return naming.control_name(field, "", slot, sub)[:-1]
+
+
+def accept_name(key: str, unit: int | str) -> str:
+    """The "accept" box of field ``key`` (:func:`field_key`) in form ``unit``."""
+    return f"{ACCEPT}-{key}_{unit}"
 
 
 def config_path(round_name: str, scenario: str) -> Path:
@@ -121,25 +137,36 @@ def _control(field: Field, name: str, scenario: str, required: bool, indent: str
     raise ValueError(f"field {field.name!r}: type {field.type!r} has no Label Studio control")
 
 
-def prefill_check() -> list[str]:
-    """The end of every form: its "pre-fill checked" box, shown and required only where the
-    hidden mark (set by the push's prediction, :func:`mark_prefilled`) says the form came
-    pre-filled in full (see :data:`PREFILLED_MARK`)."""
-    msg = quoteattr("A form came pre-filled and has not been checked (the first such from the top): read it, "
-                    f"correct what is wrong, then tick '{PREFILL_CHECK_VALUE}' (through the desk's front: Enter, "
-                    "or any change in the form, ticks it).")
-    return [f'      <View idAttr="{PREFILL_CHECK}_{{{{idx}}}}" visibleWhen="choice-selected"'
-            f' whenTagName="{PREFILLED_MARK}_{{{{idx}}}}">',
-            f'        <Choices name="{PREFILL_CHECK}_{{{{idx}}}}" toName="turn_{{{{idx}}}}" choice="multiple"'
+def proposal_box(key: str, label: str, indent: str) -> list[str]:
+    """The "accept" box beside field ``key`` (:func:`field_key`): shown, and required, only where
+    the form's hidden mark names the field as proposed (see :data:`PROPOSED_MARK`)."""
+    msg = quoteattr(f"The proposed '{label.rstrip(' *')}' is not accepted yet (the first such form from the "
+                    f"top): check it, then accept it (key a) or change it.")
+    return [f'{indent}<View idAttr="{PROPOSAL_VIEW}-{key}_{{{{idx}}}}" visibleWhen="choice-selected"'
+            f' whenTagName="{PROPOSED_MARK}_{{{{idx}}}}" whenChoiceValue="{key}">',
+            f'{indent}  <Choices name="{accept_name(key, "{{idx}}")}" toName="turn_{{{{idx}}}}" choice="multiple"'
             f' showInline="true" required="true" requiredMessage={msg}>',
-            f"          <Choice value={quoteattr(PREFILL_CHECK_VALUE)}/>",
-            "        </Choices>",
-            "      </View>",
-            '      <View style="display: none">',
-            f'        <Choices name="{PREFILLED_MARK}_{{{{idx}}}}" toName="turn_{{{{idx}}}}" choice="single">',
-            f"          <Choice value={quoteattr(PREFILLED_MARK_VALUE)}/>",
+            f"{indent}    <Choice value={quoteattr(ACCEPT_VALUE)}/>",
+            f"{indent}  </Choices>",
+            f"{indent}</View>"]
+
+
+def proposed_mark(keys: list[str]) -> list[str]:
+    """The end of every form: its hidden mark, one choice per field key (set by the push's
+    prediction, :func:`mark_prefilled`: the fields it proposes)."""
+    return ['      <View style="display: none">',
+            f'        <Choices name="{PROPOSED_MARK}_{{{{idx}}}}" toName="turn_{{{{idx}}}}" choice="multiple">',
+            *(f"          <Choice value={quoteattr(k)}/>" for k in keys),
             "        </Choices>",
             "      </View>"]
+
+
+def _field(field: Field, name: str, scenario: str, required: bool, indent: str, label: str,
+           shown: dict[str, str] | None, keys: list[str]) -> list[str]:
+    """A field's control and, beside it, its "accept" box (:func:`proposal_box`); its key goes to ``keys``."""
+    key = name[:-len("_{{idx}}")]
+    keys.append(key)
+    return _control(field, name, scenario, required, indent, label, shown) + proposal_box(key, label, indent)
 
 
 def hotkey_sink() -> list[str]:
@@ -214,6 +241,7 @@ def render_config(rnd: Round, scenario: str) -> str:
         '      <Text name="turn_{{idx}}" value="$units[{{idx}}].text"/>',
         '      <HyperText name="clip_{{idx}}" value="$units[{{idx}}].clip" inline="true"/>',
     ]
+    keys: list[str] = []  # every field of a form, as its proposal mark names them
     for field in rnd.fields:
         if field.type == "records":
             opener = next((s for s in field.subfields if s.type in ("choice", "multichoice")), None)
@@ -243,8 +271,8 @@ def render_config(rnd: Round, scenario: str) -> str:
                     required = field.required and slot == 1 and sub.empty_choice is not None
                     label = field_label(sub, ui, f"{field.name}.{sub.name}", required or sub.required)
                     name = control_name(field.name, "{{idx}}", slot, sub.name)
-                    out += _control(sub, name, scenario, required, indent + ("    " if rest else "  "), label,
-                                    (ui.get(f"{field.name}.{sub.name}") or {}).get("shown"))
+                    out += _field(sub, name, scenario, required, indent + ("    " if rest else "  "), label,
+                                  (ui.get(f"{field.name}.{sub.name}") or {}).get("shown"), keys)
                 if rest:
                     out.append(f"{indent}  </View>")
                 out.append(f"{indent}</View>")
@@ -252,9 +280,9 @@ def render_config(rnd: Round, scenario: str) -> str:
                     out.append("      </View>")
         else:
             label = field_label(field, ui, field.name, field.required)
-            out += _control(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ", label,
-                            (ui.get(field.name) or {}).get("shown"))
-    out += [*prefill_check(), "    </View>", "  </Repeater>", "</View>", ""]
+            out += _field(field, control_name(field.name, "{{idx}}"), scenario, field.required, "      ", label,
+                          (ui.get(field.name) or {}).get("shown"), keys)
+    out += [*proposed_mark(keys), "    </View>", "  </Repeater>", "</View>", ""]
     return voice_naming.add_to_config(rnd, "\n".join(out))  # the transcript round: voices named once
 
 
@@ -278,34 +306,26 @@ def stale_configs() -> list[Path]:
             if not p.exists() or p.read_text(encoding="utf-8") != text]
 
 
-# --- the pre-fill mark ----------------------------------------------------------------------
-
-@lru_cache(maxsize=None)
-def required_controls(round_name: str) -> tuple[str, ...]:
-    """The controls (names with ``{{idx}}``) Label Studio requires in each form of the round, read
-    from the rendered config: a form whose pre-fill holds all of them would be taken untouched."""
-    from xml.etree import ElementTree
-
-    root = ElementTree.fromstring(render_config(load_round(round_name), taxonomy.SCENARIOS[0]))
-    return tuple(el.get("name") for el in root.iter() if el.get("required") == "true"
-                 and "{{idx}}" in (el.get("name") or "") and not el.get("name").startswith(PREFILL_CHECK))
-
+# --- the proposal mark ---------------------------------------------------------------------
 
 def mark_prefilled(rnd: Round, data: dict, prediction: list[dict]) -> list[dict]:
-    """``prediction`` plus the hidden mark of every form it pre-fills in full (every control Label
-    Studio requires there holds a value; a round without required controls: any value), whose
-    "pre-fill checked" box then has to be ticked (:func:`prefill_check`). A form missing a
-    required value needs an edit anyway: no mark, no extra tick."""
-    filled = {r.get("from_name") for r in prediction if result_value(r) not in (None, [], "")}
-    rows = {r.get("to_name") for r in prediction if result_value(r) not in (None, [], "")}
-    marks = []
-    for i in range(len(data.get("units") or [])):
-        if f"turn_{i}" in rows and all(n.replace("{{idx}}", str(i)) in filled for n in required_controls(rnd.name)):
-            marks.append({"from_name": f"{PREFILLED_MARK}_{i}", "to_name": f"turn_{i}", "type": "choices",
-                          "value": {"choices": [PREFILLED_MARK_VALUE]}})
-    return prediction + marks
+    """``prediction`` plus, per form it pre-fills, the hidden mark naming every field it proposes
+    (a non-empty value), each of which then shows its "accept" box (:func:`proposal_box`)."""
+    units = len(data.get("units") or [])
+    proposed: dict[int, list[str]] = {}
+    for r in prediction:
+        parsed = naming.parse_control_name(r.get("from_name") or "")
+        value = result_value(r)
+        if parsed is None or parsed[3] >= units or value in (None, [], "") \
+                or (isinstance(value, str) and not value.strip()):
+            continue
+        field, slot, sub, unit = parsed
+        proposed.setdefault(unit, []).append(field_key(field, slot, sub))
+    return prediction + [{"from_name": f"{PROPOSED_MARK}_{i}", "to_name": f"turn_{i}", "type": "choices",
+                          "value": {"choices": sorted(set(keys))}} for i, keys in sorted(proposed.items())]
 
 
 def is_prefill_control(name: str) -> bool:
-    """Whether a result's ``from_name`` is a form's pre-fill mark or "checked" box (no field)."""
-    return any(name.startswith(f"{c}_") for c in PREFILL_CONTROLS)
+    """Whether a result's ``from_name`` is a form's proposal mark, a field's "accept" box, or an
+    earlier push's form-level mark or "pre-fill checked" box (no field)."""
+    return name.startswith(f"{ACCEPT}-") or any(name.startswith(f"{c}_") for c in PREFILL_CONTROLS)

@@ -5,9 +5,9 @@ Pre-annotations go in as inline predictions, and only what someone or something 
 default the round's field values already in the input rows (the segmenter's draft for the
 transcript round, earlier gold or a release for later rounds) - never an empty one, which is
 what the stores hold for a field nobody answered yet (:func:`input_values`); optionally a
-model's answers (:mod:`.prelabel`); and the round's defaults (``default:`` in its YAML). A form
-the prediction fills in full needs the annotator's "pre-fill checked" tick before Label Studio
-takes it (:func:`.ls_config.mark_prefilled`). Every task carries its ``sample_id``, its window
+model's answers (:mod:`.prelabel`); and the round's defaults (``default:`` in its YAML). Each
+field the prediction fills is a proposal: marked as such, it needs the annotator's acceptance,
+field by field, before Label Studio takes the window (:func:`.ls_config.mark_prefilled`). Every task carries its ``sample_id``, its window
 (``data["window"]``, absent for a one-task sample) and the ``content_sha`` of what it shows: a
 task's identity is :func:`task_key`, never a Label Studio id.
 
@@ -124,7 +124,7 @@ def build_tasks(rnd: Round, sample: dict, values: dict[int, dict], url: str, win
     for data in ls_config.build_tasks_data(rnd, sample, url, window):
         prediction = ls_config.values_to_results(rnd, data, values) if values else []
         prediction = voice_naming.prefill(rnd, data, values, prediction)  # rows on their voice, named once
-        prediction = ls_config.mark_prefilled(rnd, data, prediction)  # a form filled in full needs a tick
+        prediction = ls_config.mark_prefilled(rnd, data, prediction)  # each field filled: a proposal
         data_json, prediction_json = ls_tasks.address(data, prediction)
         out.append(Prepared(sample["sample_id"], data, prediction, data_json, prediction_json))
     return out

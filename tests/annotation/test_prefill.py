@@ -7,9 +7,11 @@
   task's prediction is checked field by field. Transcript: the segmenter's draft; emotion: only
   the README's default "who feels it" = the speaker; viewpoints, relation, strategy: nothing.
 * ``--prelabel model``: the model's answers, its explicit "none" included ("no clear pattern").
-* A form pre-filled in full carries the hidden mark; Label Studio (the real editor, in headless
-  Chromium) refuses to submit it until its "pre-fill checked" box is ticked; through the desk's
-  front, Enter on the form or a change in it ticks it.
+* Every pre-filled value is a proposal, field by field: the form's hidden mark names each proposed
+  field, whose "accept" box Label Studio (the real editor, in headless Chromium) requires before it
+  takes the window, refusing it with one sentence naming the field; through the desk's front the key
+  ``a`` on a field accepts that field, an edit of a field accepts that field only, and Enter accepts
+  nothing. The pull's acceptance measure counts each field's proposal kept or changed.
 
 The desks here are the session's one Label Studio (``ls_desks``, a test arrangement standing in
 for one desk per person); the model is a stand-in HTTP endpoint (no model runs here), named so.
@@ -29,15 +31,15 @@ from ls_samples import make_sample
 from typer.testing import CliRunner
 
 from pipeline import corpus, schemas, store, taxonomy
-from pipeline.annotation import intake, ls_config, pull, push, pushed
+from pipeline.annotation import acceptance, intake, ls_config, pull, push, pushed
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 from pipeline.catalog import record_catalog
 from pipeline.paths import DataRoot
 from pipeline.quality import gold
-from tests.helpers import SCREENSHOTS, browser_login, open_task
+from tests.helpers import ACCEPT_BOXES, PENDING, SCREENSHOTS, browser_login, open_task
 
-MARK, CHECK = ls_config.PREFILLED_MARK, ls_config.PREFILL_CHECK
+MARK = ls_config.PROPOSED_MARK
 
 
 # --- a segmented interview, as `rescue segment` leaves it ----------------------------------
@@ -81,11 +83,11 @@ def _by_unit(data: dict, result: list[dict]) -> dict[int, dict[str, object]]:
 def _expected(name: str, draft: dict, speaker: str) -> dict[str, object]:
     """What the documented push may pre-fill on a row after the transcript round's gold: what
     someone proposed, nothing else."""
-    if name == "transcript":  # the segmenter's draft, the form filled in full: marked
+    if name == "transcript":  # the segmenter's draft, every field marked as proposed
         return {"dialogue_cleaned": draft["dialogue_cleaned"], "primary_speaker": [draft["primary_speaker"]],
-                "target": list(draft["target"]), MARK: [ls_config.PREFILLED_MARK_VALUE]}
-    if name == "emotion":  # the README's default; function and tone are left to the person: no mark
-        return {"internal_emotion__1__person": [speaker]}
+                "target": list(draft["target"]), MARK: ["dialogue_cleaned", "primary_speaker", "target"]}
+    if name == "emotion":  # the README's default, a proposal too; function and tone are left to the person
+        return {"internal_emotion__1__person": [speaker], MARK: ["internal_emotion__1__person"]}
     return {}  # viewpoints, relation, strategy: no gold, no model - nothing
 
 
@@ -100,9 +102,10 @@ def _check_round(client, pid: int, name: str, drafts: dict) -> int:
 
 
 def _accepting(result: list[dict]) -> list[dict]:
-    """An annotation that keeps a prediction as the person submits it: each marked form's box ticked."""
-    ticks = [{"from_name": r["from_name"].replace(MARK, CHECK), "to_name": r["to_name"], "type": "choices",
-              "value": {"choices": [ls_config.PREFILL_CHECK_VALUE]}} for r in result if r["from_name"].startswith(MARK)]
+    """An annotation that keeps a prediction as the person submits it: each proposed field's box ticked."""
+    ticks = [{"from_name": ls_config.accept_name(key, r["from_name"].rsplit("_", 1)[1]), "to_name": r["to_name"],
+              "type": "choices", "value": {"choices": [ls_config.ACCEPT_VALUE]}}
+             for r in result if r["from_name"].startswith(f"{MARK}_") for key in ls_config.result_value(r)]
     return result + ticks
 
 
@@ -138,7 +141,7 @@ def test_every_round_pushed_as_documented_prefills_only_what_was_proposed(ls_des
         pid = ls_client.find_project(push.project_key("transcript", "couple", person)).id
         assert _check_round(ls_client, pid, "transcript", drafts) == len(drafts)
 
-    # the transcript round answered as pre-filled (each form's box ticked, as Label Studio requires),
+    # the transcript round answered as pre-filled (each field's box ticked, as Label Studio requires),
     # pulled (the marks and boxes are no answers: no problem, no label line) and made gold
     users = {u["email"]: u["id"] for u in ls_client.users()}
     for person in cli_people:
@@ -219,7 +222,7 @@ def test_prelabel_model_prefills_the_models_answers_its_explicit_none_too(ls_des
     [(data, result)] = _predictions(ls_client, pid).values()
     got = _by_unit(data, result)
     assert got == {ri: {"relation_cycle_state": ["no clear pattern"], "relation_cycle_reason": "nobody leads",
-                        MARK: [ls_config.PREFILLED_MARK_VALUE]} for ri in therapist}
+                        MARK: ["relation_cycle_reason", "relation_cycle_state"]} for ri in therapist}
     # the same empty pattern from the rows (the store's placeholder) is no proposal
     [prepared] = push._prepare(load_round("relation"), sample, push.input_values, None)
     assert prepared.prediction == []
@@ -228,41 +231,52 @@ def test_prelabel_model_prefills_the_models_answers_its_explicit_none_too(ls_des
         push.task_key(data)][1]
 
 
-def test_only_a_form_filled_in_full_is_marked():
-    """The mark goes where Label Studio would take the form untouched: every required control of
-    the form holds a value (a round without any: any value)."""
+def test_every_proposed_field_is_marked_and_only_those():
+    """The mark names each field the prediction fills with a value, in every form it touches,
+    whether or not the form is filled in full (a record's part alone: emotion's "who feels it")."""
     rnd = load_round("strategy")
     sample = make_sample("prefill_mark/s01", "couple", 6)  # therapist rows 3 (no strategy) and 6 (a strategy)
-    full = push._prepare(rnd, sample, lambda r, s: {3: {"support_strategy": []}, 6: s["rows"][5]}, None)[0]
-    assert [r["from_name"] for r in full.prediction if r["from_name"].startswith(MARK)] == [f"{MARK}_0", f"{MARK}_1"]
-    emotion = load_round("emotion")  # "who feels it" alone: function and tone still wanted, no mark
+    row6 = {**sample["rows"][5], "support_strategy": [{**sample["rows"][5]["support_strategy"][0], "target": []}]}
+    part = push._prepare(rnd, sample, lambda r, s: {3: {"support_strategy": []}, 6: row6}, None)[0]
+    marks = {r["from_name"]: r["value"]["choices"] for r in part.prediction if r["from_name"].startswith(MARK)}
+    assert marks == {f"{MARK}_0": ["support_strategy__1__strategy_type"],  # "no strategy": a choice
+                     f"{MARK}_1": ["support_strategy__1__strategy_content", "support_strategy__1__strategy_type"]}
+    emotion = load_round("emotion")  # "who feels it" alone: marked, function and tone not
     [part] = push._prepare(emotion, sample, None, None)
-    assert part.prediction and not any(r["from_name"].startswith(MARK) for r in part.prediction)
-    viewpoints = load_round("viewpoints")  # nothing required: a stance pre-filled is a form filled in full
-    [vp] = push._prepare(viewpoints, sample, push.input_values, None)
-    marked = {r["from_name"] for r in vp.prediction if r["from_name"].startswith(MARK)}
-    assert marked == {f"{MARK}_{i}" for i in range(len(vp.data["units"]))}
-    # the pull takes neither the mark nor the box for an answer (no label line, no problem)
+    assert {r["from_name"]: r["value"]["choices"] for r in part.prediction if r["from_name"].startswith(MARK)} == {
+        f"{MARK}_{i}": ["internal_emotion__1__person"] for i in range(len(part.data["units"]))}
+    # the pull takes neither the mark nor the boxes for an answer (no label line, no problem)
+    full = push._prepare(rnd, sample, lambda r, s: {3: {"support_strategy": []}, 6: s["rows"][5]}, None)[0]
+    assert {r["from_name"] for r in full.prediction if r["from_name"].startswith(MARK)} == {f"{MARK}_0", f"{MARK}_1"}
     lines, problems = pull.parse_annotation(rnd, full.data, {"result": _accepting(full.prediction)}, "a@x.test")
     assert problems == [] and {ln["field"] for ln in lines} == {"support_strategy"}
+    # nor the form-level mark and box of a window pushed before proposals were per field
+    old = [{"from_name": f"{name}_0", "to_name": "turn_0", "type": "choices", "value": {"choices": [value]}}
+           for name, value in (("prefilled-form", "pre-filled"), ("prefill-checked", "pre-fill checked"))]
+    again, problems = pull.parse_annotation(rnd, full.data, {"result": full.prediction + old}, "a@x.test")
+    assert problems == [] and again == pull.parse_annotation(rnd, full.data, {"result": full.prediction}, "a@x.test")[0]
 
 
 # --- in the browser -----------------------------------------------------------------------
 
-_BOXES = "() => [...document.querySelectorAll('[id^=\"prefill-checked_\"]')].map(v => [v.id, v.offsetParent !== null, v.querySelector('input').checked])"
+_FOCUSED = """() => { const a = document.activeElement, f = a && a.closest ? a.closest('[id^=unit_]') : null;
+  const box = a && a.closest ? a.closest('.lsf-choices, .lsf-text-area, .lsf-number') : null;
+  let name = null;
+  const key = box && Object.keys(box).find(k => k.startsWith('__reactFiber'));
+  for (let x = key && box[key], i = 0; x && i < 25; x = x.return, i++) {
+    const it = x.memoizedProps && x.memoizedProps.item; if (it && it.name) { name = it.name; break; } }
+  return [f ? f.id : null, name]; }"""
+# the fields that look proposed (the front's mark) and the word shown before each
+_LOOK = """() => [...document.querySelectorAll('[data-rescue-proposed]')].map(f => [f.closest('[id^=unit_]').id,
+  getComputedStyle(f, '::before').content, getComputedStyle(f).outlineStyle])"""
 
 
-def _refused(page, form: int) -> None:
-    """Submit is refused for an unchecked pre-filled form, and ``form`` is the first such from the
-    top (the one the message means: forms carry no numbers on the page)."""
+def _refused(page, label: str) -> None:
+    """Label Studio refuses the submit with its one sentence naming the field ``label``."""
     page.get_by_role("button", name="Submit").click()
     dialog = page.get_by_role("dialog")
-    dialog.get_by_text("A form came pre-filled and has not been checked (the first such from the top)").wait_for(
-        timeout=20_000)
-    unchecked = page.evaluate("() => [...document.querySelectorAll('[id^=\"prefill-checked_\"]')]"
-                              ".filter(v => v.getClientRects().length && !v.querySelector('input').checked)"
-                              ".map(v => Number(v.id.split('_')[1]))")
-    assert unchecked and unchecked[0] == form, unchecked
+    dialog.get_by_text(f"The proposed '{label}' is not accepted yet (the first such form from the top): check it, "
+                       "then accept it (key a) or change it.", exact=True).wait_for(timeout=20_000)
     page.keyboard.press("Escape")
     dialog.wait_for(state="hidden")
 
@@ -276,9 +290,14 @@ def _saved(client, pid: int, sid: str, page) -> None:
         time.sleep(0.5)
 
 
+def _pending_is(page, want: list[list[str]]) -> None:
+    page.wait_for_function(f"() => JSON.stringify(({PENDING})()) === {json.dumps(json.dumps(want, separators=(',', ':')))}",
+                           timeout=10_000)
+
+
 @pytest.mark.slow
-def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_server, ls_client, ls_desks,
-                                                                         new_annotators, tmp_path, chromium):
+def test_a_proposal_is_accepted_field_by_field_and_refused_until_then(ls_server, ls_client, ls_desks,
+                                                                     new_annotators, tmp_path, chromium):
     from desk_front import FrontServer
 
     [email] = new_annotators(1)
@@ -288,7 +307,7 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
     report = push.push_round(ls_desks, "transcript", [drafted], [email], k=1)  # the drafts pre-filled
     pid = report.projects[push.project_key("transcript", "couple", email)]
     task = ls_client.tasks(pid)[0]
-    # a model's proposals for both therapist rows (3, 6): every required field, so both forms marked
+    # a model's proposals for both therapist rows (3, 6): the pattern and the reason
     modelled = make_sample("prefill_browser/b02", "couple", 6)
     proposal = {"relation_cycle_state": "pursue_withdraw", "relation_cycle_reason": "she asks, he steps back"}
     report = push.push_round(ls_desks, "relation", [modelled], [email], k=1,
@@ -297,45 +316,83 @@ def test_an_untouched_prefilled_form_is_refused_until_checked_or_edited(ls_serve
     rel_task = ls_client.tasks(rel_pid)[0]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     front = FrontServer(ls_server.url).start()
+    fields = ("dialogue_cleaned", "primary_speaker", "target")
     with chromium() as browser:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2000})
             browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
-            # straight to Label Studio: its own validation refuses every unchecked pre-filled form
+            # straight to Label Studio: each proposed field has its own "accept" box, and its own
+            # validation refuses the window while one is not ticked, naming that field
             open_task(page, f"{ls_server.url}/projects/{pid}/data?task={task['id']}", prefilled=True)
-            assert page.evaluate(_BOXES) == [[f"{CHECK}_{i}", True, False] for i in range(3)]
-            page.screenshot(path=str(SCREENSHOTS / "prefill_unchecked.png"), full_page=True)
-            _refused(page, 0)
-            for i in (0, 1):
-                page.locator(f"#{CHECK}_{i} input").click()
-            _refused(page, 2)
-            page.locator(f"#{CHECK}_2 input").click()
+            assert page.evaluate(ACCEPT_BOXES) == [[f"unit_{i}", f, True, False] for i in range(3) for f in fields]
+            page.screenshot(path=str(SCREENSHOTS / "prefill_proposed.png"), full_page=True)
+            _refused(page, "What is said")
+            for i in range(3):
+                for f in fields:
+                    if (i, f) != (2, "target"):
+                        page.locator(f"#proposal-{f}_{i} input").click()
+            _pending_is(page, [["unit_2", "target"]])
+            _refused(page, "Spoken to")
+            page.locator("#proposal-target_2 input").click()
             page.get_by_role("button", name="Submit").click()
             _saved(ls_client, pid, drafted["sample_id"], page)
 
-            # through the desk's front: Enter keeps a form (checks it), a change in a form checks it
-            # (the session cookie is the host's, whatever the port: no second login)
+            # through the desk's front: proposals look proposed; a on a field accepts that field, an
+            # edit of a field accepts that field only, Enter accepts nothing
             open_task(page, f"{front.url}/projects/{rel_pid}/data?task={rel_task['id']}", prefilled=True)
-            assert [c for _, _, c in page.evaluate(_BOXES)] == [False, False]
+            both = [[f"unit_{i}", f] for i in (0, 1) for f in ("relation_cycle_state", "relation_cycle_reason")]
+            _pending_is(page, both)
+            page.wait_for_function("() => document.querySelectorAll('[data-rescue-proposed]').length === 4")
+            assert page.evaluate(_LOOK) == [[f"unit_{i}", '"proposed"', "dashed"] for i in (0, 0, 1, 1)]
+            page.screenshot(path=str(SCREENSHOTS / "prefill_proposed_front.png"), full_page=True)
             page.evaluate("() => document.activeElement && document.activeElement.blur()")
-            page.keyboard.press("Enter")  # to form 0
-            page.keyboard.press("Enter")  # form 0 kept: checked; to form 1
-            assert [c for _, _, c in page.evaluate(_BOXES)] == [True, False]
-            _refused(page, 1)
+            page.keyboard.press("Enter")  # to form 0: its first proposal
+            page.wait_for_function(f"() => ({_FOCUSED})()[1] === 'relation_cycle_state_0'")
+            page.keyboard.press("a")  # accepted as it is; on to the reason
+            _pending_is(page, both[1:])
+            page.wait_for_function(f"() => ({_FOCUSED})()[1] === 'relation_cycle_reason_0'")
+            page.keyboard.press("Enter")  # to form 1: nothing accepted
+            page.wait_for_function(f"() => ({_FOCUSED})()[0] === 'unit_1'")
+            _pending_is(page, both[1:])
             shown = ls_config.choice_text(load_round("relation"), "relation_cycle_state", "attack_attack")  # its words
-            page.locator("#unit_1 .lsf-choices").first.locator(f"input[name='{shown}']").click()  # an edit
-            assert [c for _, _, c in page.evaluate(_BOXES)] == [True, True]
-            page.get_by_role("button", name="Submit").click()
+            page.locator("#unit_1 .lsf-choices").first.locator(f"input[name='{shown}']").click()  # an edit: that field
+            _pending_is(page, [both[1], both[3]])
+            page.wait_for_function("() => document.querySelectorAll('[data-rescue-proposed]').length === 2")
+            # the submit refused: the sentence above the first such field, the focus on it; a accepts it
+            page.keyboard.press("Control+Enter")
+            why = page.locator(".rescue-why")
+            why.wait_for(timeout=20_000)
+            assert why.inner_text() == ("The proposed 'Why' is not accepted yet (the first such form from the top): "
+                                        "check it, then accept it (key a) or change it.")
+            page.wait_for_function(f"() => JSON.stringify(({_FOCUSED})()) === '[\"unit_0\",\"relation_cycle_reason_0\"]'")
+            assert page.evaluate("() => document.querySelector('.rescue-why').closest('[id^=unit_]').id") == "unit_0"
+            page.keyboard.press("a")
+            _pending_is(page, [both[3]])
+            page.wait_for_function("() => !document.querySelector('.rescue-why')")
+            page.keyboard.press("Control+Enter")
+            why.wait_for(timeout=20_000)
+            assert why.evaluate("w => w.closest('[id^=unit_]').id") == "unit_1"
+            page.wait_for_function(f"() => ({_FOCUSED})()[1] === 'relation_cycle_reason_1'")
+            page.keyboard.press("a")
+            _pending_is(page, [])
+            page.keyboard.press("Control+Enter")
             _saved(ls_client, rel_pid, modelled["sample_id"], page)
+        except Exception:
+            page.screenshot(path=str(SCREENSHOTS / "prefill_failed.png"), full_page=True)
+            raise
         finally:
             front.stop()
 
     result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
-    assert got == {(r["row_index"], f): r[f] for r in drafted["rows"]  # kept as drafted
-                   for f in ("dialogue_cleaned", "primary_speaker", "target")}
-    result = pull.pull_round(ls_desks, "relation", tmp_path, annotators=[email], write=False)
+    assert got == {(r["row_index"], f): r[f] for r in drafted["rows"] for f in fields}  # kept as drafted
+    root = tmp_path / "data"
+    result = pull.pull_round(ls_desks, "relation", root, annotators=[email])
     assert result.problems.to_pylist() == []
     got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
     assert (got[(3, "relation_cycle_state")], got[(6, "relation_cycle_state")]) == ("pursue_withdraw", "attack_attack")
+    # the acceptance measure, field by field: the changed pattern alone is changed
+    lines = {(r["row_index"], r["field"]): r["outcome"] for r in acceptance.read(root, "relation")}
+    assert lines == {(3, "relation_cycle_state"): "kept", (3, "relation_cycle_reason"): "kept",
+                     (6, "relation_cycle_state"): "changed", (6, "relation_cycle_reason"): "kept"}, lines

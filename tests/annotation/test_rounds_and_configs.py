@@ -90,6 +90,35 @@ def test_config_has_line_players_and_one_control_per_field(name, scenario):
                 assert tuple(c.get("alias") or c.get("value") for c in el.findall("Choice")) == f.options(scenario)
 
 
+@pytest.mark.parametrize("name", ["transcript", "emotion", "viewpoints", "relation", "strategy"])
+def test_every_field_has_its_own_accept_box_shown_where_the_mark_names_it(name):
+    """A pre-filled value is a proposal, field by field: beside every control a required "accept"
+    box whose view is shown only where the form's hidden mark names that field, with one sentence
+    naming the field; the mark lists every field of the form."""
+    root = ET.fromstring(ls_config.config_path(name, "family").read_text())
+    repeater = root.find("Repeater")
+    [mark] = [el for el in repeater.iter("Choices") if el.get("name") == f"{ls_config.PROPOSED_MARK}_{{{{idx}}}}"]
+    keys = [c.get("value") for c in mark.findall("Choice")]
+    fields = [el.get("name") for el in repeater.iter() if el.get("toName") == "turn_{{idx}}"
+              and naming.parse_control_name(el.get("name").replace("{{idx}}", "0"))]
+    assert keys == [f[: -len("_{{idx}}")] for f in fields] and keys
+    labels = {}
+    for view in repeater.iter("View"):
+        if (view.get("idAttr") or "").startswith(f"{ls_config.PROPOSAL_VIEW}-"):
+            key = view.get("idAttr")[len(ls_config.PROPOSAL_VIEW) + 1: -len("_{{idx}}")]
+            assert (view.get("visibleWhen"), view.get("whenTagName"), view.get("whenChoiceValue")) == (
+                "choice-selected", mark.get("name"), key)
+            [box] = view.findall("Choices")
+            assert box.get("name") == ls_config.accept_name(key, "{{idx}}") and box.get("required") == "true"
+            labels[key] = box.get("requiredMessage")
+    assert list(labels) == keys
+    for key, message in labels.items():
+        assert message.endswith("or change it.") and message.startswith("The proposed '") and "accept it (key a)" in message
+        assert message.replace("...", "").count(".") == 1  # one sentence
+    assert all(ls_config.is_prefill_control(ls_config.accept_name(k, 3)) for k in keys)
+    assert not any(naming.parse_control_name(ls_config.accept_name(k, 3)) for k in keys)
+
+
 def test_evidence_rows_are_one_click_boxes_around_the_row():
     root = ET.fromstring(ls_config.config_path("relation", "family").read_text())
     evidence = next(el for el in root.iter("Choices") if el.get("name").startswith("relation_cycle_evidence_rows"))

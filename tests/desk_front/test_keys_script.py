@@ -2,7 +2,8 @@
 on a small page with the parts of Label Studio's task page it relies on: its hooks, checked at
 load (one missing: a banner and nothing else); key state that belongs to the window on screen;
 row numbers as the keys of a list of rows; every choice showing its key; a kept text's Edit
-action visible when focused. The same on Label Studio's real page: tests/annotation/test_keys_sequence.py."""
+action visible when focused; a proposed value (pre-filled) accepted field by field: the key a on the
+field, or an edit of that field only, and never by Enter. The same on Label Studio's real page: tests/annotation/test_keys_sequence.py."""
 from __future__ import annotations
 
 import json
@@ -16,15 +17,20 @@ _ROWS = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 
 
 def _form(i: int, rows: list[int] | None = None, prefilled: bool = False) -> str:
-    people = "".join(f'<label class="ant-checkbox-wrapper"><input type="checkbox" name="{p}"><span>{p}</span></label>'
-                     for p in ("Therapist", "Ann", "Bob"))
+    """A form: a list of people, a list of rows (``rows``), a kept text. ``prefilled``: its lists
+    come proposed (Bob; the first row), each with its "accept" box (the page names the box's view
+    "proposal-" + the list's name, as Label Studio's View idAttr does)."""
+    def tick(name):
+        return " checked" if prefilled and name in ("Bob", f"{(rows or [0])[0]} \u00b7 Ann: words") else ""
+    accept = ('<div class="proposal"><label><input type="checkbox" name="accept"> proposed: accept it</label></div>'
+              if prefilled else "")
+    people = "".join(f'<label class="ant-checkbox-wrapper"><input type="checkbox" name="{p}"{tick(p)}><span>{p}</span>'
+                     f'</label>' for p in ("Therapist", "Ann", "Bob"))
     rows_list = "" if rows is None else '<div class="lsf-choices rows">' + "".join(
-        f'<label class="ant-checkbox-wrapper"><input type="checkbox" name="{r} \u00b7 Ann: words"><span>'
-        f'{r} \u00b7 Ann: words</span></label>' for r in rows) + "</div>"
-    box = (f'<div id="prefill-checked_{i}"><label><input type="checkbox" name="checked"> pre-fill checked</label></div>'
-           if prefilled else "")
+        f'<label class="ant-checkbox-wrapper"><input type="checkbox" name="{r} \u00b7 Ann: words"'
+        f'{tick(f"{r} · Ann: words")}><span>{r} \u00b7 Ann: words</span></label>' for r in rows) + f"</div>{accept}"
     return (f'<div id="unit_{i}" style="height: 700px"><h6>Row {i}</h6><div class="lsf-choices people">{people}</div>'
-            f'{rows_list}{box}<div class="lsf-text-area"><div class="lsf-textarea__region">kept text'
+            f'{accept}{rows_list}<div class="lsf-text-area"><div class="lsf-textarea__region">kept text'
             f'<div class="lsf-textarea__actions" style="opacity: 0"><button aria-label="Edit Region">Edit</button>'
             f'</div></div></div></div>')
 
@@ -38,6 +44,8 @@ def _page(forms: str, hooks: tuple[str, ...] = ("task", "fiber", "submit"), task
         if (HOOKS.indexOf("fiber") < 0) return;
         document.querySelectorAll(".lsf-choices").forEach(function (g, i) {{
           g.__reactFiber$test = {{memoizedProps: {{item: {{name: "list_" + i, choice: "multiple"}}}}}};
+          var p = g.nextElementSibling;
+          if (p && p.classList.contains("proposal")) p.id = "proposal-list_" + i;
         }});
       }}
       if (HOOKS.indexOf("task") >= 0) window.Htx = {{task: {{id: {task_id}, dataObj: {{units: []}}}}}};
@@ -129,8 +137,8 @@ def test_key_state_belongs_to_the_window_on_screen(page):
     time.sleep(0.5)
     # window 1: the last form is the outlined one (its list in focus)
     page.locator("#unit_4 .people input").first.focus()
-    page.keyboard.press("2")
-    assert _ticked(page)["unit_4"] == ["Ann", "checked"]
+    page.keyboard.press("2")  # an edit of the list: its proposal accepted
+    assert _ticked(page)["unit_4"] == ["Ann", "Bob", "accept"]
     next_window = """(a) => { window.Htx.task = {id: a.id, dataObj: {units: []}};
       document.getElementById('forms').innerHTML = a.html; fibers(); window.scrollTo(0, 0);
       document.activeElement && document.activeElement.blur(); }"""
@@ -138,12 +146,12 @@ def test_key_state_belongs_to_the_window_on_screen(page):
     page.evaluate(next_window, {"id": 2, "html": forms})
     time.sleep(0.3)
     time.sleep(0.3)
-    assert _ticked(page) == {f"unit_{i}": [] for i in range(5)}
+    assert _ticked(page) == {f"unit_{i}": ["Bob"] for i in range(5)}
     # Enter: to the window's first form; the previous window's last form (off screen) is not touched
     page.keyboard.press("Enter")
     time.sleep(0.3)
     assert _focus(page)["form"] == "unit_0"
-    assert _ticked(page) == {f"unit_{i}": [] for i in range(5)}, "Enter changed a form"
+    assert _ticked(page) == {f"unit_{i}": ["Bob"] for i in range(5)}, "Enter changed a form"
     # the window after: a number key with no list in focus moves the focus to the first list of the
     # form in view, and changes nothing
     page.evaluate(next_window, {"id": 3, "html": forms})
@@ -151,12 +159,49 @@ def test_key_state_belongs_to_the_window_on_screen(page):
     time.sleep(0.3)
     page.keyboard.press("2")
     time.sleep(0.3)
-    assert _ticked(page) == {f"unit_{i}": [] for i in range(5)}, "a number key changed a form"
+    assert _ticked(page) == {f"unit_{i}": ["Bob"] for i in range(5)}, "a number key changed a form"
     assert _focus(page)["form"] == "unit_0" and "people" in _focus(page)["list"]
-    page.keyboard.press("Enter")  # keeps form 0 (on screen) as it is, on to form 1
+    page.keyboard.press("Enter")  # on to form 1; form 0's proposal is not accepted by it
     time.sleep(0.3)
     assert _focus(page)["form"] == "unit_1"
-    assert _ticked(page)["unit_0"] == ["checked"] and _ticked(page)["unit_4"] == []
+    assert _ticked(page)["unit_0"] == ["Bob"] and _ticked(page)["unit_4"] == ["Bob"]
+
+
+_PROPOSED = "() => [...document.querySelectorAll('[data-rescue-proposed]')].map(f => f.className)"
+
+
+def test_a_proposal_is_accepted_by_a_or_by_an_edit_of_that_field_only(page):
+    _load(page, _page(_form(0, [1, 2, 3], prefilled=True)))
+    page.wait_for_function("() => document.querySelectorAll('[data-rescue-proposed]').length === 2")
+    # the proposed lists look proposed: the word before them
+    assert page.evaluate("() => getComputedStyle(document.querySelector('[data-rescue-proposed]'), '::before')"
+                         ".content") == '"proposed"'
+    # the accept boxes are no Tab stops
+    assert page.evaluate("() => [...document.querySelectorAll('.proposal input')].map(b => b.tabIndex)") == [-1, -1]
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("Enter")  # to the form: its first field still to do (the proposed people)
+    page.wait_for_function("() => document.activeElement.closest('.people')")
+    page.keyboard.press("a")  # the people's proposal accepted as it is, nothing else; on to the rows
+    page.wait_for_function("() => document.activeElement.closest('.rows')")
+    assert _ticked(page)["unit_0"] == ["Bob", "accept", "1 \u00b7 Ann: words"]
+    page.wait_for_function(f"() => JSON.stringify(({_PROPOSED})()) === '[\"lsf-choices rows\"]'")
+    page.keyboard.press("2")  # an edit of the rows: their proposal accepted too
+    page.wait_for_function("() => document.querySelectorAll('.proposal input:checked').length === 2")
+    assert _ticked(page)["unit_0"] == ["Bob", "accept", "1 \u00b7 Ann: words", "2 \u00b7 Ann: words", "accept"]
+    page.wait_for_function(f"() => ({_PROPOSED})().length === 0")
+
+
+def test_an_edit_accepts_its_own_field_only(page):
+    _load(page, _page(_form(0, [1, 2, 3], prefilled=True)))
+    page.wait_for_function("() => document.querySelectorAll('[data-rescue-proposed]').length === 2")
+    page.locator("#unit_0 .rows input").nth(2).click()  # a row ticked by mouse: the rows accepted, not the people
+    page.wait_for_function("() => document.querySelectorAll('.proposal input:checked').length === 1")
+    assert page.evaluate("() => [...document.querySelectorAll('.proposal input')].map(b => b.checked)") == [False, True]
+    # a on a field without a proposal (or none in focus): to the form's first proposal, nothing accepted
+    page.locator("#unit_0 button[aria-label='Edit Region']").focus()
+    page.keyboard.press("a")
+    page.wait_for_function("() => document.activeElement.closest('.people')")
+    assert page.evaluate("() => [...document.querySelectorAll('.proposal input')].map(b => b.checked)") == [False, True]
 
 
 def test_a_kept_texts_edit_action_shows_when_focused(page):
