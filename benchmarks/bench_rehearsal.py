@@ -71,13 +71,15 @@ import tempfile
 import threading
 import time
 import traceback
-import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from benchmarks.rehearsal import say  # noqa: E402
+from benchmarks.rehearsal.database import create_database, drop_database  # noqa: E402
 
 STAGES = {"ingest": "ingest", "transcript": "transcribe", "diarize": "diarize", "segment": "segment",
           "push-transcript-round": "push"}  # the last in the batch run itself: the first round to the desks
@@ -88,9 +90,6 @@ ADJUDICATION_WAIT_S = 900      # a round's run pauses at most this long for the 
 OVERRIDE_BY = "bench_rehearsal"
 OVERRIDE_REASON = ("REHEARSAL: simulated annotators with planted per-field error rates "
                    "(benchmarks/bench_rehearsal.py); their agreement is measured against theory, not gated")
-PG = dict(host=os.environ.get("RESCUE_TEST_PG_HOST", "127.0.0.1"),
-          port=int(os.environ.get("RESCUE_TEST_PG_PORT", "5432")),
-          user=os.environ.get("RESCUE_TEST_PG_USER", "root"))
 CLK = os.sysconf("SC_CLK_TCK")
 
 
@@ -101,52 +100,6 @@ def free_port() -> int:
     from ops.processes import free_server_port
 
     return free_server_port(8)
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-# --- PostgreSQL: a database of its own -------------------------------------------------------
-
-def _pg(sql: list[str], database: str = "postgres") -> None:
-    import asyncio
-
-    import asyncpg
-
-    async def go():
-        conn = await asyncpg.connect(database=database, timeout=5, **PG)
-        try:
-            for stmt in sql:
-                await conn.execute(stmt)
-        finally:
-            await conn.close()
-
-    asyncio.run(go())
-
-
-def create_database() -> tuple[str | None, str | None, str]:
-    """(connection URL, database name to drop, what was chosen) - (None, None, why) for SQLite."""
-    name = f"rescue_rehearsal_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    where = f"PostgreSQL at {PG['host']}:{PG['port']} (user {PG['user']})"
-    try:
-        _pg([f'CREATE DATABASE "{name}"'])
-    except Exception as exc:  # noqa: BLE001 - unreachable, no asyncpg, no right to create: say which
-        return None, None, (f"{where} is not usable ({type(exc).__name__}: {exc}); the Prefect server runs on "
-                            f"SQLite instead (give --database-url to use another PostgreSQL)")
-    try:
-        _pg(["CREATE EXTENSION IF NOT EXISTS pg_trgm"], database=name)  # Prefect's migrations need it
-    except Exception:
-        drop_database(name)
-        raise
-    return f"postgresql+asyncpg://{PG['user']}@{PG['host']}:{PG['port']}/{name}", name, f"{where}, database {name}"
-
-
-def drop_database(name: str) -> None:
-    try:
-        _pg([f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'])
-    except Exception as exc:  # noqa: BLE001 - say it, the caller is already cleaning up
-        say(f"could not drop PostgreSQL database {name}: {type(exc).__name__}: {exc}")
 
 
 # --- processes, sampled from /proc ------------------------------------------------------------
