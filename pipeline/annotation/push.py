@@ -141,6 +141,9 @@ def push_round(desks: DeskAccess, round_name: str, samples: Sequence[dict],
                              retire=_retirer(data_root, load_round(round_name).name), **options)
         pushed.write_sync(data_root, report.round, "push", state)
         scenario_of = {s["sample_id"]: s["scenario"] for s in samples}
+        given_shas = {sid: [t[2] for t in (state.get("samples") or {}).get(sid, {}).get("tasks") or []]
+                      for sid in scenario_of}
+        redraft.keep_current(data_root, report.round, given_shas)  # a hash given again is no longer replaced
         given = [(sc, ann, sid) for key in report.projects if (parsed := parse_project_key(key))
                  for _, sc, ann in [parsed] for sid, s_sc in scenario_of.items() if s_sc == sc]
         pushed.record_pushed(data_root, report.round, given, report.prefilled)

@@ -193,6 +193,28 @@ def record_replaced(root: str | os.PathLike, round_name: str, sample_id: str, an
     store.atomic_write_text(path, store.canonical_json(raw))
 
 
+def keep_current(root: str | os.PathLike, round_name: str, current: dict[str, Iterable[str]]) -> None:
+    """Forget replaced content hashes that a push now gives a sample again (``current``: sample ->
+    its tasks' content hashes): drafts re-drafted back to what they were are answered anew, and count."""
+    path = _pushed_file(root, round_name)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    replaced = raw.get("replaced") if isinstance(raw, dict) else None
+    if not isinstance(replaced, dict):
+        return
+    changed = False
+    for sid, shas in current.items():
+        now = set(shas)
+        for entry in (replaced.get(sid) or {}).values():
+            if now & set(entry.get("shas") or []):
+                entry["shas"] = sorted(set(entry["shas"]) - now)
+                changed = True
+    if changed:
+        store.atomic_write_text(path, store.canonical_json(raw))
+
+
 def retired_shas(root: str | os.PathLike, round_name: str) -> dict[str, set[str]]:
     """``{sample_id: content hashes of its replaced tasks}``: a task showing one is never counted."""
     return {sid: {s for entry in by_who.values() for s in entry.get("shas") or []}

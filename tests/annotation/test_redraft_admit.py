@@ -88,3 +88,18 @@ def test_a_task_with_a_replaced_content_hash_is_not_counted(tmp_path):
     retired = pull_trust.screen_export([task], {ANSWERED}, {}, "desk", "transcript",
                                        {ANSWERED: {data["content_sha"]}})
     assert retired.tasks == [] and not retired.notes
+
+
+def test_a_replaced_hash_given_again_counts_again(tmp_path):
+    """Drafts re-drafted back to what they were: the push gives the old content hash again, and
+    the pull counts the answers to it (only hashes no push gives any more stay retired)."""
+    root = DataRoot(tmp_path)
+    export = root.export("transcript", "couple", "a@rescue.test", "1" * 64)
+    redraft.record_replaced(root, "transcript", ANSWERED, "a@rescue.test", ["old1", "old2"], 2, export)
+    redraft.record_replaced(root, "transcript", ANSWERED, "a@rescue.test", ["old1"], 1, export)  # nothing new
+    (entry,) = redraft.read_replaced(root, "transcript")[ANSWERED].values()
+    assert entry == {"shas": ["old1", "old2"], "answers": 2,
+                     "exports": ["annotation/exports/transcript/couple/a_rescue.test/" + "1" * 64 + ".json"]}
+    redraft.keep_current(root, "transcript", {ANSWERED: ["old2", "new"], FRESH: ["old1"]})
+    assert redraft.retired_shas(root, "transcript") == {ANSWERED: {"old1"}}
+    assert len(redraft.replaced_lines(root, "transcript")) == 1  # its archived answers are still reported
