@@ -1,17 +1,12 @@
-"""The rehearsal's own comparisons (benchmarks/bench_rehearsal.py), without a stack: how two
-releases are compared (--reference) and how a gold value is compared with the truth."""
+"""The rehearsal's own comparisons (benchmarks/bench_rehearsal.py; benchmarks/rehearsal/checks.py),
+without a stack: how two releases are compared (--reference) and how a gold value is compared
+with the truth."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bench_rehearsal", REPO / "benchmarks" / "bench_rehearsal.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # its dataclasses look their module up there
-_spec.loader.exec_module(bench)
+from benchmarks.rehearsal import checks
 
 
 def _release(path: Path, recorded_at: str, evidence: tuple = (3,), by: str = "bench_rehearsal") -> Path:
@@ -31,7 +26,7 @@ def _release(path: Path, recorded_at: str, evidence: tuple = (3,), by: str = "be
 def test_releases_equal_but_for_the_time_an_override_was_recorded(tmp_path):
     a = _release(tmp_path / "a", "2026-12-02T13:00:00+00:00")
     b = _release(tmp_path / "b", "2026-12-02T14:11:09+00:00")
-    assert bench.compare_releases(a, b) == []
+    assert checks.compare_releases(a, b) == []
 
 
 def test_releases_that_differ_are_named_file_by_file(tmp_path):
@@ -39,10 +34,10 @@ def test_releases_that_differ_are_named_file_by_file(tmp_path):
     b = _release(tmp_path / "b", "2026-12-02T13:00:00+00:00", evidence=(2, 3), by="someone else")
     (a / "extra.txt").write_text("x")
     # a rows table that differs also says which cells, with both values
-    assert bench.compare_releases(a, b) == ["only in this run's release: extra.txt", "differs: README.md",
+    assert checks.compare_releases(a, b) == ["only in this run's release: extra.txt", "differs: README.md",
                                             "differs: data/rows/train.parquet", "differs: manifest.json",
                                             "  row c/one #2 relation_cycle_evidence_rows: this run [3], reference [2, 3]"]
-    assert bench.compare_releases(a, tmp_path / "none") == [f"{tmp_path / 'none'}: no release there"]
+    assert checks.compare_releases(a, tmp_path / "none") == [f"{tmp_path / 'none'}: no release there"]
 
 
 def test_a_release_difference_says_which_half_it_came_from(tmp_path):
@@ -59,18 +54,18 @@ def test_a_release_difference_says_which_half_it_came_from(tmp_path):
     (data.root / "transcripts" / "c" / "one.json").write_text("{}")
     (data.root / "drafts" / "c").mkdir(parents=True)
     (data.root / "drafts" / "c" / "one.parquet").write_bytes(b"rows")
-    before = bench.machine_half_files(data, batch)
+    before = checks.machine_half_files(data, batch)
     assert sorted(before) == ["batch/x.srt", "diarization/c/one.rttm", "drafts/c/one.parquet", "transcripts/c/one.json"]
     release = tmp_path / "ref" / "release"
-    assert bench.machine_record(release) == tmp_path / "ref" / "release.machine.json"
-    assert bench.which_half(before, bench.machine_record(release)) == [
+    assert checks.machine_record(release) == tmp_path / "ref" / "release.machine.json"
+    assert checks.which_half(before, checks.machine_record(release)) == [
         "  (no release.machine.json beside the reference: which half differs is not known)"]
     release.mkdir(parents=True)
-    bench.machine_record(release).write_text(json.dumps(before))
-    assert "the human half" in bench.which_half(before, bench.machine_record(release))[0]
+    checks.machine_record(release).write_text(json.dumps(before))
+    assert "the human half" in checks.which_half(before, checks.machine_record(release))[0]
     (data.root / "drafts" / "c" / "one.parquet").write_bytes(b"other rows")
     (data.root / "drafts" / "c" / "two.parquet").write_bytes(b"rows")
-    assert bench.which_half(bench.machine_half_files(data, batch), bench.machine_record(release)) == [
+    assert checks.which_half(checks.machine_half_files(data, batch), checks.machine_record(release)) == [
         "  machine half differs: drafts/c/one.parquet", "  machine half differs: drafts/c/two.parquet (only in this run)"]
 
 
@@ -79,33 +74,33 @@ def test_gold_and_truth_compared_by_content_not_form():
 
     transcript, strategy = load_round("transcript"), load_round("strategy")
     target = transcript.field("target")
-    assert bench._canonical(target, ["Dana", "Mark"]) == bench._canonical(target, ["Mark", "Dana"])
-    assert bench._canonical(target, ["Dana"]) != bench._canonical(target, ["Mark"])
+    assert checks._canonical(target, ["Dana", "Mark"]) == checks._canonical(target, ["Mark", "Dana"])
+    assert checks._canonical(target, ["Dana"]) != checks._canonical(target, ["Mark"])
     text = transcript.field("dialogue_cleaned")
-    assert bench._canonical(text, " I  never said that ") == bench._canonical(text, "I never said that")
-    assert bench._canonical(text, "I never said") != bench._canonical(text, "I never said that")
+    assert checks._canonical(text, " I  never said that ") == checks._canonical(text, "I never said that")
+    assert checks._canonical(text, "I never said") != checks._canonical(text, "I never said that")
     records = strategy.field("support_strategy")
     const = [s.name for s in records.subfields if s.type == "const"]
     assert const  # the provider: the therapist, always
     filled = {s.name: ("reframe" if s.type == "choice" else ["Dana"] if s.type == "multichoice" else "softly")
               for s in records.subfields if s.type != "const"}
     with_const = {**filled, **{name: "x" for name in const}}
-    assert bench._canonical(records, [with_const]) == bench._canonical(records, [filled])
+    assert checks._canonical(records, [with_const]) == checks._canonical(records, [filled])
     changed = {**filled, next(iter(filled)): "someone else"}
-    assert bench._canonical(records, [changed]) != bench._canonical(records, [filled])
-    assert bench._canonical(records, None) == bench._canonical(records, [])
+    assert checks._canonical(records, [changed]) != checks._canonical(records, [filled])
+    assert checks._canonical(records, None) == checks._canonical(records, [])
 
 
 def test_alpha_judged_by_its_interval_only_where_there_are_units_enough():
     from pipeline.quality.measures import MIN_UNITS
 
     many = {"alpha": 0.61, "ci_low": 0.55, "ci_high": 0.68, "n_pairable": MIN_UNITS}
-    assert bench.alpha_verdict(many, 0.62) == (True, "inside")
-    assert bench.alpha_verdict(many, 0.70) == (False, "OUTSIDE")
-    assert bench.alpha_verdict({**many, "ci_low": None, "ci_high": None}, 0.62) == (False, "no interval measured")
-    assert bench.alpha_verdict(many, None) == (None, "no closed form")
+    assert checks.alpha_verdict(many, 0.62) == (True, "inside")
+    assert checks.alpha_verdict(many, 0.70) == (False, "OUTSIDE")
+    assert checks.alpha_verdict({**many, "ci_low": None, "ci_high": None}, 0.62) == (False, "no interval measured")
+    assert checks.alpha_verdict(many, None) == (None, "no closed form")
     few = {"alpha": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n_pairable": 5}  # five units, all agreeing
-    ok, why = bench.alpha_verdict(few, 0.62)
+    ok, why = checks.alpha_verdict(few, 0.62)
     assert ok is None and "5 pairable units" in why
 
 
@@ -124,7 +119,7 @@ def test_an_interview_the_gold_stage_held_back_is_named_with_its_reason(tmp_path
                         out / "violations.parquet")
     waiting = {"c/two": ["emotion: 2 of 3 annotators (a, b)"]}
     (out / "summary.json").write_text(json.dumps({"waiting_for_annotators": waiting}))
-    held = bench.gold_held_back(data)
+    held = checks.gold_held_back(data)
     assert held == {"c/one": "2 violation(s), the first row 7: V3: speaker 'X' is not a participant",
                     "c/two": "waiting for annotators: emotion: 2 of 3 annotators (a, b)"}
 
@@ -135,8 +130,8 @@ def test_alpha_just_outside_its_95_interval_is_judged_again_family_wise():
     from pipeline.quality.measures import MIN_UNITS
 
     measured = {"alpha": 0.906, "ci_low": 0.899, "ci_high": 0.911, "n_pairable": MIN_UNITS}  # scale 1.0's case
-    assert bench.alpha_verdict(measured, 0.898, judged=1) == (False, "OUTSIDE")
-    ok, why = bench.alpha_verdict(measured, 0.898, judged=9)
+    assert checks.alpha_verdict(measured, 0.898, judged=1) == (False, "OUTSIDE")
+    ok, why = checks.alpha_verdict(measured, 0.898, judged=9)
     assert ok is True and why.startswith("inside at family-wise 95% over 9 fields: [0.896, ")
-    assert bench.alpha_verdict(measured, 0.890, judged=9) == (False, "OUTSIDE")
-    assert bench.alpha_verdict(measured, 0.903, judged=9) == (True, "inside")
+    assert checks.alpha_verdict(measured, 0.890, judged=9) == (False, "OUTSIDE")
+    assert checks.alpha_verdict(measured, 0.903, judged=9) == (True, "inside")
