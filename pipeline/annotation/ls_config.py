@@ -154,7 +154,7 @@ def proposal_box(key: str, label: str, indent: str) -> list[str]:
 def proposed_mark(keys: list[str]) -> list[str]:
     """The end of every form: its hidden mark, one choice per field key (set by the push's
     prediction, :func:`mark_prefilled`: the fields it proposes)."""
-    return ['      <View style="display: none">',
+    return [f'      <View idAttr="{PROPOSED_MARK}_{{{{idx}}}}" style="display: none">',
             f'        <Choices name="{PROPOSED_MARK}_{{{{idx}}}}" toName="turn_{{{{idx}}}}" choice="multiple">',
             *(f"          <Choice value={quoteattr(k)}/>" for k in keys),
             "        </Choices>",

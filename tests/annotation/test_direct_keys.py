@@ -1,7 +1,7 @@
 """Straight to Label Studio (no desk front), headless Chromium: Label Studio's automatic choice keys
 (1-9, 0, q, w, ...) are off in the generated configs, so a number key never ticks a choice of
-form 0; and emotion's pre-filled "who feels it" left alone on rows with no feeling costs
-nothing: Submit takes the form and the pull finds no entry and no problem."""
+form 0; and emotion's pre-filled "who feels it" is a proposal: accepted as it is (one click on its
+"accept" box) on rows with no feeling, Submit takes the form and the pull finds no entry and no problem."""
 from __future__ import annotations
 
 import json
@@ -13,10 +13,12 @@ from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.rounds import load_round
-from tests.helpers import SCREENSHOTS, browser_login, open_task
+from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, open_task
 
 pytestmark = pytest.mark.slow
-_CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices input`)].filter(i => i.checked).map(i => i.name)"
+# the choices ticked in a form's fields (a proposal's "accept" box and the hidden mark of proposals left out)
+_CHECKED = ("u => [...document.querySelectorAll(`#${u} .lsf-choices input`)].filter(i => i.checked"
+            " && !i.closest('[id^=proposal-], [id^=proposed-fields_]')).map(i => i.name)")
 
 
 def _press_outside_fields(page, key: str) -> None:
@@ -75,6 +77,8 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
                 box = page.locator(f"textarea[name='tone_of_voice_{i}']")
                 box.fill("flat")
                 box.press("Shift+Enter")
+            # "who feels it" came proposed: each accepted by its own box (a click each, on the desk itself)
+            assert accept_by_mouse(page) == len(units)
             page.screenshot(path=str(SCREENSHOTS / "direct_keys_emotion.png"), full_page=True)
             page.get_by_role("button", name="Submit").click()
             deadline = time.monotonic() + 60

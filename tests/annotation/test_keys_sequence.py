@@ -9,6 +9,9 @@ form ids), then a window of the strategy round in the same tab.
 * the rows that show a relation are picked by their printed row number (``7``; ``1`` ``2`` for
   row 12), never by position;
 * the play key ``p`` plays the focused row's span, and again stops it;
+* a proposed value (the pattern of every relation row, every strategy field) is accepted field by
+  field: ``a`` on it, or its number key choosing it again; Enter accepts nothing, and the
+  strategy round's forms are filled as the bench fills them (``a`` on each proposal kept);
 * every choice shows its key, and a kept text's Edit action is visible when focused;
 * on Label Studio's page the script finds every hook (no banner); with one missing (the Submit
   button named otherwise, as a changed page could have it) it shows the banner and a key changes nothing.
@@ -37,10 +40,14 @@ import bench_annotator_ui as bench  # noqa: E402
 pytestmark = pytest.mark.slow
 
 _TASK = "() => window.Htx && Htx.task ? Htx.task.id : null"
-_FOCUS = """() => { const a = document.activeElement, f = a && a.closest ? a.closest('[id^=unit_], [id^=voice_]') : null;
+# a form's lists: its fields' (the "accept" boxes of proposals left out)
+_LISTS = "(f) => [...f.querySelectorAll('.lsf-choices')].filter(g => !g.closest('[id^=proposal-]'))"
+_FOCUS = f"""() => {{ const a = document.activeElement, f = a && a.closest ? a.closest('[id^=unit_], [id^=voice_]') : null;
   const g = a && a.closest ? a.closest('.lsf-choices') : null;
-  return {form: f ? f.id : null, tag: a ? a.tagName : null,
-          list: f && g ? [...f.querySelectorAll('.lsf-choices')].indexOf(g) : -1}; }"""
+  return {{form: f ? f.id : null, tag: a ? a.tagName : null, list: f && g ? ({_LISTS})(f).indexOf(g) : -1}}; }}"""
+# the forms' "accept" boxes: [form, field, ticked] of those shown
+_ACCEPTED = """() => [...document.querySelectorAll('[id^="proposal-"]')].filter(v => v.getClientRects().length)
+  .map(v => [v.closest('[id^=unit_]').id, v.id.slice(9).replace(/_\\d+$/, ''), v.querySelector('input').checked])"""
 _IN_VIEW = """(id) => { const r = document.getElementById(id).getBoundingClientRect();
   return r.bottom > 0 && r.top < window.innerHeight; }"""
 _ROW_BOX = "(a) => { const b = document.querySelector(`#${a.form} input[name^=\"${a.row} \\u00b7 \"]`); return !!(b && b.checked); }"
@@ -76,14 +83,19 @@ def _wait_focus(page, form: str, tag: str | None = None, list_index: int | None 
     page.wait_for_function("(w) => { const a = document.activeElement, f = a && a.closest && a.closest('#' + w.form);"
                            " if (!f) return false; if (w.tag && a.tagName !== w.tag) return false;"
                            " if (w.list === null) return true; const g = a.closest('.lsf-choices');"
-                           " return !!g && [...f.querySelectorAll('.lsf-choices')].indexOf(g) === w.list; }",
+                           f" return !!g && ({_LISTS})(f).indexOf(g) === w.list; }}",
                            arg={"form": form, "tag": tag, "list": list_index}, timeout=20_000)
 
 
-def _relation_form(page, k: bench.KeyCounter, form: str, evidence: list[int], check_keys: bool = False) -> None:
-    """One relation form by keys, its focus already in its first list: pattern 1 (a one-answer list:
-    on to the reason), the reason typed and kept (on to the rows), each evidence row by its number."""
+def _relation_form(page, k: bench.KeyCounter, form: str, evidence: list[int], check_keys: bool = False,
+                   accept: bool = False) -> None:
+    """One relation form by keys, its focus already in its first list: pattern 1, proposed (a
+    one-answer list: on to the reason), accepted by ``a`` (``accept``) or by its key 1 again, the
+    reason typed and kept (on to the rows), each evidence row by its number."""
     _wait_focus(page, form, list_index=0)
+    unit = int(form.split("_")[1])
+    shown = [a for a in page.evaluate(_ACCEPTED) if a[0] == form]
+    assert shown == [[form, "relation_cycle_state", False]], shown  # the pattern alone came proposed
     if check_keys:  # every choice shows its key; the rows list shows its row numbers (no mark of its own)
         marks = page.evaluate("(f) => [...document.querySelectorAll(`#${f} .lsf-choices`)].map(g => "
                               "[...g.querySelectorAll('label')].map(l => [l.textContent.trim(), l.getAttribute('data-rescue-key')]))",
@@ -93,7 +105,8 @@ def _relation_form(page, k: bench.KeyCounter, form: str, evidence: list[int], ch
                                             for i in range(n)], marks[0]
         [rows] = [g for g in marks if g and all(text.split(" ")[0].isdigit() and " \u00b7 " in text for text, _ in g)]
         assert {m for _, m in rows} == {None}, rows
-    k.press("1")
+    k.press("a" if accept else "1")
+    page.wait_for_function(f"() => document.querySelector('#proposal-relation_cycle_state_{unit} input').checked")
     _wait_focus(page, form, tag="TEXTAREA")
     k.type("the rows show it")
     k.press("Shift+Enter")
@@ -112,11 +125,16 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
     tone_wav(ls_data_root / "media" / "keys_sequence.wav", seconds=60)
     media = lambda s: "/data/local-files/?d=media/keys_sequence.wav"  # noqa: E731
     sample = make_sample("synthetic/keys_sequence_001", "couple", 18)  # therapist rows 3, 6, ..., 18
-    report = push.push_round(ls_desks, "relation", [sample], [email], k=1, prelabel=None, media_url=media, window=2)
+    # a model's proposal for every therapist row: pattern 1 (the first choice, as its key says)
+    first = load_round("relation").field("relation_cycle_state").options("couple")[0]
+    report = push.push_round(ls_desks, "relation", [sample], [email], k=1, media_url=media, window=2,
+                             prelabel=lambda r, s: {row["row_index"]: {"relation_cycle_state": first} for row in s["rows"]
+                                                    if row["primary_speaker"] == "Therapist"}, prelabel_source="model-x")
     relation_pid = report.projects[push.project_key("relation", "couple", email)]
     assert len(ls_client.tasks(relation_pid)) == 3  # three windows of two rows
     short = make_sample("synthetic/keys_sequence_002", "couple", 6)
-    report = push.push_round(ls_desks, "strategy", [short], [email], k=1, prelabel=None, media_url=media)
+    report = push.push_round(ls_desks, "strategy", [short], [email], k=1, prelabel=push.input_values,
+                             prelabel_source="input", media_url=media)  # every field proposed
     strategy_pid = report.projects[push.project_key("strategy", "couple", email)]
     # the rows each therapist row's evidence names: row 9's list starts at row 3, so its 7th choice is row 9
     evidence = {3: [3], 6: [6], 9: [7, 9], 12: [12], 15: [15], 18: [18]}
@@ -149,7 +167,9 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
                     assert _ticked_when_still(page, "unit_0") == before, "Enter changed a form"
                 for i, row in enumerate(units):
                     if i:
-                        k.press("Enter")  # keeps the form, on to the next one
+                        k.press("Enter")  # on to the next form: the last one's proposals are as they were
+                        assert [a for a in page.evaluate(_ACCEPTED) if a[0] == f"unit_{i}"] == [
+                            [f"unit_{i}", "relation_cycle_state", False]], "Enter accepted a proposal"
                     if window == 0 and i == 0:
                         # the play key: the focused row's span plays, and the key again stops it
                         k.press("p")
@@ -160,7 +180,8 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
                         _wait_focus(page, "unit_0", list_index=0)
                     if row == 9:  # key 7 is row 7, never the 7th choice (row 9)
                         _wait_focus(page, f"unit_{i}", list_index=0)
-                    _relation_form(page, k, f"unit_{i}", evidence[row], check_keys=window == 0 and i == 0)
+                    _relation_form(page, k, f"unit_{i}", evidence[row], check_keys=window == 0 and i == 0,
+                                   accept=window != 1)
                     if row == 9:
                         assert page.evaluate(_ROW_BOX, {"form": f"unit_{i}", "row": 7})
                 # a kept text's Edit action shows when it has the focus
@@ -184,6 +205,8 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
             data = page.evaluate("() => Htx.task.dataObj")
             truth = push.input_values(rnd, short)
             want_all = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, data, truth)}
+            assert {a[1] for a in page.evaluate(_ACCEPTED)} == {
+                "support_strategy__1__strategy_type", "support_strategy__1__target", "support_strategy__1__strategy_content"}
             k.press("Enter")
             _wait_focus(page, "unit_0")
             left = []
@@ -192,6 +215,7 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
                 left += bench.keyboard_form(k, f"unit_{i}", want)
                 k.press("Enter")
             assert left == []
+            assert all(ticked for *_, ticked in page.evaluate(_ACCEPTED))  # every proposal accepted by a
             k.press("Control+Enter")
             strategy_task = page.evaluate(_TASK)
             deadline = time.monotonic() + 60

@@ -1,5 +1,6 @@
 """Correcting a pre-filled text through the desk's front: the text box stays open while the
-person types, and the form's "pre-fill checked" box is ticked once the text is left.
+person types, and that text's proposal is accepted once the text is left (its own "accept" box
+ticked, not the speaker's or the addressee's: an edit accepts the field edited only).
 
 Found by ``benchmarks/bench_annotator_ui.py`` (its key echo on the transcript round timed out on
 some pages): the front ticked the box at the first key typed into a pre-filled text, with a
@@ -17,12 +18,14 @@ import time
 
 import pytest
 
-from pipeline.annotation import ls_config, pull, push
+from pipeline.annotation import pull, push
 from tests.annotation.ls_samples import make_sample
 from tests.helpers import SCREENSHOTS, browser_login, open_task
 
-CHECK = ls_config.PREFILL_CHECK
-_CHECKED = f"() => [...document.querySelectorAll('[id^=\"{CHECK}_\"] input')].map(i => i.checked)"
+# each form's "accept" boxes: [text, speaker, addressee] ticked
+_CHECKED = """() => [0, 1].map(i => ['dialogue_cleaned', 'primary_speaker', 'target'].map(f =>
+  document.querySelector(`#proposal-${f}_${i} input`).checked))"""
+_NONE, _TEXT = [False, False, False], [True, False, False]
 _EDITED_VALUE = "() => document.activeElement && document.activeElement.tagName === 'TEXTAREA' ? document.activeElement.value : null"
 
 
@@ -43,7 +46,7 @@ def _saved(client, pid: int, sid: str) -> None:
 
 
 @pytest.mark.slow
-def test_typing_in_a_prefilled_text_keeps_it_open_and_ticks_the_box_when_left(
+def test_typing_in_a_prefilled_text_keeps_it_open_and_accepts_that_text_only_when_left(
         ls_server, ls_client, ls_desks, new_annotators, tmp_path, chromium):
     from desk_front import FrontServer
 
@@ -61,16 +64,16 @@ def test_typing_in_a_prefilled_text_keeps_it_open_and_ticks_the_box_when_left(
         try:
             browser_login(page, front.url, email, password, timeout_ms=60_000)
             open_task(page, f"{front.url}/projects/{pid}/data?task={task['id']}", prefilled=True)
-            assert page.evaluate(_CHECKED) == [False, False]
+            assert page.evaluate(_CHECKED) == [_NONE, _NONE]
 
             # form 0: typed at full speed, the box stays open and holds every key; left by Tab, ticked
             first = _edit_first_text(page, 0)
             page.keyboard.type(" amen", delay=0)
             assert page.evaluate(_EDITED_VALUE) == first + " amen", "the text box closed while typing"
-            assert page.evaluate(_CHECKED) == [False, False]  # not yet: the text is still being typed
+            assert page.evaluate(_CHECKED) == [_NONE, _NONE]  # not yet: the text is still being typed
             page.keyboard.press("Tab")
-            page.wait_for_function(f"() => ({_CHECKED})()[0] === true")
-            assert page.evaluate(_CHECKED) == [True, False]
+            page.wait_for_function(f"() => ({_CHECKED})()[0][0] === true")
+            assert page.evaluate(_CHECKED) == [_TEXT, _NONE]
             # kept: Label Studio's own Tab closes the text without keeping it (checked directly on the
             # desk, the typed words were gone); the front keeps it first
             assert page.locator("#unit_0 [data-testid=htx-textbox-content]").first.inner_text() == first + " amen"
@@ -79,6 +82,19 @@ def test_typing_in_a_prefilled_text_keeps_it_open_and_ticks_the_box_when_left(
             second = _edit_first_text(page, 1)
             page.keyboard.type(" indeed", delay=0)
             assert page.evaluate(_EDITED_VALUE) == second + " indeed", "the text box closed while typing"
+            # the speakers and addressees are still proposals: the submit is refused, naming the first
+            page.keyboard.press("Control+Enter")
+            why = page.locator(".rescue-why")
+            why.wait_for(timeout=20_000)
+            assert why.inner_text().startswith("The proposed 'Speaker' is not accepted yet")
+            assert page.evaluate(_CHECKED) == [_TEXT, _TEXT]  # the text typed in form 1 was kept and accepted
+            for i in (0, 1):  # a on each: accepted as proposed
+                for f in ("primary_speaker", "target"):
+                    page.evaluate("([i, n]) => [...document.querySelectorAll(`#unit_${i} .lsf-choices`)]"
+                                  ".filter(g => !g.closest('[id^=proposal-]'))[n].querySelector('input:checked')"
+                                  ".focus()", [i, ("primary_speaker", "target").index(f)])
+                    page.keyboard.press("a")
+                    page.wait_for_function(f"() => document.querySelector('#proposal-{f}_{i} input').checked")
             page.keyboard.press("Control+Enter")
             _saved(ls_client, pid, drafted["sample_id"])
         except Exception:
