@@ -30,6 +30,9 @@ shared machinery is here so every flow resumes, retries and reports the same way
   named "Quarantined", one line in the log, no traceback, never cached).
 - ``report()``: the per-run summary artifacts; ``summary_on_failure`` publishes them for a
   failed run too (what was done, cached, quarantined - noted with ``note()`` - and the error).
+- ``tell()``: what the operator must read (a refusal's reasons, a round that waits, a quarantine),
+  one line each in the run's log and in ``prefect deployment run ... --watch``. A run that ends
+  itself Failed (named ``Refused``) after telling why logs no traceback (:class:`_ChosenEnd`).
 """
 from __future__ import annotations
 
@@ -58,6 +61,25 @@ from pipeline.store import private_by_default, sha256_file
 # A flow run's process (a worker's, or a `python -m` / test that imports the flows) writes
 # owner-only files, whatever umask the worker was started with.
 private_by_default()
+
+
+class _ChosenEnd(logging.Filter):
+    """Keeps a run that ENDS ITSELF in a Failed state (returns ``Failed(name="Refused", ...)``, its
+    reasons already told in one line each) free of a traceback: a flow run started by a worker
+    re-raises that state as ``FailedRun`` and Prefect's engine logs it to the run's log as
+    "Engine execution exited with unexpected exception" with the engine's own traceback. Only
+    that record with a ``FailedRun`` is dropped: an exception raised by the flow's code is
+    re-raised as itself, not as ``FailedRun``, and keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from prefect.exceptions import FailedRun
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, FailedRun) and record.getMessage().startswith("Engine execution exited"))
+
+
+if not any(isinstance(f, _ChosenEnd) for f in logging.getLogger("prefect.flow_runs").filters):
+    logging.getLogger("prefect.flow_runs").addFilter(_ChosenEnd())
 
 GPU_LIMIT = os.environ.get("RESCUE_GPU_LIMIT", "gpu")
 PUSH_LIMIT = os.environ.get("RESCUE_PUSH_LIMIT", "rescue-push")
@@ -348,6 +370,20 @@ def tell(what: str, lines: Iterable[str], level: int = logging.WARNING) -> None:
         logger.log(level, "%s", line)
         emit_event(event=f"rescue.{what}", resource={"prefect.resource.id": f"rescue.{what}.{flow_run.id}.{i}",
                                                      "prefect.resource.name": line}, related=related)
+    _flush_events()
+
+
+def _flush_events(timeout_s: float = 5.0) -> None:
+    """Wait (at most ``timeout_s``) until the events emitted so far are sent: ``--watch`` stops
+    at the run's final state, and a line told just before the run ends (a refusal) was otherwise
+    still queued in this process when the server recorded that state."""
+    import threading
+
+    from prefect.events.worker import EventsWorker
+
+    sender = threading.Thread(target=EventsWorker.instance().wait_until_empty, daemon=True)
+    sender.start()
+    sender.join(timeout_s)
 
 
 def note(outcomes: Iterable[Outcome] | None = None, extra_markdown: str | None = None) -> None:

@@ -1,0 +1,143 @@
+"""What the operator's terminal says about a batch, through the real stack (Prefect server +
+process worker, `prefect deployment run ... --watch` as the operator types it, `rescue batch
+watch`): a batch with one good synthetic interview (real speech, ffmpeg, the offline pyannote
+pipeline) and one broken video, fanned out to one ``ingest-interview`` run per interview, and a
+batch whose ``batch_dir`` does not exist.
+
+- The quarantine: rc 0, one line naming the interview, its manifest line and the reason in the
+  --watch output; the broken interview's child run ends Completed, named "Quarantined", and its
+  log holds that one WARNING line and no ERROR line, no NotReady stage, no traceback (Prefect's
+  "Unexpected result for failed state" TypeError was one, in the worker's log too).
+- The wrong batch_dir: rc 1, one line naming the parameter, the run Refused, no traceback.
+- `rescue batch watch`: a progress bar line of the finished batch, then each interview by name,
+  the broken one with its manifest line and reason; by default the latest ingest-batch run.
+(The other terminal cases: tests/flows/test_build_release_refused.py for a refused release,
+tests/flows/test_annotation_round.py for a round waiting for adjudication.)
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+GOOD, BROKEN = "termtest/t0", "termtest/broken"
+REASON = "ingest: MediaError: broken.mp4: unreadable or corrupt media"
+
+
+def _flat(proc) -> str:
+    """The command's output as one line of words (the terminal wraps long lines)."""
+    return " ".join((proc.stdout + proc.stderr).split())
+
+
+def _run_id(proc) -> str:
+    found = re.search(r"UUID: ([0-9a-f-]{36})", proc.stdout)
+    assert found, proc.stdout[-3000:]
+    return found.group(1)
+
+
+def _logs(stack, run_id) -> list[tuple[int, str]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with stack.prefect_settings(), get_client(sync_client=True) as client:
+        return [(log.level, log.message) for log in client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))]
+
+
+def _children(stack, run_id) -> dict[str, object]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with stack.prefect_settings(), get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run_id])))
+    return {run.name.rsplit(":", 1)[1]: run for run in runs}
+
+
+@pytest.fixture(scope="module")
+def batch_run(stack, tmp_path_factory):
+    """The batch, run once as the operator runs it (push=false: no desks needed here)."""
+    from pipeline.synthetic import interviews as synth
+
+    batch = tmp_path_factory.mktemp("term-batch")
+    synth.make_batch(batch, [{"name": "t0", "scenario": "couple", "seed": 11, "n_rows": 6, "group": "termtest"}])
+    (batch / "broken.mp4").write_bytes(b"this is not a video")
+    with open(batch / "manifest.csv", "a") as fh:
+        fh.write(f"{BROKEN},couple,broken.mp4,Ann;Bob,,,\n")
+    proc = stack.prefect("deployment", "run", "ingest-batch/default", "--param", f"batch_dir={batch}",
+                         "--param", f"data_root={stack.root / 'terminal'}", "--param", "push=false", "--watch")
+    return proc, _run_id(proc)
+
+
+def test_a_quarantine_is_one_line_and_its_child_run_says_quarantined_without_a_traceback(stack, batch_run):
+    proc, run_id = batch_run
+    out = _flat(proc)
+    assert proc.returncode == 0, out[-4000:]
+    assert "in 'Completed (1 quarantined)'" in out, out[-3000:]
+    said = f"{BROKEN} quarantined (manifest.csv line 3): {REASON}"
+    assert out.count(said) == 1, out[-4000:]
+    assert "Traceback" not in out and "TypeError" not in out
+
+    children = _children(stack, run_id)
+    assert set(children) == {GOOD, BROKEN}, sorted(children)
+    assert children[GOOD].state.name == "Completed", children[GOOD].state
+    broken = children[BROKEN].state
+    assert broken.is_completed() and broken.name == "Quarantined", (broken.name, broken.message)
+    assert broken.message.startswith(f"{BROKEN} quarantined: {REASON}"), broken.message
+    logs = _logs(stack, children[BROKEN].id)
+    assert [msg for level, msg in logs if level == 30] and all(
+        msg.startswith(f"{BROKEN} quarantined: {REASON}") for level, msg in logs if level == 30), logs
+    assert len([1 for level, _ in logs if level == 30]) == 1, logs
+    assert not [msg for level, msg in logs if level >= 40], logs
+    assert not [msg for _, msg in logs if "Traceback" in msg or "NotReady" in msg or "TypeError" in msg], logs
+    batch_logs = _logs(stack, run_id)
+    quarantines = [msg for level, msg in batch_logs if level == 30 and BROKEN in msg]
+    assert len(quarantines) == 1 and quarantines[0].startswith(said), batch_logs
+    assert not [msg for _, msg in batch_logs if "Traceback" in msg], batch_logs
+    for log in (stack.root / "stack" / "logs").glob("*.log"):  # the worker prints its flow runs' output
+        assert "Unexpected result for failed state" not in log.read_text(errors="replace"), log
+
+
+def test_rescue_batch_watch_names_each_interview_and_the_reason(stack, batch_run):
+    from prefect.client.orchestration import get_client
+
+    _, run_id = batch_run
+    with stack.prefect_settings(), get_client(sync_client=True) as client:
+        name = client.read_flow_run(run_id).name
+    proc = stack.rescue("batch", "watch", name)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"ingest-batch run {name} ({run_id}): batch "), lines
+    assert any(re.search(r"interviews .* 2/2 done 1, cached 0, quarantined 1", line) for line in lines), lines
+    assert f"ingest-batch run {name} ended Completed (1 quarantined): 1 done, 0 cached, 1 quarantined" in lines
+    assert any(line.split() == [GOOD, "done"] for line in lines), lines
+    assert any(line.strip().startswith(f"{BROKEN}  quarantined (manifest.csv line 3): {REASON}")
+               for line in lines), lines
+    assert "Traceback" not in proc.stdout + proc.stderr
+    # no RUN: the latest ingest-batch run (this one: the only batch this module ran so far)
+    latest = stack.rescue("batch", "watch")
+    assert latest.returncode == 0 and latest.stdout.splitlines()[0] == lines[0], latest.stdout + latest.stderr
+
+
+def test_a_wrong_batch_dir_is_one_line_and_rc_1_without_a_traceback(stack, tmp_path):
+    missing = tmp_path / "no-such-batch"
+    proc = stack.prefect("deployment", "run", "ingest-batch/default", "--param", f"batch_dir={missing}",
+                         "--param", f"data_root={stack.root / 'terminal'}", "--watch")
+    out = _flat(proc)
+    line = f"flow parameter batch_dir={str(missing)!r}: batch folder {missing} does not exist"
+    assert proc.returncode == 1, out[-3000:]
+    assert "'Refused'" in out and line in out, out[-3000:]
+    assert "Traceback" not in out
+    logs = _logs(stack, _run_id(proc))
+    assert [msg for level, msg in logs if level >= 40] == [line], logs
+    assert not [msg for _, msg in logs if "Traceback" in msg], logs
+    watched = stack.rescue("batch", "watch")  # the latest batch run: this one, refused
+    assert watched.returncode == 1 and "ended Refused" in watched.stdout and line in _flat(watched), watched.stdout
+    # the CLI path (`rescue ingest`, no Prefect) says it in one line too
+    cli = stack.rescue("ingest", str(missing), "--data-root", str(stack.root / "terminal"))
+    assert cli.returncode == 2 and cli.stdout.strip() == f"manifest error: batch folder {missing} does not exist", \
+        cli.stdout + cli.stderr
+    assert "Traceback" not in cli.stdout + cli.stderr
