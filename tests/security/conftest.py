@@ -60,6 +60,11 @@ class World:
     def variants(self):
         return credential_variants(self.a)
 
+    def pushed(self) -> None:
+        """After a module's own push to B's desk (a round or a part of one for its attacks): the
+        state the next module's :func:`unchanged` starts from."""
+        self.last_state = self.state()
+
 
 def _answer(client, rnd, samples_by_id, tone: str, utterance: str) -> list[dict]:
     """Answer every task of every project of the client's desk (as the client's login)."""

@@ -179,7 +179,7 @@ def poisoned(world):
     b.close()
 
     pulled = runner.invoke(app, ["annotate", "pull", ROUND, *dr], env=env)
-    world.last_state = world.state()  # B's desk has the family part now: the next module starts from here
+    world.pushed()  # B's desk has the family part now
     yield {"attacks": attacks, "pulled": pulled, "ids": ids, "a_before": a_before, "samples": samples,
            "where": where}
 

@@ -81,7 +81,7 @@ def report(world):
     agreed = runner.invoke(app, ["agreement", ROUND, *dr], env=env)  # a gate may fail: the report is written
     out = DataRoot(world.root).agreement_report_dir(ROUND)
     assert (out / "report.md").is_file(), agreed.output[-3000:]
-    world.last_state = world.state()  # B's desk has the round now: the next module starts from here
+    world.pushed()  # B's desk has the round now
     return out
 
 
