@@ -22,7 +22,7 @@ from pipeline.annotation.rounds import load_round
 from pipeline.annotation.windows import WINDOW_UNITS, stitch_tasks
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
-from tests.helpers import SCREENSHOTS, browser_login, play_until_stopped, tone_wav
+from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, play_until_stopped, tone_wav
 
 def neutral(sample_id: str, scenario: str, n_rows: int) -> tuple[dict, dict, list[dict]]:
     """(script, draft, voice table): ``make_sample``'s rows as the script, the same rows with each
@@ -286,11 +286,10 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
             if v["voice"] != "Therapist":
                 page.locator(f"#voice_{i} input[name={json.dumps(names[v['voice']])}]").click()
         page.locator("#unit_4").scroll_into_view_if_needed()
-        page.locator("#unit_4 .lsf-choices").first.locator("input[name=Therapist]").click()  # row 5
-        for i in range(len(task["data"]["units"])):  # each row came pre-filled: checked
-            box = page.locator(f"#{ls_config.PREFILL_CHECK}_{i} input")
-            box.scroll_into_view_if_needed()
-            box.click()
+        page.locator("#unit_4 input[name=Therapist]").first.click()  # row 5: its speaker list (the first)
+        # every row's fields came proposed: each accepted by its own box (row 5's speaker too: an
+        # edit by mouse on the desk itself accepts nothing)
+        assert accept_by_mouse(page) == 3 * len(task["data"]["units"])
         page.get_by_role("button", name="Submit").click()
         deadline = time.monotonic() + 60
         while not ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]["total_annotations"]:
