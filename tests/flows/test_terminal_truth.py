@@ -141,3 +141,18 @@ def test_a_wrong_batch_dir_is_one_line_and_rc_1_without_a_traceback(stack, tmp_p
     assert cli.returncode == 2 and cli.stdout.strip() == f"manifest error: batch folder {missing} does not exist", \
         cli.stdout + cli.stderr
     assert "Traceback" not in cli.stdout + cli.stderr
+
+
+def test_a_refused_release_through_a_worker_is_one_line_and_rc_1_without_a_traceback(stack, tmp_path):
+    """A run that ends itself Failed ("Refused") on a worker: Prefect's engine re-raises that state
+    and logged it with its own traceback in the run's log; now the told line is all there is."""
+    missing = tmp_path / "nowhere.jsonl"
+    proc = stack.prefect("deployment", "run", "build-release/default", "--param", "version=1.0.0",
+                         "--param", f"source={missing}", "--param", f"data_root={stack.root / 'terminal'}", "--watch")
+    out = _flat(proc)
+    line = f"release 1.0.0 refused: input file not found: {missing}"
+    assert proc.returncode == 1, out[-3000:]
+    assert "'Refused'" in out and line in out, out[-3000:]
+    logs = _logs(stack, _run_id(proc))
+    assert [msg for level, msg in logs if level >= 40] == [line], logs
+    assert not [msg for _, msg in logs if "Traceback" in msg], logs
