@@ -14,6 +14,14 @@ worker runs as the operator. The string is made once per data root, kept owner-o
 ``stack/prefect-api-auth``, given to the server as ``PREFECT_SERVER_API_AUTH_STRING`` and to
 every client (workers, flow runs, the sweeper, the operator's ``prefect`` CLI through ``rescue
 stack env``) as ``PREFECT_API_AUTH_STRING``.
+
+The local stack's pool starts each flow run as ONE Python process, ``<the stack's python> -m
+prefect.engine`` (:func:`direct_engine`): a process worker with no command configured starts
+Prefect's workspace supervisor, a second Python process that imports Prefect, prepares the
+workspace and then execs the engine - ~3-4 s more per flow run on 2 cores. The deployments'
+pull step (the working directory) still runs, in the engine. ``rescue stack register`` alone
+(compose's prefect-init, or an operator against another server) leaves the pool's command as it
+is: only the stack knows the interpreter its worker runs.
 """
 from __future__ import annotations
 
@@ -185,15 +193,57 @@ def ensure_zombie_automation(within_s: int = ZOMBIE_AFTER_S) -> str:
         return "updated"
 
 
+# --- the flow-run command -------------------------------------------------------------------
+
+def engine_command(python: str) -> str:
+    """What the pool's worker runs per flow run: the engine itself, in ``python``."""
+    from prefect.utilities.processutils import command_to_string
+
+    return command_to_string([python, "-m", "prefect.engine"])
+
+
+def direct_engine(pool: str, python: str) -> str:
+    """Make ``pool``'s default flow-run command :func:`engine_command` (one process per flow run,
+    not the workspace supervisor plus the engine). A command someone else set (another
+    interpreter, a wrapper) is left alone. Returns what it did: set | unchanged | kept <command>."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolUpdate
+
+    want = engine_command(python)
+    with get_client(sync_client=True) as client:
+        found = client.read_work_pool(pool)
+        template = found.base_job_template
+        if not template and found.type == "process":  # created without one: the worker uses the default
+            from prefect.workers.process import ProcessWorker
+
+            template = ProcessWorker.get_default_base_job_template()
+        prop = template.get("variables", {}).get("properties", {}).get("command")
+        if prop is None:  # not a process pool's template
+            return "kept (no command variable)"
+        have = prop.get("default")
+        if have == want:
+            return "unchanged"
+        if have and not have.endswith(" -m prefect.engine"):
+            return f"kept {have}"
+        prop["default"] = want
+        client.update_work_pool(pool, WorkPoolUpdate(base_job_template=template))
+    return "set"
+
+
 # --- registration ---------------------------------------------------------------------------
 
-def register(env: dict[str, str], log=print) -> None:
+def register(env: dict[str, str], log=print, *, engine_python: str | None = None) -> None:
     """Work pools, the strict `gpu` limit, the `rescue-push` limit, the zombie automation and
     prefect.yaml's deployments (all idempotent), with ``env`` over this environment: runs
-    :func:`main` as its own process in the repository (``prefect deploy`` reads prefect.yaml there)."""
-    proc = subprocess.run([sys.executable, "-m", "ops.prefect_setup", "--pools", f"{WORK_POOL},{GPU_WORK_POOL}",
-                           "--gpu-limit", GPU_LIMIT_NAME, "--gpu-slots", os.environ.get("RESCUE_GPU_SLOTS", "1")],
-                          cwd=REPO_ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    :func:`main` as its own process in the repository (``prefect deploy`` reads prefect.yaml there).
+    ``engine_python``: the interpreter of the stack's worker; its pool then starts each flow run
+    as one process (:func:`direct_engine`)."""
+    argv = [sys.executable, "-m", "ops.prefect_setup", "--pools", f"{WORK_POOL},{GPU_WORK_POOL}",
+            "--gpu-limit", GPU_LIMIT_NAME, "--gpu-slots", os.environ.get("RESCUE_GPU_SLOTS", "1")]
+    if engine_python:
+        argv += ["--engine-python", engine_python]
+    proc = subprocess.run(argv, cwd=REPO_ROOT, env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=300)
     if proc.returncode != 0:
         raise StackError(f"registering work pools / the gpu limit / prefect.yaml's deployments failed:\n"
                          f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -212,9 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pools", default=f"{WORK_POOL},{GPU_WORK_POOL}", help="work pools, comma-separated")
     parser.add_argument("--gpu-limit", default=GPU_LIMIT_NAME, help="the GPU concurrency limit's name")
     parser.add_argument("--gpu-slots", type=int, default=1, help="its slots (GPUs)")
+    parser.add_argument("--engine-python", default=None,
+                        help=f"the interpreter of the {WORK_POOL} worker: each flow run is then one "
+                             f"`<python> -m prefect.engine` process")
     args = parser.parse_args(argv)
     made = ensure_infrastructure([p for p in args.pools.split(",") if p], args.gpu_limit, args.gpu_slots)
     print("created: " + (", ".join(made) or "nothing"), flush=True)
+    if args.engine_python:
+        print(f"{WORK_POOL} flow-run command: " + direct_engine(WORK_POOL, args.engine_python), flush=True)
     print("zombie automation: " + ensure_zombie_automation(), flush=True)
     from prefect.cli import app
 

@@ -170,7 +170,7 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     for name in worker_names(workers):
         _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit, name)
     _start_sweeper(paths, env, log)
-    register(env, log)
+    register(env, log, engine_python=sys.executable)  # the workers run this interpreter (prefect_bin)
     if label_studio:
         ls.join()
     if ls_error:

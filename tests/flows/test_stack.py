@@ -101,6 +101,46 @@ def test_build_release_deployment_run_watch(stack):
     assert other.returncode == 1
 
 
+def test_flow_runs_start_as_the_engine_in_the_stacks_python(stack):
+    """`rescue stack up` makes rescue-cpu start each flow run as `<the stack's python> -m
+    prefect.engine` (one Python start; without a command Prefect's workspace supervisor starts
+    first, then execs the engine). `rescue stack register` alone keeps it; a command somebody
+    else set is kept. Deployments run with it: test_build_release_deployment_run_watch."""
+    import sys
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolUpdate
+
+    from ops import prefect_setup as st
+
+    def command() -> str | None:
+        with stack.prefect_settings(), get_client(sync_client=True) as client:
+            return client.read_work_pool(st.WORK_POOL).base_job_template["variables"]["properties"]["command"]["default"]
+
+    def set_command(value: str | None) -> None:
+        with stack.prefect_settings(), get_client(sync_client=True) as client:
+            template = client.read_work_pool(st.WORK_POOL).base_job_template
+            template["variables"]["properties"]["command"]["default"] = value
+            client.update_work_pool(st.WORK_POOL, WorkPoolUpdate(base_job_template=template))
+
+    want = f"{sys.executable} -m prefect.engine"
+    assert command() == want
+    proc = stack.rescue("stack", "register", "--data-root", str(stack.root))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert command() == want
+    with stack.prefect_settings():
+        assert st.direct_engine(st.WORK_POOL, sys.executable) == "unchanged"
+        try:
+            set_command("/opt/site/wrapper --engine")
+            assert st.direct_engine(st.WORK_POOL, sys.executable) == "kept /opt/site/wrapper --engine"
+            assert command() == "/opt/site/wrapper --engine"
+            set_command(None)
+            assert st.direct_engine(st.WORK_POOL, sys.executable) == "set"
+        finally:
+            set_command(want)
+    assert command() == want
+
+
 def test_register_creates_the_zombie_automation_once(stack):
     """`rescue stack up` registered it; `rescue stack register` twice more leaves exactly one,
     unchanged, and the workers' flow runs send heartbeats more often than its window."""
