@@ -37,7 +37,6 @@ import hashlib
 import http.cookiejar
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -46,7 +45,8 @@ from pathlib import Path
 
 import httpx
 
-from desk_front.comfort import KEYS_PATH, keys_js, slim_columns, slim_feature_flags
+from desk_front.comfort import (KEYS_PATH, NO_SLIM_COLUMNS_ENV, NO_SW_ENV, keys_js, slim_columns,
+                               slim_feature_flags, switched_off)
 from desk_front.patches import BUNDLE_PATCHES, NO_PATCHES_ENV, Outcome, Patcher, PatchGroup
 from pipeline.annotation.client import connection_limits
 from pipeline.annotation.server import LS_VERSION
@@ -99,7 +99,7 @@ class Front:
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=300, follow_redirects=False,
                                         cookies=no_cookies(), limits=connection_limits(upstream))
         self.patcher = Patcher(BUNDLE_PATCHES if patches is None else tuple(patches),
-                               enabled=os.environ.get(NO_PATCHES_ENV) != "1")
+                               enabled=not switched_off(NO_PATCHES_ENV))
         self.version: dict | None = None  # the desk's /api/version answer
         self.report = StartReport(self.upstream)
         self._checked = asyncio.Lock()
@@ -267,8 +267,8 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None,
 
     front = Front(upstream, patches, max_entries=cache_entries, max_bytes=cache_bytes)
     client = front.client
-    slim_cols = os.environ.get("RESCUE_NO_SLIM_COLUMNS") != "1"
-    with_worker = os.environ.get("RESCUE_NO_SW") != "1"
+    slim_cols = not switched_off(NO_SLIM_COLUMNS_ENV)
+    with_worker = not switched_off(NO_SW_ENV)
     keys_body = keys_js()
     keys_entry = {"type": "application/javascript", "body": keys_body, "gz": None,
                   "etag": '"' + hashlib.sha256(keys_body).hexdigest()[:20] + '"',

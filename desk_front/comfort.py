@@ -4,11 +4,19 @@ to the heading. None of it depends on who asks."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 KEYS_PATH = "/__rescue__/keys.js"  # where pages load the keys script from
 KEYS_FILE = Path(__file__).resolve().parent / "static" / "keys.js"  # the script itself (package data)
+NO_SLIM_COLUMNS_ENV = "RESCUE_NO_SLIM_COLUMNS"  # =1: the data manager's columns as built
+NO_SW_ENV = "RESCUE_NO_SW"  # =1: Label Studio's service worker as it is
+
+
+def switched_off(switch: str) -> bool:
+    """Whether the front's switch ``switch`` (``RESCUE_NO_...``) turns its comfort off: ``=1``."""
+    return os.environ.get(switch) == "1"
 
 
 def keys_js() -> bytes:

@@ -56,10 +56,17 @@ class Unavailable(Exception):
     there or not a database): the caller asks the API instead."""
 
 
+def version_off(venv: Path) -> str | None:
+    """Why this module may not read a desk of the Label Studio installed in ``venv`` (another
+    version than :data:`WRITTEN_FOR`), None when it may (``rescue doctor`` says it)."""
+    installed = installed_version(venv)
+    return None if installed == WRITTEN_FOR else f"installed {installed or 'no Label Studio'}, written for {WRITTEN_FOR}"
+
+
 def readable(server: LabelStudioServer) -> Path | None:
     """``server``'s database when this module may read it: the installed Label Studio is
     :data:`WRITTEN_FOR` and the database exists; None otherwise."""
-    if installed_version(server.venv) != WRITTEN_FOR:
+    if version_off(server.venv) is not None:
         return None
     return server.database if server.database.is_file() else None
 

@@ -339,10 +339,16 @@ class Desks:
         ``RESCUE_DESK_URL``) and the installed Label Studio is the one that reader was written for;
         None otherwise."""
         desk = self.get(email)
-        url = httpx.URL(self.url(desk))
-        if url.host not in ("127.0.0.1", "localhost") or url.port != desk.port:
+        if not self.reached_here(desk):
             return None
         return desk_db.readable(LabelStudioServer(self.root.desk_label_studio_dir(desk.slug), venv=self.venv))
+
+    def reached_here(self, desk: Desk | str) -> bool:
+        """Whether the pipeline reaches the desk at its own port on this machine (the default
+        ``RESCUE_DESK_URL``), so that its database is the one the desk serves."""
+        desk = self._desk(desk)
+        url = httpx.URL(self.url(desk))
+        return url.host in ("127.0.0.1", "localhost") and url.port == desk.port
 
     def client(self, email: str) -> LabelStudioClient:
         desk = self.get(email)

@@ -141,6 +141,17 @@ def _migrated_dirs(root: DataRoot) -> list[Path]:
     return sorted(p for p in root.root.glob(f"{MIGRATED_PREFIX}*") if p.is_dir())
 
 
+def nothing_to_migrate(root: DataRoot) -> str | None:
+    """Why the data root has nothing to migrate (done already, or never had a shared Label
+    Studio); None when its shared Label Studio's database is there to move to desks."""
+    old_db = root.label_studio_dir() / DB_NAME
+    if old_db.is_file():
+        return None
+    done = _migrated_dirs(root)
+    return (f"already migrated to desks (the old Label Studio data is kept at {done[-1]})" if done else
+            f"no shared Label Studio database at {old_db}")
+
+
 def migrate_to_desks(data_root: str | os.PathLike, adjudicators: Sequence[str] = (),
                      log: Callable[[str], None] = print, *, venv: Path = DEFAULT_VENV,
                      timeout: float = 300.0) -> MigrationReport:
@@ -150,11 +161,8 @@ def migrate_to_desks(data_root: str | os.PathLike, adjudicators: Sequence[str] =
     report = MigrationReport(root.root)
     old_dir = root.label_studio_dir()
     old_db = old_dir / DB_NAME
-    if not old_db.is_file():
-        done = _migrated_dirs(root)
-        report.noop = True
-        report.reason = (f"already migrated to desks (the old Label Studio data is kept at {done[-1]})" if done else
-                         f"no shared Label Studio database at {old_db}")
+    if (noop := nothing_to_migrate(root)) is not None:
+        report.noop, report.reason = True, noop
         return report  # the summary says why
     settings = Settings.from_env(root.root)
     desks = Desks(root, settings, venv=venv)

@@ -60,6 +60,23 @@ def installed_version(venv: Path) -> str | None:
     return found[0].name[len("label_studio-"):-len(".dist-info")] if len(found) == 1 else None
 
 
+def desk_settings_choice(venv: Path = DEFAULT_VENV) -> tuple[bool, str]:
+    """Whether a desk started now runs with :data:`DESK_SETTINGS`, and why (``rescue doctor``
+    says it): only for the Label Studio that module was written for, and not with
+    ``RESCUE_LS_STOCK_SETTINGS=1``."""
+    if os.environ.get(STOCK_SETTINGS_VAR, "") not in ("", "0"):
+        return False, f"{STOCK_SETTINGS_VAR}={os.environ[STOCK_SETTINGS_VAR]}"
+    if not DESK_SETTINGS.is_file():
+        return False, f"{DESK_SETTINGS} is missing"
+    found = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M)
+    written_for, installed = found.group(1) if found else None, installed_version(venv)
+    if not written_for:
+        return False, f"{DESK_SETTINGS.name} names no WRITTEN_FOR version"
+    if written_for != installed:
+        return False, f"installed {installed or 'no Label Studio'}, written for {written_for}"
+    return True, f"Label Studio {installed} = written for {written_for}"
+
+
 class LabelStudioServerError(RuntimeError):
     """The server could not be started, stopped or reached; the message says why and what to do."""
 
@@ -201,12 +218,7 @@ class LabelStudioServer:
     def _settings_env(self) -> dict[str, str]:
         """:data:`DESK_SETTINGS` for the version it was written for, all or nothing: {} (Label
         Studio's own settings) for any other version or with ``RESCUE_LS_STOCK_SETTINGS=1``."""
-        if os.environ.get(STOCK_SETTINGS_VAR, "") not in ("", "0"):
-            return {}
-        if not DESK_SETTINGS.is_file():
-            return {}
-        written_for = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M)
-        if not written_for or written_for.group(1) != installed_version(self.venv):
+        if not desk_settings_choice(self.venv)[0]:
             return {}
         # the folder is in the repository: its modules are read, never compiled into it
         return {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": DESK_SETTINGS.stem,
