@@ -6,13 +6,14 @@ from typing import Optional
 
 import typer
 
-from ops import batch_watch, demo, remote, stack
+from ops import batch_watch, demo, doctor, remote, stack
 from pipeline.cli import app
 from pipeline.cli.annotate import annotate_app, annotators_app
 
 app.add_typer(stack.cli, name="stack")
 app.add_typer(batch_watch.cli, name="batch")
 app.command("demo")(demo.demo_command)
+app.command("doctor")(doctor.doctor_command)
 annotators_app.command("remote")(remote.annotators_remote)
 
 
