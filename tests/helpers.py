@@ -236,7 +236,7 @@ def open_task(page, url: str, prefilled: bool = False) -> None:
 
     for attempt in (1, 2):
         page.goto(url)
-        page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+        page.wait_for_selector("#unit_0 .lsf-choices >> visible=true", timeout=120_000)  # (a field, not a hidden "accept" box)
         if not prefilled:
             break
         try:
@@ -246,7 +246,7 @@ def open_task(page, url: str, prefilled: bool = False) -> None:
             if attempt == 2:
                 raise AssertionError(f"the pre-fill was not shown in 60 s, twice: {page.evaluate(EDITOR_STORE)}") from None
     page.wait_for_load_state("networkidle")
-    page.locator("#unit_0 .lsf-choices").first.wait_for()
+    page.locator("#unit_0 .lsf-choices >> visible=true").first.wait_for()
 
 
 # the fields of the page holding a proposal nobody accepted yet ([form id, field key], the form's

@@ -20,7 +20,7 @@ from desk_front.comfort import KEYS_PATH
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
-from tests.helpers import SCREENSHOTS, browser_login, tone_wav
+from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, tone_wav
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,7 @@ def _fill(page, rnd, data, values) -> None:
                 if attempt == 4:
                     raise
                 time.sleep(0.5)
-        groups, k = unit.locator(".lsf-choices"), 0
+        groups, k = unit.locator(_LISTS), 0
         row = values.get(u["row_index"], {})
         for f in rnd.fields:
             if f.type != "records":
@@ -93,11 +93,15 @@ def _fill(page, rnd, data, values) -> None:
 _STORED = {c.get("value"): c.get("alias") for name in round_names() for sc in ("couple", "family")
            for c in ET.fromstring(ls_config.render_config(load_round(name), sc)).iter("Choice") if c.get("alias")}
 KEYBOARD_ROUND = "strategy"  # filled and submitted with the keyboard alone
+# a form's choice lists, its fields' own (a proposal's "accept" box left out)
+_LISTS = "xpath=.//div[contains(concat(' ', @class, ' '), ' lsf-choices ') and not(ancestor::*[starts-with(@id, 'proposal-')])]"
 _ACTIVE = """() => { const el = document.activeElement; const unit = el && el.closest('[id^=unit_]');
   const group = el && el.closest('.lsf-choices');
   return {unit: unit ? unit.id : null, tag: el ? el.tagName : null, name: el ? el.getAttribute('name') : null,
-          group: unit && group ? [...unit.querySelectorAll('.lsf-choices')].indexOf(group) : -1}; }"""
-_CHECKED = "u => [...document.querySelectorAll(`#${u} .lsf-choices`)].map(g => [...g.querySelectorAll('input')].filter(i => i.checked).map(i => i.name))"
+          group: unit && group ? [...unit.querySelectorAll('.lsf-choices')].filter(g => !g.closest('[id^=proposal-]'))
+            .indexOf(group) : -1}; }"""
+_CHECKED = ("u => [...document.querySelectorAll(`#${u} .lsf-choices`)].filter(g => !g.closest('[id^=proposal-]'))"
+            ".map(g => [...g.querySelectorAll('input')].filter(i => i.checked).map(i => i.name))")
 
 
 def _fill_by_keyboard(page, rnd, data, values) -> int:
@@ -228,7 +232,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                 task = client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
                 page.goto(f"{front.url}/projects/{pid}/data?task={task['id']}")
                 try:
-                    page.wait_for_selector("#unit_0 .lsf-choices", timeout=120_000)
+                    page.wait_for_selector("#unit_0 .lsf-choices >> visible=true", timeout=120_000)
                 except PlaywrightError:  # say which round and keep what the annotator saw
                     page.screenshot(path=str(SCREENSHOTS / f"{name}_no_form.png"), full_page=True)
                     raise AssertionError(f"round {name}: no form within 120 s at {page.url}; "
@@ -244,13 +248,13 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                 assert {push.parse_project_key(p["description"].splitlines()[-1])[2] for p in listed} == {email}
                 truth = _truth(rnd, sample)
                 if name == KEYBOARD_ROUND:
-                    page.locator("#unit_0 .lsf-choices").first.wait_for()
+                    page.locator("#unit_0 .lsf-choices >> visible=true").first.wait_for()
                     page.screenshot(path=str(SCREENSHOTS / f"{name}_keyboard_before.png"), full_page=True)
                     keys = _fill_by_keyboard(page, rnd, task["data"], truth)
                     assert keys > 0
                 else:
                     if name == "emotion":  # submitting an empty form names the field and the form in words
-                        page.locator("#unit_0 .lsf-choices").first.wait_for()
+                        page.locator("#unit_0 .lsf-choices >> visible=true").first.wait_for()
                         # the round's default is pre-filled: "who feels it" is the row's speaker
                         assert page.evaluate(_CHECKED, "unit_0")[1] == [task["data"]["units"][0]["speaker"]]
                         page.get_by_role("button", name="Submit").click()
@@ -260,6 +264,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                         page.keyboard.press("Escape")
                         dialog.wait_for(state="hidden")
                     _fill(page, rnd, task["data"], truth)
+                    accept_by_mouse(page)  # what the fill left as proposed (emotion's "who feels it"): accepted
                     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
                     page.get_by_role("button", name="Submit").click()
                 deadline = time.monotonic() + 60
