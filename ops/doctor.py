@@ -91,6 +91,7 @@ def _desk_settings(venv: Path, running: list[int]) -> Check:
     from pipeline.annotation.server import DESK_SETTINGS, desk_settings_choice
 
     on, why = desk_settings_choice(venv)
+    why = f"on ({why})" if on else f"off: {why}"
     envs = [e for e in map(_process_env, running) if e is not None]
     with_them = sum(e.get("DJANGO_SETTINGS_MODULE") == DESK_SETTINGS.stem for e in envs)
     todo = ""
@@ -98,7 +99,7 @@ def _desk_settings(venv: Path, running: list[int]) -> Check:
         why += f"; running desks with them: {with_them} of {len(envs)}"
         if with_them != (len(envs) if on else 0):
             todo = "restart the desks to match: rescue label-studio down, then rescue label-studio up"
-    return Check("accelerations", "desk settings", OK if on else OFF, f"on ({why})" if on else f"off: {why}", todo)
+    return Check("accelerations", "desk settings", OK if on else OFF, why, todo)
 
 
 def _desk_database(desks, venv: Path) -> Check:
