@@ -11,6 +11,12 @@ Studio shows them as the form's starting values. No annotation tool reports whet
 * ``cleared``: predicted, and the annotator left the field empty;
 * ``added``: nothing predicted, and the annotator filled the field.
 
+Each pre-filled field is a proposal of its own, which Label Studio takes only once the annotator
+accepted it or changed it (:func:`.ls_config.mark_prefilled`): ``kept`` is a proposal accepted as
+it was, ``changed`` one edited, field by field, so a row whose speaker was corrected counts its
+text and addressee as kept. The proposal mark and the "accept" boxes are no fields (their names
+are none of the round's) and count nowhere.
+
 A records field (felt emotions, viewpoints, strategies) counts as a whole (``internal_emotion``)
 and part by part (``internal_emotion.person``, ...: slot by slot as the form shows them, by the
 raw values, since a pre-filled part of a record alone is no record the parser accepts).

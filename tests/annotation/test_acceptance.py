@@ -267,6 +267,32 @@ def test_a_record_prefilled_in_part_is_kept_in_that_part_and_completed_in_the_ot
                            ("utterance_type", None, "added"): 2, ("tone_of_voice", None, "added"): 2})
 
 
+def test_each_proposal_counts_on_its_own_field_and_the_accept_boxes_are_no_fields():
+    """Proposals are accepted field by field (``ls_config.mark_prefilled``): an annotation as Label
+    Studio takes it holds the mark and one ticked "accept" box per proposed field. The measure
+    counts each field: the one field changed on a row is changed, the row's other proposals kept
+    (accepted as they were), and neither the mark nor a box is a field."""
+    rnd = load_round("transcript")
+    sample = make_sample("synthetic/accept_fields", "couple", 3)
+    [prepared] = push._prepare(rnd, sample, push.input_values, None)
+    pred = prepared.prediction
+    marks = [r for r in pred if r["from_name"].startswith(f"{ls_config.PROPOSED_MARK}_")]
+    assert [r["value"]["choices"] for r in marks] == [["dialogue_cleaned", "primary_speaker", "target"]] * 3
+    boxes = [{"from_name": ls_config.accept_name(key, r["from_name"].rsplit("_", 1)[1]), "to_name": r["to_name"],
+              "type": "choices", "value": {"choices": [ls_config.ACCEPT_VALUE]}} for r in marks for key in r["value"]["choices"]]
+    other = next(p for p in sample["participants"] if p != sample["rows"][1]["primary_speaker"])
+    submitted = [dict(r, value={"choices": [other]}) if r["from_name"] == "primary_speaker_1" else r for r in pred] + boxes
+    task = {"id": 1, "data": prepared.data,
+            "annotations": [{"id": 2, "completed_by": 1, "result": submitted, "updated_at": "2026-01-01"}]}
+    lines = acceptance.measure_tasks(rnd, "couple", "a@x", [task], {1: [{"id": 3, "result": pred, "model_version": "m"}]},
+                                     {1: "a@x"}, parse=pull.parse_annotation)
+    assert {(r["row_index"], r["field"]): r["outcome"] for r in lines} == {
+        (ri, f): "changed" if (ri, f) == (2, "primary_speaker") else "kept"
+        for ri in (1, 2, 3) for f in ("dialogue_cleaned", "primary_speaker", "target")}
+    by_field = {r["field"]: (r["predicted"], r["kept"], r["changed"]) for r in acceptance.summarize(lines)}
+    assert by_field == {"dialogue_cleaned": (3, 3, 0), "primary_speaker": (3, 2, 1), "target": (3, 3, 0)}
+
+
 def test_a_rebuild_takes_each_projects_latest_state_and_keeps_a_deleted_tasks_lines(tmp_path):
     """Two archived states of one project: the second changed a row and lost a task (deleted in
     Label Studio after the push). The rebuild gives the second state's lines plus the lost task's
