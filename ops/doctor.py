@@ -41,6 +41,7 @@ from ops.prefect_setup import api_url, auth_file
 from ops.processes import StackPaths, read_pid
 from ops.stack import _prefect_port_option, _use_prefect_port, open_to_anyone, status as stack_status, worker_names
 from pipeline.config import Settings
+from pipeline.paths import DataRoot
 
 OK, OFF, BROKEN = "ok", "off", "BROKEN"
 SECTIONS = ("label studio", "accelerations", "desks", "fronts", "prefect", "models", "data root")
@@ -258,7 +259,6 @@ def models(settings: Settings) -> list[Check]:
     pipeline loads by default (offline diarization, sentence splitter data) must be there."""
     from pipeline.lineage import DigestCache, model_digest
     from pipeline.media.keys import NLTK_DATA, OFFLINE_DIARIZATION
-    from pipeline.paths import DataRoot
 
     cache = DigestCache(DataRoot(settings.data_root))  # reads the root's digest cache; writes nothing
     folder = settings.models_dir
@@ -279,7 +279,7 @@ def exposed(root: Path) -> list[Path]:
     """What under ``root`` group or others may read (mode bits; links are not followed), but a
     published release (``releases/<version>`` made readable by ``rescue release publish``)."""
     found: list[Path] = []
-    releases = root / "releases"
+    releases = DataRoot(root).releases_dir()
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         keep = []
@@ -317,7 +317,6 @@ def run(data_root_path: str | Path | None = None) -> list[Check]:
     """Every check, in :data:`SECTIONS` order."""
     from pipeline.annotation.desks import Desks
     from pipeline.annotation.server import DEFAULT_VENV
-    from pipeline.paths import DataRoot
 
     settings = Settings.from_env(data_root_path)
     root = settings.data_root.resolve()
