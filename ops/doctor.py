@@ -97,7 +97,7 @@ def _desk_settings(venv: Path, running: list[int]) -> Check:
     with_them = sum(e.get("DJANGO_SETTINGS_MODULE") == DESK_SETTINGS.stem for e in envs)
     todo = ""
     if envs:
-        why += f"; running desks with them: {with_them} of {len(envs)}"
+        why += f", in {with_them} of {len(envs)} running desks"
         if with_them != (len(envs) if on else 0):
             todo = "restart the desks to match: rescue label-studio down, then rescue label-studio up"
     return Check("accelerations", "desk settings", OK if on else OFF, why, todo)
@@ -112,9 +112,9 @@ def _desk_database(desks, venv: Path) -> Check:
         if elsewhere:
             off = f"RESCUE_DESK_URL reaches {len(elsewhere)} desk(s) elsewhere ({desks.url(elsewhere[0])})"
     if off is not None:
-        return Check("accelerations", "pull from the desk's database", OFF, f"off: {off}; pulls ask the desk's API")
-    return Check("accelerations", "pull from the desk's database", OK,
-                 f"on (Label Studio {desk_db.WRITTEN_FOR} = written for {desk_db.WRITTEN_FOR}, desks on this machine)")
+        return Check("accelerations", "pull from desk databases", OFF, f"off: {off}; pulls ask the desks' API")
+    return Check("accelerations", "pull from desk databases", OK,
+                 f"on (Label Studio {desk_db.WRITTEN_FOR} = written for {desk_db.WRITTEN_FOR})")
 
 
 def _bundle_patches(upstream: str | None) -> Check:
@@ -122,8 +122,7 @@ def _bundle_patches(upstream: str | None) -> Check:
     from desk_front.app import Front
 
     if upstream is None:
-        return Check("accelerations", "bundle patches", OFF, "off here: no desk answers to check against (a "
-                     "front checks its desk's version and each patched file's sha256 at start)")
+        return Check("accelerations", "bundle patches", OFF, "off: no desk answers to check them against")
 
     async def check():
         front = Front(upstream)
@@ -141,7 +140,7 @@ def _bundle_patches(upstream: str | None) -> Check:
     applied = [o for o in report.outcomes if o.applied]
     if report.outcomes and len(applied) == len(report.outcomes):
         return Check("accelerations", "bundle patches", OK,
-                     f"on ({', '.join(o.group for o in applied)}: Label Studio {report.release}, sha256 as written for)")
+                     f"on ({', '.join(o.group for o in applied)}: Label Studio {report.release}, sha256 as written)")
     reasons = "; ".join(f"{o.group}: {o.reason}" for o in report.outcomes if not o.applied)
     return Check("accelerations", "bundle patches", OFF, f"off: {reasons or 'the desk did not say its version'}")
 
@@ -151,12 +150,12 @@ def _front_switches() -> list[Check]:
 
     out = []
     for name, var, on in (("slim columns", NO_SLIM_COLUMNS_ENV, "the task list shows the heading only"),
-                          ("service worker", NO_SW_ENV, "the front's build cache before Label Studio's worker")):
+                          ("service worker", NO_SW_ENV, "the front's build cache in the browser")):
         out.append(Check("accelerations", name, OFF, f"off: {var}=1") if switched_off(var)
                    else Check("accelerations", name, OK, f"on ({on})"))
     if KEYS_FILE.is_file():
-        out.append(Check("accelerations", "keys script", OK, "on (served by each front; a hook it misses shows "
-                         "a banner in the browser, checked there at run time only)"))
+        out.append(Check("accelerations", "keys script", OK, "on (its hooks are checked in the browser only: "
+                         "a banner)"))
     else:
         out.append(Check("accelerations", "keys script", BROKEN, f"{KEYS_FILE} is missing",
                          "restore desk_front/static/keys.js from the repository"))
@@ -230,7 +229,7 @@ def prefect(root: Path) -> list[Check]:
             out.append(Check("prefect", "server", BROKEN, f"{url} answers without the API auth string",
                              "restart it: rescue stack down && rescue stack up"))
         else:
-            out.append(Check("prefect", "server", OK, f"up at {url}, refuses calls without the auth string"))
+            out.append(Check("prefect", "server", OK, f"up at {url}, auth string required"))
     elif read_pid(paths, "prefect-server"):
         out.append(Check("prefect", "server", BROKEN, f"runs but {url}/health does not answer",
                          f"see {paths.log_file('prefect-server')}; rescue stack down && {UP}"))
@@ -264,14 +263,16 @@ def models(settings: Settings) -> list[Check]:
     folder = settings.models_dir
     names = sorted({OFFLINE_DIARIZATION, NLTK_DATA} | ({p.name for p in folder.iterdir() if not p.name.startswith(".")}
                                                         if folder.is_dir() else set()) - {"downloads"})
-    out = []
+    out = [Check("models", "models dir", OK, str(folder)) if folder.is_dir() else
+           Check("models", "models dir", BROKEN, f"{folder} is not a folder", "scripts/setup.sh makes it "
+                 "(or set RESCUE_MODELS_DIR)")]
     for name in names:
         digest = model_digest(folder / name, cache)
         if digest == "missing":
             out.append(Check("models", name, BROKEN, f"missing at {folder / name}",
                              "scripts/setup.sh (scripts/setup.d/20-models.sh) builds it"))
         else:
-            out.append(Check("models", name, OK, f"sha256 {digest[:16]} ({folder / name})"))
+            out.append(Check("models", name, OK, f"sha256 {digest[:16]}"))
     return out
 
 
@@ -304,7 +305,7 @@ def data_root(root: Path) -> list[Check]:
         return [Check("data root", "modes", BROKEN, f"{root} is not a folder", "rescue stack up makes it")]
     found = exposed(root)
     if not found:
-        return [Check("data root", "modes", OK, f"everything under {root} is owner-only (but published releases)")]
+        return [Check("data root", "modes", OK, f"owner-only under {root} (published releases aside)")]
     shown = ", ".join(str(p) for p in found[:SHOWN_PATHS]) + (f" and {len(found) - SHOWN_PATHS} more"
                                                               if len(found) > SHOWN_PATHS else "")
     return [Check("data root", "modes", BROKEN, f"{len(found)} path(s) readable by group or others: {shown}",
