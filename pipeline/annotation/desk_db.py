@@ -14,12 +14,15 @@ This reads a third party's private schema, so it is tied to the exact version it
 for, all or nothing: :func:`read_project` answers only when the desk's Label Studio is
 :data:`WRITTEN_FOR` and every table it reads has exactly the columns listed here; otherwise it
 raises :class:`Unavailable` and the pull asks the desk's API (:meth:`.client.LabelStudioClient.export_tasks`),
-as it also does for a desk it reaches through another address (``RESCUE_DESK_URL``).
+as it also does for a desk it reaches through another address (``RESCUE_DESK_URL``), and for
+every desk with ``RESCUE_PULL_VIA_API=1`` (:data:`VIA_API_VAR`: Label Studio's own export, to
+compare or to rule this reader out).
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +32,8 @@ from pipeline.annotation.server import LabelStudioServer, installed_version  # n
 # The Label Studio this reader was written for and tested against. Not server.LS_VERSION: when
 # the pin moves, this reader stays off until it is checked against the new schema and export.
 WRITTEN_FOR = "1.23.2"
+# =1: no pull reads a desk's database; every export and draft is asked of the desk's API.
+VIA_API_VAR = "RESCUE_PULL_VIA_API"
 
 # Every column of every table read, exactly as Label Studio 1.23.2's migrations leave them: one
 # column more or less (another version's schema) and the export is asked of the API instead.
@@ -63,10 +68,18 @@ def version_off(venv: Path) -> str | None:
     return None if installed == WRITTEN_FOR else f"installed {installed or 'no Label Studio'}, written for {WRITTEN_FOR}"
 
 
+def off(venv: Path) -> str | None:
+    """Why no pull reads a desk's database now (``RESCUE_PULL_VIA_API=1``, or
+    :func:`version_off`), None when it may: the one rule :func:`readable` and ``rescue doctor`` share."""
+    if os.environ.get(VIA_API_VAR, "") not in ("", "0"):
+        return f"{VIA_API_VAR}={os.environ[VIA_API_VAR]}"
+    return version_off(venv)
+
+
 def readable(server: LabelStudioServer) -> Path | None:
-    """``server``'s database when this module may read it: the installed Label Studio is
-    :data:`WRITTEN_FOR` and the database exists; None otherwise."""
-    if version_off(server.venv) is not None:
+    """``server``'s database when this module may read it: not switched off (:data:`VIA_API_VAR`),
+    the installed Label Studio is :data:`WRITTEN_FOR` and the database exists; None otherwise."""
+    if off(server.venv) is not None:
         return None
     return server.database if server.database.is_file() else None
 

@@ -224,6 +224,14 @@ class LabelStudioServer:
         return {"PYTHONPATH": str(DESK_SETTINGS.parent), "DJANGO_SETTINGS_MODULE": DESK_SETTINGS.stem,
                 "PYTHONDONTWRITEBYTECODE": "1"}
 
+    def _template(self) -> Path | None:
+        """:data:`TEMPLATE_DB` where this server's Label Studio is the version that made it (the
+        default venv's, migrated by set-up): a database migrated by another version is never
+        copied (its schema is not that version's); such a server runs its own migrations."""
+        if not TEMPLATE_DB.is_file() or installed_version(self.venv) != installed_version(DEFAULT_VENV):
+            return None
+        return TEMPLATE_DB
+
     def _executable(self) -> Path:
         exe = self.venv / "bin" / "label-studio"
         if not exe.exists():
@@ -248,7 +256,7 @@ class LabelStudioServer:
         make_private_dir(self.data_dir)  # its database holds transcripts and answers: owner-only
         self.media_root.mkdir(parents=True, exist_ok=True)
         db = self.database
-        if not db.exists() and TEMPLATE_DB.is_file():
+        if not db.exists() and self._template() is not None:
             tmp_db = db.with_suffix(".tmp")
             shutil.copyfile(TEMPLATE_DB, tmp_db)
             os.chmod(tmp_db, 0o600)
