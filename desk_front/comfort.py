@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 KEYS_PATH = "/__rescue__/keys.js"  # where pages load the keys script from
@@ -14,9 +15,10 @@ NO_SLIM_COLUMNS_ENV = "RESCUE_NO_SLIM_COLUMNS"  # =1: the data manager's columns
 NO_SW_ENV = "RESCUE_NO_SW"  # =1: Label Studio's service worker as it is
 
 
-def switched_off(switch: str) -> bool:
-    """Whether the front's switch ``switch`` (``RESCUE_NO_...``) turns its comfort off: ``=1``."""
-    return os.environ.get(switch) == "1"
+def switched_off(switch: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the front's switch ``switch`` (``RESCUE_NO_...``) turns its comfort off: ``=1`` in
+    ``environ`` (default this process's; ``rescue doctor`` asks of a running front's too)."""
+    return (os.environ if environ is None else environ).get(switch) == "1"
 
 
 def keys_js() -> bytes:

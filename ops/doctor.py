@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import stat
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -117,8 +117,14 @@ def _desk_database(desks, venv: Path) -> Check:
                  f"on (Label Studio {desk_db.WRITTEN_FOR} = written for {desk_db.WRITTEN_FOR})")
 
 
-def _bundle_patches(upstream: str | None) -> Check:
+def _bundle_patches(upstream: str | None, fronts: list[int]) -> Check:
     """The front's own start check (:meth:`desk_front.app.Front.check`) against a running desk."""
+    from desk_front.patches import NO_PATCHES_ENV
+
+    return _running_fronts_differ(_patches_checked(upstream), NO_PATCHES_ENV, fronts)
+
+
+def _patches_checked(upstream: str | None) -> Check:
     from desk_front.app import Front
 
     if upstream is None:
@@ -145,14 +151,27 @@ def _bundle_patches(upstream: str | None) -> Check:
     return Check("accelerations", "bundle patches", OFF, f"off: {reasons or 'the desk did not say its version'}")
 
 
-def _front_switches() -> list[Check]:
+def _running_fronts_differ(check: Check, var: str, fronts: list[int]) -> Check:
+    """``check`` with what to do where running fronts were started with ``var`` otherwise."""
+    from desk_front.comfort import switched_off
+
+    envs = [e for e in map(_process_env, fronts) if e is not None]
+    differ = sum(switched_off(var, e) != switched_off(var) for e in envs)
+    if not differ:
+        return check
+    return replace(check, todo=f"{differ} of {len(envs)} running fronts differ: restart them "
+                               "(rescue label-studio down, then rescue label-studio up)")
+
+
+def _front_switches(fronts: list[int]) -> list[Check]:
     from desk_front.comfort import KEYS_FILE, NO_SLIM_COLUMNS_ENV, NO_SW_ENV, switched_off
 
     out = []
     for name, var, on in (("slim columns", NO_SLIM_COLUMNS_ENV, "the task list shows the heading only"),
                           ("service worker", NO_SW_ENV, "the front's build cache in the browser")):
-        out.append(Check("accelerations", name, OFF, f"off: {var}=1") if switched_off(var)
-                   else Check("accelerations", name, OK, f"on ({on})"))
+        check = (Check("accelerations", name, OFF, f"off: {var}=1") if switched_off(var)
+                 else Check("accelerations", name, OK, f"on ({on})"))
+        out.append(_running_fronts_differ(check, var, fronts))
     if KEYS_FILE.is_file():
         out.append(Check("accelerations", "keys script", OK, "on (its hooks are checked in the browser only: "
                          "a banner)"))
@@ -175,15 +194,16 @@ def _migration(root) -> Check:
 
 # --- health ---------------------------------------------------------------------------------
 
-def desks_and_fronts(desks) -> tuple[list[Check], list[int], str | None]:
-    """The desks' and fronts' checks, the running desks' pids and a desk that answers (or None)."""
+def desks_and_fronts(desks) -> tuple[list[Check], list[int], list[int], str | None]:
+    """The desks' and fronts' checks, the running desks' and fronts' pids and a desk that
+    answers (or None)."""
     from pipeline.annotation.desks import DeskError
 
-    checks, pids, answering = [], [], None
+    checks, pids, front_pids, answering = [], [], [], None
     try:
         registered = desks.all()
     except DeskError as exc:
-        return [Check("desks", "registry", BROKEN, str(exc))], [], None
+        return [Check("desks", "registry", BROKEN, str(exc))], [], [], None
     if not registered:
         checks.append(Check("desks", "desks", OK, "none yet", "add people: rescue annotators add EMAIL"))
     for desk in registered:
@@ -216,7 +236,9 @@ def desks_and_fronts(desks) -> tuple[list[Check], list[int], str | None]:
                                 f"see {front.log_file}"))
         else:
             checks.append(Check("fronts", fname, OK, f"up at {front.url} -> {front.upstream}"))
-    return checks, pids, answering
+        if front is not None and front.pid() is not None:
+            front_pids.append(front.pid())
+    return checks, pids, front_pids, answering
 
 
 def prefect(root: Path) -> list[Check]:
@@ -323,10 +345,10 @@ def run(data_root_path: str | Path | None = None) -> list[Check]:
     root = settings.data_root.resolve()
     desks = Desks(root, settings)
     try:
-        health, pids, answering = desks_and_fronts(desks)
+        health, pids, front_pids, answering = desks_and_fronts(desks)
         checks = label_studio(DEFAULT_VENV)
         checks += [_desk_settings(DEFAULT_VENV, pids), _desk_database(desks, DEFAULT_VENV),
-                   _bundle_patches(answering), *_front_switches(), _migration(DataRoot(root))]
+                   _bundle_patches(answering, front_pids), *_front_switches(front_pids), _migration(DataRoot(root))]
         checks += health + prefect(root) + models(settings) + data_root(root)
     finally:
         desks.close()
