@@ -228,7 +228,7 @@
   function edited(e) {  // a choice clicked (Label Studio's choices fire no change event) or text typed
     var t = e.target;
     if (state !== "on" || !t || !t.closest) return;
-    if (t.closest(PROPOSAL)) return;  // an "accept" box itself
+    if (t.closest(PROPOSAL)) { setTimeout(tidy, 0); return; }  // an "accept" box itself (by mouse): the look follows
     if (e.type === "click" && (t.type === "checkbox" || t.type === "radio")) remember(t);
     var field = t.closest(FIELD), form = formOf(t);
     if (!field || !form) return;

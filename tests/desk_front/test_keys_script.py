@@ -202,6 +202,9 @@ def test_an_edit_accepts_its_own_field_only(page):
     page.keyboard.press("a")
     page.wait_for_function("() => document.activeElement.closest('.people')")
     assert page.evaluate("() => [...document.querySelectorAll('.proposal input')].map(b => b.checked)") == [False, True]
+    # the people's box ticked by mouse: accepted, and it no longer looks proposed
+    page.locator("#unit_0 .proposal input").first.click()
+    page.wait_for_function(f"() => ({_PROPOSED})().length === 0")
 
 
 def test_a_kept_texts_edit_action_shows_when_focused(page):
