@@ -48,8 +48,6 @@ from pipeline.synthetic import corpus as synth_corpus
 from pipeline.synthetic.annotators import SimulatedAnnotator
 from tests.helpers import desk_hooks, free_port, require_label_studio, sample_media
 
-pytestmark = pytest.mark.slow
-
 ROUND = "relation"
 A, B = "stock-a@rescue.test", "stock-b@rescue.test"
 PREVIOUS = "1.22.0"  # the previous minor release
@@ -146,6 +144,7 @@ def _same_outputs(ours: dict, theirs: dict) -> None:
         assert ours[key] == theirs[key], f"{key} differ"
 
 
+@pytest.mark.slow
 def test_accelerations_off_give_the_same_round(accelerated, tmp_path, monkeypatch):
     # the accelerated run was accelerated: our settings on each desk, the databases read, no export asked
     assert set(accelerated["ran"]["settings"].values()) == {DESK_SETTINGS.stem}
@@ -181,6 +180,7 @@ def _install_previous() -> None:
     installed_version.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.upgrade
 def test_the_previous_minor_release_switches_every_acceleration_off_and_gives_the_same_round(
         accelerated, tmp_path, monkeypatch, request):
@@ -212,3 +212,26 @@ def test_the_previous_minor_release_switches_every_acceleration_off_and_gives_th
 def _migrations(database: Path) -> set[tuple[str, str]]:
     with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as db:
         return set(db.execute("SELECT app, name FROM django_migrations"))
+
+
+def test_the_pull_switch_and_the_template_follow_the_installed_version(tmp_path, monkeypatch):
+    """Without servers: ``RESCUE_PULL_VIA_API=1`` turns the database reader off whatever the
+    version; the template database (migrated by the default venv's Label Studio) goes only to a
+    desk of that same version."""
+    require_label_studio()
+    other = tmp_path / "venv-other"
+    (other / "lib" / "python3.11" / "site-packages" / f"label_studio-{PREVIOUS}.dist-info").mkdir(parents=True)
+    installed_version.cache_clear()
+    monkeypatch.delenv(desk_db.VIA_API_VAR, raising=False)
+    assert desk_db.off(DEFAULT_VENV) is None
+    assert desk_db.off(other) == f"installed {PREVIOUS}, written for {desk_db.WRITTEN_FOR}"
+    monkeypatch.setenv(desk_db.VIA_API_VAR, "1")
+    assert desk_db.off(DEFAULT_VENV) == f"{desk_db.VIA_API_VAR}=1"
+    server = LabelStudioServer(tmp_path / "ls", venv=DEFAULT_VENV)
+    (server.data_dir).mkdir()
+    (server.database).write_bytes(b"")
+    assert desk_db.readable(server) is None
+    monkeypatch.setenv(desk_db.VIA_API_VAR, "0")
+    assert desk_db.readable(server) == server.database
+    assert server._template() == TEMPLATE_DB
+    assert LabelStudioServer(tmp_path / "ls2", venv=other)._template() is None
