@@ -9,7 +9,7 @@ do; ``--json`` gives the same as one object. The exit code is 1 when something i
   guard decides (the same function the code calls, never a second copy of its rule): the desk
   settings (:func:`pipeline.annotation.server.desk_settings_choice`; the running desks' own
   settings are read from their process environment), the pull reading a desk's own database
-  (:func:`pipeline.annotation.desk_db.version_off`, :meth:`~pipeline.annotation.desks.Desks.reached_here`),
+  (:func:`pipeline.annotation.desk_db.off`, :meth:`~pipeline.annotation.desks.Desks.reached_here`),
   the front's bundle patches (:meth:`desk_front.app.Front.check` against a running desk: its
   version, then each patched file's sha256), slim columns and the service worker (their
   ``RESCUE_NO_*`` switches), the keys script (its hook check runs in the browser only) and the
@@ -106,7 +106,7 @@ def _desk_settings(venv: Path, running: list[int]) -> Check:
 def _desk_database(desks, venv: Path) -> Check:
     from pipeline.annotation import desk_db
 
-    off = desk_db.version_off(venv)
+    off = desk_db.off(venv)
     if off is None:
         elsewhere = [d for d in desks.all() if not desks.reached_here(d)]
         if elsewhere:

@@ -1,9 +1,10 @@
 """`rescue doctor` on a real stack (`rescue stack up` on a fresh data root: the Prefect server, a
 worker, the sweeper, one Label Studio and one desk_front per person): healthy, it exits 0 with
 every section and each acceleration on as its guard decides; with RESCUE_LS_STOCK_SETTINGS=1 the
-desk settings are off with that reason (still 0); a file under the data root that others may
-read is BROKEN and named (a published release is not); a stopped desk is BROKEN, named, with how
-to start it (exit 1). The `rescue` commands run as processes, as an operator runs them."""
+desk settings are off with that reason (still 0), as is the pull's reading of the desks'
+databases with RESCUE_PULL_VIA_API=1; a file under the data root that others may read is BROKEN
+and named (a published release is not); a stopped desk is BROKEN, named, with how to start it
+(exit 1). The `rescue` commands run as processes, as an operator runs them."""
 from __future__ import annotations
 
 import json
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 ANN, ADJ = "doc-ann@example.org", "doc-adj@example.org"
 RESCUE = str(Path(sys.executable).with_name("rescue"))
-SWITCHES = ("RESCUE_LS_STOCK_SETTINGS", "RESCUE_NO_BUNDLE_PATCHES", "RESCUE_NO_SLIM_COLUMNS", "RESCUE_NO_SW",
-            "RESCUE_DESK_URL", "RESCUE_DESK_PUBLIC_URL")
+SWITCHES = ("RESCUE_LS_STOCK_SETTINGS", "RESCUE_PULL_VIA_API", "RESCUE_NO_BUNDLE_PATCHES", "RESCUE_NO_SLIM_COLUMNS",
+            "RESCUE_NO_SW", "RESCUE_DESK_URL", "RESCUE_DESK_PUBLIC_URL")
 
 
 def _run(env: dict, *argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -103,11 +104,13 @@ def test_a_healthy_stack_is_ok_in_every_section(stack):
 
 def test_stock_settings_are_off_with_that_reason_and_nothing_broken(stack):
     _, env, _ = stack
-    run, checks = _doctor(env, RESCUE_LS_STOCK_SETTINGS="1", RESCUE_NO_SW="1")
+    run, checks = _doctor(env, RESCUE_LS_STOCK_SETTINGS="1", RESCUE_NO_SW="1", RESCUE_PULL_VIA_API="1")
     assert run.returncode == 0, run.stdout + run.stderr
     settings = checks[("accelerations", "desk settings")]
     assert settings["state"] == "off" and settings["why"].startswith("off: RESCUE_LS_STOCK_SETTINGS=1"), settings
     assert "rescue label-studio down" in settings["todo"]  # the running desks still have them
+    pull = checks[("accelerations", "pull from desk databases")]
+    assert (pull["state"], pull["why"]) == ("off", "off: RESCUE_PULL_VIA_API=1; pulls ask the desks' API"), pull
     assert "  off    desk settings: off: RESCUE_LS_STOCK_SETTINGS=1" in run.stdout
     assert checks[("accelerations", "service worker")] == {  # the running fronts were started without it
         "section": "accelerations", "name": "service worker", "state": "off", "why": "off: RESCUE_NO_SW=1",
