@@ -16,10 +16,15 @@ tests/flows/test_annotation_round.py for a round waiting for adjudication.)
 """
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from pipeline.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +38,9 @@ def _flat(proc) -> str:
 
 
 def _run_id(proc) -> str:
-    found = re.search(r"UUID: ([0-9a-f-]{36})", proc.stdout)
-    assert found, proc.stdout[-3000:]
+    text = proc if isinstance(proc, str) else proc.stdout
+    found = re.search(r"UUID: ([0-9a-f-]{36})", text)
+    assert found, text[-3000:]
     return found.group(1)
 
 
@@ -59,7 +65,11 @@ def _children(stack, run_id) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def batch_run(stack, tmp_path_factory):
-    """The batch, run once as the operator runs it (push=false: no desks needed here)."""
+    """The batch, run once as the operator runs it (push=false: no desks needed here), and
+    followed meanwhile from a second terminal by `rescue batch watch` with the run's name:
+    ``(prefect's --watch, rescue batch watch's, the run's id)``, each a CompletedProcess."""
+    from prefect.client.orchestration import get_client
+
     from pipeline.synthetic import interviews as synth
 
     batch = tmp_path_factory.mktemp("term-batch")
@@ -67,13 +77,41 @@ def batch_run(stack, tmp_path_factory):
     (batch / "broken.mp4").write_bytes(b"this is not a video")
     with open(batch / "manifest.csv", "a") as fh:
         fh.write(f"{BROKEN},couple,broken.mp4,Ann;Bob,,,\n")
-    proc = stack.prefect("deployment", "run", "ingest-batch/default", "--param", f"batch_dir={batch}",
-                         "--param", f"data_root={stack.root / 'terminal'}", "--param", "push=false", "--watch")
-    return proc, _run_id(proc)
+    watch = _start(stack, "prefect", "deployment", "run", "ingest-batch/default", "--param", f"batch_dir={batch}",
+                   "--param", f"data_root={stack.root / 'terminal'}", "--param", "push=false", "--watch")
+    head = []
+    try:
+        for line in watch.stdout:  # until it has said the run's name (then the run exists)
+            head.append(line)
+            if "UUID:" in line:
+                break
+        name = re.search(r"Created flow run '([^']+)'", "".join(head)).group(1)
+        follower = _start(stack, "rescue", "batch", "watch", name, "--interval", "0.5")
+        with stack.prefect_settings(), get_client(sync_client=True) as client:  # it follows a batch still running
+            followed_live = not client.read_flow_run(_run_id("".join(head))).state.is_final()
+        followed = _finish(follower)
+        followed.live = followed_live
+        proc = _finish(watch, "".join(head))
+    finally:
+        for p in (watch, locals().get("follower")):
+            if p is not None and p.poll() is None:
+                p.kill()
+    return proc, followed, _run_id(proc)
+
+
+def _start(stack, exe: str, *args: str):
+    return subprocess.Popen([str(Path(sys.executable).with_name(exe)), *args], cwd=REPO_ROOT,
+                            env={**os.environ, **stack.env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc, before: str = "", timeout: float = 900) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, before + out, err)
 
 
 def test_a_quarantine_is_one_line_and_its_child_run_says_quarantined_without_a_traceback(stack, batch_run):
-    proc, run_id = batch_run
+    proc, _, run_id = batch_run
     out = _flat(proc)
     assert proc.returncode == 0, out[-4000:]
     assert "in 'Completed (1 quarantined)'" in out, out[-3000:]
@@ -104,19 +142,25 @@ def test_a_quarantine_is_one_line_and_its_child_run_says_quarantined_without_a_t
 def test_rescue_batch_watch_names_each_interview_and_the_reason(stack, batch_run):
     from prefect.client.orchestration import get_client
 
-    _, run_id = batch_run
+    _, followed, run_id = batch_run
     with stack.prefect_settings(), get_client(sync_client=True) as client:
         name = client.read_flow_run(run_id).name
-    proc = stack.rescue("batch", "watch", name)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
-    assert lines[0].startswith(f"ingest-batch run {name} ({run_id}): batch "), lines
-    assert any(re.search(r"interviews .* 2/2 done 1, cached 0, quarantined 1", line) for line in lines), lines
-    assert f"ingest-batch run {name} ended Completed (1 quarantined): 1 done, 0 cached, 1 quarantined" in lines
-    assert any(line.split() == [GOOD, "done"] for line in lines), lines
-    assert any(line.strip().startswith(f"{BROKEN}  quarantined (manifest.csv line 3): {REASON}")
-               for line in lines), lines
-    assert "Traceback" not in proc.stdout + proc.stderr
+
+    def check(proc) -> list[str]:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        lines = proc.stdout.splitlines()
+        assert lines[0].startswith(f"ingest-batch run {name} ({run_id}): batch "), lines
+        assert any(re.search(r"interviews .* 2/2 done 1, cached 0, quarantined 1", line) for line in lines), lines
+        assert f"ingest-batch run {name} ended Completed (1 quarantined): 1 done, 0 cached, 1 quarantined" in lines
+        assert any(line.split() == [GOOD, "done"] for line in lines), lines
+        assert any(line.strip().startswith(f"{BROKEN}  quarantined (manifest.csv line 3): {REASON}")
+                   for line in lines), lines
+        assert "Traceback" not in proc.stdout + proc.stderr
+        return lines
+
+    assert followed.live, "rescue batch watch started after the batch had ended"
+    check(followed)  # started with the batch, followed it to its end
+    lines = check(stack.rescue("batch", "watch", name))  # the finished batch
     # no RUN: the latest ingest-batch run (this one: the only batch this module ran so far)
     latest = stack.rescue("batch", "watch")
     assert latest.returncode == 0 and latest.stdout.splitlines()[0] == lines[0], latest.stdout + latest.stderr
