@@ -74,10 +74,10 @@ def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> Non
         raise StackError(f"port {port} on 127.0.0.1 is taken by a process this stack did not start; "
                          f"stop it or choose another port with RESCUE_PREFECT_PORT")
     make_private_dir(paths.home)
-    seed_database(paths)
+    seeded = seed_database(paths)
     pid = spawn(paths, "prefect-server",
                 [prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                {**env, **server_env(paths.root)})
+                {**env, **server_env(paths.root), **seeded})
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while not healthy(env["PREFECT_API_URL"]):
         if start_time(pid) is None:
