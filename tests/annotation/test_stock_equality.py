@@ -2,7 +2,8 @@
 annotators answering through their desks' API, pull, agreement, gold) run with every
 acceleration off and with every one on gives the same labels, problems, ledger, agreement and
 gold; and the same round on the previous minor release, Label Studio 1.22.0, where the
-version guards switch the accelerations off by themselves.
+version guards switch the accelerations off by themselves (there every other round is pushed
+too: each round's config and tasks are taken).
 
 Off means: desks run Label Studio's own settings (``RESCUE_LS_STOCK_SETTINGS=1``: no SQL task
 counters, no request-log removal, none of our login guards) and the pull exports every project
@@ -38,7 +39,7 @@ import pytest
 
 from pipeline.annotation import desk_db, ls_config, pull, push
 from pipeline.annotation.desks import Desks
-from pipeline.annotation.rounds import load_round
+from pipeline.annotation.rounds import load_round, round_names
 from pipeline.annotation.server import (DB_NAME, DEFAULT_VENV, DESK_SETTINGS, TEMPLATE_DB, LabelStudioServer,
                                         desk_settings_choice, installed_version)
 from pipeline.config import REPO_ROOT, Settings
@@ -70,9 +71,18 @@ def _desk_settings_module(desks: Desks, who: str) -> str | None:
     return env.get("DJANGO_SETTINGS_MODULE")
 
 
-def _run_round(root: Path, venv: Path) -> dict:
+def _push_all(desks: Desks, name: str, samples: list[dict], root: Path, media) -> tuple[int, int]:
+    """Round ``name`` pushed to both desks: (projects, tasks created), each project's tasks counted on its desk."""
+    report = push.push_round(desks, name, samples, [A, B], data_root=root, media_url=media, prelabel=None)
+    on_desks = sum(len(desks.client(push.parse_project_key(key)[2]).tasks(pid)) for key, pid in report.projects.items())
+    assert on_desks == report.created, (name, on_desks, report.summary())
+    return len(report.projects), report.created
+
+
+def _run_round(root: Path, venv: Path, every_round: bool = False) -> dict:
     """Push, answer, pull, agreement and gold of the small round on two new desks of ``venv``'s
-    Label Studio under ``root``; what the run gave, in comparable form, and how it ran."""
+    Label Studio under ``root``; what the run gave, in comparable form, and how it ran. With
+    ``every_round``, every other round is pushed too (``ran["pushed"]``: its projects and tasks)."""
     samples = _samples()
     by_id = {s["sample_id"]: s for s in samples}
     rnd = load_round(ROUND)
@@ -85,8 +95,8 @@ def _run_round(root: Path, venv: Path) -> dict:
             desks.client(who).create_user(who)
         ran = {"settings": {who: _desk_settings_module(desks, who) for who in (A, B)},
                "database": {who: desks.database(who) for who in (A, B)}}
-        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root,
-                                 media_url=sample_media(root, samples), prelabel=None)
+        media = sample_media(root, samples)
+        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root, media_url=media, prelabel=None)
         sims = {A: SimulatedAnnotator("stock-a", {"*": 0.2}, seed=1), B: SimulatedAnnotator("stock-b", {"*": 0.3}, seed=2)}
         skipped = samples[1]["sample_id"]  # B skips it: a problem line
         for who, sim in sims.items():
@@ -108,6 +118,8 @@ def _run_round(root: Path, venv: Path) -> dict:
         ran["exports_asked"] = len([p for p in asked if p.endswith("/export")])
         measured = agreement.measure_round(root, ROUND)
         built = gold.build_and_store(root, base_samples=samples, round_names=[ROUND], strict=False)
+        if every_round:  # every other round's configs and tasks, as that Label Studio takes them
+            ran["pushed"] = {name: _push_all(desks, name, samples, root, media) for name in round_names() if name != ROUND}
     finally:
         desks.down()
         desks.close()
@@ -196,7 +208,11 @@ def test_the_previous_minor_release_switches_every_acceleration_off_and_gives_th
     assert LabelStudioServer(tmp_path / "x", venv=PREVIOUS_VENV)._template() is None
     assert LabelStudioServer(tmp_path / "x", venv=DEFAULT_VENV)._template() == TEMPLATE_DB
     root = tmp_path / "data"
-    previous = _run_round(root, PREVIOUS_VENV)
+    previous = _run_round(root, PREVIOUS_VENV, every_round=True)
+    # every round's config and tasks taken: a project per (scenario, annotator), every sample's tasks
+    assert sorted(previous["ran"]["pushed"]) == sorted(set(round_names()) - {ROUND})
+    assert all(projects == 4 and created >= 2 * len(_samples()) for projects, created in previous["ran"]["pushed"].values()), \
+        previous["ran"]["pushed"]
     assert set(previous["ran"]["settings"].values()) == {None}
     assert previous["ran"]["database"] == {A: None, B: None}
     assert previous["ran"]["exports_asked"] == 4
