@@ -208,7 +208,8 @@ def _annotation_section(manifest: dict) -> str:
         "project and sees nobody else's answers. The transcript round starts from the pipeline's draft rows "
         "(speech recognition or subtitles, diarization, turn segmentation), shown as pre-filled values that "
         "annotators correct; a later round pre-fills only what earlier gold or a model proposed (never an empty "
-        "value), and a form that came filled in full is taken only once the annotator ticked it as checked. "
+        "value), and each pre-filled value is shown as proposed and taken only once the annotator accepted "
+        "it or changed it, field by field. "
         "The pre-filled fields below are those the pushes really pre-filled (the pipeline's record of each "
         "push). Rows where annotators "
         "disagree go to an adjudicator, whose answer is gold; numbers take the median.",
