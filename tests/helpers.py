@@ -252,8 +252,10 @@ def open_task(page, url: str, prefilled: bool = False) -> None:
 # the fields of the page holding a proposal nobody accepted yet ([form id, field key], the form's
 # order), and each field's "accept" box as [form id, field key, shown, ticked]
 PENDING = """() => [...document.querySelectorAll('[id^="proposal-"]')].filter(v => v.getClientRects().length
-  && !v.querySelector('input').checked).map(v => [v.closest('[id^=unit_]').id, v.id.slice(9).replace(/_\\d+$/, '')])"""
-ACCEPT_BOXES = """() => [...document.querySelectorAll('[id^="proposal-"]')].map(v => [v.closest('[id^=unit_]').id,
+  && !v.querySelector('input').checked).map(v => [v.closest('[id^=unit_], [id^=voice_]').id,
+  v.id.slice(9).replace(/_\\d+$/, '')])"""
+ACCEPT_BOXES = """() => [...document.querySelectorAll('[id^="proposal-"]')].map(v => [
+  v.closest('[id^=unit_], [id^=voice_]').id,
   v.id.slice(9).replace(/_\\d+$/, ''), v.getClientRects().length > 0, v.querySelector('input').checked])"""
 
 

@@ -1,6 +1,7 @@
 // RESCUE annotators' keys, added to every page by the desk's front (served at /__rescue__/keys.js).
 // Keyboard-first by the WAI-ARIA patterns: each choice list is ONE Tab stop (roving tabindex) with
-// the arrow keys inside it; a form is a unit_<i> (a row) or a voice_<v> ("Who is each voice?").
+// the arrow keys inside it; a form is a unit_<i> (a row) or a voice_<v> ("Who is each voice?"). A voice's
+// pre-filled name is a proposal like a row's pre-filled value (its "accept" box is "proposal-voice_<v>_is").
 //
 // Key state belongs to the window on screen: Label Studio shows the next task (window) without
 // reloading the page and every window reuses the forms' ids (unit_0, ...), so the form the keys act
@@ -327,7 +328,7 @@
     }
     document.querySelectorAll(".rescue-why").forEach(function (w) { w.remove(); });
     var why = document.createElement("div");
-    why.className = "rescue-why"; why.setAttribute("role", "alert"); why.textContent = text;
+    why.className = "rescue-why"; why.setAttribute("role", "alert"); why.textContent = voiceNamed(field, text);
     field.parentNode.insertBefore(why, field);
     var ok = dialog.querySelector(".ant-modal-confirm-btns button");
     if (ok) ok.click();
@@ -335,6 +336,17 @@
     // once the dialog has closed: closing gives the focus back to where it came from, which on a slow
     // machine came after a fixed wait and took the focus from the field again
     settle(dialog, 0, function () { focusField(field); field.scrollIntoView({block: "center"}); });
+  }
+  // a voice's message (voice_naming.config_block) cannot name the voice (Label Studio puts no task data in
+  // it): beside the field it names the voice, the one the form shows ("The proposed name of voice 'Speaker 2'
+  // is not accepted yet: ...")
+  function voiceNamed(field, text) {
+    var form = formOf(field), m = form && /^voice_(\d+)$/.exec(form.id);
+    var voices = (window.Htx && Htx.task && Htx.task.dataObj && Htx.task.dataObj.voices) || [];
+    var voice = m && voices[Number(m[1])] && voices[Number(m[1])].voice;
+    if (!voice) return text;
+    return text.replace("a voice under 'Who is each voice?'", "voice '" + voice + "'")
+      .replace(" (the first such voice from the top)", "");
   }
   function settle(dialog, tries, then) {  // the dialog's wrapper gone or hidden (up to 5 s), then 50 ms
     var wrap = dialog.closest(".ant-modal-wrap") || dialog;

@@ -327,5 +327,7 @@ def mark_prefilled(rnd: Round, data: dict, prediction: list[dict]) -> list[dict]
 
 def is_prefill_control(name: str) -> bool:
     """Whether a result's ``from_name`` is a form's proposal mark, a field's "accept" box, or an
-    earlier push's form-level mark or "pre-fill checked" box (no field)."""
-    return name.startswith(f"{ACCEPT}-") or any(name.startswith(f"{c}_") for c in PREFILL_CONTROLS)
+    earlier push's form-level mark or "pre-fill checked" box, or the voice block's mark or "accept"
+    box of a proposed name (:data:`.voice_naming.MARK_NAME`) (no field)."""
+    return name.startswith(f"{ACCEPT}-") or any(name.startswith(f"{c}_") for c in PREFILL_CONTROLS) \
+        or voice_naming.is_proposal_control(name)

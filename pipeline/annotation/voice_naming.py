@@ -10,7 +10,9 @@ transcript round's task, and the annotator's choices back into row speakers on p
   that plays exactly a stretch where that voice speaks alone (``ls_config.turn_player``, the
   per-row players' mechanism), its first lines, and buttons for the sample's participants and
   the therapist ("who is this voice?"). A voice already named (speaking-order hint, enrolled
-  voice print, therapist by role, subtitles) is pre-filled with that name.
+  voice print, therapist by role, subtitles) is pre-filled with that name as a proposal: it has
+  an "accept" box the annotator must tick (through the desk's front: the key ``a``, or picking a
+  person for that voice) before Label Studio takes the window.
 * **the rows**: a row's speaker and spoken-to lists also offer its draft voice as a choice
   stored as ``voice:<label>`` (shown ``<label> (voice)``, or the name alone where the label is
   already a name of the list, e.g. the therapist named by role), pre-filled (:func:`prefill`). Such a
@@ -22,7 +24,8 @@ transcript round's task, and the annotator's choices back into row speakers on p
   an emptied one becomes the therapist, or the group for the therapist's row
   (``taxonomy.fallback_addressee``, as in the segmenter); on a row whose speaker the annotator
   picked, it stays a problem.
-  The block's own results are removed: the label table holds rows only.
+  The block's own results (names, proposal marks, "accept" boxes) are removed: the label table
+  holds rows only.
 
 Long samples are pushed in parts (:mod:`.windows`): the block is shown in the first part only
 (:func:`first_part_only`: one place to name each voice, no two answers to reconcile), and since
@@ -61,6 +64,12 @@ FIRST_WORDS = 16
 # The block's controls are named so that naming.parse_control_name never takes them for a
 # row's control (no trailing _<unit>): windows never renumber them and pull never reports them.
 LABEL_NAME, INFO_NAME, CHOICE_NAME = "voice_{v}_label", "voice_{v}_info", "voice_{v}_is"
+# A name the push pre-filled is a proposal, as a row's pre-filled value is (``ls_config.proposal_box``):
+# per voice a hidden mark (MARK_NAME, set by the prediction) and an "accept" box (ACCEPT_NAME, shown and
+# required only where the mark is set; its view's id is "proposal-" + the choice's name, as a row's is,
+# so the desk's front treats both alike). The hyphens keep both out of naming.parse_control_name, and
+# ``ls_config.is_prefill_control`` drops them on pull.
+MARK_NAME, ACCEPT_NAME, MARK_VALUE = "proposed-voice_{v}", "accept-voice_{v}_is", "name"
 
 
 def applies(rnd: Round) -> bool:
@@ -81,6 +90,10 @@ def config_block(rnd: Round) -> list[str]:
     v = "{{v}}"
     label, info, choice = (n.format(v=v) for n in (LABEL_NAME, INFO_NAME, CHOICE_NAME))
     msg = quoteattr("A voice under 'Who is each voice?' (at the top) has no name yet; pick who it is.")
+    mark, accept = MARK_NAME.format(v=v), ACCEPT_NAME.format(v=v)
+    # one sentence; Label Studio names no data in it, so the desk's front adds the voice's name beside it
+    proposed = quoteattr("The proposed name of a voice under 'Who is each voice?' is not accepted yet (the first "
+                         "such voice from the top): listen, then accept it (key a) or pick who it is.")
     return [
         '  <View idAttr="voices">',
         f'    <HyperText name="voices_note" value="${NOTE_KEY}" inline="true"/>',
@@ -90,6 +103,18 @@ def config_block(rnd: Round) -> list[str]:
         f'        <Text name="{label}" value="${VOICES_KEY}[{v}].label"/>',
         f'        <Choices name="{choice}" toName="{label}" choice="single" showInline="true" required="true"'
         f' requiredMessage={msg} value="${PEOPLE_KEY}"/>',
+        f'        <View idAttr="proposal-{choice}" visibleWhen="choice-selected" whenTagName="{mark}"'
+        f' whenChoiceValue="{MARK_VALUE}">',
+        f'          <Choices name="{accept}" toName="{label}" choice="multiple" showInline="true" required="true"'
+        f' requiredMessage={proposed}>',
+        f'            <Choice value="proposed: accept it"/>',
+        "          </Choices>",
+        "        </View>",
+        f'        <View idAttr="{mark}" style="display: none">',
+        f'          <Choices name="{mark}" toName="{label}" choice="multiple">',
+        f'            <Choice value="{MARK_VALUE}"/>',
+        "          </Choices>",
+        "        </View>",
         "      </View>",
         "    </Repeater>",
         "  </View>",
@@ -230,14 +255,16 @@ def first_part_only(parts: list[dict]) -> list[dict]:
 
 def prefill(rnd: Round, data: dict, values: dict[int, dict], prediction: list[dict]) -> list[dict]:
     """The pre-annotation (``prediction``, from ``values`` = ``{row_index: {field: value}}``) with
-    the voice block (a voice already named keeps its name) and, where a row's value is a voice
+    the voice block (a voice already named keeps its name, as a proposal: its hidden mark set) and, where a row's value is a voice
     of the block, that voice's choice (``voice:<label>``) instead of the label; other values stay."""
     if not applies(rnd) or not values:  # no pre-annotation asked for: none here either
         return prediction
     people = {p["value"] for p in data.get(PEOPLE_KEY) or []}
-    out = [{"from_name": CHOICE_NAME.format(v=i), "to_name": LABEL_NAME.format(v=i), "type": "choices",
-            "value": {"choices": [v["voice"]]}}
-           for i, v in enumerate(data.get(VOICES_KEY) or []) if v["voice"] in people]
+    named = [i for i, v in enumerate(data.get(VOICES_KEY) or []) if v["voice"] in people]
+    voices = data.get(VOICES_KEY) or []
+    out = [{"from_name": name.format(v=i), "to_name": LABEL_NAME.format(v=i), "type": "choices",
+            "value": {"choices": [value]}}
+           for i in named for name, value in ((CHOICE_NAME, voices[i]["voice"]), (MARK_NAME, MARK_VALUE))]
     replaced = set()
     for i, u in enumerate(data.get("units") or []):
         row = values.get(u["row_index"]) or {}
@@ -265,8 +292,9 @@ def resolve(rnd: Round, data: dict, annotation: dict, report) -> dict:
     who is not a participant or the therapist, a row left on a voice nobody named (that row's
     choice is left out, so the row also lacks its speaker or target)."""
     results = annotation.get("result") or []
-    if not applies(rnd) or not any(_is_block(r) or _has_token(r) for r in results):
+    if not applies(rnd) or not any(_is_block(r) or _has_token(r) or is_proposal_control(_name(r)) for r in results):
         return annotation
+    results = [r for r in results if not is_proposal_control(_name(r))]  # a name's mark and "accept" box
     voices = data.get(VOICES_KEY) or []
     people = {p["value"] for p in data.get(PEOPLE_KEY) or []} or {*(data.get("participants") or []),
                                                                      taxonomy.THERAPIST}
@@ -313,6 +341,15 @@ def resolve(rnd: Round, data: dict, annotation: dict, report) -> dict:
                 continue
         final.append(r)
     return {**annotation, "result": final}
+
+
+def is_proposal_control(name: str) -> bool:
+    """Whether ``name`` is a voice's proposal mark or "accept" box (no answer: see :data:`MARK_NAME`)."""
+    for pattern in (MARK_NAME, ACCEPT_NAME):
+        head, _, tail = pattern.partition("{v}")
+        if name.startswith(head) and name.endswith(tail) and name[len(head):len(name) - len(tail)].isdigit():
+            return True
+    return False
 
 
 def _is_block(result: dict) -> bool:

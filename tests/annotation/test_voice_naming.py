@@ -22,7 +22,8 @@ from pipeline.annotation.rounds import load_round
 from pipeline.annotation.windows import WINDOW_UNITS, stitch_tasks
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
-from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, play_until_stopped, tone_wav
+from tests.helpers import (PENDING, SCREENSHOTS, accept_by_mouse, browser_login, open_task, play_until_stopped,
+                           tone_wav)
 
 def neutral(sample_id: str, scenario: str, n_rows: int) -> tuple[dict, dict, list[dict]]:
     """(script, draft, voice table): ``make_sample``'s rows as the script, the same rows with each
@@ -110,6 +111,9 @@ def test_block_in_the_first_part_rows_on_their_voice_and_names_applied_on_pull()
                                            for t in row["target"]]
         assert {k: v for k, v in pred.items() if k.startswith("voice_")} == (
             {"voice_2_is": ["Therapist"]} if part is parts[0] else {})
+        # the name pre-filled is a proposal: its voice's hidden mark is set (its "accept" box shows)
+        assert {k: v for k, v in pred.items() if "-voice_" in k} == (
+            {"proposed-voice_2": ["name"]} if part is parts[0] else {})
 
     # one annotator names the voices in part 1 and overrides one row in another part
     row, who = an_override(script)
@@ -118,6 +122,11 @@ def test_block_in_the_first_part_rows_on_their_voice_and_names_applied_on_pull()
     tasks = [{"id": 10 + k, "data": part, "annotations": [{
         "id": 100 + k, "completed_by": 7, "result": answer(rnd, part, draft, names if k == 0 else None, {row: who}),
         "updated_at": "2026-01-01T00:00:00Z"}]} for k, part in enumerate(parts)]
+    # the proposal's mark and its ticked "accept" box ride along in part 1: no answers, no problems
+    tasks[0]["annotations"][0]["result"] += [
+        {"from_name": "proposed-voice_2", "to_name": "voice_2_label", "type": "choices", "value": {"choices": ["name"]}},
+        {"from_name": "accept-voice_2_is", "to_name": "voice_2_label", "type": "choices",
+         "value": {"choices": ["proposed: accept it"]}}]
     stitched, notes = stitch_tasks(tasks)
     assert notes == []
     labels, problems, done = pull.parse_export(rnd, stitched, "a@x.test", {7: "a@x.test"})
@@ -213,6 +222,8 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, ls_d
         assert got[(r["row_index"], "target")] == r["target"]
 
 
+VOICE_REFUSED = ("The proposed name of a voice under 'Who is each voice?' is not accepted yet (the first such voice "
+                 "from the top): listen, then accept it (key a) or pick who it is.")
 VOICE_CHOICE = r"(voice:)?Speaker \d( \(voice\))?"  # a row's choice of a voice (its name, or its label)
 
 
@@ -287,9 +298,16 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
                 page.locator(f"#voice_{i} input[name={json.dumps(names[v['voice']])}]").click()
         page.locator("#unit_4").scroll_into_view_if_needed()
         page.locator("#unit_4 input[name=Therapist]").first.click()  # row 5: its speaker list (the first)
+        # the therapist's name came proposed: Label Studio refuses the window, in one sentence, until
+        # its "accept" box is ticked (the block comes first from the top)
+        assert page.evaluate(PENDING)[0] == ["voice_2", "voice_2_is"]
+        page.get_by_role("button", name="Submit").click()
+        page.get_by_role("dialog").get_by_text(VOICE_REFUSED, exact=True).wait_for(timeout=20_000)
+        page.keyboard.press("Escape")
+        page.get_by_role("dialog").wait_for(state="hidden")
         # every row's fields came proposed: each accepted by its own box (row 5's speaker too: an
-        # edit by mouse on the desk itself accepts nothing)
-        assert accept_by_mouse(page) == 3 * len(task["data"]["units"])
+        # edit by mouse on the desk itself accepts nothing), and the therapist's name by its box
+        assert accept_by_mouse(page) == 3 * len(task["data"]["units"]) + 1
         page.get_by_role("button", name="Submit").click()
         deadline = time.monotonic() + 60
         while not ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]["total_annotations"]:
@@ -379,3 +397,106 @@ def test_hostile_results_are_problems_not_crashes():
         (data["units"][0]["row_index"], "primary_speaker")}
     _, problems = pull.parse_annotation(rnd, data, {"result": {"from_name": "x"}}, "a")
     assert problems[0]["problem"] == "the annotation's result is not a list of results"  # then each row's missing field
+
+
+# the voices whose pre-filled name nobody accepted yet, and the look of each voice's list (the word
+# before it, its outline)
+_VOICES_PENDING = """() => [...document.querySelectorAll('[id^="proposal-voice_"]')].filter(v => v.getClientRects().length
+  && !v.querySelector('input').checked).map(v => v.closest('[id^=voice_]').id)"""
+_VOICE_LOOK = """() => [...document.querySelectorAll('[id^=voice_] [data-rescue-proposed]')].map(f =>
+  [f.closest('[id^=voice_]').id, getComputedStyle(f, '::before').content, getComputedStyle(f).outlineStyle])"""
+_FOCUSED_VOICE = """() => { const a = document.activeElement; const f = a && a.closest ? a.closest('[id^=voice_]') : null;
+  return f ? f.id : null; }"""
+
+
+def _voices_pending(page, want: list[str]) -> None:
+    page.wait_for_function(f"() => JSON.stringify(({_VOICES_PENDING})()) === {json.dumps(json.dumps(want, separators=(',', ':')))}",
+                           timeout=10_000)
+
+
+@pytest.mark.slow
+def test_a_pre_filled_voice_name_is_a_proposal_accepted_by_a_or_by_picking_that_voice(
+        ls_server, ls_client, ls_desks, ls_data_root, tmp_path, chromium):
+    """Through the desk's front: the speaking-order hint named the clients' voices the wrong way
+    round and the therapist by role; each name looks proposed, the submit is refused naming the
+    first voice, picking a person for a voice accepts that voice only, Enter accepts nothing, a
+    accepts the voice in focus, and the pull applies the names picked."""
+    from desk_front import FrontServer
+
+    email, password = f"voices-p-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
+    ls_desks.add(email)
+    ls_server.set_password(email, password)
+    tone_wav(ls_data_root / "media" / "voices_p.wav", seconds=30)
+    script, draft, table = neutral("synthetic/voices_proposed", "couple", 7)
+    real = names_for(script, draft)  # Speaker 1 is Ben, Speaker 2 Ann: the hint got them the wrong way round
+    assert (real["Speaker 1"], real["Speaker 2"]) == ("Ben", "Ann")
+    swapped = {"Speaker 1": "Ann", "Speaker 2": "Ben"}
+    for r in draft["rows"]:
+        r["primary_speaker"] = swapped.get(r["primary_speaker"], r["primary_speaker"])
+        r["target"] = [swapped.get(t, t) for t in r["target"]]
+    table = [{**v, "voice": swapped.get(v["voice"], v["voice"]), "named_by": v["named_by"] or "order"} for v in table]
+    assert [v["voice"] for v in table] == ["Ann", "Ben", "Therapist"]
+    write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
+                  DataRoot(tmp_path).draft_voices(draft["sample_id"]))
+    report = push.push_round(ls_desks, "transcript", [draft], [email], k=1, data_root=tmp_path,
+                             media_url=lambda s: "/data/local-files/?d=media/voices_p.wav")
+    pid = report.projects[push.project_key("transcript", "couple", email)]
+    task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
+    front = FrontServer(ls_server.url).start()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        page.set_default_timeout(120_000)
+        try:
+            browser_login(page, ls_server.url, email, password, timeout_ms=60_000)
+            open_task(page, f"{front.url}/projects/{pid}/data?task={task['id']}", prefilled=True)
+            # every named voice is a proposal: its own look and the word "proposed"
+            _voices_pending(page, ["voice_0", "voice_1", "voice_2"])
+            page.wait_for_function("() => document.querySelectorAll('[id^=voice_] [data-rescue-proposed]').length === 3")
+            assert page.evaluate(_VOICE_LOOK) == [[f"voice_{i}", '"proposed"', "dashed"] for i in range(3)]
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "voices_proposed_front.png"))
+            # submitting is refused with one sentence naming the first voice not accepted, beside it
+            page.evaluate("() => document.activeElement && document.activeElement.blur()")
+            page.keyboard.press("Control+Enter")
+            why = page.locator(".rescue-why")
+            why.wait_for(timeout=20_000)
+            assert why.inner_text() == ("The proposed name of voice 'Ann' is not accepted yet: listen, then accept it "
+                                        "(key a) or pick who it is.")
+            assert why.evaluate("w => w.closest('[id^=voice_]').id") == "voice_0"
+            page.wait_for_function(f"() => ({_FOCUSED_VOICE})() === 'voice_0'")
+            # picking another person (key 2: Ben) for that voice accepts that voice only
+            page.keyboard.press("2")
+            _voices_pending(page, ["voice_1", "voice_2"])
+            assert page.locator("#voice_0 .lsf-choices").first.locator("input:checked").evaluate_all("xs => xs.map(x => x.name)") == ["Ben"]
+            page.wait_for_function("() => !document.querySelector('.rescue-why')")
+            page.keyboard.press("Enter")  # to the next voice: nothing accepted
+            page.wait_for_function(f"() => ({_FOCUSED_VOICE})() === 'voice_1'")
+            time.sleep(0.3)
+            _voices_pending(page, ["voice_1", "voice_2"])
+            page.keyboard.press("1")  # Ann
+            _voices_pending(page, ["voice_2"])
+            page.keyboard.press("Enter")
+            page.wait_for_function(f"() => ({_FOCUSED_VOICE})() === 'voice_2'")
+            page.keyboard.press("a")  # the therapist's name accepted as it is
+            _voices_pending(page, [])
+            page.wait_for_function("() => !document.querySelector('[id^=voice_] [data-rescue-proposed]')")
+            assert page.locator("#voice_2 .lsf-choices").first.locator("input:checked").evaluate_all("xs => xs.map(x => x.name)") == ["Therapist"]
+            assert accept_by_mouse(page) == 3 * len(task["data"]["units"])  # the rows' own proposals
+            page.keyboard.press("Control+Enter")
+            deadline = time.monotonic() + 60
+            while not ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]["total_annotations"]:
+                assert not page.locator(".rescue-why").count(), page.locator(".rescue-why").inner_text()
+                assert time.monotonic() < deadline, "the annotation was not saved"
+                time.sleep(0.5)
+        except Exception:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "voices_proposed_failed.png"), full_page=True)
+            raise
+        finally:
+            front.stop()
+    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
+    assert result.problems.to_pylist() == []
+    got = pulled(result.labels.to_pylist())
+    for r in script["rows"]:  # the names picked, on every row of each voice
+        assert got[(r["row_index"], "primary_speaker")] == r["primary_speaker"], r["row_index"]
+        assert got[(r["row_index"], "target")] == r["target"], r["row_index"]
