@@ -146,11 +146,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pyarrow as pa  # noqa: E402
+
 from desk_front.app import SW_REGISTER_PATH  # noqa: E402
-from pipeline.annotation import ls_config, naming, push  # noqa: E402
+from pipeline import schemas  # noqa: E402
+from pipeline.annotation import ls_config, naming, push, voice_naming  # noqa: E402
 from pipeline.annotation.desks import Desks  # noqa: E402
 from pipeline.annotation.rounds import load_round, round_names  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
+from pipeline.paths import DataRoot  # noqa: E402
+from pipeline.store import write_parquet  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -200,6 +205,36 @@ def family_sample(n_rows: int, seed: int = 0) -> dict:
         rows.append(row)
         t += dur + 0.3
     return {"sample_id": f"bench/family_{n_rows:03d}", "scenario": "family", "participants": people, "rows": rows}
+
+
+def voice_table(sample: dict) -> list[dict]:
+    """The sample's voice table (``schemas.DRAFT_VOICES``) as the segmenter writes it when the
+    manifest's speaking-order hint named every voice: each voice labelled with its person's name,
+    so "Who is each voice?" comes with every name pre-filled (a proposal to accept)."""
+    out = []
+    for r in sample["rows"]:
+        voice = r["primary_speaker"]
+        if any(v["voice"] == voice for v in out):
+            continue
+        own = [x for x in sample["rows"] if x["primary_speaker"] == voice]
+        out.append({"sample_id": sample["sample_id"], "voice": voice, "diarization_speaker": f"SPEAKER_{len(out):02d}",
+                    "named_by": "role" if voice == "Therapist" else "order",
+                    "first_rows": [x["row_index"] for x in own[:3]], "sample_start": own[0]["start_time"],
+                    "sample_end": own[0]["end_time"], "n_rows": len(own),
+                    "speech_s": round(sum(x["end_time"] - x["start_time"] for x in own), 2)})
+    return out
+
+
+def voice_names(sample: dict, truth: dict[int, dict]) -> dict[str, str]:
+    """Who each voice of the sample's draft is by the oracle: the speaker most of its rows have
+    (the rule of ``voice_naming.name_background``)."""
+    votes: dict[str, dict[str, int]] = {}
+    for r in sample["rows"]:
+        name = (truth.get(r["row_index"]) or {}).get("primary_speaker")
+        if name:
+            count = votes.setdefault(r["primary_speaker"], {})
+            count[name] = count.get(name, 0) + 1
+    return {v: max(c, key=lambda n: c[n]) for v, c in votes.items()}
 
 
 def answers(rnd, sample: dict) -> dict[int, dict]:
@@ -771,12 +806,17 @@ def _stored_same(have, want) -> bool:
     return (have or "") == (want or "")
 
 
-def wrong_answers(rnd, exported: list[dict], truth: dict[int, dict]) -> tuple[int, int, list[str]]:
+def wrong_answers(rnd, exported: list[dict], truth: dict[int, dict],
+                  voices: dict[str, str] | None = None) -> tuple[int, int, list[str]]:
     """What the desk stored against the oracle: every field the oracle means for a submitted
-    window that the window's newest annotation holds otherwise (or not at all), and every row
-    field stored that the oracle leaves empty. Returns (wrong, windows with an annotation, a few
-    examples "task field: stored != meant")."""
+    window that the window's newest annotation holds otherwise (or not at all), every row
+    field stored that the oracle leaves empty, and every voice of "Who is each voice?" named
+    otherwise than ``voices`` (the oracle's names, :func:`voice_names`). A row left on its voice
+    (``voice:<label>``) holds the name that voice got in its sample's block (part 1). Returns
+    (wrong, windows with an annotation, a few examples "task field: stored != meant")."""
     wrong, done, examples = 0, 0, []
+    newest: list[tuple[dict, dict]] = []
+    named: dict[str, dict[str, str]] = {}  # sample -> voice -> the name its block stored
     for task in exported:
         kept = [a for a in task.get("annotations") or [] if not a.get("was_cancelled")]
         if not kept:
@@ -784,10 +824,29 @@ def wrong_answers(rnd, exported: list[dict], truth: dict[int, dict]) -> tuple[in
         done += 1
         stored = {r["from_name"]: ls_config.result_value(r) for r in max(kept, key=lambda a: a["id"])["result"]
                   if r.get("from_name")}
+        newest.append((task, stored))
+        for i, v in enumerate(task["data"].get(voice_naming.VOICES_KEY) or []):
+            have, want = stored.get(voice_naming.CHOICE_NAME.format(v=i)), (voices or {}).get(v["voice"])
+            if isinstance(have, list) and len(have) == 1:
+                named.setdefault(task["data"].get("sample_id"), {})[v["voice"]] = have[0]
+            if want is not None and have != [want]:
+                wrong += 1
+                if len(examples) < 5:
+                    examples.append(f"task {task['id']} voice {v['voice']!r}: {have!r} != {[want]!r}")
+    for task, stored in newest:
+        names_of = named.get(task["data"].get("sample_id")) or {}
+
+        def named_as(value):  # a row left on its voice: that voice's name
+            if not isinstance(value, list):
+                return value
+            out = [names_of.get(x[len(voice_naming.TOKEN):], x) if isinstance(x, str) and x.startswith(voice_naming.TOKEN)
+                   else x for x in value]
+            return [x for i, x in enumerate(out) if x not in out[:i]]
+
         meant = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, task["data"], truth)}
         names = set(meant) | {n for n in stored if naming.parse_control_name(n) and not ls_config.is_prefill_control(n)}
         for name in sorted(names):
-            have, want = stored.get(name), meant.get(name)
+            have, want = named_as(stored.get(name)), meant.get(name)
             if want is None and have in (None, "", []):
                 continue
             if not _stored_same(have, want):
@@ -812,10 +871,11 @@ def _enter_round(k: KeyCounter, page, base: str, pid: int, first: bool) -> None:
 
 
 def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_windows: int, client, *, first: bool,
-                pause_s: float = 0.08, shot: Path | None = None) -> dict:
+                pause_s: float = 0.08, shot: Path | None = None, voices: dict[str, str] | None = None) -> dict:
     """Every window of one round in the tab, by keys alone: into the round's stream
     (:func:`_enter_round`), then per window Enter to the first form, each form filled
-    (:func:`keyboard_form`), Enter to the next, Ctrl+Enter to submit; the time from that
+    (:func:`keyboard_form`; the voices of "Who is each voice?" first, named as ``voices`` says:
+    :func:`voice_names`), Enter to the next, Ctrl+Enter to submit; the time from that
     Ctrl+Enter to the next window's first usable form is kept. A refused submit (the window stays)
     ends the round there."""
     k = KeyCounter(page, pause_s)
@@ -826,7 +886,12 @@ def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_window
         tasks.append(task_id)
         want_all = {r["from_name"]: ls_config.result_value(r) for r in ls_config.values_to_results(rnd, data, truth)}
         page.evaluate("() => { window.__rescueWatch = true; }")
-        k.press("Enter")  # to the first form
+        k.press("Enter")  # to the first form: "Who is each voice?" where the window has it
+        for v, voice in enumerate(data.get(voice_naming.VOICES_KEY) or []):
+            # a name pre-filled as the oracle's is accepted with a, another one picked by its key
+            want = {voice_naming.CHOICE_NAME.format(v=v): [(voices or {}).get(voice["voice"], voice["voice"])]}
+            left += [f"w{w + 1}:{n}" for n in keyboard_form(k, f"voice_{v}", want)]
+            k.press("Enter")  # on to the next voice, then the first row
         for i in range(len(data["units"])):
             want = {n: v for n, v in want_all.items() if (naming.parse_control_name(n) or (0, 0, 0, -1))[3] == i}
             left += [f"w{w + 1}:{n}" for n in keyboard_form(k, f"unit_{i}", want)]
@@ -889,6 +954,11 @@ def whole_main(args) -> None:
             sample = family_sample(n_rows)
             audio = None if args.no_media else make_media(sample, media)
             pids, windows = {}, {}
+            # the voice table the segmenter writes (every voice named by the speaking-order hint): the
+            # transcript round opens with "Who is each voice?", each name a proposal to accept
+            write_parquet(pa.Table.from_pylist(voice_table(sample), schema=schemas.DRAFT_VOICES),
+                          DataRoot(root).draft_voices(sample["sample_id"]))
+            voices = voice_names(sample, answers(load_round("transcript"), sample))
             for name in rounds:
                 report = push.push_round(desks, name, [sample], [email], k=1, data_root=root,
                                          prelabel=push.input_values if name == "transcript" else None,
@@ -923,7 +993,7 @@ def whole_main(args) -> None:
                     shot = args.screenshots / f"{name}.png" if args.screenshots else None
                     try:
                         got = whole_round(page, front.url, pids[name], rnd, answers(rnd, sample), windows[name],
-                                          client, first=i == 0, shot=shot)
+                                          client, first=i == 0, shot=shot, voices=voices)
                     except Exception as exc:  # noqa: BLE001 (say where the round stopped; the next round goes on)
                         got = {"keys": 0, "tabs": 0, "typed": 0, "units": 0, "waits": [], "left": [], "tasks": [],
                                "refused": f"stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
@@ -939,7 +1009,7 @@ def whole_main(args) -> None:
             for name in rounds:
                 rnd, got = load_round(name), results[name]
                 exported = json.loads(client.export_tasks(pids[name]))
-                wrong, done, examples = wrong_answers(rnd, exported, answers(rnd, sample))
+                wrong, done, examples = wrong_answers(rnd, exported, answers(rnd, sample), voices)
                 units = max(1, got["units"])
                 submitted = done == windows[name] and not got["refused"]
                 total_windows += windows[name]

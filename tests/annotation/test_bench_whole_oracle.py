@@ -4,10 +4,11 @@ observer counts a choice changed while its row is off screen, and only then."""
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from pathlib import Path
 
-from pipeline.annotation import ls_config, push
+from pipeline.annotation import ls_config, push, voice_naming
 from pipeline.annotation.rounds import load_round
 from tests.annotation.ls_samples import make_sample
 
@@ -40,6 +41,39 @@ def test_the_oracle_counts_each_stored_value_that_differs():
     assert bench.wrong_answers(rnd, _exported(rnd, sample, truth, dropped), truth)[0] == 1
     # a cancelled (skipped) window is no stored answer
     assert bench.wrong_answers(rnd, _exported(rnd, sample, truth, changed, cancelled=True), truth)[:2] == (0, 0)
+
+
+def test_the_oracle_reads_a_row_left_on_its_voice_as_the_name_the_block_gave(tmp_path):
+    """The bench's transcript round opens with "Who is each voice?" (every voice pre-filled by the
+    speaking-order hint): a row left on its voice holds the name its voice got in the block (part 1
+    of the sample), and a voice named otherwise than the oracle's name is a wrong answer."""
+    rnd = load_round("transcript")
+    sample = bench.family_sample(20)
+    truth = bench.answers(rnd, sample)
+    voices = bench.voice_names(sample, truth)
+    with_table = {**sample, "voices": bench.voice_table(sample)}
+    parts = ls_config.build_tasks_data(rnd, with_table, "", window=8)
+    assert len(parts) > 1 and parts[0]["voices"] and not parts[1]["voices"]
+    values = push.input_values(rnd, sample)
+
+    def task(k, part, names):
+        pred = voice_naming.prefill(rnd, part, values, ls_config.values_to_results(rnd, part, values))
+        result = [r for r in pred if not r["from_name"].startswith("voice_")] + [
+            {"from_name": f"voice_{i}_is", "to_name": f"voice_{i}_label", "type": "choices",
+             "value": {"choices": [names.get(v["voice"], v["voice"])]}} for i, v in enumerate(part["voices"])]
+        result = [r for r in result if not r["from_name"].startswith("dialogue_cleaned")] + [
+            r for r in ls_config.values_to_results(rnd, part, truth) if r["from_name"].startswith("dialogue_cleaned")]
+        return {"id": k, "data": part, "annotations": [{"id": 1, "result": result, "was_cancelled": False}]}
+
+    kept = [task(k, p, {}) for k, p in enumerate(parts)]
+    assert any(voice_naming.TOKEN in json.dumps(t["annotations"][0]["result"]) for t in kept[1:])  # rows on a voice
+    assert bench.wrong_answers(rnd, kept, truth, voices)[:2] == (0, len(parts))
+    # Cara's voice named as Dan: the voice, and every row (and addressee) on it in every part, wrong
+    wrong, _, examples = bench.wrong_answers(rnd, [task(k, p, {"Cara Miller": "Dan Miller"})
+                                                   for k, p in enumerate(parts)], truth, voices)
+    on_cara = sum(r["primary_speaker"] == "Cara Miller" for r in sample["rows"]) \
+        + sum("Cara Miller" in r["target"] for r in sample["rows"])
+    assert wrong == 1 + on_cara and "voice 'Cara Miller'" in examples[0], examples
 
 
 _PAGE = """<html><body style="margin:0">
