@@ -124,6 +124,8 @@ def test_figures_per_stage_and_process(bench):
     assert list(stages) == ["ingest", "transcribe", "diarize", "segment", "push"]
     assert stages["ingest"]["runs"] == N  # the corrupt video's ingest ran and failed
     assert stages["transcribe"]["runs"] == N - 1 and stages["segment"]["runs"] == GOOD
+    # a stage after a quarantine is passed on, not run (flows.ingest_interview): counted apart
+    assert stages["transcribe"]["not_run"] == 1 and stages["segment"]["not_run"] == N - GOOD, stages
     assert stages["diarize"]["runs"] >= GOOD
     assert stages["push"]["runs"] == 1  # the transcript round, from the batch run
     assert all(s["wall_sum_s"] > 0 for s in stages.values())

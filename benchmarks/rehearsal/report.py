@@ -12,7 +12,8 @@ def print_report(report: dict, truth: dict) -> None:
         per = s["wall_sum_s"] / s["runs"] if s["runs"] else 0.0
         say(f"  {name:11s} {s['runs']:5d} {s['wall_sum_s']:8.1f} {per:13.2f} {s['wall_max_s']:7.1f} "
             f"{s['span_s']:8.1f} {s['cpu_s']:8.1f} {s['cpu_s'] / max(minutes, 1e-9):15.2f}"
-            + (f"  ({s['cached']} cached)" if s["cached"] else ""))
+            + (f"  ({s['cached']} cached)" if s["cached"] else "")
+            + (f"  ({s['not_run']} not run: quarantined by an earlier stage)" if s.get("not_run") else ""))
     c = report["child_runs"]
     say(f"  child runs: {c['count']}; per run, mean: {c['mean_process_start_s']} s from process start to Running "
         f"(imports, pull step), {c['mean_running_s']} s Running, {c['mean_outside_stages_s']} s of the process "

@@ -75,8 +75,12 @@ def _ts(value) -> float | None:
 
 
 def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dict:
-    """Per stage (task runs' records + sampled CPU), per kind of process, per child run."""
+    """Per stage (task runs' records + sampled CPU), per kind of process, per child run. A stage
+    an earlier one quarantined is passed on without running (flows.ingest_interview): counted as
+    ``not_run``, not as a run."""
     from prefect.client.orchestration import get_client
+
+    from flows import QUARANTINED
 
     items = (result or {}).get("items", {})
     child_ids = sorted({it["flow_run"].rsplit("/", 1)[-1] for it in items.values() if it.get("flow_run")})
@@ -87,8 +91,8 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
         procs = list(sampler.procs.values())
     by_run = {p.flow_run_id: p for p in procs if p.kind == "flow run" and p.flow_run_id}
 
-    stages = {name: {"runs": 0, "cached": 0, "wall_sum_s": 0.0, "wall_max_s": 0.0, "first": None, "last": None,
-                     "cpu_s": 0.0} for name in STAGES.values()}
+    stages = {name: {"runs": 0, "cached": 0, "not_run": 0, "wall_sum_s": 0.0, "wall_max_s": 0.0, "first": None,
+                     "last": None, "cpu_s": 0.0} for name in STAGES.values()}
     intervals: dict[str, list] = defaultdict(list)
     for tr in tasks:
         name = tr.name.split("[", 1)[0]
@@ -99,6 +103,9 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
         st_ = stages[stage]
         if tr.state and tr.state.name == "Cached":
             st_["cached"] += 1
+            continue
+        if tr.state and tr.state.name == QUARANTINED and (tr.state.message or "").startswith("not run"):
+            st_["not_run"] += 1  # an earlier stage quarantined the interview: passed on, not run
             continue
         st_["runs"] += 1
         st_["wall_sum_s"] += end - start
