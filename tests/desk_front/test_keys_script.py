@@ -3,7 +3,8 @@ on a small page with the parts of Label Studio's task page it relies on: its hoo
 load (one missing: a banner and nothing else); key state that belongs to the window on screen;
 row numbers as the keys of a list of rows; every choice showing its key; a kept text's Edit
 action visible when focused; a proposed value (pre-filled) accepted field by field: the key a on the
-field, or an edit of that field only, and never by Enter. The same on Label Studio's real page: tests/annotation/test_keys_sequence.py."""
+field, or an edit of that field only, and never by Enter; a voice's proposed name (Who is each voice?)
+alike, its refusal naming the voice. The same on Label Studio's real page: tests/annotation/test_keys_sequence.py."""
 from __future__ import annotations
 
 import json
@@ -228,3 +229,62 @@ def test_enter_starts_at_who_is_each_voice(page):
         time.sleep(0.2)
         walk.append(page.evaluate("() => document.activeElement.closest('[id^=unit_], [id^=voice_]').id"))
     assert walk == ["voice_0", "voice_1", "unit_0"]
+
+
+_VOICE_REFUSED = ("The proposed name of a voice under 'Who is each voice?' is not accepted yet (the first such voice "
+                  "from the top): listen, then accept it (key a) or pick who it is.")
+
+
+def _voice(v: int, proposed: str) -> str:
+    """A voice of "Who is each voice?" whose name ``proposed`` came pre-filled, with its "accept" box
+    (a list of its own, as Label Studio draws it, in the view "proposal-voice_<v>_is")."""
+    people = "".join(f'<label class="ant-radio-wrapper"><input type="radio" name="{p}"{" checked" if p == proposed else ""}>'
+                     f'<span>{p}</span></label>' for p in ("Ann", "Bob", "Therapist"))
+    return (f'<div id="voice_{v}" style="height: 250px"><div class="lsf-choices people v{v}">{people}</div>'
+            f'<div id="proposal-voice_{v}_is"><div class="lsf-choices accept"><label class="ant-checkbox-wrapper">'
+            f'<input type="checkbox" name="accept"><span>proposed: accept it</span></label></div></div></div>')
+
+
+# the voices' lists as Label Studio's models name them (the page's own names are list_<i>), the "accept"
+# boxes with the block's message, and the task's voices
+_VOICE_MODELS = """(msg) => {
+  document.querySelectorAll('[id^=voice_]').forEach((f, v) => {
+    f.querySelector('.people').__reactFiber$test = {memoizedProps: {item: {name: `voice_${v}_is`, choice: 'single'}}};
+    f.querySelector('.accept').__reactFiber$test = {memoizedProps: {item: {name: `accept-voice_${v}_is`,
+      choice: 'multiple', requiredmessage: msg}}};
+  });
+  Htx.task.dataObj.voices = [{voice: 'Speaker 2'}, {voice: 'Therapist'}];
+}"""
+# Label Studio's refusal dialog: its one sentence and its OK button (which closes it)
+_DIALOG = """(msg) => { const d = document.createElement('div');
+  d.className = 'ant-modal-wrap'; d.innerHTML = '<div class="ant-modal-confirm-warning"><div class="ant-modal-confirm-content">'
+    + msg + '</div><div class="ant-modal-confirm-btns"><button>OK</button></div></div>';
+  d.querySelector('button').onclick = () => d.remove(); document.body.appendChild(d); }"""
+_VOICE_TICKS = "() => [...document.querySelectorAll('[id^=voice_] .accept input')].map(b => b.checked)"
+
+
+def test_a_voice_name_proposed_is_refused_naming_the_voice_and_accepted_by_a_or_a_pick(page):
+    page.set_content(_page(_voice(0, "Bob") + _voice(1, "Therapist") + _form(0)))
+    page.evaluate(_VOICE_MODELS, _VOICE_REFUSED)
+    page.add_script_tag(content=KEYS_FILE.read_text())
+    page.evaluate("() => document.body.appendChild(document.createElement('i'))")
+    # both names look proposed
+    page.wait_for_function("() => document.querySelectorAll('[id^=voice_] [data-rescue-proposed]').length === 2")
+    # the refusal: beside the first voice not accepted, naming it (Label Studio's sentence cannot)
+    page.evaluate(_DIALOG, _VOICE_REFUSED)
+    why = page.locator(".rescue-why")
+    why.wait_for()
+    assert why.inner_text() == ("The proposed name of voice 'Speaker 2' is not accepted yet: listen, then accept it "
+                                "(key a) or pick who it is.")
+    assert why.evaluate("w => w.closest('[id^=voice_]').id") == "voice_0"
+    page.wait_for_function("() => document.activeElement.closest('.v0')")
+    page.keyboard.press("a")  # that voice's name accepted, and no other
+    page.wait_for_function(f"() => JSON.stringify(({_VOICE_TICKS})()) === '[true,false]'")
+    page.keyboard.press("Enter")  # to the next voice: nothing accepted
+    page.wait_for_function("() => document.activeElement.closest('.v1')")
+    time.sleep(0.3)
+    assert page.evaluate(_VOICE_TICKS) == [True, False]
+    page.keyboard.press("1")  # another person picked for that voice: accepted, that voice only
+    page.wait_for_function(f"() => JSON.stringify(({_VOICE_TICKS})()) === '[true,true]'")
+    assert page.evaluate("() => document.querySelector('.v1 input[name=Ann]').checked")
+    page.wait_for_function("() => !document.querySelector('[id^=voice_] [data-rescue-proposed]')")
