@@ -102,16 +102,16 @@ annotator's pages are):
   front on P + 100 (default: free ports). With ``--screenshots DIR``: the login page, the rounds
   after logging in and each round's first form filled (``DIR/login.png``, ``DIR/rounds.png``,
   ``DIR/ROUND.png``: the pictures of docs/annotator/README.md, ``--screenshots docs/annotator``).
-  Last figures (``--rows 111``, a shared 2-core machine at load 14-21, ``uptime`` during the run)::
+  Last figures (``--rows 111``, a quiet 2-core machine at load 1.3-1.9, ``uptime`` during the run)::
 
-      TRANSCRIPT windows=23 keyboard_keys_per_row=2.17 tabs_per_row=0.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=8.03
-      EMOTION windows=15 keyboard_keys_per_row=7.47 tabs_per_row=1.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=10.52
-      VIEWPOINTS windows=15 keyboard_keys_per_row=4.46 tabs_per_row=0.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=9.98
-      RELATION windows=8 keyboard_keys_per_row=7.68 tabs_per_row=0.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=7.34
-      STRATEGY windows=8 keyboard_keys_per_row=4.11 tabs_per_row=0.49 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=8.69
-      whole interview: windows=69 wrong_answers=0 machine_wait_share=18.5% (603 s of waits, 333 row decisions)
+      TRANSCRIPT windows=23 keyboard_keys_per_row=5.00 tabs_per_row=0.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=0.86
+      EMOTION windows=15 keyboard_keys_per_row=8.49 tabs_per_row=1.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=1.40
+      VIEWPOINTS windows=15 keyboard_keys_per_row=4.47 tabs_per_row=0.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=1.13
+      RELATION windows=8 keyboard_keys_per_row=7.68 tabs_per_row=0.00 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=0.76
+      STRATEGY windows=8 keyboard_keys_per_row=4.14 tabs_per_row=0.49 clicks_per_row=0.00 wrong_answers=0 unseen_changes=0 submitted=yes submit_to_next_s_median=0.63
+      whole interview: windows=69 wrong_answers=0 machine_wait_share=2.4% machine_wait_s=64.2 row_decisions=333
 
-  About 28 minutes at that load (each key waits 0.08 s, a person's pace, and the page's answer).
+  About 6 minutes at that load (each key waits 0.08 s, a person's pace, and the page's answer).
 * Extras: page height, DOM nodes, JS heap, tasks (windows) per sample, the front's start report
   (the desk's release and the bundle patches applied) and the load average (the machine is
   shared: compare figures taken under similar load).
