@@ -356,7 +356,7 @@ def run(data_root_path: str | Path | None = None) -> list[Check]:
 
 
 def doctor_command(
-    data_root_opt: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object: ok and every check."),
     prefect_port: Optional[int] = _prefect_port_option(),
 ) -> None:
@@ -364,7 +364,7 @@ def doctor_command(
     desk's, front's and Prefect's health, the models' digests and the data root's modes. Exit 1
     when something is BROKEN (each such line says what to do)."""
     _use_prefect_port(prefect_port)
-    checks = run(data_root_opt)
+    checks = run(data_root)
     broken = [c for c in checks if c.state == BROKEN]
     if as_json:
         typer.echo(json.dumps({"ok": not broken, "checks": [asdict(c) for c in checks]}, indent=1))

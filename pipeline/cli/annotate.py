@@ -139,7 +139,7 @@ def ls_migrate(data_root: Optional[Path] = DataRoot,
                                           log=lambda m: console.print(m, highlight=False))
     except (*_desk_errors(), migrate.MigrationError) as exc:
         _fail(str(exc))
-    console.print(report.summary(), highlight=False)
+    console.print(report.summary(), highlight=False, soft_wrap=True)  # one line: people and grep read it
 
 
 # --- annotators ----------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def annotate_push(
                     media_url=push.catalog_media_urls(settings.data_root), on_chunk=on_chunk, **kwargs)
     except (push.PushError, *_desk_errors(), KeyError, FileNotFoundError) as exc:
         _fail(str(exc).strip("'\""))
-    console.print(report.summary(), highlight=False)
+    console.print(report.summary(), highlight=False, soft_wrap=True)  # one line: people and grep read it
     for who, sid in report.changed_after_annotation:
         console.print(f"  [yellow]changed after annotation[/yellow]: {sid} ({who})", highlight=False)
     for who, sid, n in report.replaced:
