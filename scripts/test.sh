@@ -14,7 +14,7 @@ done
 # -n 2 --dist loadfile: two pytest processes, each taking a whole test file at a time (a file's
 # module fixtures are set up once), in the order tests/conftest.py gives (the longest file first:
 # --no-loadscope-reorder); most tests wait on servers and browsers, so two share 2 cores well (the
-# suite: 15-16 min in two on a quiet 2-core machine; 27 min in one on a slower one).
+# suite: about 24 min in two on a quiet 2-core machine).
 # RESCUE_TEST_PROCESSES=0: one process.
 # --durations: the slowest tests in every run (a run's time follows the machine it runs on)
 exec .venv/bin/python -m pytest -q -n "${RESCUE_TEST_PROCESSES:-2}" --dist loadfile --no-loadscope-reorder --durations=25 "${args[@]}"
