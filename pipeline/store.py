@@ -174,6 +174,29 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
+def read_json_record(path: str | Path, what: str, remedy: str) -> dict:
+    """The JSON object a stage keeps at ``path`` ({} when there is none, or not an object); a file
+    that is not JSON is one ``ValueError`` naming it, ``what`` it is and ``remedy``."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {what} is not JSON ({exc}); {remedy}") from None
+    return raw if isinstance(raw, dict) else {}
+
+
+def write_text_if_changed(path: str | Path, text: str, *, private: bool = False) -> bool:
+    """``atomic_write_text`` unless ``path`` already holds ``text`` (a run that changed nothing
+    leaves the file, its time and its readers' caches as they are); whether it wrote."""
+    with contextlib.suppress(OSError):
+        if Path(path).read_text(encoding="utf-8") == text:
+            return False
+    atomic_write_text(path, text, private=private)
+    return True
+
+
 # Fixed writer options so the same table always gives the same bytes (no timestamps in Parquet).
 PARQUET_OPTIONS = dict(
     compression="zstd",

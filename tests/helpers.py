@@ -13,6 +13,7 @@ import contextlib
 import json
 import secrets
 import shutil
+import stat
 import subprocess
 import time
 import wave
@@ -71,6 +72,37 @@ def free_port() -> int:
 
 
 # --- Label Studio ----------------------------------------------------------------------------
+
+def package_copy_with(base: Path, module: str, old: str, new: str) -> Path:
+    """A scratch copy of the package under ``base`` (put it first on ``PYTHONPATH``) with one
+    change to ``module`` (a path below the repository, e.g. ``pipeline/media/turns.py``): ``old``
+    replaced by ``new`` once. The package reads its schemas beside itself, so they come along."""
+    shutil.copytree(REPO_ROOT / "pipeline", base / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "annotation_schemas", base / "annotation_schemas")
+    path = base / module
+    text = path.read_text()
+    assert old in text, f"{module} no longer holds {old!r}"
+    path.write_text(text.replace(old, new, 1))
+    return base
+
+
+def mode(path: Path) -> int:
+    """The permission bits of ``path`` itself (a link's own, not its target's)."""
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def open_to_others(root: Path, skip: Path | None = None, names_from: Path | None = None) -> dict[str, str]:
+    """Every entry under ``root`` (and ``root``) with a group or other bit, but ``skip``'s tree:
+    ``{path relative to names_from (default root): octal mode}``."""
+    base = names_from or root
+    found = {}
+    for p in [root, *root.rglob("*")]:
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
+        if not p.is_symlink() and mode(p) & 0o077:
+            found[str(p.relative_to(base))] = oct(mode(p))
+    return found
+
 
 @contextlib.contextmanager
 def annotator_desks(root: Path, people: tuple[str, ...]):
@@ -257,6 +289,20 @@ PENDING = """() => [...document.querySelectorAll('[id^="proposal-"]')].filter(v 
 ACCEPT_BOXES = """() => [...document.querySelectorAll('[id^="proposal-"]')].map(v => [
   v.closest('[id^=unit_], [id^=voice_]').id,
   v.id.slice(9).replace(/_\\d+$/, ''), v.getClientRects().length > 0, v.querySelector('input').checked])"""
+
+
+def wait_saved(client, pid: int, sid: str, page=None, what: str = "the annotation") -> None:
+    """Wait (60 s at most) until the desk holds an annotation of sample ``sid``'s first task in
+    project ``pid``; a refused submit on ``page`` (Label Studio's dialog, or the front's sentence
+    beside a field) fails at once with its text."""
+    deadline = time.monotonic() + 60
+    while not client.find_tasks(pid, "sample_id", sid)[0]["total_annotations"]:
+        if page is not None:
+            for refusal in (page.get_by_role("dialog"), page.locator(".rescue-why")):
+                if refusal.count():
+                    raise AssertionError(f"Submit refused: {refusal.first.inner_text()!r}")
+        assert time.monotonic() < deadline, f"{what} was not saved"
+        time.sleep(0.5)
 
 
 def accept_by_mouse(page) -> int:

@@ -11,7 +11,6 @@ from the ``build-release`` flow."""
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -26,15 +25,12 @@ from pipeline.cli import app
 from pipeline.paths import DataRoot
 from pipeline.synthetic import corpus as synth_corpus
 from pipeline.synthetic.annotators import SimulatedAnnotator
+from tests.helpers import mode, open_to_others
 
 pytestmark = pytest.mark.slow
 
 RESCUE = Path(sys.executable).with_name("rescue")
 LOGIN_UMASK = 0o022
-
-
-def _mode(path: Path) -> int:
-    return stat.S_IMODE(path.lstat().st_mode)
 
 
 def _rescue(*args: str) -> subprocess.CompletedProcess:
@@ -45,17 +41,6 @@ def _rescue(*args: str) -> subprocess.CompletedProcess:
 def _ok(run: subprocess.CompletedProcess) -> str:
     assert run.returncode == 0, run.stdout + run.stderr
     return run.stdout
-
-
-def _open_to_others(root: Path, skip: Path | None = None) -> dict[str, str]:
-    """Every entry under ``root`` (and ``root``) with a group/other bit, but ``skip``'s tree."""
-    found = {}
-    for p in [root, *root.rglob("*")]:
-        if skip is not None and (p == skip or skip in p.parents):
-            continue
-        if not p.is_symlink() and _mode(p) & 0o077:
-            found[str(p.relative_to(root.parent))] = oct(_mode(p))
-    return found
 
 
 DRAFT = ("row_index", "start_time", "end_time", "primary_speaker", "target", "dialogue_cleaned", "background_dialogue")
@@ -80,7 +65,7 @@ def root(tmp_path_factory) -> Path:
 
 
 def test_entry_points_write_owner_only_and_publish_shares_one_release(root):
-    assert _open_to_others(root) == {}
+    assert open_to_others(root, names_from=root.parent) == {}
     for name in round_names():
         _rescue("agreement", name, "--data-root", str(root))  # a gate may fail: the report is written either way
         assert (DataRoot(root).agreement_report_dir(name) / "report.md").is_file()
@@ -98,18 +83,18 @@ def test_entry_points_write_owner_only_and_publish_shares_one_release(root):
     assert sorted(p.name for p in releases.iterdir()) == ["0.1.0", "0.2.0", "0.3.0"]
     for area in ("annotation", "work", "corpus", "releases"):
         assert (root / area).is_dir(), area
-    assert _open_to_others(root) == {}, "readable by group or others before any publish"
+    assert open_to_others(root, names_from=root.parent) == {}, "readable by group or others before any publish"
 
     out = _ok(_rescue("release", "publish", "0.1.0", "--data-root", str(root)))
     assert "published:" in out and "0644" in out
     shared = releases / "0.1.0"
     tree = [shared, *shared.rglob("*")]
     assert any(p.name == "manifest.json" for p in tree) and any(p.suffix == ".parquet" for p in tree)
-    assert {str(p.relative_to(shared)): oct(_mode(p)) for p in tree} == {
+    assert {str(p.relative_to(shared)): oct(mode(p)) for p in tree} == {
         str(p.relative_to(shared)): "0o755" if p.is_dir() else "0o644" for p in tree}
     # the way there: passable, not listable
-    assert {p.name: oct(_mode(p)) for p in (root, releases)} == {root.name: "0o711", "releases": "0o711"}
-    rest = _open_to_others(root, skip=shared)
+    assert {p.name: oct(mode(p)) for p in (root, releases)} == {root.name: "0o711", "releases": "0o711"}
+    rest = open_to_others(root, skip=shared, names_from=root.parent)
     assert rest == {root.name: "0o711", "data/releases": "0o711"}, rest
 
     again = _ok(_rescue("release", "publish", "0.1.0", "--data-root", str(root)))  # idempotent
@@ -130,4 +115,4 @@ def test_publish_names_what_an_older_root_left_readable(tmp_path):
     old.chmod(0o755)
     out = _ok(_rescue("release", "publish", "0.1.0", "--data-root", str(root)))
     assert f"{old}" in out and "chmod -R go-rwx" in out
-    assert _mode(old) == 0o755
+    assert mode(old) == 0o755

@@ -59,24 +59,21 @@ def round_lock(data_root: str | os.PathLike, round_name: str) -> Iterator[None]:
 
 def read_pushed(data_root: str | os.PathLike, round_name: str) -> dict[str, list[str]]:
     """``{"<scenario>/<annotator>": [sample_id, ...]}`` of every push so far ({} before any)."""
-    return {str(k): sorted(map(str, v)) for k, v in (_read(data_root, round_name).get("projects") or {}).items()}
+    return _sorted_lists(_read(data_root, round_name).get("projects"))
 
 
 def _read(data_root: str | os.PathLike, round_name: str) -> dict:
-    path = DataRoot(data_root).pushed(check_name(round_name, "round"))
-    if not path.is_file():
-        return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ValueError(f"{path}: the record of what was pushed is not JSON ({exc}); "
-                         "push the round again to rewrite it") from None
-    return raw if isinstance(raw, dict) else {}
+    return store.read_json_record(DataRoot(data_root).pushed(check_name(round_name, "round")),
+                                  "the record of what was pushed", "push the round again to rewrite it")
+
+
+def _sorted_lists(part) -> dict[str, list[str]]:
+    return {str(k): sorted(map(str, v)) for k, v in (part or {}).items()}
 
 
 def read_prefilled(data_root: str | os.PathLike, round_name: str) -> dict[str, list[str]]:
     """``{sample_id: [field, ...]}``: the fields pushes of the round pre-filled, per sample ({} before any)."""
-    return {str(k): sorted(map(str, v)) for k, v in (_read(data_root, round_name).get("prefilled") or {}).items()}
+    return _sorted_lists(_read(data_root, round_name).get("prefilled"))
 
 
 def prefilled_fields(data_root: str | os.PathLike, round_name: str) -> list[str]:
@@ -88,22 +85,19 @@ def record_pushed(data_root: str | os.PathLike, round_name: str, given: Iterable
                   prefilled: dict[str, Iterable[str]] | None = None) -> dict[str, list[str]]:
     """Merge ``(scenario, annotator, sample_id)`` triples, and ``{sample_id: fields pre-filled}``,
     into the round's record (never drops)."""
-    projects = {k: set(v) for k, v in read_pushed(data_root, round_name).items()}
+    raw = _read(data_root, round_name)  # once: the projects, the pre-filled fields and the replaced hashes
+    projects = {k: set(v) for k, v in _sorted_lists(raw.get("projects")).items()}
     for scenario, annotator, sample_id in given:
         projects.setdefault(f"{scenario}/{annotator}", set()).add(sample_id)
-    filled = {k: set(v) for k, v in read_prefilled(data_root, round_name).items()}
+    filled = {k: set(v) for k, v in _sorted_lists(raw.get("prefilled")).items()}
     for sample_id, fields in (prefilled or {}).items():
         filled.setdefault(sample_id, set()).update(fields)
     out = {k: sorted(v) for k, v in sorted(projects.items())}
-    path = DataRoot(data_root).pushed(round_name)
-    replaced = _read(data_root, round_name).get("replaced")  # kept as it is (:mod:`.redraft`)
-    text = store.canonical_json(
+    replaced = raw.get("replaced")  # kept as it is (:mod:`.redraft`)
+    # a push that gave nothing new leaves the record as it is
+    store.write_text_if_changed(DataRoot(data_root).pushed(round_name), store.canonical_json(
         {"round": round_name, "projects": out, "prefilled": {k: sorted(v) for k, v in sorted(filled.items())},
-         **({"replaced": replaced} if replaced else {})})
-    with contextlib.suppress(OSError):
-        if path.read_text(encoding="utf-8") == text:
-            return out  # a push that gave nothing new leaves the record as it is
-    store.atomic_write_text(path, text)
+         **({"replaced": replaced} if replaced else {})}))
     return out
 
 

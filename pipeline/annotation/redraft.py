@@ -52,28 +52,16 @@ def admitted_path(root: str | os.PathLike) -> Path:
 
 def read_admitted(root: str | os.PathLike) -> dict[str, dict]:
     """``{sample_id: {"file": sha256, "rows": sha256, "redraft": bool}}`` ({} before any)."""
-    path = admitted_path(root)
-    if not path.is_file():
-        return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ValueError(f"{path}: the record of admitted drafts is not JSON ({exc}); delete it and "
-                         "run the push again (every interview is then taken as admitted as it is now)") from None
-    return {str(k): v for k, v in (raw.get("samples") or {}).items() if isinstance(v, dict)} \
-        if isinstance(raw, dict) else {}
+    raw = store.read_json_record(admitted_path(root), "the record of admitted drafts",
+                                 "delete it and run the push again (every interview is then taken as admitted "
+                                 "as it is now)")
+    return {str(k): v for k, v in (raw.get("samples") or {}).items() if isinstance(v, dict)}
 
 
 def write_admitted(root: str | os.PathLike, samples: dict[str, dict]) -> None:
     path = admitted_path(root)
-    text = store.canonical_json({"samples": dict(sorted(samples.items()))})
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except OSError:
-        pass
     store.make_private_dir(path.parent)
-    store.atomic_write_text(path, text, private=True)
+    store.write_text_if_changed(path, store.canonical_json({"samples": dict(sorted(samples.items()))}), private=True)
 
 
 def rows_digest(rows: list[dict]) -> str:
@@ -158,15 +146,19 @@ def _pushed_file(root: str | os.PathLike, round_name: str) -> Path:
     return DataRoot(root).pushed(check_name(round_name, "round"))
 
 
+def _pushed_record(root: str | os.PathLike, round_name: str) -> dict:
+    """The round's push record (:mod:`.pushed`), {} when there is none or it cannot be read."""
+    try:
+        raw = json.loads(_pushed_file(root, round_name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
 def read_replaced(root: str | os.PathLike, round_name: str) -> dict[str, dict[str, dict]]:
     """``{sample_id: {annotator: {"shas": [...], "answers": n, "exports": [...]}}}``: the tasks
     (their content hashes) ``--redraft`` replaced in the round, their answers and where they are archived."""
-    path = _pushed_file(root, round_name)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    out = raw.get("replaced") if isinstance(raw, dict) else None
+    out = _pushed_record(root, round_name).get("replaced")
     return out if isinstance(out, dict) else {}
 
 
@@ -175,11 +167,7 @@ def record_replaced(root: str | os.PathLike, round_name: str, sample_id: str, an
     """Merge one project's replaced tasks of a sample into the round's push record (before they
     are deleted: a push stopped after this leaves nothing the pull would count)."""
     path = _pushed_file(root, round_name)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raw = {"round": round_name}
-    raw = raw if isinstance(raw, dict) else {"round": round_name}
+    raw = _pushed_record(root, round_name) or {"round": round_name}
     replaced = raw.setdefault("replaced", {})
     entry = replaced.setdefault(sample_id, {}).setdefault(annotator, {"shas": [], "answers": 0, "exports": []})
     new_shas = sorted(set(shas) - set(entry["shas"]))
@@ -196,12 +184,8 @@ def record_replaced(root: str | os.PathLike, round_name: str, sample_id: str, an
 def keep_current(root: str | os.PathLike, round_name: str, current: dict[str, Iterable[str]]) -> None:
     """Forget replaced content hashes that a push now gives a sample again (``current``: sample ->
     its tasks' content hashes): drafts re-drafted back to what they were are answered anew, and count."""
-    path = _pushed_file(root, round_name)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    replaced = raw.get("replaced") if isinstance(raw, dict) else None
+    raw = _pushed_record(root, round_name)
+    replaced = raw.get("replaced")
     if not isinstance(replaced, dict):
         return
     changed = False
@@ -212,7 +196,7 @@ def keep_current(root: str | os.PathLike, round_name: str, current: dict[str, It
                 entry["shas"] = sorted(set(entry["shas"]) - now)
                 changed = True
     if changed:
-        store.atomic_write_text(path, store.canonical_json(raw))
+        store.atomic_write_text(_pushed_file(root, round_name), store.canonical_json(raw))
 
 
 def retired_shas(root: str | os.PathLike, round_name: str) -> dict[str, set[str]]:

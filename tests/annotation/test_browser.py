@@ -20,7 +20,7 @@ from desk_front.comfort import KEYS_PATH
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
-from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, tone_wav
+from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, tone_wav, wait_saved
 
 pytestmark = pytest.mark.slow
 
@@ -267,10 +267,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                     accept_by_mouse(page)  # what the fill left as proposed (emotion's "who feels it"): accepted
                     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
                     page.get_by_role("button", name="Submit").click()
-                deadline = time.monotonic() + 60
-                while not client.find_tasks(pid, "sample_id", sample["sample_id"])[0]["total_annotations"]:
-                    assert time.monotonic() < deadline, f"round {name}: the annotation was not saved"
-                    time.sleep(0.5)
+                wait_saved(client, pid, sample["sample_id"], page, what=f"round {name}: the annotation")
 
                 # read back through the API: validated, by this annotator, equal to what was typed
                 result = pull.pull_round(desks, name, root, annotators=[email], write=False)

@@ -13,7 +13,7 @@ from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.rounds import load_round
-from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, open_task
+from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, open_task, wait_saved
 
 pytestmark = pytest.mark.slow
 # the choices ticked in a form's fields (a proposal's "accept" box and the hidden mark of proposals left out)
@@ -81,12 +81,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
             assert accept_by_mouse(page) == len(units)
             page.screenshot(path=str(SCREENSHOTS / "direct_keys_emotion.png"), full_page=True)
             page.get_by_role("button", name="Submit").click()
-            deadline = time.monotonic() + 60
-            while not ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]["total_annotations"]:
-                if page.get_by_role("dialog").count():
-                    raise AssertionError(f"Submit refused: {page.get_by_role('dialog').first.inner_text()!r}")
-                assert time.monotonic() < deadline, "the annotation was not saved"
-                time.sleep(0.5)
+            wait_saved(ls_client, pid, sample["sample_id"], page)
         finally:
             # the control project is no round's: off the shared server again
             ls_client.request("DELETE", f"/api/projects/{control.id}/", "delete the control project")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-import time
 import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -37,7 +36,7 @@ from pipeline.cli import app
 from pipeline.catalog import record_catalog
 from pipeline.paths import DataRoot
 from pipeline.quality import gold
-from tests.helpers import ACCEPT_BOXES, PENDING, SCREENSHOTS, browser_login, open_task
+from tests.helpers import ACCEPT_BOXES, PENDING, SCREENSHOTS, browser_login, open_task, wait_saved
 
 MARK = ls_config.PROPOSED_MARK
 
@@ -281,15 +280,6 @@ def _refused(page, label: str) -> None:
     dialog.wait_for(state="hidden")
 
 
-def _saved(client, pid: int, sid: str, page) -> None:
-    deadline = time.monotonic() + 60
-    while not client.find_tasks(pid, "sample_id", sid)[0]["total_annotations"]:
-        if page.get_by_role("dialog").count():
-            raise AssertionError(f"Submit refused: {page.get_by_role('dialog').first.inner_text()!r}")
-        assert time.monotonic() < deadline, "the annotation was not saved"
-        time.sleep(0.5)
-
-
 def _pending_is(page, want: list[list[str]]) -> None:
     page.wait_for_function(f"() => JSON.stringify(({PENDING})()) === {json.dumps(json.dumps(want, separators=(',', ':')))}",
                            timeout=10_000)
@@ -335,7 +325,7 @@ def test_a_proposal_is_accepted_field_by_field_and_refused_until_then(ls_server,
             _refused(page, "Spoken to")
             page.locator("#proposal-target_2 input").click()
             page.get_by_role("button", name="Submit").click()
-            _saved(ls_client, pid, drafted["sample_id"], page)
+            wait_saved(ls_client, pid, drafted["sample_id"], page)
 
             # through the desk's front: proposals look proposed; a on a field accepts that field, an
             # edit of a field accepts that field only, Enter accepts nothing
@@ -376,7 +366,7 @@ def test_a_proposal_is_accepted_field_by_field_and_refused_until_then(ls_server,
             page.keyboard.press("a")
             _pending_is(page, [])
             page.keyboard.press("Control+Enter")
-            _saved(ls_client, rel_pid, modelled["sample_id"], page)
+            wait_saved(ls_client, rel_pid, modelled["sample_id"], page)
         except Exception:
             page.screenshot(path=str(SCREENSHOTS / "prefill_failed.png"), full_page=True)
             raise

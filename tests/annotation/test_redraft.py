@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +26,9 @@ from pipeline.annotation import ls_config, push
 from pipeline.annotation.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.cli import app
-from pipeline.config import REPO_ROOT, Settings
+from pipeline.config import Settings
 from pipeline.paths import DataRoot
-from tests.helpers import free_port
+from tests.helpers import free_port, package_copy_with
 
 pytestmark = pytest.mark.slow
 
@@ -51,15 +50,8 @@ def batch(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
     """A scratch copy of the package whose segmenter writes every row's text in capitals."""
-    base = tmp_path_factory.mktemp("redraft-code")
-    shutil.copytree(REPO_ROOT / "pipeline", base / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO_ROOT / "annotation_schemas", base / "annotation_schemas")
-    turns = base / "pipeline/media/turns.py"
-    text = turns.read_text()
     line = 'return re.sub(r"\\s+", " ", " ".join(u.text for u in units)).strip()'
-    assert line in text
-    turns.write_text(text.replace(line, line + ".upper()", 1))
-    return base
+    return package_copy_with(tmp_path_factory.mktemp("redraft-code"), "pipeline/media/turns.py", line, line + ".upper()")
 
 
 def _env(monkeypatch) -> None:

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 
 import pytest
 
 from pipeline.annotation import pull, push
 from tests.annotation.ls_samples import make_sample
-from tests.helpers import SCREENSHOTS, browser_login, open_task
+from tests.helpers import SCREENSHOTS, browser_login, open_task, wait_saved
 
 # each form's "accept" boxes: [text, speaker, addressee] ticked
 _CHECKED = """() => [0, 1].map(i => ['dialogue_cleaned', 'primary_speaker', 'target'].map(f =>
@@ -36,13 +35,6 @@ def _edit_first_text(page, form: int) -> str:
     page.wait_for_function("() => document.activeElement && document.activeElement.tagName === 'TEXTAREA'")
     page.keyboard.press("End")
     return before
-
-
-def _saved(client, pid: int, sid: str) -> None:
-    deadline = time.monotonic() + 60
-    while not client.find_tasks(pid, "sample_id", sid)[0]["total_annotations"]:
-        assert time.monotonic() < deadline, "the annotation was not saved"
-        time.sleep(0.5)
 
 
 @pytest.mark.slow
@@ -96,7 +88,7 @@ def test_typing_in_a_prefilled_text_keeps_it_open_and_accepts_that_text_only_whe
                     page.keyboard.press("a")
                     page.wait_for_function(f"() => document.querySelector('#proposal-{f}_{i} input').checked")
             page.keyboard.press("Control+Enter")
-            _saved(ls_client, pid, drafted["sample_id"])
+            wait_saved(ls_client, pid, drafted["sample_id"])
         except Exception:
             page.screenshot(path=str(SCREENSHOTS / "text_edit.png"), full_page=True)
             raise

@@ -10,6 +10,7 @@ import re
 import secrets
 import time
 import warnings
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -23,7 +24,7 @@ from pipeline.annotation.windows import WINDOW_UNITS, stitch_tasks
 from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
 from tests.helpers import (PENDING, SCREENSHOTS, accept_by_mouse, browser_login, open_task, play_until_stopped,
-                           tone_wav)
+                           tone_wav, wait_saved)
 
 def neutral(sample_id: str, scenario: str, n_rows: int) -> tuple[dict, dict, list[dict]]:
     """(script, draft, voice table): ``make_sample``'s rows as the script, the same rows with each
@@ -235,6 +236,17 @@ def _row1_checks(page) -> list[str]:
     return page.evaluate("() => [...document.querySelectorAll('#unit_0 input:checked')].map(e => e.name)")
 
 
+def _push_couple(desks, client, data_root: Path, draft: dict, table: list[dict], email: str, wav: str):
+    """The couple draft and its voice table pushed to ``email``'s transcript round, its audio
+    ``media/<wav>``: ``(project id, its one task)``."""
+    write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
+                  DataRoot(data_root).draft_voices(draft["sample_id"]))
+    report = push.push_round(desks, "transcript", [draft], [email], k=1, data_root=data_root,
+                             media_url=lambda s: f"/data/local-files/?d=media/{wav}")
+    pid = report.projects[push.project_key("transcript", "couple", email)]
+    return pid, client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
+
+
 @pytest.mark.slow
 def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_server, ls_client, ls_desks,
                                                                            ls_data_root, tmp_path, chromium):
@@ -243,12 +255,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
     ls_server.set_password(email, password)
     tone_wav(ls_data_root / "media" / "voices.wav", seconds=30)
     script, draft, table = neutral("synthetic/voices_browser", "couple", 7)
-    write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
-                  DataRoot(tmp_path).draft_voices(draft["sample_id"]))
-    report = push.push_round(ls_desks, "transcript", [draft], [email], k=1, data_root=tmp_path,
-                             media_url=lambda s: "/data/local-files/?d=media/voices.wav")
-    pid = report.projects[push.project_key("transcript", "couple", email)]
-    task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
+    pid, task = _push_couple(ls_desks, ls_client, tmp_path, draft, table, email, "voices.wav")
     names = names_for(script, draft)
     with chromium(player=True) as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
@@ -309,10 +316,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
         # edit by mouse on the desk itself accepts nothing), and the therapist's name by its box
         assert accept_by_mouse(page) == 3 * len(task["data"]["units"]) + 1
         page.get_by_role("button", name="Submit").click()
-        deadline = time.monotonic() + 60
-        while not ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]["total_annotations"]:
-            assert time.monotonic() < deadline, "the annotation was not saved"
-            time.sleep(0.5)
+        wait_saved(ls_client, pid, draft["sample_id"], page)
     result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     got = pulled(result.labels.to_pylist())
@@ -436,12 +440,7 @@ def test_a_pre_filled_voice_name_is_a_proposal_accepted_by_a_or_by_picking_that_
         r["target"] = [swapped.get(t, t) for t in r["target"]]
     table = [{**v, "voice": swapped.get(v["voice"], v["voice"]), "named_by": v["named_by"] or "order"} for v in table]
     assert [v["voice"] for v in table] == ["Ann", "Ben", "Therapist"]
-    write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
-                  DataRoot(tmp_path).draft_voices(draft["sample_id"]))
-    report = push.push_round(ls_desks, "transcript", [draft], [email], k=1, data_root=tmp_path,
-                             media_url=lambda s: "/data/local-files/?d=media/voices_p.wav")
-    pid = report.projects[push.project_key("transcript", "couple", email)]
-    task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
+    pid, task = _push_couple(ls_desks, ls_client, tmp_path, draft, table, email, "voices_p.wav")
     front = FrontServer(ls_server.url).start()
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
@@ -483,11 +482,7 @@ def test_a_pre_filled_voice_name_is_a_proposal_accepted_by_a_or_by_picking_that_
             assert page.locator("#voice_2 .lsf-choices").first.locator("input:checked").evaluate_all("xs => xs.map(x => x.name)") == ["Therapist"]
             assert accept_by_mouse(page) == 3 * len(task["data"]["units"])  # the rows' own proposals
             page.keyboard.press("Control+Enter")
-            deadline = time.monotonic() + 60
-            while not ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]["total_annotations"]:
-                assert not page.locator(".rescue-why").count(), page.locator(".rescue-why").inner_text()
-                assert time.monotonic() < deadline, "the annotation was not saved"
-                time.sleep(0.5)
+            wait_saved(ls_client, pid, draft["sample_id"], page)
         except Exception:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / "voices_proposed_failed.png"), full_page=True)

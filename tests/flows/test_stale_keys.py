@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import REPO_ROOT, Settings
+from pipeline.config import Settings
+from tests.helpers import package_copy_with
 
 pytestmark = pytest.mark.slow
 
@@ -50,14 +51,8 @@ def changed(tmp_path_factory) -> dict[str, Path]:
     """A scratch copy of the package with one line of the segmenter changed, and a copy of the
     models folder with one byte of the diarization pipeline's config changed."""
     base = tmp_path_factory.mktemp("stale-changes")
-    scratch = base / "scratch"
-    shutil.copytree(REPO_ROOT / "pipeline", scratch / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
-    # the package reads its schemas beside itself (pipeline.config.SCHEMAS_DIR)
-    shutil.copytree(REPO_ROOT / "annotation_schemas", scratch / "annotation_schemas")
-    turns = scratch / "pipeline/media/turns.py"
-    text = turns.read_text()
-    assert "MIN_ACTIVE_S = MIN_PIECE_S" in text
-    turns.write_text(text.replace("MIN_ACTIVE_S = MIN_PIECE_S", "MIN_ACTIVE_S = MIN_PIECE_S * 1.0", 1))
+    scratch = package_copy_with(base / "scratch", "pipeline/media/turns.py", "MIN_ACTIVE_S = MIN_PIECE_S",
+                                "MIN_ACTIVE_S = MIN_PIECE_S * 1.0")
     models = base / "models"
     shutil.copytree(Settings.from_env().models_dir, models, ignore=shutil.ignore_patterns("downloads"))
     config = models / "diarization-offline/config.yaml"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -29,28 +28,13 @@ from attack_kit import count
 
 from ops.demo import DEMO_RELEASE as VERSION
 
-from tests.helpers import free_port, require_label_studio
+from tests.helpers import free_port, mode, open_to_others, require_label_studio
 
 pytestmark = pytest.mark.slow
 
 RESCUE = Path(sys.executable).with_name("rescue")
 LOGIN_UMASK = 0o022
 NOBODY = 65534
-
-
-def _mode(path: Path) -> int:
-    return stat.S_IMODE(path.lstat().st_mode)
-
-
-def _open_to_others(root: Path, skip: Path | None = None) -> dict[str, str]:
-    """Every entry under ``root`` (and ``root``) with a group/other bit, but ``skip``'s tree."""
-    found = {}
-    for p in [root, *root.rglob("*")]:
-        if skip is not None and (p == skip or skip in p.parents):
-            continue
-        if not p.is_symlink() and _mode(p) & 0o077:
-            found[str(p.relative_to(root))] = oct(_mode(p))
-    return found
 
 
 # Run as the other user: each path on stdin is tried (a folder listed, anything else opened for
@@ -118,16 +102,16 @@ def test_after_the_demo_nothing_is_readable_by_others_but_a_published_release(de
     assert (root / "stack" / "prefect-api-auth").is_file() and list(root.rglob("*.sqlite3"))
     assert list((root / "annotation").rglob("report.md")) and list(release.rglob("*.parquet"))
 
-    assert _open_to_others(root) == {}, "readable by group or others after the demo"
+    assert open_to_others(root) == {}, "readable by group or others after the demo"
     assert _other_user_reads(root) == [], "another local user reads these after the demo"
 
     published = cmd("release", "publish", VERSION)
     assert published.returncode == 0, published.stdout + published.stderr
     tree = [release, *release.rglob("*")]
-    assert {str(p.relative_to(root)): oct(_mode(p)) for p in tree} == {
+    assert {str(p.relative_to(root)): oct(mode(p)) for p in tree} == {
         str(p.relative_to(root)): "0o755" if p.is_dir() else "0o644" for p in tree}
     # the way there passable, not listable; nothing else opened
-    assert _open_to_others(root, skip=release) == {".": "0o711", "releases": "0o711"}
+    assert open_to_others(root, skip=release) == {".": "0o711", "releases": "0o711"}
     reads = _other_user_reads(root)
     shared = {str(p.relative_to(root)) for p in tree}
     assert {r for r in reads if r in shared} == shared, "control: the other user cannot read the published release"
