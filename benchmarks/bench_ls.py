@@ -2,7 +2,7 @@
 
 191 synthetic samples (~37 rows each, ``pipeline.synthetic.corpus``) are pushed to two annotators'
 projects of the transcript round (every row is a unit) as the pipeline pushes (``rescue annotate
-push``): each project on its annotator's own desk (:mod:`pipeline.annotation.desks`, under a
+push``): each project on its annotator's own desk (:mod:`pipeline.labelstudio.desks`, under a
 temporary data root, ports from a free one), with predictions, the round's push record and lock
 (``data_root``), and a WAV per sample (a short silent stand-in, ``media/<sha256>.wav`` as ingest
 names them) staged in each desk's file root and served through a local storage. Every task is then
@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.annotation import ls_config, pull, push  # noqa: E402
-from pipeline.annotation.desks import Desks  # noqa: E402
+from pipeline.labelstudio.desks import Desks  # noqa: E402
 from pipeline.annotation.rounds import load_round  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
 from pipeline.synthetic.corpus import generate  # noqa: E402

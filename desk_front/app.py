@@ -48,8 +48,8 @@ import httpx
 from desk_front.comfort import (KEYS_PATH, NO_SLIM_COLUMNS_ENV, NO_SW_ENV, keys_js, slim_columns,
                                slim_feature_flags, switched_off)
 from desk_front.patches import BUNDLE_PATCHES, NO_PATCHES_ENV, Outcome, Patcher, PatchGroup
-from pipeline.annotation.client import connection_limits
-from pipeline.annotation.server import LS_VERSION
+from pipeline.labelstudio.client import connection_limits
+from pipeline.labelstudio.server import LS_VERSION
 
 log = logging.getLogger("desk_front")
 
@@ -131,7 +131,7 @@ class Front:
             log.info("desk front: %s is Label Studio %s", self.upstream, release)
             if release != LS_VERSION:
                 log.warning("desk front: Label Studio %s at %s is not the pinned %s "
-                            "(pipeline.annotation.server.LS_VERSION): no bundle patch is applied",
+                            "(pipeline.labelstudio.server.LS_VERSION): no bundle patch is applied",
                             release, self.upstream, LS_VERSION)
                 self.patcher.disable(f"Label Studio {release}, not {LS_VERSION}")
 

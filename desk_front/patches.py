@@ -8,7 +8,7 @@ of the group occurs in it exactly once, and then all of the group's replacements
 none of them (never 3 of 4) and the file is served as built. At start the front fetches each
 patched asset once and logs one line per group (:func:`check`); a file that differs there or
 later gets one warning, not one per request. Another Label Studio release than
-``pipeline.annotation.server.LS_VERSION`` gets no patch at all, and ``RESCUE_NO_BUNDLE_PATCHES=1``
+``pipeline.labelstudio.server.LS_VERSION`` gets no patch at all, and ``RESCUE_NO_BUNDLE_PATCHES=1``
 serves every file as built (before/after figures).
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@ from pipeline.quality.agreement import TooFewAnnotators
 
 
 def _desks(data_root: str):
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
 
     return Desks(data_root)
 

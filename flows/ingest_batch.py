@@ -65,7 +65,7 @@ def push_drafts(drafted: list[Segmented], root: DataRoot, annotators: list[str] 
     ``redraft``: re-drafted interviews whose new drafts replace answered old ones; ``held`` says,
     one line each, which re-drafted interviews kept their old drafts (:mod:`pipeline.annotation.redraft`)."""
     from pipeline.annotation import intake
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
 
     ids = sorted(d.sample_id for d in drafted)
     with push_slot():  # across hosts; the fcntl lock inside holds only on one

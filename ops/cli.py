@@ -29,7 +29,7 @@ def annotate_front(
     It is no security boundary and holds no secret: the desk is the person's own Label Studio;
     give them the front's address instead of the desk's (docs/OPERATIONS.md)."""
     import desk_front
-    from pipeline.annotation.desks import DeskError, Desks
+    from pipeline.labelstudio.desks import DeskError, Desks
     from pipeline.config import Settings
 
     try:

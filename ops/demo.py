@@ -12,7 +12,7 @@ It is a demo: the interviews are synthetic, the annotators simulated, and the "t
 answer from is drawn at random (valid values of every round's fields). Real batches use the
 very same deployments (docs/OPERATIONS.md). The demo keeps its own data root
 (``<data root>/demo`` by default); each simulated person gets a desk of their own (their own
-Label Studio, :mod:`pipeline.annotation.desks`) with a throw-away password nobody keeps: the
+Label Studio, :mod:`pipeline.labelstudio.desks`) with a throw-away password nobody keeps: the
 simulated people answer through their desk's service account, in their own name.
 """
 from __future__ import annotations
@@ -176,7 +176,7 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
     from concurrent.futures import ThreadPoolExecutor
 
     from pipeline.synthetic import interviews as synth
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.annotation.rounds import load_round, round_names
 
     # The interviews are synthesized (espeak-ng, ffmpeg) while the stack starts: neither needs the other.
@@ -278,7 +278,7 @@ def demo_command(
     typer.secho(f"\nRelease:           {res.release}", fg="green")
     for rep in sorted(set(res.agreement_reports)):
         typer.secho(f"Agreement report:  {rep}", fg="green")
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
 
     desks = Desks(res.data_root)
     typer.echo(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}\n"

@@ -7,13 +7,13 @@ do; ``--json`` gives the same as one object. The exit code is 1 when something i
 * Label Studio: the installed version (``.label-studio/venv``) against the pin.
 * The accelerations tied to Label Studio 1.23.2's internals, each on or off and why, as its own
   guard decides (the same function the code calls, never a second copy of its rule): the desk
-  settings (:func:`pipeline.annotation.server.desk_settings_choice`; the running desks' own
+  settings (:func:`pipeline.labelstudio.server.desk_settings_choice`; the running desks' own
   settings are read from their process environment), the pull reading a desk's own database
-  (:func:`pipeline.annotation.desk_db.off`, :meth:`~pipeline.annotation.desks.Desks.reached_here`),
+  (:func:`pipeline.labelstudio.desk_db.off`, :meth:`~pipeline.labelstudio.desks.Desks.reached_here`),
   the front's bundle patches (:meth:`desk_front.app.Front.check` against a running desk: its
   version, then each patched file's sha256), slim columns and the service worker (their
   ``RESCUE_NO_*`` switches), the keys script (its hook check runs in the browser only) and the
-  migration from a shared Label Studio (:func:`pipeline.annotation.migrate.nothing_to_migrate`).
+  migration from a shared Label Studio (:func:`pipeline.labelstudio.migrate.nothing_to_migrate`).
 * Health: each desk, each desk's front, the Prefect server (and whether it refuses calls
   without the data root's auth string), its workers and the sweeper.
 * The models' digests (:func:`pipeline.lineage.model_digest`, what a stage's key records).
@@ -65,7 +65,7 @@ class Check:
 # --- Label Studio and the accelerations ------------------------------------------------------
 
 def label_studio(venv: Path) -> list[Check]:
-    from pipeline.annotation.server import LS_VERSION, installed_version
+    from pipeline.labelstudio.server import LS_VERSION, installed_version
 
     installed = installed_version(venv)
     if installed is None:
@@ -89,12 +89,12 @@ def _process_env(pid: int | None) -> dict[str, str] | None:
 
 
 def _desk_settings(venv: Path, running: list[int]) -> Check:
-    from pipeline.annotation.server import DESK_SETTINGS, desk_settings_choice
+    from pipeline.labelstudio.server import desk_settings_choice, runs_desk_settings
 
     on, why = desk_settings_choice(venv)
     why = f"on ({why})" if on else f"off: {why}"
     envs = [e for e in map(_process_env, running) if e is not None]
-    with_them = sum(e.get("DJANGO_SETTINGS_MODULE") == DESK_SETTINGS.stem for e in envs)
+    with_them = sum(map(runs_desk_settings, envs))
     todo = ""
     if envs:
         why += f", in {with_them} of {len(envs)} running desks"
@@ -104,7 +104,7 @@ def _desk_settings(venv: Path, running: list[int]) -> Check:
 
 
 def _desk_database(desks, venv: Path) -> Check:
-    from pipeline.annotation import desk_db
+    from pipeline.labelstudio import desk_db
 
     off = desk_db.off(venv)
     if off is None:
@@ -182,7 +182,7 @@ def _front_switches(fronts: list[int]) -> list[Check]:
 
 
 def _migration(root) -> Check:
-    from pipeline.annotation.migrate import nothing_to_migrate
+    from pipeline.labelstudio.migrate import nothing_to_migrate
 
     why = nothing_to_migrate(root)
     if why is not None:
@@ -197,7 +197,7 @@ def _migration(root) -> Check:
 def desks_and_fronts(desks) -> tuple[list[Check], list[int], list[int], str | None]:
     """The desks' and fronts' checks, the running desks' and fronts' pids and a desk that
     answers (or None)."""
-    from pipeline.annotation.desks import DeskError
+    from pipeline.labelstudio.desks import DeskError
 
     checks, pids, front_pids, answering = [], [], [], None
     try:
@@ -338,8 +338,8 @@ def data_root(root: Path) -> list[Check]:
 
 def run(data_root_path: str | Path | None = None) -> list[Check]:
     """Every check, in :data:`SECTIONS` order."""
-    from pipeline.annotation.desks import Desks
-    from pipeline.annotation.server import DEFAULT_VENV
+    from pipeline.labelstudio.desks import Desks
+    from pipeline.labelstudio.server import DEFAULT_VENV
 
     settings = Settings.from_env(data_root_path)
     root = settings.data_root.resolve()

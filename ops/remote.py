@@ -145,7 +145,7 @@ _DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./
 
 
 def _registry(data_root: Path | None):
-    from pipeline.annotation.desks import DeskError, Desks
+    from pipeline.labelstudio.desks import DeskError, Desks
     from pipeline.config import Settings
 
     desks = Desks(Settings.from_env(data_root).data_root)
@@ -186,7 +186,7 @@ def annotators_remote(
         typer.secho("error: say --ssh KEY.pub, --caddy DOMAIN or both", fg="red", err=True)
         raise typer.Exit(2)
     desks, _ = _registry(data_root)
-    from pipeline.annotation.desks import DeskError
+    from pipeline.labelstudio.desks import DeskError
 
     try:
         desk = desks.get(annotator)

@@ -15,7 +15,7 @@ database), pid files, logs. Task results (the resume cache) live in
 ``<data root>/prefect-results`` so that a restarted server still finds them. The server
 requires the data root's API auth string and every process started here sends it
 (:func:`ops.prefect_setup.auth_string`): loopback is no access control on a shared host.
-The desks (one Label Studio per person) are managed by :mod:`pipeline.annotation.desks`; this
+The desks (one Label Studio per person) are managed by :mod:`pipeline.labelstudio.desks`; this
 module only starts and stops them. Flow runs reach each desk with its service account, read
 from the data root: no Label Studio secret is in any process's environment.
 
@@ -126,13 +126,13 @@ def _start_sweeper(paths: StackPaths, env: dict[str, str], log) -> None:
 
 
 def _desks(settings: Settings):
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
 
     return Desks(settings.data_root, settings)
 
 
 def _label_studio_up(settings: Settings, log) -> None:
-    from pipeline.annotation.desks import DeskError
+    from pipeline.labelstudio.desks import DeskError
 
     desks = _desks(settings)
     try:

@@ -101,7 +101,7 @@ class Settings:
     data_root: Path
     models_dir: Path
     label_studio_port: int  # the single shared Label Studio of data roots made before desks (migration only)
-    # Desks (pipeline.annotation.desks): ports from desk_base_port up; how the pipeline reaches a
+    # Desks (pipeline.labelstudio.desks): ports from desk_base_port up; how the pipeline reaches a
     # desk and what its person opens, as templates with {port} and {slug}.
     desk_base_port: int = 8081
     desk_url: str = "http://127.0.0.1:{port}"

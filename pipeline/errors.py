@@ -5,7 +5,7 @@ A :class:`TransientError` is a fault that may pass by itself: a service that did
 :class:`ServerFault`), a resource someone else holds for now (:class:`Locked`). The code at the
 boundary where such a fault shows raises it as a subclass that also belongs to its own family:
 
-- the Label Studio client (``pipeline.annotation.client``): ``LabelStudioUnavailable`` (no
+- the Label Studio client (``pipeline.labelstudio.client``): ``LabelStudioUnavailable`` (no
   answer, a timeout) and ``LabelStudioFault`` (HTTP 5xx), each a ``LabelStudioError`` too; the
   same two where a desk's signup form is reached without the client (``Desks._sign_up``);
 - the model endpoint of pre-annotation (``pipeline.annotation.prelabel``): ``ModelUnreachable``,
@@ -14,7 +14,7 @@ boundary where such a fault shows raises it as a subclass that also belongs to i
   of those;
 - the flows' own calls to the Prefect server (``flows.prefect_calls``): ``PrefectUnavailable``,
   ``PrefectFault``;
-- a lock file held by another run: ``MigrationLocked`` (``pipeline.annotation.migrate``).
+- a lock file held by another run: ``MigrationLocked`` (``pipeline.labelstudio.migrate``).
 
 The SQLite databases behind the servers (Label Studio's, Prefect's) report a lock that outlasts
 their wait as HTTP 500, which arrives here as a server fault (``LabelStudioFault``). The one

@@ -322,7 +322,7 @@ class DataRoot:
         """A file uploaded to the shared Label Studio (its ``media/`` folder; the migration copies them)."""
         return self._inside("label-studio", "media", *_relative_parts(name))
 
-    # --- desks: one Label Studio per person (pipeline.annotation.desks) ------------------
+    # --- desks: one Label Studio per person (pipeline.labelstudio.desks) ------------------
     def desks_dir(self) -> Path:
         return self._inside("desks")
 

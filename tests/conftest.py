@@ -156,7 +156,7 @@ def ls_data_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ls_server(ls_credentials, ls_data_root):
-    from pipeline.annotation.server import LabelStudioServer
+    from pipeline.labelstudio.server import LabelStudioServer
     require_label_studio()
     server = LabelStudioServer(ls_data_root / "label-studio", port=free_port(), media_root=ls_data_root,
                                credentials=ls_credentials)  # its own: not whatever a test left in os.environ
@@ -167,7 +167,7 @@ def ls_server(ls_credentials, ls_data_root):
 
 @pytest.fixture(scope="session")
 def ls_client(ls_server, ls_credentials):
-    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.labelstudio.client import LabelStudioClient
     client = LabelStudioClient(ls_server.url, ls_credentials["LABEL_STUDIO_USER_TOKEN"])
     yield client
     client.close()
@@ -186,7 +186,7 @@ def desk_factory(tmp_path, monkeypatch):
     """Real desks (one Label Studio per person) under a fresh data root: ``make(email, role)``
     -> ``(desks, desk)`` with the person's password in ``desks.passwords[email]``; every desk
     started is stopped at the end."""
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     require_label_studio()
     root = tmp_path / "data"
     monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))

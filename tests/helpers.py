@@ -110,7 +110,7 @@ def annotator_desks(root: Path, people: tuple[str, ...]):
     each person's login made; stopped and closed on the way out."""
     import dataclasses
 
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.config import Settings
 
     require_label_studio()
@@ -175,7 +175,7 @@ def sample_media(root: Path, samples: list[dict]):
 def require_label_studio() -> None:
     """Fails the calling test where Label Studio's own virtual environment is missing: a broken
     set-up, not a machine without it (scripts/setup.sh always installs it)."""
-    from pipeline.annotation.server import DEFAULT_VENV
+    from pipeline.labelstudio.server import DEFAULT_VENV
 
     if not (DEFAULT_VENV / "bin" / "label-studio").exists():
         pytest.fail("Label Studio is not installed: run scripts/setup.sh (scripts/setup.d/30-label-studio.sh)")
@@ -366,8 +366,8 @@ class _DeskView:
 class OneServerDesks:
     """A TEST ARRANGEMENT, not a desk set: every person's "desk" is the one session server (so
     tests of push/pull/status semantics, which isolation does not change, need no server per
-    person). It implements :class:`pipeline.annotation.desks.DeskAccess`; tests of isolation
-    itself use real :class:`pipeline.annotation.desks.Desks` (``desk_factory``)."""
+    person). It implements :class:`pipeline.labelstudio.desks.DeskAccess`; tests of isolation
+    itself use real :class:`pipeline.labelstudio.desks.Desks` (``desk_factory``)."""
 
     def __init__(self, server, client):
         self.server, self._client = server, client
@@ -383,7 +383,7 @@ class OneServerDesks:
 
     def client(self, email):
         if email not in self.roles:
-            from pipeline.annotation.desks import DeskError
+            from pipeline.labelstudio.desks import DeskError
             raise DeskError(f"{email} has no desk")
         return _DeskView(self._client, email)
 
@@ -392,7 +392,7 @@ class OneServerDesks:
         return user and user["id"]
 
     def stage_media(self, email, urls):
-        from pipeline.annotation.desks import media_path
+        from pipeline.labelstudio.desks import media_path
         return sorted({(self.server.media_root / p).parent for u in urls if (p := media_path(u))})
 
     def where(self, email):
@@ -404,5 +404,5 @@ class OneServerDesks:
     def database(self, email):
         """The session server's database, as :meth:`Desks.database` gives a desk's (its projects are
         read by id, so only this person's)."""
-        from pipeline.annotation import desk_db
+        from pipeline.labelstudio import desk_db
         return desk_db.readable(self.server)

@@ -109,7 +109,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
 
     from ops import stack as st
     from ops.demo import start_deployment, wait_flow_run
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.paths import DataRoot
     from pipeline.synthetic.batch import ANNOTATORS
 

@@ -62,7 +62,7 @@ import pyarrow.parquet as pq
 
 from pipeline import store
 from pipeline.annotation import ls_config, naming, screen, voice_naming
-from pipeline.annotation.client import LabelStudioClient
+from pipeline.labelstudio.client import LabelStudioClient
 from pipeline.annotation.rounds import Round
 from pipeline.annotation.windows import stitch_tasks
 from pipeline.paths import SHA256_RE, DataRoot

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from pipeline import corpus
 from pipeline.annotation import push, redraft as redrafts
-from pipeline.annotation.desks import DeskAccess
+from pipeline.labelstudio.desks import DeskAccess
 from pipeline.annotation.rounds import round_names
 from pipeline.catalog import read_catalog
 from pipeline.paths import DataRoot, check_sample_id

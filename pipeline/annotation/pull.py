@@ -57,7 +57,7 @@ from pipeline.annotation import (acceptance, ledger, ls_config, ls_results, ls_t
                                  pull_trust, redraft, round_ui, screen, voice_naming)
 from pipeline.annotation import rounds as rounds_module
 from pipeline.annotation import windows as windows_module
-from pipeline.annotation.desks import DeskAccess
+from pipeline.labelstudio.desks import DeskAccess
 from pipeline.annotation.parse import ParseOnce, parse_annotation, parse_export
 from pipeline.annotation.pull_look import DeskRead, Wanted, look_from_export, read_desk, reading
 from pipeline.annotation.pull_rebuild import Rebuilt, rebuild_acceptance

@@ -25,9 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.annotation import acceptance, desk_db
-from pipeline.annotation.client import ID_CHUNK, SETTLE_S, LabelStudioClient, Project, chunks, format_time, parse_time
-from pipeline.annotation.desks import DeskAccess
+from pipeline.annotation import acceptance
+
+from pipeline.labelstudio import desk_db
+from pipeline.labelstudio.client import ID_CHUNK, SETTLE_S, LabelStudioClient, Project, chunks, format_time, parse_time
+from pipeline.labelstudio.desks import DeskAccess
 from pipeline.annotation.push import each_desk
 from pipeline.annotation.push_project import parse_project_key
 from pipeline.annotation.rounds import Round

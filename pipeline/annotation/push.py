@@ -40,8 +40,8 @@ import pyarrow.parquet as pq
 
 from pipeline import taxonomy
 from pipeline.annotation import ls_config, pushed, redraft, voice_naming
-from pipeline.annotation.client import LabelStudioError, chunks
-from pipeline.annotation.desks import DeskAccess
+from pipeline.labelstudio.client import LabelStudioError, chunks
+from pipeline.labelstudio.desks import DeskAccess
 from pipeline.annotation.push_project import (KEY_PREFIX, ProjectSync, parse_project_key, project_key,
                                               same_project, set_instructions)
 from pipeline.annotation.push_tasks import (Prelabeler, Wants, catalog_media_urls, input_values, local_media_url,

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 from pipeline import taxonomy
 from pipeline.annotation import ls_config
-from pipeline.annotation.client import SETTLE_S, LabelStudioClient, LabelStudioError, Project, parse_time
-from pipeline.annotation.desks import DeskAccess
+from pipeline.labelstudio.client import SETTLE_S, LabelStudioClient, LabelStudioError, Project, parse_time
+from pipeline.labelstudio.desks import DeskAccess
 from pipeline.annotation.push_tasks import Prepared, SampleTasks, Wants, task_key
 from pipeline.annotation.rounds import Round
 
 KEY_PREFIX = "rescue-project:"
+ADJUDICATION_PREFIX = "rescue-adjudication:"  # an adjudication project's key (pipeline.quality.adjudication)
 
 
 def project_key(round_name: str, scenario: str, annotator: str) -> str:

@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 
 from pipeline import store
 from pipeline.annotation import acceptance
-from pipeline.annotation.client import LabelStudioClient
-from pipeline.annotation.desks import DeskAccess
+from pipeline.labelstudio.client import LabelStudioClient
+from pipeline.labelstudio.desks import DeskAccess
 from pipeline.annotation.push_project import parse_project_key
 from pipeline.annotation.rounds import round_names
 from pipeline.paths import DataRoot, check_name

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.annotation.client import LabelStudioClient
-from pipeline.annotation.desks import DeskAccess
-from pipeline.annotation.push import parse_project_key
+import pyarrow.parquet as pq
+
+from pipeline.labelstudio.client import LabelStudioClient
+from pipeline.labelstudio.desks import DeskAccess
+from pipeline.annotation.push_project import ADJUDICATION_PREFIX, parse_project_key
+from pipeline.annotation.pushed import pushed_annotators
+from pipeline.labelstudio.migrate_plan import RoundHistory
+from pipeline.paths import DataRoot
 from pipeline.annotation.rounds import round_names
 
 
@@ -93,3 +98,29 @@ def status_rows(lines: list[ProjectStatus]) -> list[dict[str, str]]:
         s.round, s.scenario, s.annotator, f"{s.rows_done} / {s.rows_total}", str(s.rows_skipped),
         f"{s.samples_done} / {s.samples_total}", str(s.drafts), (s.last_activity or "-")[:19].replace("T", " "),
         s.url))) for s in lines]
+
+
+def round_history(root: DataRoot) -> RoundHistory:
+    """What the desks' migration must know of the rounds beyond Label Studio: whose a project is,
+    and who annotated a round by this data root's records (pushed to them, or labels of theirs)."""
+    annotated: dict[str, str] = {}
+    pushed_dir = root.annotation_dir() / "pushed"
+    for path in sorted(pushed_dir.glob("*.json")) if pushed_dir.is_dir() else []:
+        name = path.stem
+        try:
+            for who in pushed_annotators(root, name):
+                annotated.setdefault(who.lower(), f"was given round {name} (annotation/pushed/{path.name})")
+            labels = root.labels(name)
+        except ValueError:
+            continue
+        if labels.is_file():
+            for who in set(pq.read_table(labels, columns=["annotator"]).column("annotator").to_pylist()):
+                if who:
+                    annotated.setdefault(who.lower(), f"has labels in round {name}")
+    return RoundHistory(annotator_of=_annotator_of,
+                        is_adjudication=lambda key: key.startswith(ADJUDICATION_PREFIX), annotated=annotated)
+
+
+def _annotator_of(key: str) -> str | None:
+    parsed = parse_project_key(key)
+    return parsed[2] if parsed else None

@@ -89,7 +89,7 @@ def statistics(samples_t: pa.Table, rows_t: pa.Table) -> dict:
 def simulated_people(data_root: str | os.PathLike) -> set[str]:
     """Who is registered as a simulated annotator (the desks' registry: ``rescue annotators add
     --simulated``), lower-cased: what the card counts as simulated, never a name's look."""
-    from pipeline.annotation.desks import DeskError, Desks
+    from pipeline.labelstudio.desks import DeskError, Desks
 
     try:
         return {e.lower() for e in Desks(data_root).simulated()}

@@ -90,7 +90,7 @@ def code_lineage() -> dict:
 
 
 def _label_studio_version() -> str | None:
-    from pipeline.annotation.server import DEFAULT_VENV
+    from pipeline.labelstudio.server import DEFAULT_VENV
 
     paths = [str(p) for p in sorted(Path(DEFAULT_VENV).glob("lib/python*/site-packages"))]
     for dist in importlib.metadata.distributions(name=LABEL_STUDIO, path=paths) if paths else ():

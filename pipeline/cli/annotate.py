@@ -1,7 +1,7 @@
 """``rescue label-studio``, ``rescue annotators`` and ``rescue annotate`` commands.
 
 Argument parsing and printing only; the work is in :mod:`pipeline.annotation` (the desks in
-:mod:`pipeline.annotation.desks`). No password or token is ever printed.
+:mod:`pipeline.labelstudio.desks`). No password or token is ever printed.
 """
 from __future__ import annotations
 
@@ -37,15 +37,15 @@ def _fail(message: str) -> None:
 
 
 def _desks(settings):
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
 
     return Desks(settings.data_root, settings)
 
 
 def _desk_errors():
-    from pipeline.annotation.client import LabelStudioError
-    from pipeline.annotation.desks import DeskError
-    from pipeline.annotation.server import LabelStudioServerError
+    from pipeline.labelstudio.client import LabelStudioError
+    from pipeline.labelstudio.desks import DeskError
+    from pipeline.labelstudio.server import LabelStudioServerError
 
     return (LabelStudioError, DeskError, LabelStudioServerError)
 
@@ -105,7 +105,7 @@ def ls_serve(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]
     import signal
     import threading
 
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
 
     settings = _settings(data_root)
     desks = Desks(settings.data_root, settings, host=host)
@@ -130,13 +130,15 @@ def ls_migrate(data_root: Optional[Path] = DataRoot,
                    None, "--adjudicator", metavar="EMAIL", help="A person who adjudicates (repeat): each gets the adjudication "
                                                "projects on their own desk. Needed when there are any.")) -> None:
     """Move a data root's single shared Label Studio (rounds in progress) to one desk per person:
-    projects, tasks, annotations and drafts, nothing lost (see pipeline.annotation.migrate)."""
-    from pipeline.annotation import migrate
+    projects, tasks, annotations and drafts, nothing lost (see pipeline.labelstudio.migrate)."""
+    from pipeline.annotation.status import round_history
+    from pipeline.labelstudio import migrate
 
     settings = _settings(data_root)
     try:
         report = migrate.migrate_to_desks(settings.data_root, adjudicator or (),
-                                          log=lambda m: console.print(m, highlight=False))
+                                          log=lambda m: console.print(m, highlight=False),
+                                          history=round_history(DataRootMap(settings.data_root)))
     except (*_desk_errors(), migrate.MigrationError) as exc:
         _fail(str(exc))
     console.print(report.summary(), highlight=False, soft_wrap=True)  # one line: people and grep read it

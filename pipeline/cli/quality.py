@@ -123,8 +123,8 @@ def adjudicate_push(
     """Put every disagreement of a pulled round into the adjudication projects on every adjudicator's desk."""
     from rich.console import Console
 
-    from pipeline.annotation.client import LabelStudioError
-    from pipeline.annotation.desks import DeskError, Desks
+    from pipeline.labelstudio.client import LabelStudioError
+    from pipeline.labelstudio.desks import DeskError, Desks
     from pipeline.config import Settings
     from pipeline.paths import DataRoot
     from pipeline.quality import adjudication
@@ -151,8 +151,8 @@ def adjudicate_pull(
     """Fetch the adjudicators' answers and store them (<data root>/annotation/adjudications/ROUND.parquet)."""
     from rich.console import Console
 
-    from pipeline.annotation.client import LabelStudioError
-    from pipeline.annotation.desks import DeskError, Desks
+    from pipeline.labelstudio.client import LabelStudioError
+    from pipeline.labelstudio.desks import DeskError, Desks
     from pipeline.config import Settings
     from pipeline.quality import adjudication
 

@@ -46,11 +46,12 @@ import pyarrow.parquet as pq
 
 from pipeline import corpus, schemas, store, taxonomy
 from pipeline.annotation.ls_config import build_task_data, content_sha, render_config, result_value, values_to_results
-from pipeline.annotation.desks import DeskAccess
+from pipeline.labelstudio.desks import DeskAccess
 from pipeline.annotation.naming import parse_control_name
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot, check_name
 from pipeline.quality.disagreements import disagreements, index_labels
+from pipeline.annotation.push_project import ADJUDICATION_PREFIX
 from pipeline.annotation.pushed import pushed_annotators
 
 ADJUDICATOR_VERSION = "adjudication"  # the project's own model_version: no annotator pre-filled
@@ -114,7 +115,7 @@ def _round_annotators(labels: Any, round_name: str) -> list[str]:
 
 def project_key(round_name: str, scenario: str) -> str:
     """An adjudication project's identity (Label Studio keeps it in the project description)."""
-    return f"rescue-adjudication:{round_name}/{scenario}"
+    return f"{ADJUDICATION_PREFIX}{round_name}/{scenario}"
 
 
 def project_title(round_name: str, scenario: str) -> str:

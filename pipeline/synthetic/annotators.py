@@ -212,7 +212,7 @@ class SimulatedAnnotator:
     def annotate_tasks(self, client, project_id: int, rnd, truth: Mapping[str, dict],
                        completed_by: int | None = None) -> int:
         """Answer every task of a Label Studio project through the API (``client``: a
-        ``pipeline.annotation.client.LabelStudioClient``); returns annotations posted.
+        ``pipeline.labelstudio.client.LabelStudioClient``); returns annotations posted.
 
         ``truth``: sample_id -> sample. Tasks of samples this annotator skips (``coverage``)
         stay unanswered. ``completed_by``: the annotator's Label Studio user id (an admin

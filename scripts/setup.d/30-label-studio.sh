@@ -8,9 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$(pwd)"
 
-# The one pin of the version is LS_VERSION in pipeline/annotation/server.py (desks check it at start).
-LS_VERSION="$(sed -n 's/^LS_VERSION = "\([0-9.]*\)".*/\1/p' pipeline/annotation/server.py)"
-[ -n "$LS_VERSION" ] || { echo "setup: no LS_VERSION in pipeline/annotation/server.py" >&2; exit 1; }
+# The one pin of the version is LS_VERSION in pipeline/labelstudio/server.py (desks check it at start).
+LS_VERSION="$(sed -n 's/^LS_VERSION = "\([0-9.]*\)".*/\1/p' pipeline/labelstudio/server.py)"
+[ -n "$LS_VERSION" ] || { echo "setup: no LS_VERSION in pipeline/labelstudio/server.py" >&2; exit 1; }
 VENV=".label-studio/venv"
 stamp="$VENV/.rescue-label-studio"
 

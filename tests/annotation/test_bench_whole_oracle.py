@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-from pathlib import Path
 
+from benchmarks.annotator_ui import driver, oracle
 from pipeline.annotation import ls_config, push, voice_naming
 from pipeline.annotation.rounds import load_round
 from tests.annotation.ls_samples import make_sample
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_annotator_ui as bench  # noqa: E402
 
 
 def _exported(rnd, sample, truth, results=None, cancelled=False):
@@ -29,18 +25,18 @@ def test_the_oracle_counts_each_stored_value_that_differs():
     sample = make_sample("synthetic/bench_whole_001", "family", 6)
     truth = push.input_values(rnd, sample)
     right = ls_config.values_to_results(rnd, ls_config.build_task_data(rnd, sample), truth)
-    assert bench.wrong_answers(rnd, _exported(rnd, sample, truth), truth)[:2] == (0, 1)
+    assert oracle.wrong_answers(rnd, _exported(rnd, sample, truth), truth)[:2] == (0, 1)
 
     changed = copy.deepcopy(right)
     choice = next(r for r in changed if "choices" in r["value"] and r["from_name"].startswith("utterance_type"))
     choice["value"]["choices"] = ["other" if choice["value"]["choices"] != ["other"] else "request"]
-    wrong, done, examples = bench.wrong_answers(rnd, _exported(rnd, sample, truth, changed), truth)
+    wrong, done, examples = oracle.wrong_answers(rnd, _exported(rnd, sample, truth, changed), truth)
     assert (wrong, done) == (1, 1) and choice["from_name"] in examples[0], examples
 
     dropped = [r for r in right if r["from_name"] != choice["from_name"]]  # a meant answer not stored
-    assert bench.wrong_answers(rnd, _exported(rnd, sample, truth, dropped), truth)[0] == 1
+    assert oracle.wrong_answers(rnd, _exported(rnd, sample, truth, dropped), truth)[0] == 1
     # a cancelled (skipped) window is no stored answer
-    assert bench.wrong_answers(rnd, _exported(rnd, sample, truth, changed, cancelled=True), truth)[:2] == (0, 0)
+    assert oracle.wrong_answers(rnd, _exported(rnd, sample, truth, changed, cancelled=True), truth)[:2] == (0, 0)
 
 
 def test_the_oracle_reads_a_row_left_on_its_voice_as_the_name_the_block_gave(tmp_path):
@@ -48,10 +44,10 @@ def test_the_oracle_reads_a_row_left_on_its_voice_as_the_name_the_block_gave(tmp
     speaking-order hint): a row left on its voice holds the name its voice got in the block (part 1
     of the sample), and a voice named otherwise than the oracle's name is a wrong answer."""
     rnd = load_round("transcript")
-    sample = bench.family_sample(20)
-    truth = bench.answers(rnd, sample)
-    voices = bench.voice_names(sample, truth)
-    with_table = {**sample, "voices": bench.voice_table(sample)}
+    sample = oracle.family_sample(20)
+    truth = oracle.answers(rnd, sample)
+    voices = oracle.voice_names(sample, truth)
+    with_table = {**sample, "voices": oracle.voice_table(sample)}
     parts = ls_config.build_tasks_data(rnd, with_table, "", window=8)
     assert len(parts) > 1 and parts[0]["voices"] and not parts[1]["voices"]
     values = push.input_values(rnd, sample)
@@ -67,9 +63,9 @@ def test_the_oracle_reads_a_row_left_on_its_voice_as_the_name_the_block_gave(tmp
 
     kept = [task(k, p, {}) for k, p in enumerate(parts)]
     assert any(voice_naming.TOKEN in json.dumps(t["annotations"][0]["result"]) for t in kept[1:])  # rows on a voice
-    assert bench.wrong_answers(rnd, kept, truth, voices)[:2] == (0, len(parts))
+    assert oracle.wrong_answers(rnd, kept, truth, voices)[:2] == (0, len(parts))
     # Cara's voice named as Dan: the voice, and every row (and addressee) on it in every part, wrong
-    wrong, _, examples = bench.wrong_answers(rnd, [task(k, p, {"Cara Miller": "Dan Miller"})
+    wrong, _, examples = oracle.wrong_answers(rnd, [task(k, p, {"Cara Miller": "Dan Miller"})
                                                    for k, p in enumerate(parts)], truth, voices)
     on_cara = sum(r["primary_speaker"] == "Cara Miller" for r in sample["rows"]) \
         + sum("Cara Miller" in r["target"] for r in sample["rows"])
@@ -87,7 +83,7 @@ _TOGGLE = "id => document.getElementById(id).classList.toggle('ant-checkbox-wrap
 def test_the_page_observer_counts_only_changes_off_screen_while_watching(browser):
     page = browser.new_page(viewport={"width": 800, "height": 600})
     page.set_content(_PAGE)
-    page.evaluate(bench._UNSEEN_WATCH)  # (the bench adds it to every page of its tab before Label Studio's)
+    page.evaluate(driver.UNSEEN_WATCH)  # (the bench adds it to every page of its tab before Label Studio's)
     page.evaluate(_TOGGLE, "unseen")  # not watching yet (a window being drawn)
     page.evaluate("() => { window.__rescueWatch = true; }")
     page.evaluate(_TOGGLE, "seen")  # on screen

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline import corpus
 from pipeline.annotation import ls_config, push
-from pipeline.annotation.desks import Desks
+from pipeline.labelstudio.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.cli import app
 from pipeline.paths import DataRoot

@@ -1,4 +1,4 @@
-"""A project read from its desk's database (pipeline.annotation.desk_db) is Label Studio's own
+"""A project read from its desk's database (pipeline.labelstudio.desk_db) is Label Studio's own
 export, key for key, on a real desk with every kind of record; a pull reading that way gives the
 same tables as one asking the API; another schema or version falls back to the API."""
 from __future__ import annotations
@@ -13,10 +13,12 @@ from types import SimpleNamespace
 import pytest
 from ls_samples import make_sample
 
-from pipeline.annotation import acceptance, desk_db, ls_config, pull, pull_look, push, pushed
-from pipeline.annotation.desks import Desks
+from pipeline.annotation import acceptance, ls_config, pull, pull_look, push, pushed
+
+from pipeline.labelstudio import desk_db
+from pipeline.labelstudio.desks import Desks
 from pipeline.annotation.rounds import load_round
-from pipeline.annotation.server import DB_NAME
+from pipeline.labelstudio.server import DB_NAME
 from pipeline.paths import DataRoot
 from tests.helpers import ThroughTheApi, annotator_desks, desk_hooks, sample_media
 

@@ -3,7 +3,7 @@ of them (as LABEL_STUDIO_X, HEARTEX_X or plain X), and e.g. DATABASE_NAME would 
 open the same database, SECRET_KEY make one session cookie valid on all."""
 from __future__ import annotations
 
-from pipeline.annotation.server import CREDENTIAL_VARS, LabelStudioServer
+from pipeline.labelstudio.server import CREDENTIAL_VARS, LabelStudioServer
 
 
 def test_a_desk_server_takes_its_settings_from_us_only(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import secrets
 import httpx
 import pytest
 
-from pipeline.annotation.desks import Desks
+from pipeline.labelstudio.desks import Desks
 from pipeline.config import Settings
 from tests.helpers import free_port
 

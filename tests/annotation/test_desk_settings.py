@@ -9,8 +9,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from pipeline.annotation.client import LabelStudioClient
-from pipeline.annotation.server import (DEFAULT_VENV, DESK_SETTINGS, LS_VERSION, STOCK_SETTINGS_VAR,
+from pipeline.labelstudio.client import LabelStudioClient
+from pipeline.labelstudio.server import (DEFAULT_VENV, DESK_SETTINGS, LS_VERSION, STOCK_SETTINGS_VAR,
                                         LabelStudioServer, installed_version)
 from tests.helpers import free_port, require_label_studio
 

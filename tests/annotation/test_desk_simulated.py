@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.annotation.desks import DeskError, Desks
+from pipeline.labelstudio.desks import DeskError, Desks
 
 
 def test_simulated_is_recorded_once(tmp_path):

@@ -1,4 +1,4 @@
-"""Desks: one real Label Studio per person (pipeline.annotation.desks). Two annotators and one
+"""Desks: one real Label Studio per person (pipeline.labelstudio.desks). Two annotators and one
 adjudicator get three servers, shared by this module's tests (a desk takes ~30 s to start)."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, push
-from pipeline.annotation.client import LabelStudioError
-from pipeline.annotation.desks import DeskError, Desks
+from pipeline.labelstudio.client import LabelStudioError
+from pipeline.labelstudio.desks import DeskError, Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.config import Settings
 from pipeline.paths import DataRoot

@@ -6,15 +6,15 @@ Studio's own key ignores inputs); number keys in "Who is each voice?" change onl
 from __future__ import annotations
 
 import secrets
-import sys
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from ls_samples import make_sample
 from test_voice_naming import neutral
 
+from benchmarks.annotator_ui import driver
+from benchmarks.annotator_ui.browser import form_ready
 from desk_front import FrontServer
 from pipeline import schemas
 from pipeline.annotation import push
@@ -23,8 +23,6 @@ from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
 from tests.helpers import SCREENSHOTS, browser_login
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_annotator_ui as bench  # noqa: E402
 
 pytestmark = pytest.mark.slow
 # what each list of each form holds ticked, in one look: {form id: [[names], ...] per .lsf-choices}
@@ -93,7 +91,7 @@ def test_a_window_by_keyboard_alone_submits_with_ctrl_enter_on_a_checkbox(ls_ser
                 seen["ring"] = page.evaluate("() => getComputedStyle(document.activeElement.closest('label')).outlineStyle")
                 # the window afresh (the same task: still unlabeled), its first Enter for form 0 again
                 page.reload()
-                bench._form_ready(page)
+                form_ready(page)
                 page.wait_for_load_state("networkidle")
             else:  # filled: back onto a choice list by keys, then Ctrl+Enter from that checkbox
                 for _ in range(10):
@@ -102,7 +100,7 @@ def test_a_window_by_keyboard_alone_submits_with_ctrl_enter_on_a_checkbox(ls_ser
                     page.keyboard.press("Shift+Tab")
                 seen["focus"] = page.evaluate("() => document.activeElement.type")
 
-        got = bench.keyboard_window(page, front.url, pid, rnd, push.input_values(rnd, sample), hook=refused_then_checkbox)
+        got = driver.keyboard_window(page, front.url, pid, rnd, push.input_values(rnd, sample), hook=refused_then_checkbox)
         page.screenshot(path=str(SCREENSHOTS / "keyboard_strategy.png"), full_page=True)
         assert seen["why"].startswith("Strategy is missing"), seen
         assert seen["ring"] == "solid", seen

@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from ls_samples import make_sample
 from test_keyboard import _ticked_when_still
 
+from benchmarks.annotator_ui import driver
 from desk_front import FrontServer
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round
 from tests.helpers import SCREENSHOTS, browser_login, tone_wav
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_annotator_ui as bench  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +68,7 @@ def _next_window(page, previous) -> int:
                            "document.querySelector('#unit_0 .lsf-choices input')", arg=previous, timeout=120_000)
     page.wait_for_load_state("networkidle")
     close = page.locator('button[aria-label="Close modal"]')  # the round's instructions, on the first entry
-    if bench._appears(close, 3):
+    if driver.appears(close, 3):
         page.keyboard.press("Escape")
         close.wait_for(state="detached", timeout=10_000)
     _ticked_when_still(page, "unit_0")
@@ -87,7 +84,7 @@ def _wait_focus(page, form: str, tag: str | None = None, list_index: int | None 
                            arg={"form": form, "tag": tag, "list": list_index}, timeout=20_000)
 
 
-def _relation_form(page, k: bench.KeyCounter, form: str, evidence: list[int], check_keys: bool = False,
+def _relation_form(page, k: driver.KeyCounter, form: str, evidence: list[int], check_keys: bool = False,
                    accept: bool = False) -> None:
     """One relation form by keys, its focus already in its first list: pattern 1, proposed (a
     one-answer list: on to the reason), accepted by ``a`` (``accept``) or by its key 1 again, the
@@ -145,7 +142,7 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(120_000)
             browser_login(page, front.url, email, password, timeout_ms=60_000)
-            k = bench.KeyCounter(page)
+            k = driver.KeyCounter(page)
             _enter_stream(page, front.url, relation_pid)
             task = None
             for window in range(3):
@@ -212,7 +209,7 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
             left = []
             for i in range(len(data["units"])):
                 want = {n: v for n, v in want_all.items() if (naming.parse_control_name(n) or (0, 0, 0, -1))[3] == i}
-                left += bench.keyboard_form(k, f"unit_{i}", want)
+                left += driver.keyboard_form(k, f"unit_{i}", want)
                 k.press("Enter")
             assert left == []
             assert all(ticked for *_, ticked in page.evaluate(_ACCEPTED))  # every proposal accepted by a

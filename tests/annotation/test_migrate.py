@@ -14,11 +14,12 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, push
-from pipeline.annotation.client import LabelStudioClient
-from pipeline.annotation.desks import SERVICE_EMAIL, Desks, media_path
-from pipeline.annotation.migrate import MigrationError, migrate_to_desks
+from pipeline.labelstudio.client import LabelStudioClient
+from pipeline.labelstudio.desks import SERVICE_EMAIL, Desks, media_path
+from pipeline.annotation.status import round_history
+from pipeline.labelstudio.migrate import MigrationError, migrate_to_desks
 from pipeline.annotation.rounds import load_round
-from pipeline.annotation.server import DB_NAME, LabelStudioServer
+from pipeline.labelstudio.server import DB_NAME, LabelStudioServer
 from pipeline.paths import DataRoot
 from pipeline.quality import adjudication
 from tests.helpers import OneServerDesks, free_port, noise_wav, require_label_studio
@@ -125,9 +126,9 @@ def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_cr
 
         # --- refusals: nothing stopped, nothing written -------------------------------------
         with pytest.raises(MigrationError, match="adjudication projects but no adjudicator"):
-            migrate_to_desks(root, log=lambda m: None)
+            migrate_to_desks(root, history=round_history(root), log=lambda m: None)
         with pytest.raises(MigrationError, match="never annotates a round"):
-            migrate_to_desks(root, [J, A], log=lambda m: None)
+            migrate_to_desks(root, [J, A], history=round_history(root), log=lambda m: None)
         assert old.status().healthy and not root.desks_registry().exists()
 
         # --- the migration --------------------------------------------------------------------
@@ -137,7 +138,7 @@ def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_cr
         def log(message: str) -> None:
             lines.append(message)
             print(f"[{time.monotonic() - t1:5.0f} s] {message}")
-        result = migrate_to_desks(root, [J], log=log)
+        result = migrate_to_desks(root, [J], history=round_history(root), log=log)
         migrate_s = time.monotonic() - t1
         assert not result.noop and not old.status().running  # the shared server was stopped
         assert not root.label_studio_dir().exists() and result.old_dir and result.old_dir.is_dir()
@@ -196,7 +197,7 @@ def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_cr
 
         # a second run is a no-op that says so
         said: list[str] = []
-        again = migrate_to_desks(root, [J], log=said.append)
+        again = migrate_to_desks(root, [J], history=round_history(root), log=said.append)
         assert again.noop and "already migrated" in again.summary() and str(result.old_dir) in again.summary()
         assert desks.annotators() == [A, B] and not said
         print(f"\nsetup {setup_s:.0f} s, migration of 3 desks {migrate_s:.0f} s, total {time.monotonic() - t0:.0f} s")

@@ -18,8 +18,8 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, pull_look, push, pushed
-from pipeline.annotation.client import parse_time
-from pipeline.annotation.desks import Desks
+from pipeline.labelstudio.client import parse_time
+from pipeline.labelstudio.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
 from tests.helpers import annotator_desks, desk_hooks, sample_media
@@ -213,7 +213,7 @@ def test_a_pull_again_with_nothing_new_asks_a_few_requests_and_writes_nothing(wo
         first = _pull(world, reader)
     assert first.labels.num_rows and first.new_snapshots == 4
     # nothing to compare with: each project read without a look (its look read off the export),
-    # from its desk's database (pipeline.annotation.desk_db): per desk only its users and projects
+    # from its desk's database (pipeline.labelstudio.desk_db): per desk only its users and projects
     assert first_asked == Counter({"GET /api/users/": 2, "GET /api/projects/": 2}), first_asked
     before = _files(world.root)
     fresh = Desks(world.root)  # as a second `rescue annotate pull` would

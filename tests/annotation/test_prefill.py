@@ -120,7 +120,7 @@ def test_every_round_pushed_as_documented_prefills_only_what_was_proposed(ls_des
     # the test arrangement: every desk is the session's one server; Prefect's push limit needs
     # a Prefect server, and RESCUE_PUSH_LIMIT= (empty) is its documented off switch
     monkeypatch.setattr("pipeline.cli.annotate._desks", lambda settings: ls_desks)
-    monkeypatch.setattr("pipeline.annotation.desks.Desks", lambda *a, **k: ls_desks)
+    monkeypatch.setattr("pipeline.labelstudio.desks.Desks", lambda *a, **k: ls_desks)
     monkeypatch.setattr(annotation_round, "_desks", lambda data_root: ls_desks)
     monkeypatch.setattr(flows, "PUSH_LIMIT", "")
     runner = CliRunner(env={"COLUMNS": "200"})

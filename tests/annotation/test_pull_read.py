@@ -18,8 +18,8 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import ls_config, pull, pull_look, push, pushed
-from pipeline.annotation.client import LabelStudioUnavailable
-from pipeline.annotation.desks import Desks
+from pipeline.labelstudio.client import LabelStudioUnavailable
+from pipeline.labelstudio.desks import Desks
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
 from tests.helpers import ThroughTheApi, annotator_desks, desk_hooks, sample_media

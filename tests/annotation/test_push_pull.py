@@ -10,7 +10,7 @@ import pytest
 from ls_samples import make_sample, release_head
 
 from pipeline.annotation import ls_config, pull, push
-from pipeline.annotation.client import LabelStudioAuthError, LabelStudioClient
+from pipeline.labelstudio.client import LabelStudioAuthError, LabelStudioClient
 from pipeline.annotation.rounds import load_round
 from pipeline.paths import DataRoot
 

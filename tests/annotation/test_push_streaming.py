@@ -8,7 +8,7 @@ import pytest
 from ls_samples import make_sample
 
 from pipeline.annotation import push, push_tasks, pushed
-from pipeline.annotation.client import LabelStudioClient
+from pipeline.labelstudio.client import LabelStudioClient
 
 pytestmark = pytest.mark.slow
 

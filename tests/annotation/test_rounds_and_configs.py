@@ -322,7 +322,7 @@ def _installed_auto_keys() -> str | None:
     in the installed bundle), or None when the bundle is not here."""
     import re
 
-    from pipeline.annotation.server import DEFAULT_VENV
+    from pipeline.labelstudio.server import DEFAULT_VENV
 
     for js in sorted(DEFAULT_VENV.glob("lib/python3*/site-packages/web/dist/apps/labelstudio/*.js")):
         text = js.read_text(encoding="utf-8", errors="replace")

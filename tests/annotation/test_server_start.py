@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeline.annotation.server import LabelStudioServer, LabelStudioServerError
+from pipeline.labelstudio.server import LabelStudioServer, LabelStudioServerError
 from tests.helpers import free_port
 
 

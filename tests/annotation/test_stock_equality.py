@@ -37,10 +37,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.annotation import desk_db, ls_config, pull, push
-from pipeline.annotation.desks import Desks
+from pipeline.annotation import ls_config, pull, push
+
+from pipeline.labelstudio import desk_db
+from pipeline.labelstudio.desks import Desks
 from pipeline.annotation.rounds import load_round, round_names
-from pipeline.annotation.server import (DB_NAME, DEFAULT_VENV, DESK_SETTINGS, TEMPLATE_DB, LabelStudioServer,
+from pipeline.labelstudio.server import (DB_NAME, DEFAULT_VENV, DESK_SETTINGS, TEMPLATE_DB, LabelStudioServer,
                                         desk_settings_choice, installed_version)
 from pipeline.config import REPO_ROOT, Settings
 from pipeline.paths import DataRoot

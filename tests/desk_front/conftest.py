@@ -28,7 +28,7 @@ def fake_upstream():
     seen: list[dict] = []
 
     def start(files: dict[str, bytes] | None = None, release: str | None = None) -> str:
-        from pipeline.annotation.server import LS_VERSION
+        from pipeline.labelstudio.server import LS_VERSION
 
         files = files or {}
 

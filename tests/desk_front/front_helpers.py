@@ -35,7 +35,7 @@ def serve_app(app):
 
 def build_dir() -> Path:
     """The installed Label Studio's react-app build (what it serves at /react-app/)."""
-    from pipeline.annotation.server import DEFAULT_VENV
+    from pipeline.labelstudio.server import DEFAULT_VENV
 
     found = next(DEFAULT_VENV.glob("lib/python3*/site-packages/web/dist/apps/labelstudio"), None)
     if found is None:

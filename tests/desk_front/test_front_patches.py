@@ -14,7 +14,7 @@ from front_helpers import build_dir
 
 from desk_front import FrontServer
 from desk_front.patches import BUNDLE_PATCHES, PatchGroup, Patcher, apply_group
-from pipeline.annotation.server import LS_VERSION
+from pipeline.labelstudio.server import LS_VERSION
 
 WARN = logging.WARNING
 

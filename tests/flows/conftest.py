@@ -1,7 +1,7 @@
 """Fixtures of the orchestration tests: a REAL local stack (Prefect server + process worker on
 127.0.0.1, free ports) under a temporary data root with its own PREFECT_HOME and result
 storage, started once per session through `ops.stack`; and REAL desks (one Label Studio per
-person, :mod:`pipeline.annotation.desks`) for the data roots the flows annotate.
+person, :mod:`pipeline.labelstudio.desks`) for the data roots the flows annotate.
 
 A flow run reads ``Desks(<its data_root>)``: each data root a test annotates has its people
 registered there (:func:`desks_of`), on a port range of its own, and their desks are stopped
@@ -35,7 +35,7 @@ def desks_of(root: Path, people: Iterable[tuple[str, str]]) -> Iterator:
     owner's name), and setting one costs a Label Studio management command (~20 s) per person.
     Ports: from a free port of their own (``RESCUE_DESK_BASE_PORT`` of this data root), so data
     roots registered one after the other never share one."""
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     require_label_studio()
     people = list(people)
     settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port())

@@ -224,7 +224,7 @@ def test_third_run_is_all_cache_and_the_desks_have_no_duplicates(stack, batch, c
 
 def test_uninterrupted_deployment_run_drafts_on_the_desks_and_same_bytes(stack, batch, crashed, crashed_desks,
                                                                          open_desks):
-    from pipeline.annotation.desks import media_path
+    from pipeline.labelstudio.desks import media_path
 
     path, ids = batch
     before = task_data(transcript_tasks(crashed_desks, "flowtest/"))

@@ -23,7 +23,7 @@ def _desk_lines(stdout: str) -> dict[str, str]:
 def stack_desk(stack):
     """A person registered (not started) under the stack's own data root; `rescue stack up`
     starts their desk with the rest. The desk is stopped when the module is done."""
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.config import Settings
 
     with mock.patch.dict(os.environ, {"RESCUE_DESK_BASE_PORT": stack.env["RESCUE_DESK_BASE_PORT"]}):

@@ -36,7 +36,7 @@ def _run(env: dict, *argv: str, timeout: float = 900) -> subprocess.CompletedPro
 def stack(tmp_path_factory):
     """Two people registered (owner-only, as `rescue` writes), then `rescue stack up`; down at the end."""
     require_label_studio()
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.config import Settings
     from pipeline.store import private_by_default
 

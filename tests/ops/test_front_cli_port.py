@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.annotation.desks import Desks
+from pipeline.labelstudio.desks import Desks
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ops.cli import app
-from pipeline.annotation.desks import Desks
+from pipeline.labelstudio.desks import Desks
 from tests.helpers import free_port
 
 RESCUE = Path(sys.executable).with_name("rescue")

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ops.cli import app
-from pipeline.annotation.desks import Desks
+from pipeline.labelstudio.desks import Desks
 from pipeline.config import REPO_ROOT, Settings
 from tests.helpers import free_port
 

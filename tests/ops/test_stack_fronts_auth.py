@@ -39,7 +39,7 @@ def stack(tmp_path_factory):
     front), then `rescue stack up` as the operator runs it, with no Prefect variable of the
     caller's; `rescue stack down` at the end."""
     require_label_studio()
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.config import Settings
 
     root = tmp_path_factory.mktemp("front-auth-data")

@@ -63,7 +63,7 @@ def test_a_file_release_validates_and_claims_no_rounds(head_input, tmp_path):
 
 def test_rounds_agreement_with_interval_and_simulated_annotators(small_input, tmp_path):
     from pipeline import store
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.paths import DataRoot
 
     fields = [{"field": "utterance_type", "metric": "nominal", "alpha": 0.81, "ci_low": 0.7, "ci_high": 0.9,

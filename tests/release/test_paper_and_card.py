@@ -248,7 +248,7 @@ def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp
     # real-looking samples, simulated annotators: banner too
     # answers by desks registered as simulated (`rescue annotators add --simulated`): counted so, whatever
     # their names; a person's desk named like a simulator's is not
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
 
     people = ["annotator1@example.org", "annotator2@example.org", "sim-person@example.org"]
     for email, simulated in zip(people, (True, True, False)):

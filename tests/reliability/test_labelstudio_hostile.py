@@ -135,7 +135,7 @@ _PUSHER = textwrap.dedent("""
     import sys, time, json
     from pathlib import Path
     from tests.annotation.ls_samples import make_sample
-    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.labelstudio.client import LabelStudioClient
     from pipeline.annotation import push
     url, token, root, go, *annotators = sys.argv[1:]
     client = LabelStudioClient(url, token)

@@ -16,7 +16,7 @@ from http_util import answering, closed_port
 from prefect import flow, task
 
 from flows import NETWORK_RETRIES
-from pipeline.annotation.client import LabelStudioClient, LabelStudioError
+from pipeline.labelstudio.client import LabelStudioClient, LabelStudioError
 from pipeline.annotation.push import PushError, PushInterrupted
 from pipeline.errors import TransientError
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from http_util import answering, closed_port
 
-from pipeline.annotation.client import (LabelStudioAuthError, LabelStudioClient, LabelStudioError, LabelStudioFault,
+from pipeline.labelstudio.client import (LabelStudioAuthError, LabelStudioClient, LabelStudioError, LabelStudioFault,
                                         LabelStudioUnavailable)
 from pipeline.errors import Locked, ServerFault, TransientError, Unreachable
 
@@ -72,7 +72,7 @@ def test_the_client_goes_on_once_the_server_answers_again():
 
 def _desks(tmp_path, url: str):
     """Two annotators' desks on a fresh data root, every one reached at ``url`` (no server started)."""
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     from pipeline.config import Settings
 
     settings = dataclasses.replace(Settings.from_env(tmp_path), desk_url=url)
@@ -177,8 +177,9 @@ def test_a_prefect_refusal_is_not_transient(prefect_at):
 # --- a lock held by another run --------------------------------------------------------------
 
 def test_a_migration_while_another_holds_the_lock_is_locked(tmp_path):
-    from pipeline.annotation import migrate
-    from pipeline.annotation.server import DB_NAME
+    from pipeline.annotation.status import round_history
+    from pipeline.labelstudio import migrate
+    from pipeline.labelstudio.server import DB_NAME
     from pipeline.paths import DataRoot
 
     root = DataRoot(tmp_path)
@@ -190,7 +191,7 @@ def test_a_migration_while_another_holds_the_lock_is_locked(tmp_path):
     with open(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)) as held:  # the other run
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(migrate.MigrationLocked) as err:
-            migrate.migrate_to_desks(tmp_path, log=lambda m: None)
+            migrate.migrate_to_desks(tmp_path, log=lambda m: None, history=round_history(root))
     assert isinstance(err.value, Locked) and isinstance(err.value, migrate.MigrationError)
     assert "another migration" in str(err.value)
 

@@ -15,11 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from http_util import answering, closed_port
 
-from pipeline.annotation.client import LabelStudioError, LabelStudioFault, LabelStudioUnavailable
-from pipeline.annotation.desks import DeskError, Desks
+from pipeline.labelstudio.client import LabelStudioError, LabelStudioFault, LabelStudioUnavailable
+from pipeline.labelstudio.desks import DeskError, Desks
 from pipeline.annotation.prelabel import ModelFault, ModelPrelabeler, ModelUnreachable, PrelabelError
 from pipeline.annotation.rounds import load_round
-from pipeline.annotation.server import LabelStudioServer
+from pipeline.labelstudio.server import LabelStudioServer
 from pipeline.config import Settings
 from pipeline.errors import ServerFault, TransientError, Unreachable
 

@@ -82,8 +82,8 @@ def _answer(client, rnd, samples_by_id, tone: str, utterance: str) -> list[dict]
 @pytest.fixture(scope="package")
 def world(tmp_path_factory):
     from pipeline.annotation import ls_config, pull, push
-    from pipeline.annotation.client import LabelStudioClient
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.client import LabelStudioClient
+    from pipeline.labelstudio.desks import Desks
     from pipeline.annotation.rounds import load_round
     from pipeline.quality import adjudication
     from tests.annotation.ls_samples import make_sample
@@ -201,8 +201,8 @@ def desk_pair(tmp_path_factory):
     """Two desks of their own for the attacks that change logins, sessions or passwords (the
     world's must stay as they are for the other modules): OURS runs the desk settings, STOCK
     Label Studio's own (``RESCUE_LS_STOCK_SETTINGS=1``), each with one annotator's login."""
-    from pipeline.annotation.desks import Desks
-    from pipeline.annotation.server import STOCK_SETTINGS_VAR
+    from pipeline.labelstudio.desks import Desks
+    from pipeline.labelstudio.server import STOCK_SETTINGS_VAR
 
     require_label_studio()
     root = tmp_path_factory.mktemp("security-pair") / "data"

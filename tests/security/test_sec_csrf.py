@@ -91,7 +91,7 @@ def test_the_desks_own_pages_and_the_pipelines_token_still_write(desk_pair):
 def test_the_guards_refuse_a_label_studio_without_what_they_rely_on(tmp_path):
     """All or nothing, as the other desk settings: without Label Studio's CSRF switch-off (what
     the cross-site check makes up for) the desk settings do not load."""
-    from pipeline.annotation.server import DEFAULT_VENV, LabelStudioServer
+    from pipeline.labelstudio.server import DEFAULT_VENV, LabelStudioServer
 
     creds = {"LABEL_STUDIO_USERNAME": "svc@rescue.invalid", "LABEL_STUDIO_PASSWORD": "pw-x",
              "LABEL_STUDIO_USER_TOKEN": "cd" * 20}

@@ -20,7 +20,7 @@ HUGE = "/static/samples/opossum_snow.mp4"  # ~3 MB, the build's largest file
 
 def _build_files() -> list[str]:
     """Every file of the installed Label Studio's static build, as the desk serves it (/static/...)."""
-    from pipeline.annotation.server import DEFAULT_VENV
+    from pipeline.labelstudio.server import DEFAULT_VENV
 
     (build,) = DEFAULT_VENV.glob("lib/python*/site-packages/label_studio/core/static_build")
     return sorted(f"/static/{p.relative_to(build)}" for p in build.rglob("*")

@@ -29,7 +29,7 @@ def _result(world, task_id, marker):
 
 def test_logins_made_on_own_desk_never_count(world, unchanged):
     from pipeline.annotation import pull, push
-    from pipeline.annotation.desks import Desks
+    from pipeline.labelstudio.desks import Desks
     port, url = world.port(A_EMAIL), world.url(A_EMAIL)
     headers = [*world.variants()["token"], ("Content-Type", "application/json")]
     owner_before = world.desks.owner_id(A_EMAIL)

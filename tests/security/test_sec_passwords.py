@@ -82,7 +82,7 @@ def test_a_re_added_persons_password_is_on_no_command_line(desk_pair):
 
 
 def test_a_short_password_is_refused_on_add_and_re_add(desk_pair):
-    from pipeline.annotation.desks import DeskError
+    from pipeline.labelstudio.desks import DeskError
 
     desks, short = desk_pair.desks, "elevenchars"
     assert len(short) == 11

@@ -97,7 +97,7 @@ def _bad_data(data: dict) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def poisoned(world):
     from pipeline.annotation import push
-    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.labelstudio.client import LabelStudioClient
     from pipeline.annotation.rounds import load_round
     from pipeline.cli import app
     from tests.annotation.ls_samples import make_sample

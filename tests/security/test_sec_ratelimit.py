@@ -75,7 +75,7 @@ def test_guessing_from_one_address_is_stopped_after_ten(desk_pair):
 
 def test_the_window_lets_an_account_in_again_after_fifteen_minutes():
     """The counting itself, with a clock the test moves (no desk waits 15 minutes)."""
-    from pipeline.annotation.server import DESK_SETTINGS
+    from pipeline.labelstudio.server import DESK_SETTINGS
 
     spec = importlib.util.spec_from_file_location("guard_probe", DESK_SETTINGS.parent / "rescue_desk_guard.py")
     guard = importlib.util.module_from_spec(spec)

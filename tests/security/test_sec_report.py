@@ -41,7 +41,7 @@ def _results(rnd, task: dict, sample: dict, reasons: list[str] | None, state: st
 @pytest.fixture(scope="module")
 def report(world):
     from pipeline.annotation import push
-    from pipeline.annotation.client import LabelStudioClient
+    from pipeline.labelstudio.client import LabelStudioClient
     from pipeline.annotation.rounds import load_round
     from pipeline.cli import app
     from pipeline.paths import DataRoot

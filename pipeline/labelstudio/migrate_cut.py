@@ -9,10 +9,10 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from pipeline.annotation import migrate_orm
-from pipeline.annotation.desks import SERVICE_EMAIL
-from pipeline.annotation.migrate_plan import DeskPlan, MigrationError, OldDatabase
-from pipeline.annotation.server import LabelStudioServer
+from pipeline.labelstudio import migrate_orm
+from pipeline.labelstudio.desks import SERVICE_EMAIL
+from pipeline.labelstudio.migrate_plan import DeskPlan, MigrationError, OldDatabase
+from pipeline.labelstudio.server import LabelStudioServer
 
 
 def _ls_package(venv: Path) -> Path:

@@ -1,7 +1,7 @@
 """Label Studio's own settings for a desk, less its request-log middleware, with its task
 counters counted in SQL (:mod:`rescue_desk_counters`, an app of one module) and with the guards
 of :mod:`rescue_desk_guard` (cross-site writes refused, failed logins limited, logout final). Run by Label Studio's
-python (its venv), never imported by the pipeline: :class:`pipeline.annotation.server.LabelStudioServer`
+python (its venv), never imported by the pipeline: :class:`pipeline.labelstudio.server.LabelStudioServer`
 puts this folder on ``PYTHONPATH`` and names this module ``DJANGO_SETTINGS_MODULE``, and only for
 the Label Studio version in :data:`WRITTEN_FOR` (any other runs its settings unchanged).
 

@@ -3,7 +3,7 @@
 A front is the comfort layer in front of one person's desk (``desk_front/``: cached build,
 keys, slim page). It holds no security role: it knows no user and no token, and every request
 reaches the desk as it came, so the desk alone authenticates. ``rescue stack up`` and ``rescue
-label-studio up`` start a front per desk (:meth:`pipeline.annotation.desks.Desks.fronts_up`) so
+label-studio up`` start a front per desk (:meth:`pipeline.labelstudio.desks.Desks.fronts_up`) so
 that the address a person is given is the front's; a front that cannot start is said in one
 line and that person's address falls back to the desk.
 

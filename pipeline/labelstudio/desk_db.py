@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.annotation.server import LabelStudioServer, installed_version  # noqa: F401 (tests ask desk_db)
+from pipeline.labelstudio.server import LabelStudioServer, installed_version  # noqa: F401 (tests ask desk_db)
 
 # The Label Studio this reader was written for and tested against. Not server.LS_VERSION: when
 # the pin moves, this reader stays off until it is checked against the new schema and export.

@@ -44,10 +44,10 @@ from typing import Protocol
 import httpx
 
 from pipeline import store
-from pipeline.annotation import desk_db
-from pipeline.annotation.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
-from pipeline.annotation.fronts import FrontError, FrontProcess
-from pipeline.annotation.server import (DEFAULT_VENV, MIN_PASSWORD_LENGTH, LabelStudioServer, LabelStudioServerError,
+from pipeline.labelstudio import desk_db
+from pipeline.labelstudio.client import LabelStudioClient, LabelStudioFault, LabelStudioUnavailable
+from pipeline.labelstudio.fronts import FrontError, FrontProcess
+from pipeline.labelstudio.server import (DEFAULT_VENV, MIN_PASSWORD_LENGTH, LabelStudioServer, LabelStudioServerError,
                                         ServerStatus)
 from pipeline.config import Settings
 from pipeline.paths import DataRoot

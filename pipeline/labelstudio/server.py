@@ -60,6 +60,18 @@ def installed_version(venv: Path) -> str | None:
     return found[0].name[len("label_studio-"):-len(".dist-info")] if len(found) == 1 else None
 
 
+def desk_settings_written_for() -> str | None:
+    """The Label Studio release :data:`DESK_SETTINGS` was written for (read, not imported: it
+    runs only inside Label Studio's venv)."""
+    found = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M) if DESK_SETTINGS.is_file() else None
+    return found.group(1) if found else None
+
+
+def runs_desk_settings(environ: dict[str, str]) -> bool:
+    """Whether a desk process with this environment runs with :data:`DESK_SETTINGS`."""
+    return environ.get("DJANGO_SETTINGS_MODULE") == DESK_SETTINGS.stem
+
+
 def desk_settings_choice(venv: Path = DEFAULT_VENV) -> tuple[bool, str]:
     """Whether a desk started now runs with :data:`DESK_SETTINGS`, and why (``rescue doctor``
     says it): only for the Label Studio that module was written for, and not with
@@ -68,8 +80,7 @@ def desk_settings_choice(venv: Path = DEFAULT_VENV) -> tuple[bool, str]:
         return False, f"{STOCK_SETTINGS_VAR}={os.environ[STOCK_SETTINGS_VAR]}"
     if not DESK_SETTINGS.is_file():
         return False, f"{DESK_SETTINGS} is missing"
-    found = re.search(r'^WRITTEN_FOR = "([^"]+)"', DESK_SETTINGS.read_text(), re.M)
-    written_for, installed = found.group(1) if found else None, installed_version(venv)
+    written_for, installed = desk_settings_written_for(), installed_version(venv)
     if not written_for:
         return False, f"{DESK_SETTINGS.name} names no WRITTEN_FOR version"
     if written_for != installed:

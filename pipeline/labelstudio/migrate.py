@@ -56,13 +56,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipeline import store
-from pipeline.annotation import desks as desks_mod
-from pipeline.annotation.client import LabelStudioError
-from pipeline.annotation.desks import SERVICE_EMAIL, Desks, DeskError, media_path
-from pipeline.annotation.migrate_cut import check_copy, cut_down, desk_rows
-from pipeline.annotation.migrate_plan import (DeskPlan, MigrationError, OldDatabase, plan_desks, read_old,
-                                              snapshot)
-from pipeline.annotation.server import DB_NAME, DEFAULT_VENV, LabelStudioServer, LabelStudioServerError
+from pipeline.labelstudio import desks as desks_mod
+from pipeline.labelstudio.client import LabelStudioError
+from pipeline.labelstudio.desks import SERVICE_EMAIL, Desks, DeskError, media_path
+from pipeline.labelstudio.migrate_cut import check_copy, cut_down, desk_rows
+from pipeline.labelstudio.migrate_plan import (DeskPlan, MigrationError, OldDatabase, RoundHistory, plan_desks,
+                                              read_old, snapshot)
+from pipeline.labelstudio.server import DB_NAME, DEFAULT_VENV, LabelStudioServer, LabelStudioServerError
 from pipeline.config import Settings
 from pipeline.errors import Locked
 from pipeline.paths import DataRoot
@@ -153,7 +153,7 @@ def nothing_to_migrate(root: DataRoot) -> str | None:
 
 
 def migrate_to_desks(data_root: str | os.PathLike, adjudicators: Sequence[str] = (),
-                     log: Callable[[str], None] = print, *, venv: Path = DEFAULT_VENV,
+                     log: Callable[[str], None] = print, *, history: RoundHistory, venv: Path = DEFAULT_VENV,
                      timeout: float = 300.0) -> MigrationReport:
     """Move the single shared Label Studio of ``data_root`` to one desk per person (see the module)."""
     started = time.monotonic()
@@ -173,7 +173,7 @@ def migrate_to_desks(data_root: str | os.PathLike, adjudicators: Sequence[str] =
             def prepare() -> tuple[str, OldDatabase, list[DeskPlan], list[str]]:
                 snapshot(old_db, copy)
                 old = read_old(copy)
-                return _sha256(old_db), old, *plan_desks(root, old, adjudicators)
+                return _sha256(old_db), old, *plan_desks(old, adjudicators, history)
 
             source_sha, old, plans, report.left_behind = prepare()  # refusals come before anything is stopped
             old_server = LabelStudioServer(old_dir, port=settings.label_studio_port, media_root=root.root, venv=venv)

@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from pipeline.labelstudio.desks import SERVICE_EMAIL
 
-from pipeline.annotation.desks import SERVICE_EMAIL
-from pipeline.annotation.push import parse_project_key
-from pipeline.annotation.pushed import pushed_annotators
-from pipeline.paths import DataRoot
 
-ADJUDICATION_PREFIX = "rescue-adjudication:"
+@dataclass(frozen=True)
+class RoundHistory:
+    """What the migration needs of the pipeline's own records (the annotation side builds it:
+    :func:`pipeline.annotation.pushed.round_history`); this package reads only Label Studio."""
+
+    annotator_of: Callable[[str], str | None]  # a project key -> its annotator's e-mail (None: not a round project)
+    is_adjudication: Callable[[str], bool]     # a project key -> whether it is an adjudication project
+    annotated: Mapping[str, str]                # lower e-mail -> why that person annotated a round (records)
 
 
 class MigrationError(RuntimeError):
@@ -106,40 +109,27 @@ class DeskPlan:
     drop_authors: list[int] = field(default_factory=list)   # their work leaves this desk (other adjudicators)
 
 
-def _annotated(root: DataRoot, old: OldDatabase) -> dict[str, str]:
+def _annotated(old: OldDatabase, history: RoundHistory) -> dict[str, str]:
     """lower e-mail -> why that person counts as having annotated a round."""
     out: dict[str, str] = {}
     for key in old.projects.values():
-        parsed = parse_project_key(key)
-        if parsed:
-            out.setdefault(parsed[2].lower(), f"has the round project {key}")
-    pushed_dir = root.annotation_dir() / "pushed"
-    for path in sorted(pushed_dir.glob("*.json")) if pushed_dir.is_dir() else []:
-        name = path.stem
-        try:
-            for who in pushed_annotators(root, name):
-                out.setdefault(who.lower(), f"was given round {name} (annotation/pushed/{path.name})")
-            labels = root.labels(name)
-        except ValueError:
-            continue
-        if labels.is_file():
-            for who in set(pq.read_table(labels, columns=["annotator"]).column("annotator").to_pylist()):
-                if who:
-                    out.setdefault(who.lower(), f"has labels in round {name}")
+        if who := history.annotator_of(key):
+            out.setdefault(who.lower(), f"has the round project {key}")
+    for who, why in history.annotated.items():
+        out.setdefault(who.lower(), why)
     return out
 
 
-def plan_desks(root: DataRoot, old: OldDatabase,
-               adjudicators: Sequence[str]) -> tuple[list[DeskPlan], list[str]]:
+def plan_desks(old: OldDatabase, adjudicators: Sequence[str],
+               history: RoundHistory) -> tuple[list[DeskPlan], list[str]]:
     by_email = {e.lower(): i for i, e in old.users.items()}
     annot: dict[str, list[int]] = {}
     adjudication: list[int] = []
     left: list[str] = []
     for pid, key in sorted(old.projects.items()):
-        parsed = parse_project_key(key)
-        if parsed:
-            annot.setdefault(parsed[2], []).append(pid)
-        elif key.startswith(ADJUDICATION_PREFIX):
+        if who := history.annotator_of(key):
+            annot.setdefault(who, []).append(pid)
+        elif history.is_adjudication(key):
             adjudication.append(pid)
         else:
             left.append(f"project {pid} {old.titles.get(pid)!r}")
@@ -149,7 +139,7 @@ def plan_desks(root: DataRoot, old: OldDatabase,
             f"the old Label Studio has {len(adjudication)} adjudication projects but no adjudicator was named: "
             "run again with `--adjudicator EMAIL` (repeat for each person who adjudicates; each gets the "
             "adjudication projects on their own desk, with their own answers)")
-    annotated = _annotated(root, old)
+    annotated = _annotated(old, history)
     clash = [f"{j} ({annotated[j.lower()]})" for j in judges if j.lower() in annotated]
     if clash:
         raise MigrationError(f"an adjudicator never annotates a round they adjudicate: {'; '.join(clash)}. "
