@@ -121,7 +121,7 @@ def test_number_keys_in_the_voice_block_change_only_that_voice(ls_server, ls_cli
     script, draft, table = neutral("synthetic/keyboard_voices", "couple", 7)
     write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
                   DataRoot(tmp_path).draft_voices(draft["sample_id"]))
-    report = push.push_round(ls_desks, "transcript", [draft], [email], k=1, data_root=tmp_path)
+    report = push.push_round(ls_desks, "transcript", [draft], [email], k=1, root=DataRoot(tmp_path))
     pid = report.projects[push.project_key("transcript", "couple", email)]
     task = ls_client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
     front = FrontServer(ls_server.url).start()

@@ -32,6 +32,7 @@ from desk_front import FrontServer
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round
 from tests.helpers import SCREENSHOTS, browser_login, tone_wav
+from pipeline.paths import DataRoot
 
 
 pytestmark = pytest.mark.slow
@@ -223,14 +224,14 @@ def test_windows_and_rounds_in_one_tab_by_keys(ls_server, ls_client, ls_desks, n
         finally:
             front.stop()
 
-    result = pull.pull_round(ls_desks, "relation", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "relation", DataRoot(tmp_path), annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
     for row, rows in evidence.items():
         assert sorted(got[(row, "relation_cycle_evidence_rows")]) == [r - 1 for r in rows], (row, got)
         assert got[(row, "relation_cycle_reason")] == "the rows show it"
     assert len({got[(row, "relation_cycle_state")] for row in evidence}) == 1  # pattern 1 everywhere
-    strategy = pull.pull_round(ls_desks, "strategy", tmp_path, annotators=[email], write=False)
+    strategy = pull.pull_round(ls_desks, "strategy", DataRoot(tmp_path), annotators=[email], write=False)
     assert strategy.problems.to_pylist() == []
 
 
