@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from pipeline.paths import DataRoot
 
 
 def main() -> None:
@@ -55,7 +56,7 @@ def main() -> None:
         def ours(k, jobs):
             root = tmp / f"data{k}-{jobs}"
             t = time.perf_counter()
-            report = ingest_batch(batch, root, jobs=jobs)
+            report = ingest_batch(batch, DataRoot(root), jobs=jobs)
             elapsed = time.perf_counter() - t
             assert len(report.done) == len(videos), report.quarantined
             return elapsed
@@ -64,7 +65,7 @@ def main() -> None:
         runs = [(bare(), ours(k, 1), ours(k, None)) for k in range(args.repeat)]
         t_bare, t_ours, t_par = (min(r[i] for r in runs) for i in range(3))
         t = time.perf_counter()
-        ingest_batch(batch, tmp / "data0-1")
+        ingest_batch(batch, DataRoot(tmp / "data0-1"))
         t_cached = time.perf_counter() - t
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"input: {len(videos)} videos x {args.minutes:g} min = {total_audio / 60:g} min of audio")

@@ -49,6 +49,7 @@ from pipeline.labelstudio.desks import Desks  # noqa: E402
 from pipeline.annotation.rounds import load_round  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
 from pipeline.synthetic.corpus import generate  # noqa: E402
+from pipeline.paths import DataRoot
 
 TARGETS = {"push": 5.0, "push again": 1.0, "pull": 5.0, "pull again": 1.0}
 
@@ -135,7 +136,7 @@ def _asked(counts: Counter) -> str:
 
 
 def _desks(root: Path) -> Desks:
-    return Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port()))
+    return Desks(DataRoot(root), dataclasses.replace(Settings.from_env(root), desk_base_port=_free_port()))
 
 
 def _start(desks: Desks, annotators: list[str]) -> None:
@@ -153,7 +154,7 @@ def _first_push(desks: Desks, root: Path, rnd, samples: list[dict], annotators: 
     media = _media(root, samples)
     d0 = _desk_cpu(desks, annotators)  # before the clock starts
     t0, c0 = time.perf_counter(), time.process_time()
-    report = push.push_round(desks, rnd.name, samples, annotators, data_root=root,
+    report = push.push_round(desks, rnd.name, samples, annotators, root=DataRoot(root),
                              media_url=lambda s: media[s["sample_id"]])  # what push.catalog_media_urls gives
     seconds = time.perf_counter() - t0
     return seconds, (f"pipeline CPU {time.process_time() - c0:.2f} s, desks' CPU "
@@ -207,7 +208,7 @@ def main() -> None:
                 print(timeline)
 
             t0, c0 = time.perf_counter(), time.process_time()
-            again = push.push_round(desks, rnd.name, samples, annotators, data_root=root,
+            again = push.push_round(desks, rnd.name, samples, annotators, root=DataRoot(root),
                                     media_url=lambda s: media[s["sample_id"]])
             print(_line("push again", time.perf_counter() - t0,
                         f"pipeline CPU {time.process_time() - c0:.2f} s; {again.created} created, {again.updated} "
@@ -230,7 +231,7 @@ def main() -> None:
             requests.take()
 
             t0, c0 = time.perf_counter(), time.process_time()
-            result = pull.pull_round(desks, rnd.name, root)
+            result = pull.pull_round(desks, rnd.name, DataRoot(root))
             pull_s = time.perf_counter() - t0
             timeline = requests.timeline(t0) if args.timeline else ""
             print(_line("pull", pull_s, f"+ archive + validation; pipeline CPU {time.process_time() - c0:.2f} s; "
@@ -240,7 +241,7 @@ def main() -> None:
             if args.keep:
                 shutil.copytree(root / "annotation", args.keep, dirs_exist_ok=True)
             t0, c0 = time.perf_counter(), time.process_time()
-            again_pull = pull.pull_round(desks, rnd.name, root)
+            again_pull = pull.pull_round(desks, rnd.name, DataRoot(root))
             print(_line("pull again", time.perf_counter() - t0,
                         f"pipeline CPU {time.process_time() - c0:.2f} s; {again_pull.new_snapshots} new exports; "
                         f"{_asked(requests.take())}"))

@@ -29,35 +29,35 @@ from flows import CODE_VERSION, NETWORK_RETRIES, Outcome, push_slot, report, sha
 from pipeline.annotation import rounds
 from pipeline.config import Settings
 from pipeline.markdown import escape as md_escape
-from pipeline.paths import check_name
+from pipeline.paths import DataRoot, check_name
 from pipeline.quality.agreement import TooFewAnnotators
 
 
-def _desks(data_root: str):
+def _desks(root: DataRoot):
     from pipeline.labelstudio.desks import Desks
 
-    return Desks(data_root)
+    return Desks(root)
 
 
 # Pulls and gold read state that changes outside the run (Label Studio, the label tables): never
 # cached, not even within a run (a paused run pulls the adjudication again after resuming).
 @task(name="pull-round", task_run_name="pull-round-{round_name}", cache_policy=NO_CACHE, **NETWORK_RETRIES)
-def pull(round_name: str, data_root: str, annotators: list[str] | None = None) -> dict:
+def pull(round_name: str, root: DataRoot, annotators: list[str] | None = None) -> dict:
     from pipeline.annotation import acceptance, pull as ls_pull
 
-    res = ls_pull.pull_round(_desks(data_root), round_name, data_root, annotators or None)
+    res = ls_pull.pull_round(_desks(root), round_name, root, annotators or None)
     return {"labels": res.labels.num_rows, "problems": res.problems.to_pylist(), "summary": res.summary(),
             "not_counted": [list(n) for n in res.not_counted],
             "progress": {f"{a} / {s}": f"{d}/{t}" for (a, s), (d, t) in res.progress.items()},
-            "acceptance": acceptance.summarize(acceptance.read(data_root, round_name) or [], by_annotator=True)}
+            "acceptance": acceptance.summarize(acceptance.read(root, round_name) or [], by_annotator=True)}
 
 
 @task(name="round-status", cache_policy=NO_CACHE, **NETWORK_RETRIES)
-def progress(round_names: list[str], data_root: str, annotators: list[str] | None) -> list[dict]:
+def progress(round_names: list[str], root: DataRoot, annotators: list[str] | None) -> list[dict]:
     """The progress table of `rescue annotate status` (the same function) for these rounds."""
     from pipeline.annotation.status import round_status, status_rows
 
-    return status_rows(round_status(_desks(data_root), round_names, annotators or None))
+    return status_rows(round_status(_desks(root), round_names, annotators or None))
 
 
 def _agreement_key(ctx, params: dict) -> str:
@@ -66,19 +66,18 @@ def _agreement_key(ctx, params: dict) -> str:
     from prefect.utilities.hashing import hash_objects
 
     from pipeline.annotation.rounds import load_round
-    from pipeline.paths import DataRoot
 
-    labels = DataRoot(params["data_root"]).labels(params["round_name"])
+    labels = params["root"].labels(params["round_name"])
     content = sha256_file(labels) if labels.is_file() else "missing"
     return hash_objects("agreement", content, sha256_file(load_round(params["round_name"]).source), params,
                         CODE_VERSION, raise_on_failure=True)
 
 
 @task(name="agreement", task_run_name="agreement-{round_name}", cache_policy=CacheKeyFnPolicy(cache_key_fn=_agreement_key) + TASK_SOURCE)
-def agreement(round_name: str, data_root: str) -> dict:
+def agreement(round_name: str, root: DataRoot) -> dict:
     from pipeline.quality import agreement as ag
 
-    out = ag.measure_round(data_root, round_name)
+    out = ag.measure_round(root, round_name)
     rep = out.report
     fields = [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold,
                "units": f.n_units, "percent_agreement": f.percent_agreement, "fleiss_kappa": f.fleiss_kappa,
@@ -87,39 +86,39 @@ def agreement(round_name: str, data_root: str) -> dict:
 
 
 @task(name="push-adjudication", task_run_name="push-adjudication-{round_name}", **NETWORK_RETRIES)
-def push_adjudication(round_name: str, data_root: str):
+def push_adjudication(round_name: str, root: DataRoot):
     """-> :class:`pipeline.quality.adjudication.PushSummary`"""
     from pipeline.quality import adjudication
 
-    return adjudication.push_round(_desks(data_root), data_root, round_name)
+    return adjudication.push_round(_desks(root), root, round_name)
 
 
 @task(name="pull-adjudication", task_run_name="pull-adjudication-{round_name}", cache_policy=NO_CACHE,
       **NETWORK_RETRIES)
-def pull_adjudication(round_name: str, data_root: str) -> int:
+def pull_adjudication(round_name: str, root: DataRoot) -> int:
     from pipeline.quality import adjudication
 
-    return adjudication.pull_round(_desks(data_root), data_root, round_name).rows
+    return adjudication.pull_round(_desks(root), root, round_name).rows
 
 
 @task(name="gold", cache_policy=NO_CACHE)
-def gold_rows(data_root: str) -> dict | None:
+def gold_rows(root: DataRoot) -> dict | None:
     """Gold from every pulled round; None while disagreements wait for adjudication."""
     from pipeline.quality import gold
 
     try:
-        return gold.build_and_store(data_root, strict=True).summary
+        return gold.build_and_store(root, strict=True).summary
     except gold.UnresolvedError as exc:
         get_run_logger().info("gold waits for adjudication: %s", exc)
         return None
 
 
 @task(name="push-next-round", task_run_name="push-next-round-{next_round}", **NETWORK_RETRIES)
-def push_next(next_round: str, data_root: str, annotators: list[str] | None) -> dict:
+def push_next(next_round: str, root: DataRoot, annotators: list[str] | None) -> dict:
     from pipeline.annotation import intake
 
     with push_slot():  # pushes serialised across hosts (flows.push_slot)
-        rep = intake.open_round(_desks(data_root), data_root, next_round, annotators or None).report
+        rep = intake.open_round(_desks(root), root, next_round, annotators or None).report
     return {"round": next_round, "created": rep.created, "updated": rep.updated, "unchanged": rep.unchanged}
 
 
@@ -140,7 +139,7 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     from prefect.states import Completed
 
     logger = get_run_logger()
-    root = str(Settings.from_env(data_root).data_root.resolve())
+    root = DataRoot(Settings.from_env(data_root).data_root.resolve())  # built once, handed to every task
     try:
         nxt = rounds.next_round(check_name(round_name, "round"))
     except ValueError as exc:  # a configuration error: named by the flow parameter, never retried

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.states import Failed
 
 from flows import Outcome, report, tell
 from pipeline.config import Settings
+from pipeline.paths import DataRoot
 
 # pipeline.benchmark.release (polars, pyarrow, the task builders) is imported inside the task: every flow
 # run is a new process, and its start should not pay for imports the flow body does not need yet.
 
 
-def load_input(source: str, data_root: Path):
+def load_input(source: str, root: DataRoot):
     """``source``: a rows directory (samples.parquet + rows.parquet), a RESCUE .jsonl, or
     ``synthetic`` / ``synthetic:<scale>``; default: the corpus under the data root (gold rows
     are merged into it). Returns a :class:`pipeline.benchmark.release.ReleaseInput`."""
@@ -33,7 +33,7 @@ def load_input(source: str, data_root: Path):
 
     if source.startswith("synthetic"):
         return load_synthetic(scale=float(source.split(":", 1)[1]) if ":" in source else 1.0)
-    return release.load_source(source, data_root)
+    return release.load_source(source, root)
 
 
 @dataclass(frozen=True)
@@ -44,17 +44,16 @@ class Refused:
 
 
 @task(name="build-release")
-def build(source: str, version: str, data_root: str, dev_fraction: float, card: dict | None = None):
+def build(source: str, version: str, root: DataRoot, dev_fraction: float, card: dict | None = None):
     """-> :class:`pipeline.benchmark.release.ReleaseResult`, or :class:`Refused` when the stage says no
     (an expected answer, not a crash: no traceback); ``card``: CardOptions fields (licence, citation)."""
     from pipeline import store
     from pipeline.benchmark import release
     from pipeline.benchmark.card import CardOptions
 
-    root = Path(data_root)
     try:
         return release.build_or_reuse(load_input(source, root), version, root, dev_fraction=dev_fraction,
-                                      settings=Settings.from_env(root), card=CardOptions(**(card or {})))
+                                      settings=Settings.from_env(root.root), card=CardOptions(**(card or {})))
     except (release.ReleaseError, store.AlreadyExists) as exc:
         return Refused([line.strip() for line in str(exc).splitlines() if line.strip()])
 
@@ -68,8 +67,8 @@ def build_release_flow(version: str, source: str = "", dev_fraction: float = 0.0
     from pipeline.paths import check_version
 
     check_version(version)
-    root = Settings.from_env(data_root).data_root.resolve()
-    out = build(source, version, str(root), dev_fraction,
+    root = DataRoot(Settings.from_env(data_root).data_root.resolve())  # built once, handed to the task
+    out = build(source, version, root, dev_fraction,
                 {"license": license, "license_name": license_name, "license_link": license_link})
     if isinstance(out, Refused):
         tell("release.refused", [f"release {version} refused: {reason}" for reason in out.reasons], logging.ERROR)

@@ -48,6 +48,7 @@ from pipeline.media import voices
 from pipeline.media.manifest import ManifestEntry, ManifestError, find_manifest, read_manifest
 from pipeline.media.turns import Segmented
 from pipeline.paths import DataRoot
+from pipeline.store import prepare_data_root
 
 CHILD_DEPLOYMENT = "ingest-interview/default"     # rescue-cpu
 CHILD_GPU_DEPLOYMENT = "ingest-interview/gpu"     # rescue-gpu
@@ -306,7 +307,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     keeps its old drafts and the summary says so, one line each.
     """
     logger = get_run_logger()
-    root = DataRoot(Settings.from_env(data_root).data_root.resolve())  # built once, handed to every stage
+    # built and checked once (the run's one writability probe), handed to every stage
+    root = prepare_data_root(DataRoot(Settings.from_env(data_root).data_root.resolve()))
     batch = Path(batch_dir).resolve()
     manifest_warnings: list[str] = []
     try:

@@ -61,6 +61,7 @@ from pipeline.media.voices import VoiceError
 from pipeline.media.transcribe import Transcribed
 from pipeline.media.turns import Segmented
 from pipeline.paths import DataRoot
+from pipeline.store import prepare_data_root
 
 STAGES = ("ingest", "transcript", "diarize", "segment")
 # the task's name -> the stage's name in pipeline.media.keys (and in `rescue status --stale`)
@@ -242,7 +243,7 @@ def ingest_interview_flow(entry: dict | list[dict], batch_dir: str, data_root: s
     "Completed (N quarantined)", its message the same lines, its result as data: no ERROR, no
     traceback, since it is no error of the run. In a chunk the others go on."""
     chunk = [entry_of(e) for e in entry] if isinstance(entry, list) else [entry_of(entry)]
-    root = DataRoot(data_root)  # built once, handed to every stage
+    root = prepare_data_root(DataRoot(data_root))  # built and checked once, handed to every stage
     with ThreadPoolTaskRunner(max_workers=2) as runner:  # transcript and diarize side by side
         outs = settle({one.sample_id: submit_interview(
             runner, one, Path(batch_dir), root, backend=backend, asr_model=asr_model, align_model=align_model,

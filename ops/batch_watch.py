@@ -60,9 +60,9 @@ def prefect_client(data_root: Path | None):
         return
     from ops.prefect_setup import api_url, auth_file
     from pipeline.config import Settings
+    from pipeline.paths import DataRoot
 
-    root = Settings.from_env(data_root).data_root.resolve()
-    auth = auth_file(root)
+    auth = auth_file(DataRoot(Settings.from_env(data_root).data_root.resolve()))
     values = {PREFECT_API_URL: api_url()}
     if auth.is_file():
         values[PREFECT_API_AUTH_STRING] = auth.read_text().strip()

@@ -30,10 +30,10 @@ def annotate_front(
     give them the front's address instead of the desk's (docs/OPERATIONS.md)."""
     import desk_front
     from pipeline.labelstudio.desks import DeskError, Desks
-    from pipeline.config import Settings
+    from pipeline.paths import DataRoot
 
     try:
-        desks = Desks(Settings.from_env(data_root).data_root)
+        desks = Desks(DataRoot.from_env(data_root))
         upstream = desks.url(annotator)
         if port is None:
             port = next(d.front_port for d in desks.registered_fronts() if d.email == desks.get(annotator).email)

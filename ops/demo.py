@@ -180,7 +180,8 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
     from pipeline.annotation.rounds import load_round, round_names
 
     # The interviews are synthesized (espeak-ng, ffmpeg) while the stack starts: neither needs the other.
-    batch_dir = DataRoot(root).batches_dir() / "demo"
+    data = DataRoot(root)  # built once: the batch folder and the desks take it
+    batch_dir = data.batches_dir() / "demo"
     with ThreadPoolExecutor(2) as pool:
         synthesized = None
         if not (batch_dir / "manifest.csv").is_file():
@@ -190,7 +191,7 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
         k = max(load_round(n).annotators for n in round_names())
         annotators = [f"sim-annotator{i + 1}@example.org" for i in range(k)]
         adjudicator = "sim-adjudicator@example.org"
-        desks = Desks(root)
+        desks = Desks(data)
         people = [(e, "annotator") for e in annotators] + [(adjudicator, "adjudicator")]
         # The desks start (one Label Studio per simulated person) beside the Prefect server.
         made = pool.submit(lambda: [desks.add(e, role, secrets.token_urlsafe(18), simulated=True)
@@ -280,7 +281,7 @@ def demo_command(
         typer.secho(f"Agreement report:  {rep}", fg="green")
     from pipeline.labelstudio.desks import Desks
 
-    desks = Desks(res.data_root)
+    desks = Desks(DataRoot(res.data_root))
     typer.echo(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}\n"
                + "".join(f"Desk of {d.email} ({d.role}): {desks.public_url(d)}\n" for d in desks.all())
                + f"Stop the demo stack with: rescue stack down --data-root {res.data_root}")

@@ -241,8 +241,8 @@ def desks_and_fronts(desks) -> tuple[list[Check], list[int], list[int], str | No
     return checks, pids, front_pids, answering
 
 
-def prefect(root: Path) -> list[Check]:
-    paths = StackPaths(root.resolve())
+def prefect(root: DataRoot) -> list[Check]:
+    paths = StackPaths(root)
     url = api_url()
     server = stack_status(root)["prefect-server"]
     out = []
@@ -275,13 +275,13 @@ def prefect(root: Path) -> list[Check]:
 
 # --- models and modes -------------------------------------------------------------------------
 
-def models(settings: Settings) -> list[Check]:
+def models(settings: Settings, root: DataRoot) -> list[Check]:
     """Each model under the models dir with its digest (the one stage keys record); the two the
     pipeline loads by default (offline diarization, sentence splitter data) must be there."""
     from pipeline.lineage import DigestCache, model_digest
     from pipeline.media.keys import NLTK_DATA, OFFLINE_DIARIZATION
 
-    cache = DigestCache(DataRoot(settings.data_root))  # reads the root's digest cache; writes nothing
+    cache = DigestCache(root)  # reads the root's digest cache; writes nothing
     folder = settings.models_dir
     names = sorted({OFFLINE_DIARIZATION, NLTK_DATA} | ({p.name for p in folder.iterdir() if not p.name.startswith(".")}
                                                         if folder.is_dir() else set()) - {"downloads"})
@@ -298,11 +298,11 @@ def models(settings: Settings) -> list[Check]:
     return out
 
 
-def exposed(root: Path) -> list[Path]:
+def exposed(root: DataRoot) -> list[Path]:
     """What under ``root`` group or others may read (mode bits; links are not followed), but a
     published release (``releases/<version>`` made readable by ``rescue release publish``)."""
     found: list[Path] = []
-    releases = DataRoot(root).releases_dir()
+    releases = root.releases_dir()
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         keep = []
@@ -322,8 +322,8 @@ def exposed(root: Path) -> list[Path]:
     return found
 
 
-def data_root(root: Path) -> list[Check]:
-    if not root.is_dir():
+def data_root(root: DataRoot) -> list[Check]:
+    if not root.root.is_dir():
         return [Check("data root", "modes", BROKEN, f"{root} is not a folder", "rescue stack up makes it")]
     found = exposed(root)
     if not found:
@@ -342,14 +342,14 @@ def run(data_root_path: str | Path | None = None) -> list[Check]:
     from pipeline.labelstudio.server import DEFAULT_VENV
 
     settings = Settings.from_env(data_root_path)
-    root = settings.data_root.resolve()
+    root = DataRoot(settings.data_root.resolve())  # built once: every check takes it
     desks = Desks(root, settings)
     try:
         health, pids, front_pids, answering = desks_and_fronts(desks)
         checks = label_studio(DEFAULT_VENV)
         checks += [_desk_settings(DEFAULT_VENV, pids), _desk_database(desks, DEFAULT_VENV),
-                   _bundle_patches(answering, front_pids), *_front_switches(front_pids), _migration(DataRoot(root))]
-        checks += health + prefect(root) + models(settings) + data_root(root)
+                   _bundle_patches(answering, front_pids), *_front_switches(front_pids), _migration(root)]
+        checks += health + prefect(root) + models(settings, root) + data_root(root)
     finally:
         desks.close()
     return sorted(checks, key=lambda c: SECTIONS.index(c.section))

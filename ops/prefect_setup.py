@@ -60,15 +60,15 @@ def api_url(port: int | None = None) -> str:
     return f"http://127.0.0.1:{port or prefect_port()}/api"
 
 
-def auth_file(data_root: Path) -> Path:
+def auth_file(root: DataRoot) -> Path:
     """Where the data root's Prefect API auth string lives (owner-only)."""
-    return DataRoot(Path(data_root).resolve()).stack_dir() / "prefect-api-auth"
+    return root.stack_dir() / "prefect-api-auth"
 
 
-def auth_string(data_root: Path) -> str:
+def auth_string(root: DataRoot) -> str:
     """The data root's Prefect API auth string, made (random, 0600) on first use. Two callers
     racing both read the one that won: the file is created exclusively, then renamed in place."""
-    path = auth_file(data_root)
+    path = auth_file(root)
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
@@ -93,15 +93,15 @@ def auth_string(data_root: Path) -> str:
     return text
 
 
-def server_env(data_root: Path) -> dict[str, str]:
+def server_env(root: DataRoot) -> dict[str, str]:
     """What the Prefect server alone gets besides :func:`prefect_env`: the auth string it requires."""
-    return {"PREFECT_SERVER_API_AUTH_STRING": auth_string(data_root)}
+    return {"PREFECT_SERVER_API_AUTH_STRING": auth_string(root)}
 
 
-def prefect_env(data_root: Path, port: int | None = None) -> dict[str, str]:
+def prefect_env(root: DataRoot, port: int | None = None) -> dict[str, str]:
     """The Prefect variables every stack process and every client (CLI, demo) uses, the API auth
     string included (:func:`auth_string`)."""
-    paths = StackPaths(Path(data_root).resolve())
+    paths = StackPaths(root)
     return {
         "PREFECT_HOME": str(paths.home),
         "PREFECT_API_URL": api_url(port),

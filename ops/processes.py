@@ -31,25 +31,26 @@ class StackError(RuntimeError):
 
 @dataclass(frozen=True)
 class StackPaths:
-    """The stack's files inside ``DataRoot.stack_dir()`` and ``DataRoot.prefect_results()``."""
+    """The stack's files inside ``DataRoot.stack_dir()`` and ``DataRoot.prefect_results()`` of
+    ``root`` (the data root its entry point built)."""
 
-    root: Path
+    root: DataRoot
 
     @property
     def home(self) -> Path:           # PREFECT_HOME of the server and worker
-        return DataRoot(self.root).stack_dir() / "prefect-home"
+        return self.root.stack_dir() / "prefect-home"
 
     @property
     def pids(self) -> Path:
-        return DataRoot(self.root).stack_dir() / "pids"
+        return self.root.stack_dir() / "pids"
 
     @property
     def logs(self) -> Path:
-        return DataRoot(self.root).stack_dir() / "logs"
+        return self.root.stack_dir() / "logs"
 
     @property
     def results(self) -> Path:        # Prefect result storage = the resume cache
-        return DataRoot(self.root).prefect_results()
+        return self.root.prefect_results()
 
     def pid_file(self, name: str) -> Path:
         return self.pids / f"{name}.json"
@@ -62,7 +63,7 @@ def make_private(paths: StackPaths) -> None:
     """The stack's state is owner-only: ``stack/`` (pids, logs, the Prefect home and its database:
     flow parameters, logs with sample ids) and ``prefect-results/`` (the resume cache holds stage
     results) are 0700 folders; files already there are narrowed to 0600."""
-    stack = DataRoot(paths.root).stack_dir()
+    stack = paths.root.stack_dir()
     for folder in (stack, paths.pids, paths.logs, paths.home, paths.results):
         make_private_dir(folder)
     for folder in (stack, paths.results):

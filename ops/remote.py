@@ -146,9 +146,9 @@ _DATA_ROOT = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./
 
 def _registry(data_root: Path | None):
     from pipeline.labelstudio.desks import DeskError, Desks
-    from pipeline.config import Settings
+    from pipeline.paths import DataRoot
 
-    desks = Desks(Settings.from_env(data_root).data_root)
+    desks = Desks(DataRoot.from_env(data_root))
     try:
         return desks, desks.registered_fronts()
     except DeskError as exc:

@@ -40,6 +40,7 @@ from ops import remote
 from ops.processes import StackError, StackPaths, healthy, make_private, port_busy, read_pid, spawn, start_time, stop
 from ops.sweeper import SWEEP_EVERY_S
 from pipeline.config import Settings
+from pipeline.paths import DataRoot
 from pipeline.store import make_private_dir
 
 SERVER_START_TIMEOUT_S = float(os.environ.get("RESCUE_STACK_START_TIMEOUT_S", "240"))  # slow on a busy 2-core host
@@ -113,7 +114,7 @@ def add_worker(data_root: str | Path | None, name: str, limit: int, log=print) -
     if name not in worker_names(int(name.rpartition("-")[2]) if name[-1].isdigit() else 1):
         raise StackError(f"worker name {name!r}: use prefect-worker or prefect-worker-N")
     settings = Settings.from_env(data_root)
-    paths = StackPaths(settings.data_root.resolve())
+    paths = StackPaths(DataRoot(settings.data_root.resolve()))
     _start_worker(paths, {**prefect_env(paths.root), **worker_env(settings)}, log, limit, name)
     return read_pid(paths, name)
 
@@ -128,7 +129,7 @@ def _start_sweeper(paths: StackPaths, env: dict[str, str], log) -> None:
 def _desks(settings: Settings):
     from pipeline.labelstudio.desks import Desks
 
-    return Desks(settings.data_root, settings)
+    return Desks(DataRoot(settings.data_root), settings)
 
 
 def _label_studio_up(settings: Settings, log) -> None:
@@ -156,7 +157,7 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     over all of them. A batch run waits for its interviews while holding one slot of a worker,
     so the pool needs at least two slots in all."""
     settings = Settings.from_env(data_root)
-    paths = StackPaths(settings.data_root.resolve())
+    paths = StackPaths(DataRoot(settings.data_root.resolve()))
     port = prefect_port()
     env = prefect_env(paths.root, port)
     make_private(paths)
@@ -189,7 +190,7 @@ def _catch(errors: list[BaseException], fn):
 
 def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=print) -> None:
     settings = Settings.from_env(data_root)
-    paths = StackPaths(settings.data_root.resolve())
+    paths = StackPaths(DataRoot(settings.data_root.resolve()))
     extra = sorted(p.stem for p in paths.pids.glob("prefect-worker-*.json")) if paths.pids.is_dir() else []
     for name in ("sweeper", "prefect-worker", *extra, "prefect-server"):
         log(f"{name}: {'stopped' if stop(paths, name) else 'was not running'}")
@@ -200,7 +201,7 @@ def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=
 
 def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
     settings = Settings.from_env(data_root)
-    paths = StackPaths(settings.data_root.resolve())
+    paths = StackPaths(DataRoot(settings.data_root.resolve()))
     url = api_url()
     out = {
         "prefect-server": {"state": "running" if read_pid(paths, "prefect-server") and healthy(url)
@@ -282,7 +283,7 @@ def _cli_status(data_root: Path = _DATA_ROOT, prefect_port: int = _prefect_port_
 def _cli_register(data_root: Path = _DATA_ROOT) -> None:
     """(Re)register pools, the `gpu` limit and prefect.yaml's deployments with the server at
     PREFECT_API_URL (docker-compose's prefect-init runs this; also after parameter changes)."""
-    env = prefect_env(Settings.from_env(data_root).data_root)
+    env = prefect_env(DataRoot(Settings.from_env(data_root).data_root.resolve()))
     _or_exit(register, {k: v for k, v in env.items() if k not in os.environ})  # compose sets its own
 
 
@@ -293,7 +294,7 @@ def _cli_env(data_root: Path = _DATA_ROOT, prefect_port: int = _prefect_port_opt
     _use_prefect_port(prefect_port)
     import shlex
 
-    root = Settings.from_env(data_root).data_root
+    root = DataRoot(Settings.from_env(data_root).data_root.resolve())
     env = prefect_env(root)
     for key in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):
         typer.echo(f"export {key}={shlex.quote(env[key])}")

@@ -40,26 +40,26 @@ class QuarantinedAtIngest(ValueError):
     """A catalogued sample that ingest quarantined: no later stage runs on it."""
 
 
-def read_catalog(data_root: str | Path) -> pa.Table:
-    path = DataRoot(data_root).catalog()
+def read_catalog(root: DataRoot) -> pa.Table:
+    path = root.catalog()
     if not path.exists():
         return schemas.CATALOG.empty_table()
     return pq.read_table(path, schema=schemas.CATALOG)
 
 
-def write_catalog(data_root: str | Path, rows_by_id: dict[str, dict]) -> Path:
+def write_catalog(root: DataRoot, rows_by_id: dict[str, dict]) -> Path:
     """Replace the whole catalog (atomic). Callers that update it hold :func:`catalog_lock`;
     :func:`record_catalog` does both."""
     ordered = [rows_by_id[k] for k in sorted(rows_by_id)]
     table = pa.Table.from_pylist(ordered, schema=schemas.CATALOG)
-    return write_parquet(table, DataRoot(data_root).catalog())
+    return write_parquet(table, root.catalog())
 
 
 @contextlib.contextmanager
-def catalog_lock(data_root: str | Path) -> Iterator[None]:
+def catalog_lock(root: DataRoot) -> Iterator[None]:
     """Hold the catalog's lock: an exclusive ``flock`` on ``catalog.lock``. Every holder opens the
     file anew, so the lock excludes other threads of this process as well as other processes."""
-    path = DataRoot(data_root).catalog_lock()
+    path = root.catalog_lock()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -69,12 +69,12 @@ def catalog_lock(data_root: str | Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def record_catalog(data_root: str | Path, row: dict) -> None:
+def record_catalog(root: DataRoot, row: dict) -> None:
     """Put ``row`` into the catalog (its sample_id's line), read-modify-write under the lock."""
-    with catalog_lock(data_root):
-        rows = {r["sample_id"]: r for r in read_catalog(data_root).to_pylist()}
+    with catalog_lock(root):
+        rows = {r["sample_id"]: r for r in read_catalog(root).to_pylist()}
         rows[row["sample_id"]] = row
-        write_catalog(data_root, rows)
+        write_catalog(root, rows)
 
 
 @dataclass(frozen=True)
@@ -108,10 +108,10 @@ class Catalog:
         return sorted(sid for sid, r in self.rows.items() if r["status"] == "done")
 
 
-def catalog_entry(data_root: str | Path, sample_id: str) -> dict:
+def catalog_entry(root: DataRoot, sample_id: str) -> dict:
     """One sample's catalog line (one read; :class:`Catalog` for several)."""
     check_sample_id(sample_id)  # before any read
-    return Catalog.read(DataRoot(data_root)).entry(sample_id)
+    return Catalog.read(root).entry(sample_id)
 
 
 def ingested(row: dict) -> Ingested:

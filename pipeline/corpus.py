@@ -11,7 +11,6 @@ The samples tables are where a sample's scenario is read (:func:`scenarios`), ne
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +30,7 @@ class MergeSummary:
 CORPUS, WORK = "corpus", "work"
 
 
-def store_dir(root: str | os.PathLike, store: str = CORPUS) -> Path:
-    root = DataRoot(root)
+def store_dir(root: DataRoot, store: str = CORPUS) -> Path:
     if store == CORPUS:
         return root.corpus_dir()
     if store == WORK:
@@ -40,20 +38,20 @@ def store_dir(root: str | os.PathLike, store: str = CORPUS) -> Path:
     raise ValueError(f"unknown sample store {store!r} (corpus or work)")
 
 
-def load_samples(root: str | os.PathLike, store: str = CORPUS) -> list[dict]:
+def load_samples(root: DataRoot, store: str = CORPUS) -> list[dict]:
     sdir = store_dir(root, store)
     if not rows_dir_paths(sdir)["samples"].exists():
         return []
     return read_rows_dir(sdir)
 
 
-def sample_ids(root: str | os.PathLike, store: str = CORPUS) -> set[str]:
+def sample_ids(root: DataRoot, store: str = CORPUS) -> set[str]:
     """The ids in a store, from its samples table alone (the rows are not read)."""
     path = rows_dir_paths(store_dir(root, store))["samples"]
     return set(pq.ParquetFile(path).read(columns=["sample_id"]).column(0).to_pylist()) if path.is_file() else set()
 
 
-def scenarios(root: str | os.PathLike) -> dict[str, str]:
+def scenarios(root: DataRoot) -> dict[str, str]:
     """sample_id -> scenario from the samples tables of the corpus and the work store."""
     out: dict[str, str] = {}
     for store in (CORPUS, WORK):
@@ -64,11 +62,11 @@ def scenarios(root: str | os.PathLike) -> dict[str, str]:
     return out
 
 
-def save_samples(root: str | os.PathLike, samples: list[dict], store: str = CORPUS) -> None:
+def save_samples(root: DataRoot, samples: list[dict], store: str = CORPUS) -> None:
     write_rows_dir(sorted(samples, key=lambda s: s["sample_id"]), store_dir(root, store))
 
 
-def merge_samples(root: str | os.PathLike, samples: list[dict], store: str = CORPUS) -> MergeSummary:
+def merge_samples(root: DataRoot, samples: list[dict], store: str = CORPUS) -> MergeSummary:
     """Add or replace samples by sample_id; the rest of the store is kept as it is."""
     current = {s["sample_id"]: s for s in load_samples(root, store)}
     summary = MergeSummary()
@@ -87,28 +85,28 @@ def merge_samples(root: str | os.PathLike, samples: list[dict], store: str = COR
     return summary
 
 
-def load_corpus(root: str | os.PathLike) -> list[dict]:
+def load_corpus(root: DataRoot) -> list[dict]:
     return load_samples(root, CORPUS)
 
 
-def save_corpus(root: str | os.PathLike, samples: list[dict]) -> None:
+def save_corpus(root: DataRoot, samples: list[dict]) -> None:
     save_samples(root, samples, CORPUS)
 
 
-def merge_into_corpus(root: str | os.PathLike, samples: list[dict]) -> MergeSummary:
+def merge_into_corpus(root: DataRoot, samples: list[dict]) -> MergeSummary:
     return merge_samples(root, samples, CORPUS)
 
 
-def load_work(root: str | os.PathLike) -> list[dict]:
+def load_work(root: DataRoot) -> list[dict]:
     return load_samples(root, WORK)
 
 
-def load_annotated(root: str | os.PathLike) -> list[dict]:
+def load_annotated(root: DataRoot) -> list[dict]:
     """The samples annotation labels refer to: the work store, and corpus samples not in it
     (imported samples annotated again). The base of adjudication and gold."""
     return list({**{s["sample_id"]: s for s in load_corpus(root)},
                  **{s["sample_id"]: s for s in load_work(root)}}.values())
 
 
-def merge_into_work(root: str | os.PathLike, samples: list[dict]) -> MergeSummary:
+def merge_into_work(root: DataRoot, samples: list[dict]) -> MergeSummary:
     return merge_samples(root, samples, WORK)

@@ -184,7 +184,7 @@ class DigestCache:
     ``keys/digests.json`` under a data root (when one is given) for the next process."""
 
     def __init__(self, root: DataRoot | None = None) -> None:
-        self.root = DataRoot(root) if root is not None else None
+        self.root = root
         self._stored: dict[str, list] | None = None
         self._dirty = False
 
@@ -236,7 +236,10 @@ _CACHES: dict[str, DigestCache] = {}
 def cache_for(root: DataRoot) -> DigestCache:
     """The digest cache of a data root, one per process (:func:`record` saves it)."""
     with _LOCK:
-        return _CACHES.setdefault(str(DataRoot(root).root), DigestCache(root))
+        cache = _CACHES.get(str(root.root))
+        if cache is None:
+            cache = _CACHES[str(root.root)] = DigestCache(root)
+        return cache
 
 
 def file_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> str:
@@ -302,7 +305,7 @@ class StageKey:
 def read_record(root: DataRoot, stage: str, sample_id: str) -> dict | None:
     """The record of a stage result (``None``: none was kept, or it cannot be read)."""
     try:
-        record = json.loads(DataRoot(root).result_key(stage, sample_id).read_text())
+        record = json.loads(root.result_key(stage, sample_id).read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("key") else None
@@ -310,7 +313,7 @@ def read_record(root: DataRoot, stage: str, sample_id: str) -> dict | None:
 
 def record(root: DataRoot, key: StageKey, why: list[str] | None = None, output_sha256: str | None = None) -> Path:
     """Write ``key`` and its parts beside the result it made (owner-only)."""
-    path = atomic_write_text(DataRoot(root).result_key(key.stage, key.sample_id),
+    path = atomic_write_text(root.result_key(key.stage, key.sample_id),
                              canonical_json(key.as_record(why, output_sha256)), private=True)
     cache_for(root).save()
     return path

@@ -348,6 +348,15 @@ class DataRoot:
         """The desk's file root (Label Studio's local-files document root): links to its own tasks' media only."""
         return self._inside("desks", check_name(desk_slug, "desk"), "files")
 
+    def desk_file(self, desk_slug: str, relative: str) -> Path:
+        """``relative`` (a path stored relative to the data root, e.g. ``media/<sha>.wav``) inside
+        the desk's file root; refused where it would resolve outside that folder."""
+        files = self.desk_files(desk_slug)
+        path = self._inside("desks", check_name(desk_slug, "desk"), "files", *_relative_parts(relative))
+        if files.resolve() not in path.resolve().parents:
+            raise OutsideDataRoot(f"{path} resolves to {path.resolve()}, outside the desk's file root {files}")
+        return path
+
     def desk_service(self, desk_slug: str) -> Path:
         """The desk's service account (e-mail, password, API token; owner-only), outside its file root."""
         return self._inside("desks", check_name(desk_slug, "desk"), "service.json")

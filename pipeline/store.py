@@ -4,8 +4,8 @@ Private by default: every entry point (the ``rescue`` command, a flow run, the d
 :func:`private_by_default` first, so what the pipeline and the processes it starts (Prefect,
 workers, desks) write is owner-only (files 0600, folders 0700) whatever the operator's umask.
 A release becomes readable by others only through :func:`publish_tree` (``rescue release publish``).
-:func:`prepare_data_root` checks a data root before a stage writes under it and makes its
-private areas (:data:`PRIVATE_AREAS`) owner-only. Writes are atomic: a temp file (or temp directory) next to the target, then a
+:func:`prepare_data_root` checks a data root once per run (at the entry point that built it)
+and :func:`private_areas` makes a stage's private areas (:data:`PRIVATE_AREAS`) owner-only. Writes are atomic: a temp file (or temp directory) next to the target, then a
 rename, so a reader never sees half a file and a crash leaves the old state intact.
 Immutable things (releases, archived snapshots) are written once: writing over an existing
 one is an error (:class:`AlreadyExists`), never a silent overwrite.
@@ -106,15 +106,23 @@ def _make_parents(directory: Path) -> None:
 PRIVATE_AREAS = ("media", "subtitles", "transcripts", "diarization", "drafts", "draft-voices", "voices")
 
 
-def prepare_data_root(data_root: str | os.PathLike, areas: tuple[str, ...] = ()) -> DataRoot:
-    """The checked data root (:func:`pipeline.config.check_data_root`: a writable folder, else
-    ``DataRootError`` naming it), with ``areas`` (of :data:`PRIVATE_AREAS`) made owner-only
-    folders (0700). The CLI and the flows call it once where they build the root; every media
-    stage calls it for the areas it writes."""
-    root = DataRoot(check_data_root(DataRoot(data_root).root))
-    for name in areas:
-        private_area(root, name)
+def prepare_data_root(root: DataRoot, areas: tuple[str, ...] = ()) -> DataRoot:
+    """``root`` checked (:func:`pipeline.config.check_data_root`: a writable folder, created if
+    missing, else ``DataRootError`` naming it), with ``areas`` (of :data:`PRIVATE_AREAS`) made
+    owner-only folders (0700). The one writability probe of a run: each entry point (a
+    ``rescue`` command, a flow run) calls it once where it builds the root; the stages only make
+    the private areas they write (:func:`private_areas`)."""
+    if not isinstance(root, DataRoot):
+        raise TypeError(f"prepare_data_root takes the DataRoot its entry point built, not {type(root).__name__}")
+    check_data_root(root.root)
+    private_areas(root, *areas)
     return root
+
+
+def private_areas(root: DataRoot, *names: str) -> None:
+    """:func:`private_area` for each of ``names`` (a stage's own areas; no writability probe)."""
+    for name in names:
+        private_area(root, name)
 
 
 def private_area(root: DataRoot, name: str) -> Path:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.helpers import (OneServerDesks, benchmark_head, free_port, launch_chromium, require_label_studio,
                            skip_without_chromium)
+from pipeline.paths import DataRoot
 
 # Fixtures that start a server, a desk, a browser or Prefect: a test that uses one
 # (directly or through another fixture) is marked ``slow``, so `scripts/test.sh --fast` (-m "not
@@ -190,7 +191,7 @@ def desk_factory(tmp_path, monkeypatch):
     require_label_studio()
     root = tmp_path / "data"
     monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     desks.passwords = {}
 
     def make(email: str, role: str = "annotator"):

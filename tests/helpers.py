@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import REPO_ROOT
+from pipeline.paths import DataRoot
 
 # --- real data: read in place from ../shared, never copied into the repository ------------------
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data" / "rescue"
@@ -114,7 +115,7 @@ def annotator_desks(root: Path, people: tuple[str, ...]):
     from pipeline.config import Settings
 
     require_label_studio()
-    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()))
+    desks = Desks(DataRoot(root), dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()))
     for who in people:
         desks.register(who, "annotator")
     desks.up(timeout=400, log=lambda *_: None)

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from pipeline import corpus
 from pipeline.cli import app
+from pipeline.paths import DataRoot
 
 runner = CliRunner(env={"COLUMNS": "240"})  # rich wraps at the terminal width
 
@@ -17,7 +18,7 @@ def test_import_rescue_writes_corpus_and_report(tmp_path, benchmark_head_path):
     res = runner.invoke(app, ["import-rescue", str(benchmark_head_path), "--data-root", str(root)])
     assert res.exit_code == 0, res.output
     assert "3 samples (69 rows) imported" in res.output
-    samples = corpus.load_corpus(root)
+    samples = corpus.load_corpus(DataRoot(root))
     assert [len(s["rows"]) for s in samples] == [16, 17, 36]
     report = next((root / "reports").glob("import-*-violations.parquet"))
     assert set(pq.read_table(report).column("rule").to_pylist()) == {"mojibake"}
@@ -47,9 +48,9 @@ def test_merge_replaces_changed_samples_only(tmp_path, benchmark_head_path):
     from pipeline.benchmark.paper_format import load_rescue_jsonl
 
     samples = load_rescue_jsonl(benchmark_head_path).samples
-    corpus.merge_into_corpus(tmp_path, samples[:2])
+    corpus.merge_into_corpus(DataRoot(tmp_path), samples[:2])
     changed = json.loads(json.dumps(samples[1]))
     changed["rows"][0]["tone_of_voice"] = "flat"
-    summary = corpus.merge_into_corpus(tmp_path, [samples[0], changed, samples[2]])
+    summary = corpus.merge_into_corpus(DataRoot(tmp_path), [samples[0], changed, samples[2]])
     assert (summary.added, summary.replaced, summary.unchanged) == ([samples[2]["sample_id"]], [changed["sample_id"]], [samples[0]["sample_id"]])
-    assert corpus.load_corpus(tmp_path)[1]["rows"][0]["tone_of_voice"] == "flat"
+    assert corpus.load_corpus(DataRoot(tmp_path))[1]["rows"][0]["tone_of_voice"] == "flat"

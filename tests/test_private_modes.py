@@ -54,7 +54,7 @@ def root(tmp_path_factory) -> Path:
               for s in samples]
     old = os.umask(store.PRIVATE_UMASK)  # what the pulls (entry points too) would have left
     try:
-        corpus.merge_into_work(root, drafts)
+        corpus.merge_into_work(DataRoot(root), drafts)
         for name in round_names():
             rnd = load_round(name)
             lines = [x for a in range(2) for x in SimulatedAnnotator(f"a{a}", {"*": 0.0}, seed=a).label_rows(rnd, samples)]
@@ -70,7 +70,7 @@ def test_entry_points_write_owner_only_and_publish_shares_one_release(root):
         _rescue("agreement", name, "--data-root", str(root))  # a gate may fail: the report is written either way
         assert (DataRoot(root).agreement_report_dir(name) / "report.md").is_file()
     _ok(_rescue("gold", "build", "--data-root", str(root)))
-    assert corpus.load_corpus(root), "the gold build finished no sample: nothing reached corpus/"
+    assert corpus.load_corpus(DataRoot(root)), "the gold build finished no sample: nothing reached corpus/"
     _ok(_rescue("release", "build", "--version", "0.1.0", "--data-root", str(root)))
     _ok(_rescue("release", "build", "--version", "0.2.0", "--synthetic", "--scale", "0.05", "--data-root", str(root)))
     flow = ("from prefect.testing.utilities import prefect_test_harness\n"

@@ -5,6 +5,7 @@ import copy
 import json
 
 from pipeline.benchmark import paper_format as rf
+from pipeline.paths import DataRoot
 
 
 def test_real_head_imports_without_violations_and_round_trips_byte_exact(benchmark_head_path):
@@ -124,7 +125,7 @@ def test_sample_ids_outside_the_grammar_are_refused_at_import(tmp_path):
     assert res.exit_code == 0, res.output
     assert "1 samples" in res.output and f"{len(BAD_IDS)} skipped" in res.output
     assert "'../../x' is not allowed" in res.output and "'/tmp/x' is not allowed" in res.output
-    assert [s["sample_id"] for s in corpus.load_corpus(tmp_path / "data" / "root")] == [good["sample_id"]]
+    assert [s["sample_id"] for s in corpus.load_corpus(DataRoot(tmp_path / "data" / "root"))] == [good["sample_id"]]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "in.jsonl"]
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["root"]
     assert {p: p.exists() for p in outside} == existed

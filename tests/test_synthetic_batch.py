@@ -20,6 +20,7 @@ from pipeline.media.subtitles import SubtitleError, parse_subtitles
 from pipeline.quality import measures
 from pipeline.synthetic import annotators as simulate
 from pipeline.synthetic import batch, corpus
+from pipeline.paths import DataRoot
 
 SCALE, SEED, MAX_ROWS = 0.01, 5, 6  # 2 couple + 1 family interviews
 runner = CliRunner(env={"COLUMNS": "240"})
@@ -32,7 +33,7 @@ def batches(tmp_path_factory):
     res = runner.invoke(app, ["synth", "batch", "--scale", str(SCALE), "--seed", str(SEED), "--max-rows",
                               str(MAX_ROWS), "--out", "a", "--jobs", "2", "--data-root", str(root)])
     assert res.exit_code == 0, res.output
-    b = batch.generate_batch(root, "b", SCALE, SEED, MAX_ROWS, jobs=1)
+    b = batch.generate_batch(DataRoot(root), "b", SCALE, SEED, MAX_ROWS, jobs=1)
     return root, res.output, root / "batches" / "a", b
 
 

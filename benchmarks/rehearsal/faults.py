@@ -16,6 +16,7 @@ from pathlib import Path
 from . import REPO, say
 from .sampler import Sampler, Steps
 from .stack import FIRST_WORKER_SLOTS
+from pipeline.paths import DataRoot
 
 # a worker is SIGKILLed with the interview it runs, mid-batch: the last one started
 # (prefect-worker-N), or an earlier one where that one also runs the batch's own flow run
@@ -34,7 +35,7 @@ class Faults:
         from ops.processes import StackPaths
 
         self.root, self.desks, self.annotators, self.sampler = root, desks, annotators, sampler
-        self.paths = StackPaths(root.resolve())
+        self.paths = StackPaths(DataRoot(root.resolve()))
         self.workers = workers
         self.fault_worker = f"prefect-worker-{workers}"  # the one killed (kill_worker_mid_batch)
         self.events: dict[str, dict] = {}

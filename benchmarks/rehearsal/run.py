@@ -141,7 +141,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     # a throw-away password nobody keeps (the simulated people answer through the desk's API).
     annotators = [person_email(name) for name in ANNOTATORS]
     people = [(e, "annotator") for e in annotators] + [(ADJUDICATOR, "adjudicator")]
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
 
     def desks_up():
         t0 = time.monotonic()

@@ -146,7 +146,7 @@ def human_half(root: Path, desks, truth: dict, annotators: list[str], steps: Ste
         if out["status"] != "done":
             raise RuntimeError(f"round {name}: still waits for adjudication after the adjudicator answered")
         if not out["passed"]:  # recorded as an operator would, and carried by the release's manifest
-            gates.record_override(root, name, OVERRIDE_REASON, OVERRIDE_BY)
+            gates.record_override(DataRoot(root), name, OVERRIDE_REASON, OVERRIDE_BY)
         problems = data.label_problems(name)
         rounds[name] = {"passed": out["passed"], "overridden": not out["passed"], "tasks": answered["tasks"],
                         "twice": answered["twice"],

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -124,24 +123,24 @@ def predictions_record(round_name: str, scenario: str, annotator: str, project_i
             "predictions": preds}
 
 
-def archive_predictions(data_root: str | os.PathLike, export_path: Path, record: dict) -> tuple[dict, bool]:
+def archive_predictions(root: DataRoot, export_path: Path, record: dict) -> tuple[dict, bool]:
     """Write ``record`` beside the archived export ``export_path`` (``<sha>.json``) once, atomically.
 
     Returns ``(the record as archived, newly written)``: an export state pulled again keeps the
     record of its first pull, and the caller measures from that (the input a rebuild reads).
     """
     sha = Path(export_path).stem
-    path = DataRoot(data_root).export_predictions(record["round"], record["scenario"], record["annotator"], sha)
+    path = root.export_predictions(record["round"], record["scenario"], record["annotator"], sha)
     if path.exists():
         return json.loads(path.read_bytes()), False
     store.atomic_write_bytes(path, json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
     return record, True
 
 
-def archived_states(data_root: str | os.PathLike, round_name: str) -> tuple[list[tuple[Path, dict]], list[Path]]:
+def archived_states(root: DataRoot, round_name: str) -> tuple[list[tuple[Path, dict]], list[Path]]:
     """``([(export path, predictions record), ...] oldest first, [exports without a record])`` of a
     round's archive (exports pulled before predictions were archived have no record)."""
-    base = DataRoot(data_root).exports_dir(round_name)
+    base = root.exports_dir(round_name)
     pairs, bare = [], []
     for export in sorted(base.glob("*/*/*.json")):
         if not SHA256_RE.fullmatch(export.stem):
@@ -376,12 +375,12 @@ def _measure(rnd: Round, scenario: str, annotator: str, tasks: list[dict], predi
                    for t in whole], notes
 
 
-def write(data_root: str | os.PathLike, round_name: str, lines: list[dict], pulled: set[str],
+def write(root: DataRoot, round_name: str, lines: list[dict], pulled: set[str],
           gone: set[tuple[str, str]] = frozenset(), replace: bool = False) -> Path:
     """Store a pull's lines at ``DataRoot.acceptance``, keeping earlier lines of annotators not
     pulled now and of (sample, annotator) whose task is gone, as the label table does
     (``replace``: the lines are the whole table, as a rebuild from the archive gives it)."""
-    path = DataRoot(data_root).acceptance(round_name)
+    path = root.acceptance(round_name)
     old = pq.ParquetFile(path).read().to_pylist() if path.is_file() and not replace else []
     keep = [r for r in old if r["annotator"] not in pulled or (r["sample_id"], r["annotator"]) in gone]
     rows = sorted(lines + keep, key=lambda r: (r["sample_id"], -1 if r["row_index"] is None else r["row_index"],
@@ -391,9 +390,9 @@ def write(data_root: str | os.PathLike, round_name: str, lines: list[dict], pull
     return path
 
 
-def read(data_root: str | os.PathLike, round_name: str) -> list[dict] | None:
+def read(root: DataRoot, round_name: str) -> list[dict] | None:
     """The round's acceptance lines; None when the round was never pulled with this measure."""
-    path = DataRoot(data_root).acceptance(round_name)
+    path = root.acceptance(round_name)
     return pq.ParquetFile(path).read().to_pylist() if path.is_file() else None
 
 

@@ -13,7 +13,6 @@ replaces its old drafts there only while nobody has answered it, or when the ope
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -53,9 +52,9 @@ def first_round() -> str:
     return round_names()[0]
 
 
-def sample_from_drafts(root: str | os.PathLike, sample_id: str, catalog_line: dict) -> dict:
+def sample_from_drafts(root: DataRoot, sample_id: str, catalog_line: dict) -> dict:
     """One segmented interview in the ``pipeline.rows`` sample shape (draft rows, no labels)."""
-    rows = pq.read_table(DataRoot(root).drafts(sample_id)).to_pylist()
+    rows = pq.read_table(root.drafts(sample_id)).to_pylist()
     for r in rows:
         r.pop("sample_id", None)
     return {"sample_id": sample_id, "scenario": catalog_line["scenario"], "group_id": group_id_of(sample_id),
@@ -63,7 +62,7 @@ def sample_from_drafts(root: str | os.PathLike, sample_id: str, catalog_line: di
             "duration_s": catalog_line["duration_s"], "rows": rows}
 
 
-def admit_drafts(root: str | os.PathLike, sample_ids: Sequence[str] | None = None, *,
+def admit_drafts(root: DataRoot, sample_ids: Sequence[str] | None = None, *,
                  redraft: Sequence[str] = (), desks: DeskAccess | None = None) -> Admitted:
     """Admit segmented interviews (default: every ingested one with drafts) to the work store.
 
@@ -72,7 +71,6 @@ def admit_drafts(root: str | os.PathLike, sample_ids: Sequence[str] | None = Non
     re-drafted since (:mod:`.redraft`) gets its new drafts unless it has answers in some round
     (pulled label lines; with ``desks``, annotated tasks on the desks too) and is not named in
     ``redraft``: then it is :attr:`Admitted.held`. ``redraft`` names only interviews in annotation."""
-    root = DataRoot(root)
     catalog = {r["sample_id"]: r for r in read_catalog(root).to_pylist() if r["status"] == "done"}
     if sample_ids is None:
         ids = [sid for sid in sorted(catalog) if root.drafts(sid).is_file()]
@@ -134,7 +132,7 @@ class Opened:
     report: push.PushReport
 
 
-def open_round(desks: DeskAccess, root: str | os.PathLike, round_name: str,
+def open_round(desks: DeskAccess, root: DataRoot, round_name: str,
                annotators: Sequence[str] | None = None, *, sample_ids: Sequence[str] | None = None,
                k: int | None = None, prelabel: push.Prelabeler | None = push.input_values,
                prelabel_source: str = "input", on_chunk: Callable[[int, int], None] | None = None,
@@ -146,7 +144,6 @@ def open_round(desks: DeskAccess, root: str | os.PathLike, round_name: str,
     (keyed on sample_id and the content's hash), so opening a round again adds only what is new;
     the answered tasks of a sample re-drafted by ``redraft`` are archived and replaced
     (:mod:`.redraft`)."""
-    root = DataRoot(root)
     if redraft and round_name != first_round():
         raise push.PushError(f"--redraft applies to the first round ({first_round()}), where drafts are pushed; "
                              f"not to round {round_name!r}")
@@ -164,7 +161,7 @@ def open_round(desks: DeskAccess, root: str | os.PathLike, round_name: str,
     replacing = sorted(sid for sid, r in record.items() if r.get("redraft") and sid in pushing)
     report = push.push_round(desks, round_name, samples, annotators, k=k, prelabel=prelabel,
                              prelabel_source=prelabel_source, media_url=push.catalog_media_urls(root),
-                             on_chunk=on_chunk, data_root=root, redraft=replacing)
+                             on_chunk=on_chunk, root=root, redraft=replacing)
     if replacing and not annotators:  # their old tasks are replaced on every desk of the round: done
         record = redrafts.read_admitted(root)
         for sid in replacing:

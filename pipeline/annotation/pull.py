@@ -44,7 +44,6 @@ import contextlib
 import gc
 import hashlib
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,10 +70,10 @@ __all__ = ["PullResult", "Rebuilt", "archive_export", "missing_tasks", "parse_an
            "pull_round", "rebuild_acceptance", "round_progress"]
 
 
-def archive_export(data_root: str | os.PathLike, round_name: str, scenario: str, annotator: str,
+def archive_export(root: DataRoot, round_name: str, scenario: str, annotator: str,
                    raw: bytes) -> tuple[Path, bool]:
     """Write a raw export once under its sha256 (``DataRoot.export``); ``(path, newly_written)``."""
-    path = DataRoot(data_root).export(round_name, scenario, annotator, hashlib.sha256(raw).hexdigest())
+    path = root.export(round_name, scenario, annotator, hashlib.sha256(raw).hexdigest())
     if path.exists():
         return path, False
     store.atomic_write_bytes(path, raw)
@@ -164,7 +163,7 @@ def _file_sha(path: Path) -> str | None:
         return None
 
 
-def pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
+def pull_round(desks: DeskAccess, round_name: str, root: DataRoot,
                annotators: list[str] | None = None, write: bool = True) -> PullResult:
     """Export, archive, parse and validate every annotator project of a round, each from the
     annotator's own desk (:mod:`.desks`); only the desk owner's answers count.
@@ -189,7 +188,7 @@ def pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
     once the other desks' exports are archived; nothing else is written then.
     """
     with _collector_paused():
-        return _pull_round(desks, round_name, data_root, annotators, write)
+        return _pull_round(desks, round_name, root, annotators, write)
 
 
 @contextlib.contextmanager
@@ -207,9 +206,8 @@ def _collector_paused():
             gc.enable()
 
 
-def _pull_round(desks: DeskAccess, round_name: str, data_root: str | os.PathLike,
+def _pull_round(desks: DeskAccess, round_name: str, root: DataRoot,
                 annotators: list[str] | None, write: bool) -> PullResult:
-    root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     labels, problems, accepted = [], [], []
 
@@ -444,12 +442,11 @@ def _read_rows(path: Path) -> list[dict]:
     return pq.ParquetFile(path).read().to_pylist()
 
 
-def missing_tasks(desks: DeskAccess, data_root: str | os.PathLike,
+def missing_tasks(desks: DeskAccess, root: DataRoot,
                   rounds: list[str] | None = None) -> list[tuple[str, str, str, str]]:
     """``(round, scenario, annotator, sample_id)`` pushed (the push record) but gone from the
     annotators' desks: a deleted task or project, or a part of a windowed sample. For ``rescue
     annotate status``."""
-    root = DataRoot(data_root)
     live: dict[tuple[str, str, str], dict[str, list]] = {}  # -> sample -> the window of each of its tasks
     projects = [(desks.client(who), p, parsed) for who in desks.people("annotator")
                 for p in desks.client(who).projects() if (parsed := parse_project_key(p.key)) and parsed[2] == who]

@@ -4,7 +4,6 @@ pull screens it (:mod:`.pull_trust`), so the rebuild counts what the pulls count
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ class Rebuilt:
     without_predictions: list[Path] = field(default_factory=list)  # exports archived before predictions were
 
 
-def rebuild_acceptance(data_root: str | os.PathLike, round_name: str, write: bool = True) -> Rebuilt:
+def rebuild_acceptance(root: DataRoot, round_name: str, write: bool = True) -> Rebuilt:
     """The round's acceptance table from the archive alone (no Label Studio): for each annotator
     project, its latest archived export state with its predictions record
     (:func:`.acceptance.measure_archived`, as the pull computes it); a sample pushed to that
@@ -32,7 +31,6 @@ def rebuild_acceptance(data_root: str | os.PathLike, round_name: str, write: boo
     (as a pull keeps them). Exports archived before predictions were have no record: they are
     listed in :attr:`Rebuilt.without_predictions` and give no lines. Writes the whole table when
     ``write`` and the archive has a state (the same lines the pulls wrote)."""
-    root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     pairs, bare = acceptance.archived_states(root, rnd.name)
     by_project: dict[tuple[str, str], list[tuple[Path, dict]]] = {}

@@ -49,6 +49,7 @@ from pipeline.annotation.push_tasks import (Prelabeler, Wants, catalog_media_url
 from pipeline.annotation.push_tasks import prepare as _prepare  # the name tests and bench_annotator_ui use
 from pipeline.annotation.rounds import Round, load_round
 from pipeline.errors import TransientError
+from pipeline.paths import DataRoot
 from pipeline.rows import tables_to_samples
 
 # The push's names, as callers import them (the project and task builders live beside it).
@@ -123,44 +124,45 @@ class PushReport:
 
 
 def push_round(desks: DeskAccess, round_name: str, samples: Sequence[dict],
-               annotators: Sequence[str] | None = None, *, data_root=None, **options) -> PushReport:
-    """:func:`_push_round` (see there); with ``data_root`` it holds the round's push lock
+               annotators: Sequence[str] | None = None, *, root: DataRoot | None = None,
+               **options) -> PushReport:
+    """:func:`_push_round` (see there); with ``root`` it holds the round's push lock
     (:func:`.pushed.round_lock`: two pushes at once make no duplicate project or task),
     records who was given which samples (:func:`.pushed.record_pushed`; pull reports deleted
     tasks) and keeps what it saw of each project (:func:`.pushed.write_sync`): a push again
     with nothing new asks each desk for its projects once and each project for the tasks
     changed since, and writes nothing."""
-    samples = voice_naming.attach_voice_tables(load_round(round_name), samples, data_root)  # the voice block
-    if data_root is None:
+    samples = voice_naming.attach_voice_tables(load_round(round_name), samples, root)  # the voice block
+    if root is None:
         if options.get("redraft"):
             raise PushError("replacing answered tasks (redraft) needs a data root to archive their answers in")
         return _push_round(desks, round_name, samples, annotators, **options)
-    with pushed.round_lock(data_root, round_name):
-        state = pushed.read_sync(data_root, load_round(round_name).name, "push")
+    with pushed.round_lock(root, round_name):
+        state = pushed.read_sync(root, load_round(round_name).name, "push")
         report = _push_round(desks, round_name, samples, annotators, state=state,
-                             retire=_retirer(data_root, load_round(round_name).name), **options)
-        pushed.write_sync(data_root, report.round, "push", state)
+                             retire=_retirer(root, load_round(round_name).name), **options)
+        pushed.write_sync(root, report.round, "push", state)
         scenario_of = {s["sample_id"]: s["scenario"] for s in samples}
         given_shas = {sid: [t[2] for t in (state.get("samples") or {}).get(sid, {}).get("tasks") or []]
                       for sid in scenario_of}
-        redraft.keep_current(data_root, report.round, given_shas)  # a hash given again is no longer replaced
+        redraft.keep_current(root, report.round, given_shas)  # a hash given again is no longer replaced
         given = [(sc, ann, sid) for key in report.projects if (parsed := parse_project_key(key))
                  for _, sc, ann in [parsed] for sid, s_sc in scenario_of.items() if s_sc == sc]
-        pushed.record_pushed(data_root, report.round, given, report.prefilled)
+        pushed.record_pushed(root, report.round, given, report.prefilled)
     return report
 
 
-def _retirer(data_root, round_name: str) -> Callable[[ProjectSync, dict], None]:
+def _retirer(root: DataRoot, round_name: str) -> Callable[[ProjectSync, dict], None]:
     """What a project does before deleting answered tasks of ``redraft`` samples: archive its
     export (as a pull would) and record the old tasks' content hashes in the push record."""
     lock = threading.Lock()  # projects of several desks at once: one writer of the record
 
     def retire(sync: ProjectSync, retired: dict) -> None:
-        path = redraft.archive_project(data_root, round_name, sync.scenario, sync.annotator, sync.client,
+        path = redraft.archive_project(root, round_name, sync.scenario, sync.annotator, sync.client,
                                        sync.project_id)
         with lock:
             for sid, tasks in sorted(retired.items()):
-                redraft.record_replaced(data_root, round_name, sid, sync.annotator, [t.sha for t in tasks if t.sha],
+                redraft.record_replaced(root, round_name, sid, sync.annotator, [t.sha for t in tasks if t.sha],
                                         len(tasks), path)
     return retire
 

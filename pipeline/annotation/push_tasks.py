@@ -29,6 +29,7 @@ from pipeline.annotation import ls_config, ls_results, ls_tasks, naming, pushed,
 from pipeline.annotation import rounds as rounds_module
 from pipeline.annotation.rounds import Round
 from pipeline.catalog import read_catalog
+from pipeline.paths import DataRoot
 
 
 def proposed(value) -> bool:
@@ -93,10 +94,10 @@ def local_media_url(audio_path: str) -> str:
     return f"/data/local-files/?d={audio_path}"
 
 
-def catalog_media_urls(data_root: str | Path) -> Callable[[dict], str]:
+def catalog_media_urls(root: DataRoot) -> Callable[[dict], str]:
     """sample -> the Audio player's URL of its extracted WAV, from the ingest catalog ("" if none)."""
 
-    audio = {r["sample_id"]: r["audio_path"] for r in read_catalog(data_root).to_pylist()
+    audio = {r["sample_id"]: r["audio_path"] for r in read_catalog(root).to_pylist()
              if r["status"] == "done" and r["audio_path"]}
     return lambda sample: local_media_url(audio[sample["sample_id"]]) if sample["sample_id"] in audio else ""
 

@@ -45,9 +45,9 @@ from pipeline.paths import DataRoot, check_name
 
 
 @contextlib.contextmanager
-def round_lock(data_root: str | os.PathLike, round_name: str) -> Iterator[None]:
+def round_lock(root: DataRoot, round_name: str) -> Iterator[None]:
     """Hold the round's push lock (waits for another holder; every holder opens the file anew)."""
-    path = DataRoot(data_root).push_lock(check_name(round_name, "round"))
+    path = root.push_lock(check_name(round_name, "round"))
     store.make_private_dir(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -57,13 +57,13 @@ def round_lock(data_root: str | os.PathLike, round_name: str) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def read_pushed(data_root: str | os.PathLike, round_name: str) -> dict[str, list[str]]:
+def read_pushed(root: DataRoot, round_name: str) -> dict[str, list[str]]:
     """``{"<scenario>/<annotator>": [sample_id, ...]}`` of every push so far ({} before any)."""
-    return _sorted_lists(_read(data_root, round_name).get("projects"))
+    return _sorted_lists(_read(root, round_name).get("projects"))
 
 
-def _read(data_root: str | os.PathLike, round_name: str) -> dict:
-    return store.read_json_record(DataRoot(data_root).pushed(check_name(round_name, "round")),
+def _read(root: DataRoot, round_name: str) -> dict:
+    return store.read_json_record(root.pushed(check_name(round_name, "round")),
                                   "the record of what was pushed", "push the round again to rewrite it")
 
 
@@ -71,21 +71,21 @@ def _sorted_lists(part) -> dict[str, list[str]]:
     return {str(k): sorted(map(str, v)) for k, v in (part or {}).items()}
 
 
-def read_prefilled(data_root: str | os.PathLike, round_name: str) -> dict[str, list[str]]:
+def read_prefilled(root: DataRoot, round_name: str) -> dict[str, list[str]]:
     """``{sample_id: [field, ...]}``: the fields pushes of the round pre-filled, per sample ({} before any)."""
-    return _sorted_lists(_read(data_root, round_name).get("prefilled"))
+    return _sorted_lists(_read(root, round_name).get("prefilled"))
 
 
-def prefilled_fields(data_root: str | os.PathLike, round_name: str) -> list[str]:
+def prefilled_fields(root: DataRoot, round_name: str) -> list[str]:
     """Every field some push of the round really pre-filled (sorted; [] when none or never pushed)."""
-    return sorted({f for fields in read_prefilled(data_root, round_name).values() for f in fields})
+    return sorted({f for fields in read_prefilled(root, round_name).values() for f in fields})
 
 
-def record_pushed(data_root: str | os.PathLike, round_name: str, given: Iterable[tuple[str, str, str]],
+def record_pushed(root: DataRoot, round_name: str, given: Iterable[tuple[str, str, str]],
                   prefilled: dict[str, Iterable[str]] | None = None) -> dict[str, list[str]]:
     """Merge ``(scenario, annotator, sample_id)`` triples, and ``{sample_id: fields pre-filled}``,
     into the round's record (never drops)."""
-    raw = _read(data_root, round_name)  # once: the projects, the pre-filled fields and the replaced hashes
+    raw = _read(root, round_name)  # once: the projects, the pre-filled fields and the replaced hashes
     projects = {k: set(v) for k, v in _sorted_lists(raw.get("projects")).items()}
     for scenario, annotator, sample_id in given:
         projects.setdefault(f"{scenario}/{annotator}", set()).add(sample_id)
@@ -95,7 +95,7 @@ def record_pushed(data_root: str | os.PathLike, round_name: str, given: Iterable
     out = {k: sorted(v) for k, v in sorted(projects.items())}
     replaced = raw.get("replaced")  # kept as it is (:mod:`.redraft`)
     # a push that gave nothing new leaves the record as it is
-    store.write_text_if_changed(DataRoot(data_root).pushed(round_name), store.canonical_json(
+    store.write_text_if_changed(root.pushed(round_name), store.canonical_json(
         {"round": round_name, "projects": out, "prefilled": {k: sorted(v) for k, v in sorted(filled.items())},
          **({"replaced": replaced} if replaced else {})}))
     return out
@@ -111,16 +111,16 @@ def files_digest(paths: tuple[Path, ...]) -> str:
     return h.hexdigest()
 
 
-def sync_path(data_root: str | os.PathLike, round_name: str, kind: str) -> Path:
+def sync_path(root: DataRoot, round_name: str, kind: str) -> Path:
     """``annotation/sync/<round>.<kind>.json`` (kind: ``push`` or ``pull``)."""
     if kind not in ("push", "pull"):
         raise ValueError(f"sync state kind {kind!r} is not push or pull")
-    return DataRoot(data_root).annotation_dir() / "sync" / f"{check_name(round_name, 'round')}.{kind}.json"
+    return root.annotation_dir() / "sync" / f"{check_name(round_name, 'round')}.{kind}.json"
 
 
-def read_sync(data_root: str | os.PathLike, round_name: str, kind: str) -> dict:
+def read_sync(root: DataRoot, round_name: str, kind: str) -> dict:
     """The round's push or pull state ({} when there is none or it cannot be read: a cache)."""
-    path = sync_path(data_root, round_name, kind)
+    path = sync_path(root, round_name, kind)
     try:
         raw = json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -128,9 +128,9 @@ def read_sync(data_root: str | os.PathLike, round_name: str, kind: str) -> dict:
     return raw if isinstance(raw, dict) and raw.get("round") == round_name else {}
 
 
-def write_sync(data_root: str | os.PathLike, round_name: str, kind: str, state: dict) -> bool:
+def write_sync(root: DataRoot, round_name: str, kind: str, state: dict) -> bool:
     """Write the round's push or pull state (0600, atomically); False when it is already so."""
-    path = sync_path(data_root, round_name, kind)
+    path = sync_path(root, round_name, kind)
     data = json.dumps({**state, "round": round_name}, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode("utf-8")
     with contextlib.suppress(OSError):
@@ -141,6 +141,6 @@ def write_sync(data_root: str | os.PathLike, round_name: str, kind: str, state: 
     return True
 
 
-def pushed_annotators(data_root: str | os.PathLike, round_name: str) -> list[str]:
+def pushed_annotators(root: DataRoot, round_name: str) -> list[str]:
     """Everyone the round was pushed to (sorted e-mails)."""
-    return sorted({k.split("/", 1)[1] for k in read_pushed(data_root, round_name)})
+    return sorted({k.split("/", 1)[1] for k in read_pushed(root, round_name)})

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -46,11 +45,11 @@ from pipeline.paths import DataRoot, check_name
 
 # --- what each sample's drafts were when admitted ----------------------------------------------
 
-def admitted_path(root: str | os.PathLike) -> Path:
-    return DataRoot(root).annotation_dir() / "admitted.json"
+def admitted_path(root: DataRoot) -> Path:
+    return root.annotation_dir() / "admitted.json"
 
 
-def read_admitted(root: str | os.PathLike) -> dict[str, dict]:
+def read_admitted(root: DataRoot) -> dict[str, dict]:
     """``{sample_id: {"file": sha256, "rows": sha256, "redraft": bool}}`` ({} before any)."""
     raw = store.read_json_record(admitted_path(root), "the record of admitted drafts",
                                  "delete it and run the push again (every interview is then taken as admitted "
@@ -58,7 +57,7 @@ def read_admitted(root: str | os.PathLike) -> dict[str, dict]:
     return {str(k): v for k, v in (raw.get("samples") or {}).items() if isinstance(v, dict)}
 
 
-def write_admitted(root: str | os.PathLike, samples: dict[str, dict]) -> None:
+def write_admitted(root: DataRoot, samples: dict[str, dict]) -> None:
     path = admitted_path(root)
     store.make_private_dir(path.parent)
     store.write_text_if_changed(path, store.canonical_json({"samples": dict(sorted(samples.items()))}), private=True)
@@ -70,15 +69,15 @@ def rows_digest(rows: list[dict]) -> str:
     return hashlib.sha256(json.dumps(clean, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def drafts_digest(root: str | os.PathLike, sample_id: str) -> dict:
+def drafts_digest(root: DataRoot, sample_id: str) -> dict:
     """``{"file": sha256 of the drafts file, "rows": sha256 of its rows}``."""
-    path = DataRoot(root).drafts(sample_id)
+    path = root.drafts(sample_id)
     return {"file": store.sha256_file(path), "rows": rows_digest(pq.read_table(path).to_pylist())}
 
 
-def same_drafts(recorded: dict, root: str | os.PathLike, sample_id: str) -> tuple[bool, dict]:
+def same_drafts(recorded: dict, root: DataRoot, sample_id: str) -> tuple[bool, dict]:
     """Whether the sample's drafts are those recorded (the file's bytes, else its rows), and their digest now."""
-    path = DataRoot(root).drafts(sample_id)
+    path = root.drafts(sample_id)
     file_sha = store.sha256_file(path)
     if file_sha == recorded.get("file"):
         return True, {"file": file_sha, "rows": recorded.get("rows")}
@@ -88,7 +87,7 @@ def same_drafts(recorded: dict, root: str | os.PathLike, sample_id: str) -> tupl
 
 # --- who answered a sample ----------------------------------------------------------------------
 
-def answered(desks: DeskAccess | None, root: str | os.PathLike, sample_ids: Iterable[str]) -> dict[str, str]:
+def answered(desks: DeskAccess | None, root: DataRoot, sample_ids: Iterable[str]) -> dict[str, str]:
     """``{sample_id: where its answers are}`` for the samples with answers in some round: label
     lines a pull stored, or (with ``desks``) an annotated or skipped task on an annotator's desk
     (asked of every round project on every desk; only called for re-drafted samples)."""
@@ -97,7 +96,7 @@ def answered(desks: DeskAccess | None, root: str | os.PathLike, sample_ids: Iter
     if not wanted:
         return {}
     for name in round_names():
-        path = DataRoot(root).labels(name)
+        path = root.labels(name)
         if not path.is_file():
             continue
         table = pq.read_table(path, columns=["sample_id", "annotator"])
@@ -126,12 +125,12 @@ def held_line(sample_id: str, where: str) -> str:
 
 # --- the push: archive, then record, then delete ----------------------------------------------
 
-def archive_project(root: str | os.PathLike, round_name: str, scenario: str, annotator: str,
+def archive_project(root: DataRoot, round_name: str, scenario: str, annotator: str,
                     client: LabelStudioClient, project_id: int) -> Path:
     """Export the project and archive it as a pull does (``DataRoot.export`` and its predictions
     record beside it); returns the export's path."""
     raw = client.export_tasks(project_id)
-    path = DataRoot(root).export(round_name, scenario, annotator, hashlib.sha256(raw).hexdigest())
+    path = root.export(round_name, scenario, annotator, hashlib.sha256(raw).hexdigest())
     if not path.exists():
         store.atomic_write_bytes(path, raw)
     users = {u["id"]: u["email"] for u in client.users()}
@@ -142,11 +141,11 @@ def archive_project(root: str | os.PathLike, round_name: str, scenario: str, ann
     return path
 
 
-def _pushed_file(root: str | os.PathLike, round_name: str) -> Path:
-    return DataRoot(root).pushed(check_name(round_name, "round"))
+def _pushed_file(root: DataRoot, round_name: str) -> Path:
+    return root.pushed(check_name(round_name, "round"))
 
 
-def _pushed_record(root: str | os.PathLike, round_name: str) -> dict:
+def _pushed_record(root: DataRoot, round_name: str) -> dict:
     """The round's push record (:mod:`.pushed`), {} when there is none or it cannot be read."""
     try:
         raw = json.loads(_pushed_file(root, round_name).read_text(encoding="utf-8"))
@@ -155,14 +154,14 @@ def _pushed_record(root: str | os.PathLike, round_name: str) -> dict:
     return raw if isinstance(raw, dict) else {}
 
 
-def read_replaced(root: str | os.PathLike, round_name: str) -> dict[str, dict[str, dict]]:
+def read_replaced(root: DataRoot, round_name: str) -> dict[str, dict[str, dict]]:
     """``{sample_id: {annotator: {"shas": [...], "answers": n, "exports": [...]}}}``: the tasks
     (their content hashes) ``--redraft`` replaced in the round, their answers and where they are archived."""
     out = _pushed_record(root, round_name).get("replaced")
     return out if isinstance(out, dict) else {}
 
 
-def record_replaced(root: str | os.PathLike, round_name: str, sample_id: str, annotator: str,
+def record_replaced(root: DataRoot, round_name: str, sample_id: str, annotator: str,
                     shas: Iterable[str], answers: int, export: Path) -> None:
     """Merge one project's replaced tasks of a sample into the round's push record (before they
     are deleted: a push stopped after this leaves nothing the pull would count)."""
@@ -174,14 +173,14 @@ def record_replaced(root: str | os.PathLike, round_name: str, sample_id: str, an
     entry["shas"] = sorted(set(entry["shas"]) | set(new_shas))
     if new_shas:
         entry["answers"] = int(entry.get("answers") or 0) + answers
-    rel = DataRoot(root).relative(export)
+    rel = root.relative(export)
     if rel not in entry["exports"]:
         entry["exports"].append(rel)
     store.make_private_dir(path.parent)
     store.atomic_write_text(path, store.canonical_json(raw))
 
 
-def keep_current(root: str | os.PathLike, round_name: str, current: dict[str, Iterable[str]]) -> None:
+def keep_current(root: DataRoot, round_name: str, current: dict[str, Iterable[str]]) -> None:
     """Forget replaced content hashes that a push now gives a sample again (``current``: sample ->
     its tasks' content hashes): drafts re-drafted back to what they were are answered anew, and count."""
     raw = _pushed_record(root, round_name)
@@ -199,13 +198,13 @@ def keep_current(root: str | os.PathLike, round_name: str, current: dict[str, It
         store.atomic_write_text(_pushed_file(root, round_name), store.canonical_json(raw))
 
 
-def retired_shas(root: str | os.PathLike, round_name: str) -> dict[str, set[str]]:
+def retired_shas(root: DataRoot, round_name: str) -> dict[str, set[str]]:
     """``{sample_id: content hashes of its replaced tasks}``: a task showing one is never counted."""
     return {sid: {s for entry in by_who.values() for s in entry.get("shas") or []}
             for sid, by_who in read_replaced(root, round_name).items()}
 
 
-def replaced_lines(root: str | os.PathLike, round_name: str) -> list[tuple[str, str, str]]:
+def replaced_lines(root: DataRoot, round_name: str) -> list[tuple[str, str, str]]:
     """``(annotator, sample_id, line)`` per sample and annotator whose answered tasks ``--redraft`` replaced."""
     out = []
     for sid, by_who in sorted(read_replaced(root, round_name).items()):

@@ -39,7 +39,6 @@ Background dialogue (backchannels) is never annotated: gold names its voices fro
 """
 from __future__ import annotations
 
-import os
 from html import escape
 from xml.sax.saxutils import quoteattr
 
@@ -142,13 +141,12 @@ def add_to_config(rnd: Round, xml: str) -> str:
 
 # --- task data -----------------------------------------------------------------------------
 
-def attach_voice_tables(rnd: Round, samples, data_root: str | os.PathLike | None) -> list[dict]:
+def attach_voice_tables(rnd: Round, samples, root: DataRoot | None) -> list[dict]:
     """Samples with their voice table (``sample["voices"]``: DRAFT_VOICES records) where the
     segmenter wrote one; the push hook of the transcript round."""
     samples = list(samples)
-    if data_root is None or not applies(rnd):
+    if root is None or not applies(rnd):
         return samples
-    root = DataRoot(data_root)
     out = []
     for s in samples:
         path = root.draft_voices(s["sample_id"])

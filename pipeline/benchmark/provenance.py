@@ -6,10 +6,10 @@ record proves: never a guess from a sample's or group's name.
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 from pipeline.catalog import read_catalog
+from pipeline.paths import DataRoot
 
 # The synthetic corpus writes source_file "synthetic/<sample_id>.json" (its own record in the data);
 # generated interviews are known from the catalog (the batch manifest's synthetic column), never from
@@ -18,9 +18,9 @@ SYNTHETIC_SOURCE_PREFIX = "synthetic/"
 DEMO_OVERRIDE_PREFIX = "DEMO"  # an override reason so marked was made for a demo
 
 
-def corpus_origin(data_root: str | os.PathLike, sample_ids: list[str]) -> dict:
+def corpus_origin(root: DataRoot, sample_ids: list[str]) -> dict:
     """``{"recorded": n, "generated": {what made them: n}, "not_ingested_here": n}`` over ``sample_ids``."""
-    catalog = read_catalog(data_root)
+    catalog = read_catalog(root)
     made_by = dict(zip(catalog.column("sample_id").to_pylist(), catalog.column("synthetic").to_pylist()))
     generated: Counter = Counter()
     recorded = elsewhere = 0

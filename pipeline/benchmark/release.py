@@ -115,22 +115,22 @@ def load_jsonl(path: str | Path) -> ReleaseInput:
     return ReleaseInput(result.samples, source, list(result.violations))
 
 
-def load_corpus_input(data_root: str | os.PathLike) -> ReleaseInput:
+def load_corpus_input(root: DataRoot) -> ReleaseInput:
     """The working corpus under the data root (``DataRoot.corpus_dir()``): the default input."""
-    cdir = DataRoot(data_root).corpus_dir()
+    cdir = root.corpus_dir()
     if not cdir.is_dir():
         raise ReleaseError(f"no corpus yet at {cdir}: import one (`rescue import-rescue FILE`), build gold rows "
                            "(`rescue gold build`), or pass --input / --rows-dir / --synthetic")
     inp = load_rows_dir(cdir)
     inp.from_data_root = True
-    inp.origin = corpus_origin(data_root, [s["sample_id"] for s in inp.samples])
+    inp.origin = corpus_origin(root, [s["sample_id"] for s in inp.samples])
     return inp
 
 
-def load_source(source: str | os.PathLike | None, data_root: str | os.PathLike) -> ReleaseInput:
+def load_source(source: str | os.PathLike | None, root: DataRoot) -> ReleaseInput:
     """``source``: empty for the corpus, a ``.jsonl`` file in the paper's shape, or a rows directory."""
     if not source:
-        return load_corpus_input(data_root)
+        return load_corpus_input(root)
     path = Path(source)
     return load_jsonl(path) if path.suffix == ".jsonl" else load_rows_dir(path)
 
@@ -177,7 +177,7 @@ def _split_tables(table: pa.Table, split_by_sample: dict[str, str]) -> dict[str,
 def build_release(
     inp: ReleaseInput,
     version: str,
-    data_root: str | Path,
+    root: DataRoot,
     *,
     dev_fraction: float = 0.0,
     settings: Settings | None = None,
@@ -186,9 +186,9 @@ def build_release(
     on_step: Callable[[str], None] | None = None,
     card: CardOptions | None = None,
 ) -> ReleaseResult:
-    """Build ``releases/<version>/`` under ``data_root`` from ``inp``; an existing version is
+    """Build ``releases/<version>/`` under ``root`` from ``inp``; an existing version is
     refused (:func:`build_or_reuse` reuses one built from the same input); see the module doc."""
-    final = release_path(data_root, version)
+    final = release_path(root, version)
     if not 0.0 <= dev_fraction < 1.0:
         raise ReleaseError(f"dev fraction must be in [0, 1), got {dev_fraction}")
     if final.exists():
@@ -204,7 +204,7 @@ def build_release(
                            "first:\n  " + "\n  ".join(str(v) for v in leaks[:10]))
     # Agreement gates of the annotation rounds behind this corpus: a failing round blocks the
     # release unless an override with a reason was recorded (which the manifest then carries).
-    blockers = gates.release_blockers(data_root) if inp.from_data_root else []
+    blockers = gates.release_blockers(root) if inp.from_data_root else []
     if blockers:
         raise ReleaseError("agreement gates block this release:\n  " + "\n  ".join(blockers))
     # The manifest carries each round's figures and the override that lets it through (who, why,
@@ -213,8 +213,8 @@ def build_release(
     gate_list = [{"round": g["round"], "passed": g["passed"], "fields": g["fields"],
                   "override": {k: v for k, v in g["override"].items() if k != "labels_sha256"}
                   if g["override_valid"] else None}
-                 for g in (gates.gate_records(data_root) if inp.from_data_root else [])]
-    rounds = annotation_rounds(data_root, gate_list)
+                 for g in (gates.gate_records(root) if inp.from_data_root else [])]
+    rounds = annotation_rounds(root, gate_list)
     card = card or CardOptions()
     step = on_step or (lambda _msg: None)
 
@@ -234,7 +234,7 @@ def build_release(
         opts[task].update(extra)
     tables: dict[str, pa.Table] = {"samples": samples_t, "rows": rows_t}
     tables.update(tasks.build_all(samples, settings, opts, on_task=lambda t: step(f"task {t}")))
-    lineage_t, stage_records = sample_lineage(data_root, ids, [r["round"] for r in rounds], inp.from_data_root)
+    lineage_t, stage_records = sample_lineage(root, ids, [r["round"] for r in rounds], inp.from_data_root)
 
     # The last guard before the release appears (V16): no file may hold an absolute path or a URL
     # other than those the maintainer put in the card on purpose (licence link, citations). Every
@@ -315,7 +315,7 @@ def _jsonable(obj):
 def build_or_reuse(
     inp: ReleaseInput,
     version: str,
-    data_root: str | os.PathLike,
+    root: DataRoot,
     *,
     dev_fraction: float = 0.0,
     settings: Settings | None = None,
@@ -327,7 +327,7 @@ def build_or_reuse(
     already, return it untouched (``reused=True``) if it was built from the same input (source
     hashes) and dev fraction, and raise :class:`pipeline.store.AlreadyExists` naming the version
     if not. A rerun after a crash or a repeated command is therefore a no-op that says so."""
-    final = release_path(data_root, version)
+    final = release_path(root, version)
     validate(inp)
     manifest_path = final / "manifest.json"
     if manifest_path.is_file():
@@ -354,7 +354,7 @@ def build_or_reuse(
             what = f"set of files ({len(missing)} listed in its manifest are missing, e.g. {missing[0]})"
         raise store.AlreadyExists(f"release {version} already exists at {final}, built from a different {what}; "
                                   "releases are immutable - choose a new version")
-    return build_release(inp, version, data_root, dev_fraction=dev_fraction, settings=settings, strict=strict,
+    return build_release(inp, version, root, dev_fraction=dev_fraction, settings=settings, strict=strict,
                          on_step=on_step, card=card)
 
 
@@ -370,16 +370,16 @@ class Published:
     readable_elsewhere: tuple[Path, ...]
 
 
-def publish(data_root: str | os.PathLike, version: str) -> Published:
+def publish(root: DataRoot, version: str) -> Published:
     """Make release ``version`` readable by group and others (files 0644, folders 0755): the one
     step that shares anything under the data root, which is otherwise owner-only. The folders
     from the data root down to ``releases/`` get the search bit only, so others reach the release
     by its path and nothing else. Entries of the data root (and other releases) that group or
     others can already read - a root written before it was private - are listed, not changed."""
-    path = open_release(data_root, version)
-    root = DataRoot(data_root).root.absolute()
-    opened = store.publish_tree(path, root)
-    elsewhere = [p for folder in (root, path.parent) for p in sorted(folder.iterdir())
+    path = open_release(root, version)
+    base = root.root.absolute()
+    opened = store.publish_tree(path, base)
+    elsewhere = [p for folder in (base, path.parent) for p in sorted(folder.iterdir())
                  if p != path and p != path.parent and not p.is_symlink() and p.stat().st_mode & 0o044]
     return Published(path, tuple(opened), tuple(elsewhere))
 

@@ -5,7 +5,6 @@ distribution, and what each annotation round behind the corpus contributed. Read
 """
 from __future__ import annotations
 
-import os
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -86,30 +85,29 @@ def statistics(samples_t: pa.Table, rows_t: pa.Table) -> dict:
     return out
 
 
-def simulated_people(data_root: str | os.PathLike) -> set[str]:
+def simulated_people(root: DataRoot) -> set[str]:
     """Who is registered as a simulated annotator (the desks' registry: ``rescue annotators add
     --simulated``), lower-cased: what the card counts as simulated, never a name's look."""
     from pipeline.labelstudio.desks import DeskError, Desks
 
     try:
-        return {e.lower() for e in Desks(data_root).simulated()}
+        return {e.lower() for e in Desks(root).simulated()}
     except DeskError:
         return set()
 
 
-def annotation_rounds(data_root: str | os.PathLike, gate_list: list[dict]) -> list[dict]:
+def annotation_rounds(root: DataRoot, gate_list: list[dict]) -> list[dict]:
     """Per round behind the corpus, for the manifest and the card: annotators (a count, and how
     many are simulated - never their names), units, adjudicated rows, the gate's figures and the
     override that lets a failing round through."""
-    root = DataRoot(data_root)
-    simulated = simulated_people(data_root) if gate_list else set()
+    simulated = simulated_people(root) if gate_list else set()
     out = []
     for g in gate_list:
         rec = {"round": g["round"], "passed": g["passed"], "fields": g["fields"], "override": g["override"],
                "annotators": max((f.get("n_annotators") or 0 for f in g["fields"]), default=0),
                "simulated_annotators": 0, "units": None, "adjudicated_rows": 0, "prefilled": []}
         try:  # fields the round's pushes really pre-filled (the push record, not the round's definition)
-            rec["prefilled"] = pushed.prefilled_fields(data_root, g["round"])
+            rec["prefilled"] = pushed.prefilled_fields(root, g["round"])
         except (KeyError, ValueError, OSError):
             pass
         try:

@@ -4,7 +4,6 @@ step, is defined here, in the lowest of the release modules.
 """
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -37,18 +36,18 @@ class ReleaseError(ValueError):
     """A release cannot be built or read (bad version, missing input, unknown release)."""
 
 
-def release_path(data_root: str | os.PathLike, version: str) -> Path:
+def release_path(root: DataRoot, version: str) -> Path:
     """Where release ``version`` lives under the data root (the version checked: X.Y.Z)."""
     try:
-        return DataRoot(data_root).release(check_version(version))
+        return root.release(check_version(version))
     except InvalidId as exc:
         raise ReleaseError(f"{exc} (semantic versioning X.Y.Z)") from None
 
 
-def open_release(data_root: str | os.PathLike, version: str) -> Path:
-    path = release_path(data_root, version)
+def open_release(root: DataRoot, version: str) -> Path:
+    path = release_path(root, version)
     if not (path / "manifest.json").is_file():
-        raise ReleaseError(f"no release {version!r} under {DataRoot(data_root).releases_dir()}")
+        raise ReleaseError(f"no release {version!r} under {root.releases_dir()}")
     return path
 
 
@@ -88,9 +87,9 @@ def _compare(a: dict[tuple, dict], b: dict[tuple, dict], examples: int) -> dict:
                          "changed_fields": detail}}
 
 
-def diff_releases(data_root: str | Path, a: str, b: str, examples: int = 10) -> dict:
+def diff_releases(root: DataRoot, a: str, b: str, examples: int = 10) -> dict:
     """What changed from release ``a`` to ``b``: samples, rows and task labels."""
-    pa_, pb = open_release(data_root, a), open_release(data_root, b)
+    pa_, pb = open_release(root, a), open_release(root, b)
     out = {"from": a, "to": b}
     out["samples"] = _compare(_fingerprints(read_config(pa_, "samples"), ["sample_id"]),
                               _fingerprints(read_config(pb, "samples"), ["sample_id"]), examples)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import os
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -187,14 +186,13 @@ def _transcript(rec: dict | None, ingest: dict | None, sub_copy: Path | None) ->
     return backend, name, (models[name]["sha256"] if name else None)
 
 
-def sample_lineage(data_root: str | os.PathLike, sample_ids: list[str], rounds: list[str],
+def sample_lineage(root: DataRoot, sample_ids: list[str], rounds: list[str],
                    from_data_root: bool) -> tuple[pa.Table, list[dict]]:
     """The :data:`LINEAGE` table (one row per sample, in ``sample_ids`` order) and the samples'
     stage records (for :func:`manifest_lineage`)."""
     if not from_data_root:
         empty = {name: [None] * len(sample_ids) for name in LINEAGE.names}
         return pa.table({**empty, "sample_id": sample_ids, "rounds": [[]] * len(sample_ids)}, schema=LINEAGE), []
-    root = DataRoot(data_root)
     rounds = sorted(rounds, key=_round_order)
     catalog = {r["sample_id"]: r
                for r in read_catalog(root).select(["sample_id", "sha256", "subtitle_path"]).to_pylist()}

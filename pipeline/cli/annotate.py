@@ -36,10 +36,11 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _desks(settings):
+def _desks(settings, root: DataRootMap | None = None):
+    """The desks of the command's data root (``root``: the one the command built, else built here)."""
     from pipeline.labelstudio.desks import Desks
 
-    return Desks(settings.data_root, settings)
+    return Desks(root or DataRootMap(settings.data_root), settings)
 
 
 def _desk_errors():
@@ -108,7 +109,8 @@ def ls_serve(data_root: Optional[Path] = DataRoot, annotator: Optional[list[str]
     from pipeline.labelstudio.desks import Desks
 
     settings = _settings(data_root)
-    desks = Desks(settings.data_root, settings, host=host)
+    root = DataRootMap(settings.data_root)  # built once: every call below takes it
+    desks = Desks(root, settings, host=host)
     try:
         desks.up(annotator or None, log=lambda m: console.print(m, highlight=False))
     except _desk_errors() as exc:
@@ -135,10 +137,11 @@ def ls_migrate(data_root: Optional[Path] = DataRoot,
     from pipeline.labelstudio import migrate
 
     settings = _settings(data_root)
+    root = DataRootMap(settings.data_root)  # built once: every call below takes it
     try:
-        report = migrate.migrate_to_desks(settings.data_root, adjudicator or (),
+        report = migrate.migrate_to_desks(root, adjudicator or (),
                                           log=lambda m: console.print(m, highlight=False),
-                                          history=round_history(DataRootMap(settings.data_root)))
+                                          history=round_history(root))
     except (*_desk_errors(), migrate.MigrationError) as exc:
         _fail(str(exc))
     console.print(report.summary(), highlight=False, soft_wrap=True)  # one line: people and grep read it
@@ -175,7 +178,8 @@ def annotators_add(
         if port is not None:  # where the settings and the registry read them
             os.environ[name] = str(port)
     settings = _settings(data_root)
-    desks = _desks(settings)
+    root = DataRootMap(settings.data_root)  # built once: every call below takes it
+    desks = _desks(settings, root)
     if password_stdin:  # never an argument: a command line is readable by every local account
         password = sys.stdin.readline().rstrip("\r\n")
     else:
@@ -258,6 +262,7 @@ def annotate_push(
     from pipeline.annotation import intake
 
     settings = _settings(data_root)
+    root = DataRootMap(settings.data_root)  # built once: every call below takes it
     if (samples is None) != (rows is None):
         _fail("give --samples and --rows together (or neither: the interviews in annotation)")
     if redraft and samples is not None:
@@ -283,7 +288,7 @@ def annotate_push(
             bar = progress.add_task(f"pushing {round_name}", total=None)
             on_chunk = lambda done, total: progress.update(bar, completed=done, total=total)  # noqa: E731
             if sample_list is None:
-                opened = intake.open_round(_desks(settings), settings.data_root, round_name, annotator or None,
+                opened = intake.open_round(_desks(settings, root), root, round_name, annotator or None,
                                            k=k, on_chunk=on_chunk, redraft=redraft or (), **kwargs)
                 report = opened.report
                 if opened.admitted.added:
@@ -301,9 +306,9 @@ def annotate_push(
                                   soft_wrap=True)
             else:
                 report = push.push_round(
-                    _desks(settings), round_name, sample_list, annotator or None, k=k,
-                    data_root=settings.data_root,
-                    media_url=push.catalog_media_urls(settings.data_root), on_chunk=on_chunk, **kwargs)
+                    _desks(settings, root), round_name, sample_list, annotator or None, k=k,
+                    root=root,
+                    media_url=push.catalog_media_urls(root), on_chunk=on_chunk, **kwargs)
     except (push.PushError, *_desk_errors(), KeyError, FileNotFoundError) as exc:
         _fail(str(exc).strip("'\""))
     console.print(report.summary(), highlight=False, soft_wrap=True)  # one line: people and grep read it
@@ -327,15 +332,16 @@ def annotate_pull(
     from pipeline.annotation import pull
 
     settings = _settings(data_root)
+    root = DataRootMap(settings.data_root)  # built once: every call below takes it
     try:
         with console.status(f"pulling {round_name}"):
-            result = pull.pull_round(_desks(settings), round_name, settings.data_root, annotators=annotator or None)
+            result = pull.pull_round(_desks(settings, root), round_name, root, annotators=annotator or None)
     except (*_desk_errors(), KeyError, ValueError) as exc:
         _fail(str(exc).strip("'\""))
     from rich.markup import escape
 
     console.print(escape(result.summary()), highlight=False)
-    console.print(f"labels: {DataRootMap(settings.data_root).labels(round_name)}", highlight=False)
+    console.print(f"labels: {root.labels(round_name)}", highlight=False)
     for _, _, line in result.replaced:  # answers to drafts --redraft replaced: archived, one line per sample
         console.print(f"  [yellow]replaced drafts[/yellow] {escape(line)}", highlight=False, soft_wrap=True)
     # What was not counted first (a task or answer the push did not give that desk), then the rest;
@@ -350,7 +356,7 @@ def annotate_pull(
                       f"{escape(p['problem'])}", highlight=False, soft_wrap=True)
     if len(problems) > show:
         console.print(f"  ... {len(problems) - show} more in "
-                      f"{DataRootMap(settings.data_root).label_problems(round_name)}", highlight=False)
+                      f"{root.label_problems(round_name)}", highlight=False)
 
 
 @annotate_app.command("acceptance")
@@ -368,18 +374,19 @@ def annotate_acceptance(
     from pipeline.paths import InvalidId
 
     settings = _settings(data_root)
+    root = DataRootMap(settings.data_root)  # built once: every call below takes it
     try:
         if rebuild:
-            done = rebuild_acceptance(settings.data_root, round_name)
+            done = rebuild_acceptance(root, round_name)
             if not done.states:
                 _fail(f"round {round_name}: no archived export with its predictions under "
-                      f"{DataRootMap(settings.data_root).exports_dir(round_name)} (`rescue annotate pull` archives them)")
+                      f"{root.exports_dir(round_name)} (`rescue annotate pull` archives them)")
             console.print(f"rebuilt from {done.states} archived export states: {len(done.lines)} lines -> "
                           f"{done.path}", highlight=False)
             for path in done.without_predictions:
                 console.print(f"[yellow]no predictions archived[/yellow] beside {path} (pulled before they were); "
                               "its state counts only if a later pull archived one", highlight=False)
-        lines = acceptance.read(settings.data_root, round_name)
+        lines = acceptance.read(root, round_name)
     except (KeyError, InvalidId, ValueError) as exc:
         _fail(str(exc).strip("'\""))
     if lines is None:
@@ -443,7 +450,8 @@ def annotate_status(
     from pipeline.annotation.status import round_status
 
     settings = _settings(data_root)
-    desks = _desks(settings)
+    root = DataRootMap(settings.data_root)  # built once: every call below takes it
+    desks = _desks(settings, root)
     states = [(desk.email, desk.role, st.healthy, desks.public_url(desk)) for desk, st in desks.status()]
     down = [email for email, _, healthy, _ in states if not healthy]
     if down:
@@ -452,7 +460,7 @@ def annotate_status(
         _fail(f"desks down: {', '.join(down)}; start them with `rescue label-studio up`")
     try:
         lines = round_status(desks, round_name or None, annotator or None)
-        gone = [m for m in missing_tasks(desks, settings.data_root, round_name or None)
+        gone = [m for m in missing_tasks(desks, root, round_name or None)
                 if not annotator or m[2] in annotator]
     except _desk_errors() as exc:
         _fail(str(exc))

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from pipeline.cli.app import app
+from pipeline.paths import DataRoot
 
 
 # --- import / validate (pipeline.benchmark.paper_format, pipeline.validate) -------------------
@@ -30,7 +31,6 @@ def import_rescue(
 
     from pipeline import corpus, store
     from pipeline.benchmark import paper_format
-    from pipeline.paths import DataRoot
     from pipeline.validate import violations_table
 
     console = Console()
@@ -56,7 +56,6 @@ def validate_corpus(
     from rich.console import Console
 
     from pipeline import corpus
-    from pipeline.paths import DataRoot
     from pipeline.validate import validate_samples
 
     console = Console()
@@ -91,12 +90,11 @@ def synth_batch(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pipeline.config import Settings
     from pipeline.paths import InvalidId
     from pipeline.synthetic import batch
 
     console = Console()
-    root = Settings.from_env(data_root).data_root
+    root = DataRoot.from_env(data_root)
     started = time.monotonic()
     try:
         n = len(batch.plan_batch(scale, seed, max_rows))

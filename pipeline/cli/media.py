@@ -33,12 +33,13 @@ REDO = typer.Option(False, "--redo", help="make the results again even when they
 
 
 def _media_root(data_root: Optional[Path]) -> tuple[Settings, DataRoot]:
-    """The settings and the data root, checked (a writable folder) and built once: else an error
-    naming it (exit 2)."""
+    """The settings and the data root, built once and checked once (a writable folder: the
+    command's one writability probe), else an error naming it (exit 2); every stage the command
+    runs takes this root."""
     from pipeline.store import prepare_data_root  # pyarrow: not for `rescue --help`
     try:
         settings = Settings.from_env(data_root)
-        return settings, prepare_data_root(settings.data_root)
+        return settings, prepare_data_root(DataRoot(settings.data_root))
     except (DataRootError, ValueError) as exc:
         _refuse(str(exc))
 
@@ -358,7 +359,7 @@ def status_cmd(
     from pipeline.catalog import Catalog
     from pipeline.media.keys import StageState, output_of, stage_states, STAGES
 
-    root = DataRoot(Settings.from_env(data_root).data_root)
+    root = DataRoot.from_env(data_root)
     ids = _checked_ids(sample_ids or []) or None
     catalog = Catalog.read(root)
     missing = [sid for sid in ids or [] if sid not in catalog.rows]
@@ -421,10 +422,10 @@ def voices_enroll(
     from pipeline.media.diarize import load_pipeline
     from pipeline.media.voices import VoiceError, enroll
 
-    from pipeline.store import prepare_data_root
+    from pipeline.store import private_areas
 
     settings, root = _media_root(data_root)
-    prepare_data_root(root, ("voices",))
+    private_areas(root, "voices")
     try:
         voice = enroll(name, files, root, load_pipeline(pipeline_source, device, settings))
     except VoiceError as exc:

@@ -154,12 +154,14 @@ def adjudicate_pull(
     from pipeline.labelstudio.client import LabelStudioError
     from pipeline.labelstudio.desks import DeskError, Desks
     from pipeline.config import Settings
+    from pipeline.paths import DataRoot
     from pipeline.quality import adjudication
 
     console = Console()
     settings = Settings.from_env(data_root)
+    root = DataRoot(settings.data_root)
     try:
-        out = adjudication.pull_round(Desks(settings.data_root, settings), settings.data_root, round_name)
+        out = adjudication.pull_round(Desks(root, settings), root, round_name)
     except (KeyError, ValueError, LabelStudioError, DeskError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
@@ -179,12 +181,12 @@ def gold_build(
     """Gold rows (majority / median / adjudicator, with provenance), validated and merged into the corpus."""
     from rich.console import Console
 
-    from pipeline.config import Settings
+    from pipeline.paths import DataRoot
     from pipeline.quality import gold
 
     console = Console()
     try:
-        out = gold.build_and_store(Settings.from_env(data_root).data_root, round_names=rounds or None,
+        out = gold.build_and_store(DataRoot.from_env(data_root), round_names=rounds or None,
                                    strict=not allow_unresolved)
     except (FileNotFoundError, gold.UnresolvedError, KeyError, ValueError) as exc:
         console.print(f"[red]gold build refused:[/red] {exc}", highlight=False)

@@ -9,6 +9,7 @@ import typer
 
 from pipeline.cli.app import app, narrow_table
 from pipeline.cli.data import _print_violations
+from pipeline.paths import DataRoot
 
 
 # --- release (pipeline.benchmark.release) ------------------------------------------------------
@@ -54,6 +55,7 @@ def release_build(
         console.print("[red]give at most one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
         raise typer.Exit(2)
     settings = Settings.from_env(data_root)
+    root = DataRoot(settings.data_root)  # built once: every call below takes it
     from pipeline.benchmark.card import CardOptions
 
     card = CardOptions(license=license_id, license_name=license_name, license_link=license_link)
@@ -72,10 +74,10 @@ def release_build(
             if synthetic:
                 inp = load_synthetic(scale, seed)
             else:
-                inp = release.load_source(input_file or rows_dir, settings.data_root)
+                inp = release.load_source(input_file or rows_dir, root)
             progress.update(bar, advance=2, description="building tasks")
             result = release.build_or_reuse(
-                inp, version, settings.data_root, dev_fraction=dev_fraction, settings=settings, strict=strict, card=card,
+                inp, version, root, dev_fraction=dev_fraction, settings=settings, strict=strict, card=card,
                 on_step=lambda msg: progress.update(bar, advance=1, description=msg))
     except (release.ReleaseError, store.AlreadyExists) as exc:
         console.print(f"[red]release build failed:[/red] {exc}")
@@ -147,11 +149,10 @@ def release_diff(
     from rich.console import Console
 
     from pipeline.benchmark import release
-    from pipeline.config import Settings
 
     console = Console()
     try:
-        report = release.diff_releases(Settings.from_env(data_root).data_root, a, b, examples=examples)
+        report = release.diff_releases(DataRoot.from_env(data_root), a, b, examples=examples)
     except release.ReleaseError as exc:
         console.print(f"[red]release diff failed:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -207,11 +208,10 @@ def release_explain(
 
     from pipeline.benchmark import release
     from pipeline.benchmark.release_lineage import ExplainError, explain
-    from pipeline.config import Settings
 
     console = Console()
     try:
-        path = release.open_release(Settings.from_env(data_root).data_root, version)
+        path = release.open_release(DataRoot.from_env(data_root), version)
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
         lines = explain(path, manifest, sample_id, row)
     except (release.ReleaseError, ExplainError) as exc:
@@ -232,11 +232,10 @@ def release_export_paper(
 
     from pipeline import store
     from pipeline.benchmark import paper_export, release
-    from pipeline.config import Settings
 
     console = Console()
     try:
-        path = release.open_release(Settings.from_env(data_root).data_root, version)
+        path = release.open_release(DataRoot.from_env(data_root), version)
         files = paper_export.export_paper(path, out_dir)
     except (release.ReleaseError, paper_export.PaperExportError, store.AlreadyExists) as exc:
         console.print(f"[red]export-paper failed:[/red] {exc}", highlight=False)
@@ -257,11 +256,10 @@ def release_publish(
     from rich.console import Console
 
     from pipeline.benchmark import release
-    from pipeline.config import Settings
 
     console = Console()
     try:
-        done = release.publish(Settings.from_env(data_root).data_root, version)
+        done = release.publish(DataRoot.from_env(data_root), version)
     except release.ReleaseError as exc:
         console.print(f"[red]release publish failed:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None

@@ -124,11 +124,11 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 class Desks:
     """The desks of one data root (the registry is the one source of who has which role)."""
 
-    def __init__(self, data_root: str | os.PathLike, settings: Settings | None = None, venv: Path = DEFAULT_VENV,
+    def __init__(self, root: DataRoot, settings: Settings | None = None, venv: Path = DEFAULT_VENV,
                  host: str | None = None):
         """``host``: the address desks listen on (default ``RESCUE_DESK_HOST``, else 127.0.0.1;
         0.0.0.0 only inside a container whose ports are published on 127.0.0.1)."""
-        self.root = DataRoot(data_root)
+        self.root = root
         self.settings = settings or Settings.from_env(self.root.root)
         self.venv = venv
         self.host = host or self.settings.desk_host
@@ -372,11 +372,11 @@ class Desks:
         the person's file root at the same relative paths (a hard link, else a copy); returns the
         folders holding them (each becomes a local storage of the person's projects)."""
         desk = self.get(email)
-        files = store.make_private_dir(self.root.desk_files(desk.slug))
+        store.make_private_dir(self.root.desk_files(desk.slug))
         folders: set[Path] = set()
         for rel in sorted({p for u in urls if (p := media_path(u))}):
             source = self.root.resolve(rel)
-            target = DataRoot(files).resolve(rel)
+            target = self.root.desk_file(desk.slug, rel)
             if target.parent not in folders:  # once per folder (a push stages every sample's file)
                 store.make_private_dir(target.parent)
                 folders.add(target.parent)

@@ -152,12 +152,11 @@ def nothing_to_migrate(root: DataRoot) -> str | None:
             f"no shared Label Studio database at {old_db}")
 
 
-def migrate_to_desks(data_root: str | os.PathLike, adjudicators: Sequence[str] = (),
+def migrate_to_desks(root: DataRoot, adjudicators: Sequence[str] = (),
                      log: Callable[[str], None] = print, *, history: RoundHistory, venv: Path = DEFAULT_VENV,
                      timeout: float = 300.0) -> MigrationReport:
-    """Move the single shared Label Studio of ``data_root`` to one desk per person (see the module)."""
+    """Move the single shared Label Studio of ``root`` to one desk per person (see the module)."""
     started = time.monotonic()
-    root = DataRoot(data_root)
     report = MigrationReport(root.root)
     old_dir = root.label_studio_dir()
     old_db = old_dir / DB_NAME

@@ -15,6 +15,7 @@ Stage entry points, shared by the CLI and the flows: ``ingest.ingest_entry``,
 ``transcribe.transcribe_stage``, ``diarize.diarize_stage`` / ``diarize.diarize_file``,
 ``turns.segment_stage``. Each takes the :class:`pipeline.paths.DataRoot` its caller built once;
 those after ingest take the sample's :class:`pipeline.catalog.Ingested` record (ingest returns
-it) and never read the catalog. ``pipeline.store.prepare_data_root`` checks a data root and
-makes its private areas.
+it) and never read the catalog. The caller built and checked the root once
+(``pipeline.store.prepare_data_root``: the run's one writability probe); a stage only makes the
+private areas it writes (``pipeline.store.private_areas``).
 """

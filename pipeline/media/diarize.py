@@ -33,7 +33,7 @@ from pipeline.media.audio import SAMPLE_RATE, load_wav
 from pipeline.media.refine import embed_segments, refine_turns
 from pipeline.media.rttm import DiarizationError, Turn, sort_turns, write_rttm
 from pipeline.paths import DataRoot
-from pipeline.store import prepare_data_root, sha256_file
+from pipeline.store import private_areas, sha256_file
 
 @dataclass(frozen=True)
 class Diarized:
@@ -197,7 +197,7 @@ def diarize_stage(ingested: Ingested, root: DataRoot, num_speakers: int | None =
     First a cheap voice-activity check (:mod:`pipeline.media.vad`, seconds even for a long file):
     audio without speech (silent, music only) raises :class:`NoSpeech` and is not diarized
     (``require_speech=False`` skips the check)."""
-    root = prepare_data_root(root, ("diarization", "drafts", "draft-voices"))
+    private_areas(root, "diarization", "drafts", "draft-voices")
     if require_speech:
         check_speech(ingested, root)
     turns, mapping = _diarize_sample(ingested, root, num_speakers, source, device, pipeline, min_speakers,

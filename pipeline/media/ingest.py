@@ -34,7 +34,7 @@ from pipeline.media.audio import Extraction, MediaError, check_regular_file, pro
 from pipeline.media.manifest import ManifestEntry, find_manifest, outside_batch, read_manifest
 from pipeline.media.subtitles import SubtitleError, parse_subtitles
 from pipeline.paths import DataRoot, InvalidId, check_name, check_sample_id, slug
-from pipeline.store import atomic_write_bytes, prepare_data_root, private_area, sha256_file
+from pipeline.store import atomic_write_bytes, private_area, sha256_file
 
 MIN_DURATION_S = 5.0  # shorter clips hold no usable interaction (the paper drops clips < 2 min)
 TRUNCATED_SHARE = 0.9       # decoded audio shorter than this share of what the file declares: truncated
@@ -186,14 +186,13 @@ def ingest_entry(entry: ManifestEntry, root: DataRoot, batch_dir: str | Path = "
     ingest it and record its catalog line (under the catalog lock; an unchanged, cached entry
     leaves the catalog alone). A refused entry (bad sample id) touches nothing under the data root.
     A video or subtitle file outside ``batch_dir`` (absolute path, ``..``, a symlink out) is
-    quarantined without being read unless ``allow_outside_batch``. An unusable data root raises
-    :class:`pipeline.config.DataRootError`. ``catalog``: a read of the catalog to find the
+    quarantined without being read unless ``allow_outside_batch``. ``root``: the data root its
+    entry point built and checked (:func:`pipeline.store.prepare_data_root`). ``catalog``: a read of the catalog to find the
     entry's previous line in (:func:`ingest_batch` reads it once for the batch); else it is read."""
     if entry.refused:
         return IngestResult(entry.sample_id, "quarantined", entry.refused)
     if not min_duration_s >= 0:
         raise ValueError(f"min_duration_s must be >= 0 seconds, got {min_duration_s!r}")
-    root = prepare_data_root(root)
     batch_dir = Path(batch_dir)
     previous = (catalog or Catalog.read(root)).rows.get(entry.sample_id)
     outside = None if allow_outside_batch else _refused_outside(entry, batch_dir)
@@ -230,7 +229,6 @@ def ingest_batch(batch_dir: str | Path, root: DataRoot, progress: bool = False,
     batch_dir = Path(batch_dir)
     report = IngestReport()
     entries = read_manifest(find_manifest(batch_dir), report.warnings)
-    root = prepare_data_root(root)
     before = Catalog.read(root)
     with Progress(disable=not progress, transient=False) as bar, \
             ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:

@@ -230,7 +230,6 @@ def sample_states(root: DataRoot, row: dict, settings: Settings | None = None,
 
 def stage_states(root: DataRoot, sample_ids: list[str] | None = None) -> list[StageState]:
     """:func:`sample_states` for every catalogued sample (or those given), in id order."""
-    root = DataRoot(root)
     catalog = Catalog.read(root)
     settings = Settings.from_env(root.root)
     cache = lineage.cache_for(root)

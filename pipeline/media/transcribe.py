@@ -27,7 +27,7 @@ from pipeline.config import Settings
 from pipeline.media.audio import load_wav
 from pipeline.media.subtitles import SubtitleError, Transcript, Unit, parse_subtitles  # noqa: F401  (re-exported)
 from pipeline.paths import DataRoot
-from pipeline.store import atomic_write_text, prepare_data_root, private_area, sha256_file
+from pipeline.store import atomic_write_text, private_area, private_areas, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +148,8 @@ def transcribe_stage(ingested: Ingested, root: DataRoot, backend: str = "auto",
                      device: str = "cpu", compute_type: str = "int8", batch_size: int = 8,
                      max_new_tokens: int | None = None) -> Transcribed:
     """The transcript stage (CLI and flow): :func:`transcribe_sample`, written, as a typed record.
-    An unusable data root raises ``pipeline.config.DataRootError``."""
-    root = prepare_data_root(root, ("transcripts", "drafts", "draft-voices"))
+    ``root``: the data root its entry point built and checked (``pipeline.store.prepare_data_root``)."""
+    private_areas(root, "transcripts", "drafts", "draft-voices")
     chosen = resolve_backend(backend, ingested.subtitle_path)
     transcript = transcribe_sample(ingested, root, chosen, asr_model, align_model, device, compute_type,
                                    batch_size, max_new_tokens, write=True)

@@ -64,7 +64,7 @@ from pipeline.media.voice_labels import (SENTENCE_END, VoiceName, apply_voice_na
                                          default_speaking_order, hint_of, speaker_names,  # the segmenter's API)
                                          voice_labels, voice_table)
 from pipeline.paths import DataRoot
-from pipeline.store import prepare_data_root, sha256_file, write_parquet
+from pipeline.store import private_areas, sha256_file, write_parquet
 from pipeline.taxonomy import THERAPIST, group_label
 
 WORD_OTHER_SHARE = 0.5        # an enclosed ASR word changes speaker when another is active this much of it
@@ -330,7 +330,7 @@ def segment_sample(ingested: Ingested, root: DataRoot, config: SegmenterConfig |
     table, voices = segment_with_voices(sample_id, transcript, turns, ingested.scenario, ingested.participants,
                                         hint_of(ingested, speaking_order), config)
     if write:
-        root = prepare_data_root(root, ("drafts", "draft-voices"))  # inputs read first: a missing one writes nothing
+        private_areas(root, "drafts", "draft-voices")  # inputs read first: a missing one writes nothing
         write_parquet(voices, root.draft_voices(sample_id))
         write_parquet(table, root.drafts(sample_id))
     return table

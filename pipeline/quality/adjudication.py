@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,13 +330,12 @@ def _round_labels(root: DataRoot, round_name: str) -> pa.Table:
     return pq.read_table(path)
 
 
-def push_round(desks: DeskAccess, data_root: str | os.PathLike, round_name: str,
+def push_round(desks: DeskAccess, root: DataRoot, round_name: str,
                samples: Sequence[dict] | None = None) -> PushSummary:
     """The adjudication push of a pulled round: its disagreements into the adjudication projects.
 
     ``samples``: the samples the round was pushed from (default: the work store and the corpus).
     """
-    root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     labels = _round_labels(root, rnd.name)
     aliases = annotator_aliases(root, rnd.name, _round_annotators(labels, rnd.name))
@@ -363,10 +361,9 @@ class AdjudicatorIsAnnotator(ValueError):
     """Adjudication answers from someone who annotated the round."""
 
 
-def pull_round(desks: DeskAccess, data_root: str | os.PathLike, round_name: str) -> AdjudicationPull:
+def pull_round(desks: DeskAccess, root: DataRoot, round_name: str) -> AdjudicationPull:
     """Pull a round's adjudications and write them to ``DataRoot.adjudications`` (deterministic bytes)."""
 
-    root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     ignored: list[str] = []
     table = pull(desks, rnd, ignored=ignored)

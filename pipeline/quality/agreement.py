@@ -69,13 +69,12 @@ class RoundMeasure:
         return self.report.summary()
 
 
-def measure_round(data_root: str | os.PathLike, round_name: str,
+def measure_round(root: DataRoot, round_name: str,
                   labels_path: str | os.PathLike | None = None) -> RoundMeasure:
     """Agreement of a pulled round: report files, the gate record, the figures.
 
     ``labels_path`` measures another label table for the round (default: the pulled one).
     """
-    root = DataRoot(data_root)
     rnd = load_round(check_name(round_name, "round"))
     path = Path(labels_path) if labels_path else root.labels(rnd.name)
     if not path.is_file():

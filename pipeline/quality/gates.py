@@ -13,7 +13,6 @@ gate again for labels an override was made for.
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,7 @@ if TYPE_CHECKING:  # measures pulls in polars; reading gates (every release buil
 OVERRIDE_SUFFIX = ".override.json"
 
 
-def write_gate(data_root: str | os.PathLike, report: RoundAgreement, labels_sha256: str) -> dict:
+def write_gate(root: DataRoot, report: RoundAgreement, labels_sha256: str) -> dict:
     """Record whether ``report``'s round passed, for the label table with ``labels_sha256``."""
     record = {"round": report.round, "passed": report.passed, "labels_sha256": labels_sha256,
               "failing": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold}
@@ -34,7 +33,6 @@ def write_gate(data_root: str | os.PathLike, report: RoundAgreement, labels_sha2
               "fields": [{"field": f.field, "metric": f.metric, "alpha": f.alpha, "threshold": f.threshold,
                           "ci_low": f.ci_low, "ci_high": f.ci_high,  # alpha's bootstrap 95% interval
                           "n_units": f.n_units, "n_annotators": f.n_annotators} for f in report.fields]}
-    root = DataRoot(data_root)
     store.atomic_write_text(root.gate(report.round), store.canonical_json(record))
     override = current_override(root, report.round)
     if override and not report.passed:
@@ -49,9 +47,8 @@ def _failing_text(gate: dict) -> list[str]:
     return [f"{f['field']} {_fmt(f['alpha'])} < {f['threshold']:.3f}" for f in gate.get("failing", [])]
 
 
-def current_override(data_root: str | os.PathLike, round_name: str) -> dict | None:
+def current_override(root: DataRoot, round_name: str) -> dict | None:
     """The override recorded for the round's current gate (same labels), else None."""
-    root = DataRoot(data_root)
     gate_path, ov_path = root.gate(round_name), root.gate_override(round_name)
     if not (gate_path.is_file() and ov_path.is_file()):
         return None
@@ -60,11 +57,10 @@ def current_override(data_root: str | os.PathLike, round_name: str) -> dict | No
     return override if override.get("labels_sha256") == gate.get("labels_sha256") else None
 
 
-def record_override(data_root: str | os.PathLike, round_name: str, reason: str, by: str) -> dict:
+def record_override(root: DataRoot, round_name: str, reason: str, by: str) -> dict:
     """Record that a failing round may be released anyway, and why."""
     if not reason.strip() or not by.strip():
         raise ValueError("an override needs a reason and the name of who decides")
-    root = DataRoot(data_root)
     path = root.gate(round_name)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no gate for round {round_name!r}; run `rescue agreement {round_name}` first")
@@ -80,9 +76,8 @@ def record_override(data_root: str | os.PathLike, round_name: str, reason: str, 
     return record
 
 
-def gate_records(data_root: str | os.PathLike) -> list[dict]:
+def gate_records(root: DataRoot) -> list[dict]:
     """Every round's gate for the release manifest: passed, failing fields, override, blocks_release."""
-    root = DataRoot(data_root)
     d = root.gates_dir()
     out = []
     for path in sorted(d.glob("*.json")) if d.is_dir() else []:
@@ -97,10 +92,10 @@ def gate_records(data_root: str | os.PathLike) -> list[dict]:
     return out
 
 
-def release_blockers(data_root: str | os.PathLike) -> list[str]:
+def release_blockers(root: DataRoot) -> list[str]:
     """One message per round that blocks a release (empty: nothing blocks)."""
     msgs = []
-    for g in gate_records(data_root):
+    for g in gate_records(root):
         if g["blocks_release"]:
             fields = ", ".join(f"{f['field']} alpha={_fmt(f['alpha'])} < {f['threshold']}" for f in g["failing"])
             stale = " (the override was made for other labels)" if g["override"] and not g["override_valid"] else ""

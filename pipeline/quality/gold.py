@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -293,7 +292,7 @@ class GoldBuild:
         return self.dir / "provenance.parquet"
 
 
-def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] | None = None,
+def build_and_store(root: DataRoot, base_samples: Sequence[dict] | None = None,
                     round_names: Sequence[str] | None = None, strict: bool = True) -> GoldBuild:
     """The gold stage (``rescue gold build`` and the annotation-round flow): gold from every
     pulled round (with its adjudications), validated, merged into the corpus.
@@ -306,7 +305,6 @@ def build_and_store(data_root: str | os.PathLike, base_samples: Sequence[dict] |
     the later rounds' fields and is checked when it is finished); samples that break a rule are
     not merged anywhere, and their violations are written beside the provenance table.
     """
-    root = DataRoot(data_root)
     names = [check_name(n, "round") for n in round_names] if round_names else \
         [n for n in all_rounds() if root.labels(n).is_file()]
     if not names:

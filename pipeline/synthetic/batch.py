@@ -313,12 +313,12 @@ def _manifest(entries: list[dict], scale: float, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate_batch(data_root: str | Path, name: str, scale: float, seed: int = 0, max_rows: int | None = None,
+def generate_batch(root: DataRoot, name: str, scale: float, seed: int = 0, max_rows: int | None = None,
                    jobs: int | None = None, on_done: Callable[[str], None] | None = None) -> BatchResult:
     """Write the batch into ``<data root>/batches/<name>/`` (must not hold a batch yet).
     ``jobs`` interviews are rendered at once (default: one per core, at most 4); ``on_done`` is
     called with each finished sample id (a progress bar)."""
-    folder = DataRoot(data_root).batches_dir() / check_name(name, "batch name")
+    folder = root.batches_dir() / check_name(name, "batch name")
     if folder.exists() and any(folder.iterdir()):
         raise BatchError(f"{folder}: already holds files; give another batch name or remove it")
     plans = plan_batch(scale, seed, max_rows)

@@ -30,7 +30,7 @@ def _png_size(path) -> tuple[int, int]:
 
 def test_override_is_shown_where_it_applies(tmp_path, truth_samples, draft_of):
     root = tmp_path / "data"
-    corpus.save_corpus(root, draft_of(truth_samples))
+    corpus.save_corpus(DataRoot(root), draft_of(truth_samples))
     store.write_parquet(_labels(load_round("relation"), truth_samples, 0.5), DataRoot(root).labels("relation"))
     runner = CliRunner(env={"COLUMNS": "220"})
     low = runner.invoke(app, ["agreement", "relation", "--data-root", str(root)])

@@ -5,11 +5,12 @@ from pipeline import corpus
 from pipeline.annotation.rounds import round_names
 from tests.agreement.test_agreement_cli import _write_round
 from tests.cli_width import assert_tables_fit, at_80_columns
+from pipeline.paths import DataRoot
 
 
 def test_every_rounds_tables_fit_80_columns_with_whole_names(tmp_path, truth_samples, draft_of):
     root = tmp_path / "data"
-    corpus.save_corpus(root, draft_of(truth_samples))
+    corpus.save_corpus(DataRoot(root), draft_of(truth_samples))
     for name in round_names():
         _write_round(root, name, truth_samples, 0.3)
     for name in round_names():

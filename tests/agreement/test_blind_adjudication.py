@@ -80,7 +80,7 @@ def test_adjudicator_sees_letters_and_the_private_table_maps_them_back(ls_client
     store.write_parquet(first, root.labels(ROUND))
     judge = ls_desks.add(f"judge-{tag}@adjudicator.test", "adjudicator")
 
-    pushed = adjudication.push_round(ls_desks, root.root, ROUND, samples)
+    pushed = adjudication.push_round(ls_desks, DataRoot(root.root), ROUND, samples)
     assert pushed.tasks_created == len({d["sample_id"] for d in disagreements(first, rnd)}) > 0
     path = adjudication.aliases_path(root, ROUND)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -93,21 +93,21 @@ def test_adjudicator_sees_letters_and_the_private_table_maps_them_back(ls_client
     # and the refreshed tasks are as blind as before
     second = _labels(rnd, samples, people)
     store.write_parquet(second, root.labels(ROUND))
-    again = adjudication.push_round(ls_desks, root.root, ROUND, samples)
+    again = adjudication.push_round(ls_desks, DataRoot(root.root), ROUND, samples)
     assert again.tasks_updated + again.tasks_created > 0
     table2 = json.loads(path.read_text())
     assert {a: p for a, p in table2.items() if a in table} == table and set(table2) - set(table) == {"Annotator C"}
     tasks, preds, projects = _desk_view(ls_client, again, mine)
     _check_blind_and_mapped(rnd, second, tasks, preds, projects, table2, people)
     assert {p["model_version"] for ps in preds.values() for p in ps} == set(table2)
-    unchanged = adjudication.push_round(ls_desks, root.root, ROUND, samples)  # stable: nothing to refresh
+    unchanged = adjudication.push_round(ls_desks, DataRoot(root.root), ROUND, samples)  # stable: nothing to refresh
     assert unchanged.tasks_updated == 0 and unchanged.tasks_created == 0 and json.loads(path.read_text()) == table2
 
     # the adjudicator answers: their lines are theirs, the annotators' labels stay the annotators'
     truth = {s["sample_id"]: s for s in samples}
     for pid in again.projects.values():
         SimulatedAnnotator("judge").annotate_tasks(ls_client, pid, rnd, truth, completed_by=ls_desks.owner_id(judge))
-    pulled = adjudication.pull_round(ls_desks, root.root, ROUND)
+    pulled = adjudication.pull_round(ls_desks, DataRoot(root.root), ROUND)
     assert set(pulled.table.column("annotator").to_pylist()) == {judge}
     assert pulled.rows == len({(d["sample_id"], d["row_index"]) for d in disagreements(second, rnd)})
     assert set(pq.read_table(root.labels(ROUND)).column("annotator").to_pylist()) == set(people)

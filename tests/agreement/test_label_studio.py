@@ -15,6 +15,7 @@ from pipeline.synthetic import annotators as simulate
 from pipeline.annotation import pull, push
 from pipeline.annotation.rounds import load_round
 from pipeline.synthetic.annotators import SimulatedAnnotator
+from pipeline.paths import DataRoot
 
 ERROR = 0.3
 # Monte Carlo SD of alpha at ~500 units, 3 annotators, k=7: about 0.02; 0.08 is 4 SD.
@@ -58,11 +59,11 @@ def test_round_through_label_studio(ls_client, ls_desks, truth_samples, tmp_path
     for t in skipped:  # what the Skip button sends
         ls_client.create_annotation(t["id"], [], completed_by=users[emails[2]], was_cancelled=True)
     root = tmp_path / "data"
-    labels_table = pull.pull_round(ls_desks, "relation", root, annotators=emails).labels
+    labels_table = pull.pull_round(ls_desks, "relation", DataRoot(root), annotators=emails).labels
     assert labels_table.num_rows > 0
     assert set(labels_table.column("scenario").to_pylist()) == {"couple"}  # the project's scenario, kept
 
-    out = agreement.measure_round(root, "relation")
+    out = agreement.measure_round(DataRoot(root), "relation")
     fa = next(x for x in out.report.fields if x.field == "relation_cycle_state")
     confusions = []
     for i in range(3):
@@ -76,7 +77,7 @@ def test_round_through_label_studio(ls_client, ls_desks, truth_samples, tmp_path
     # the gate trips at the round's configured threshold (0.667 in relation.yaml)
     assert fa.threshold == f.threshold == 0.667 and expected < fa.threshold
     assert fa.passed is False and out.gate["passed"] is False
-    assert gates.gate_records(root)[0]["blocks_release"] is True
+    assert gates.gate_records(DataRoot(root))[0]["blocks_release"] is True
     assert (root / "annotation" / "labels" / "relation.agreement" / "report.html").is_file()
     # the half-done annotator is named, with what is missing; alpha uses what exists
     missing = [i for i in out.report.issues if i["kind"] == "missing"]
@@ -107,7 +108,7 @@ def test_round_through_label_studio(ls_client, ls_desks, truth_samples, tmp_path
     adj_user = ls_desks.owner_id(judge_email)
     judge = SimulatedAnnotator("adjudicator")  # answers the truth
     assert judge.annotate_tasks(ls_client, pid, rnd, by_id, completed_by=adj_user) == pushed.tasks_created
-    adjudicated = adjudication.pull_round(ls_desks, root, "relation").table
+    adjudicated = adjudication.pull_round(ls_desks, DataRoot(root), "relation").table
     adj_rows = set(zip(adjudicated.column("sample_id").to_pylist(), adjudicated.column("row_index").to_pylist()))
     assert adj_rows == {(d["sample_id"], d["row_index"]) for d in todo}  # every disagreement resolved
     assert set(adjudicated.column("annotator").to_pylist()) == {"sim-adjudicator@agreement.test"}

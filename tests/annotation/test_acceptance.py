@@ -81,7 +81,7 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
         _post(ls_client, t, rnd, vals, users[b])
 
     root = tmp_path / "data"
-    pull.pull_round(ls_desks, "emotion", root, annotators=[a, b])
+    pull.pull_round(ls_desks, "emotion", DataRoot(root), annotators=[a, b])
     lines = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
     assert {r["model_version"] for r in lines} == {source}
     got = Counter((r["annotator"], r["field"], r["outcome"]) for r in lines)
@@ -113,7 +113,7 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
                                         "changed": 1, "cleared": 1, "added": 1, "kept_share": 0.933}
 
     # The agreement report shows the table, overall and per annotator.
-    out = agreement.measure_round(root, "emotion")
+    out = agreement.measure_round(DataRoot(root), "emotion")
     md = out.paths["markdown"].read_text(encoding="utf-8")
     assert "## Pre-annotation acceptance" in md
     assert f"| {source} | utterance_type | 32 | 30 | 2 | 0 | 0 | 94% |" in md
@@ -129,7 +129,7 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
         acceptance.summarize(lines, by_annotator=True)
 
     # A pull of one annotator keeps the other's lines, as the label table does.
-    pull.pull_round(ls_desks, "emotion", root, annotators=[a])
+    pull.pull_round(ls_desks, "emotion", DataRoot(root), annotators=[a])
     again = pq.read_table(DataRoot(root).acceptance("emotion")).to_pylist()
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, lines))
 
@@ -147,7 +147,7 @@ def test_pull_counts_kept_changed_cleared_added_per_field_and_the_report_shows_t
     # ... so the table is rebuilt from the archive alone (no Label Studio client), line for line.
     table = DataRoot(root).acceptance("emotion")
     table.unlink()
-    rebuilt = pull.rebuild_acceptance(root, "emotion")
+    rebuilt = pull.rebuild_acceptance(DataRoot(root), "emotion")
     assert rebuilt.states == 4 and rebuilt.without_predictions == [] and rebuilt.path == table
     assert pq.read_table(table).to_pylist() == sorted_lines(again)
     # through the CLI too, which prints the counts per source and field
@@ -245,8 +245,8 @@ def test_voice_names_of_the_transcript_round_count_once_per_voice(tmp_path):
     assert all(r["row_index"] is None for r in lines if r["field"] == acceptance.VOICE_FIELD)
     # every row kept its pre-filled voice: kept, although only the annotation's voices have names
     assert {r["outcome"] for r in lines if r["field"] != acceptance.VOICE_FIELD} == {"kept"}
-    acceptance.write(tmp_path, "transcript", lines, {"a@x"})  # lines on no row sort first
-    stored = acceptance.read(tmp_path, "transcript")
+    acceptance.write(DataRoot(tmp_path), "transcript", lines, {"a@x"})  # lines on no row sort first
+    stored = acceptance.read(DataRoot(tmp_path), "transcript")
     assert sorted(map(json.dumps, stored)) == sorted(map(json.dumps, lines)) and stored[0]["row_index"] is None
 
 
@@ -311,8 +311,8 @@ def test_a_rebuild_takes_each_projects_latest_state_and_keeps_a_deleted_tasks_li
                                          "updated_at": "2026-01-01"}]}
 
     def archive(tasks):
-        path, _ = pull.archive_export(tmp_path, "emotion", "couple", "a@x", json.dumps(tasks).encode())
-        record, new = acceptance.archive_predictions(tmp_path, path, acceptance.predictions_record(
+        path, _ = pull.archive_export(DataRoot(tmp_path), "emotion", "couple", "a@x", json.dumps(tasks).encode())
+        record, new = acceptance.archive_predictions(DataRoot(tmp_path), path, acceptance.predictions_record(
             "emotion", "couple", "a@x", 5, tasks, preds, {1: "a@x", 2: "b@x"}))
         assert new and record["users"] == {"1": "a@x"} and "created_ago" not in record["predictions"][0]
         return acceptance.measure_archived(rnd, tasks, record, parse=pull.parse_annotation)
@@ -321,13 +321,13 @@ def test_a_rebuild_takes_each_projects_latest_state_and_keeps_a_deleted_tasks_li
     other = "withdrawal" if pred1[0]["value"]["choices"] != ["withdrawal"] else "defense"
     changed = [dict(r, value={"choices": [other]}) if r["from_name"] == "utterance_type_0" else r for r in pred1]
     second = archive([annotated(task1, changed)])
-    record_pushed(tmp_path, "emotion", [("couple", "a@x", s1["sample_id"]), ("couple", "a@x", s2["sample_id"])])
-    pull.archive_export(tmp_path, "emotion", "family", "b@x", b"[]")  # archived before predictions were
+    record_pushed(DataRoot(tmp_path), "emotion", [("couple", "a@x", s1["sample_id"]), ("couple", "a@x", s2["sample_id"])])
+    pull.archive_export(DataRoot(tmp_path), "emotion", "family", "b@x", b"[]")  # archived before predictions were
 
-    rebuilt = pull.rebuild_acceptance(tmp_path, "emotion")
+    rebuilt = pull.rebuild_acceptance(DataRoot(tmp_path), "emotion")
     assert rebuilt.states == 2 and [p.parent.name for p in rebuilt.without_predictions] == ["b_x"]
     want = second + [r for r in first if r["sample_id"] == s2["sample_id"]]
     assert sorted_lines(rebuilt.lines) == sorted_lines(want)
     assert [r["outcome"] for r in want if r["field"] == "utterance_type" and r["sample_id"] == s1["sample_id"]][0] \
         == "changed"
-    assert acceptance.read(tmp_path, "emotion") == sorted_lines(want)
+    assert acceptance.read(DataRoot(tmp_path), "emotion") == sorted_lines(want)

@@ -21,6 +21,7 @@ from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
 from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, tone_wav, wait_saved
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -212,7 +213,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
     sample = make_sample("synthetic/browser_001", "couple", 6)  # therapist rows 3 (no strategy), 6 (a strategy)
     # the other annotator's work: on their desk, never on this annotator's page
     push.push_round(desks, "emotion", [make_sample("synthetic/browser_other_001", "couple", 3)], [other], k=1,
-                    prelabel=None, data_root=root, media_url=media_url)
+                    prelabel=None, root=DataRoot(root), media_url=media_url)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     client = desks.client(email)
 
@@ -225,7 +226,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
             pushed = {}  # project key -> id: this annotator's projects so far
             for name in round_names():
                 rnd = load_round(name)
-                report = push.push_round(desks, name, [sample], [email], k=1, prelabel=None, data_root=root,
+                report = push.push_round(desks, name, [sample], [email], k=1, prelabel=None, root=DataRoot(root),
                                          media_url=media_url)
                 key = push.project_key(name, "couple", email)
                 pid = pushed[key] = report.projects[key]
@@ -270,7 +271,7 @@ def test_annotator_fills_and_submits_every_round_in_the_browser(desk_factory, mo
                 wait_saved(client, pid, sample["sample_id"], page, what=f"round {name}: the annotation")
 
                 # read back through the API: validated, by this annotator, equal to what was typed
-                result = pull.pull_round(desks, name, root, annotators=[email], write=False)
+                result = pull.pull_round(desks, name, DataRoot(root), annotators=[email], write=False)
                 assert result.problems.to_pylist() == [], name
                 got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
                 assert {r["annotator"] for r in result.labels.to_pylist()} == {email}

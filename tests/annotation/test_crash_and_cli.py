@@ -103,7 +103,7 @@ def test_cli_people_desks_push_pull_status_up_down_on_real_desks(tmp_path, monke
     up/status/down` on a fresh data root's real desks (one Label Studio per person)."""
     password = _cli_env(monkeypatch)
     root = tmp_path / "data"
-    corpus.save_samples(root, [make_sample("synthetic/cli_001", "couple", 6), make_sample("synthetic/cli_002", "family", 5)],
+    corpus.save_samples(DataRoot(root), [make_sample("synthetic/cli_001", "couple", 6), make_sample("synthetic/cli_002", "family", 5)],
                         corpus.WORK)
     a, b = "cli-a@rescue.test", "cli-b@rescue.test"
     runner = CliRunner()
@@ -113,7 +113,7 @@ def test_cli_people_desks_push_pull_status_up_down_on_real_desks(tmp_path, monke
             added = runner.invoke(app, ["annotators", "add", who, *dr])
             assert added.exit_code == 0, added.output
             assert f"annotator {who} ready: http://127.0.0.1:" in added.output and password not in added.output
-        desks = Desks(root)
+        desks = Desks(DataRoot(root))
         listed = runner.invoke(app, ["annotators", "list", "--json", *dr])
         assert listed.exit_code == 0, listed.output
         # no front runs yet (`label-studio up` / `stack up` start them): the address is the desk's
@@ -187,13 +187,13 @@ def test_cli_people_desks_push_pull_status_up_down_on_real_desks(tmp_path, monke
         finally:
             service.write_text(good)
     finally:
-        Desks(root).down()
+        Desks(DataRoot(root)).down()
 
 
 def test_cli_refuses_a_taken_port(tmp_path, monkeypatch):
     _cli_env(monkeypatch)
     root = tmp_path / "data"
-    desk = Desks(root).register("busy@rescue.test", "annotator")  # its port was free when registered
+    desk = Desks(DataRoot(root)).register("busy@rescue.test", "annotator")  # its port was free when registered
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", desk.port))
         busy.listen()

@@ -38,7 +38,7 @@ def world(tmp_path_factory):
         samples = [make_sample(f"synthetic/couple_{i:03d}", "couple", 5 + i) for i in range(4)] + [
             make_sample("synthetic/family_045", "family", 45)]
         rnd = load_round(ROUND)
-        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root, media_url=sample_media(root, samples),
+        report = push.push_round(desks, ROUND, samples, [A, B], root=DataRoot(root), media_url=sample_media(root, samples),
                                  window=20)
         client, owner = desks.client(A), desks.owner_id(A)
         by_id = {s["sample_id"]: s for s in samples}
@@ -109,7 +109,7 @@ def test_a_pull_reading_the_databases_gives_the_tables_of_a_pull_through_the_api
     asked = []
     exports_before = sorted(world.root.glob("desks/*/label-studio/export/*"))
     with desk_hooks(world.desks, (A, B), request=lambda r: asked.append(r.url.path)):
-        through_db = pull.pull_round(world.desks, ROUND, world.root)
+        through_db = pull.pull_round(world.desks, ROUND, DataRoot(world.root))
     read_db = _tables(world.root)
     assert through_db.labels.num_rows > 0 and through_db.new_snapshots == 4
     # a first pull reads through the databases: no export asked, no export file left on the desks
@@ -118,11 +118,11 @@ def test_a_pull_reading_the_databases_gives_the_tables_of_a_pull_through_the_api
 
     # the same state pulled through the API, from scratch (another data root with the same push record)
     other = tmp_path / "data"
-    for path in (DataRoot(world.root).pushed(ROUND), pushed.sync_path(world.root, ROUND, "push")):
+    for path in (DataRoot(world.root).pushed(ROUND), pushed.sync_path(DataRoot(world.root), ROUND, "push")):
         target = other / path.relative_to(world.root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
-    through_api = pull.pull_round(ThroughTheApi(world.desks), ROUND, other)
+    through_api = pull.pull_round(ThroughTheApi(world.desks), ROUND, DataRoot(other))
     assert _tables(other) == read_db
     assert through_api.progress == through_db.progress and through_api.missing == through_db.missing
     # the archived exports differ in bytes (Label Studio's JSON against ours) and hold the same tasks
@@ -157,8 +157,8 @@ def test_another_schema_or_version_is_read_through_the_api(world, tmp_path):
     venv = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     (venv / "label_studio-1.24.0.dist-info").mkdir(parents=True)
     assert desk_db.installed_version(tmp_path / "venv") == "1.24.0"
-    assert Desks(world.root, venv=tmp_path / "venv").database(A) is None
-    assert Desks(world.root).database(A) == database
+    assert Desks(DataRoot(world.root), venv=tmp_path / "venv").database(A) is None
+    assert Desks(DataRoot(world.root)).database(A) == database
 
 
 def test_a_look_reads_the_drafts_from_the_database_as_the_api_shows_them(world, monkeypatch):

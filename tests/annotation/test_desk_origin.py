@@ -11,6 +11,7 @@ import pytest
 from pipeline.labelstudio.desks import Desks
 from pipeline.config import Settings
 from tests.helpers import free_port
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ def test_a_desk_trusts_its_public_address_for_logins_and_no_other(tmp_path):
     root = tmp_path / "data"
     settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port(),
                                    desk_public_url="https://desk-{port}.annotate.example.org")
-    desks = Desks(root, settings)
+    desks = Desks(DataRoot(root), settings)
     password = secrets.token_urlsafe(12)
     try:
         desk = desks.add("ann@example.org", "annotator", password, timeout=400)

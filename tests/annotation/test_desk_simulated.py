@@ -9,10 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.labelstudio.desks import DeskError, Desks
+from pipeline.paths import DataRoot
 
 
 def test_simulated_is_recorded_once(tmp_path):
-    desks = Desks(tmp_path)
+    desks = Desks(DataRoot(tmp_path))
     desks.register("bot@example.org", "annotator", simulated=True)
     desks.register("ann@example.org", "annotator")
     assert desks.simulated() == {"bot@example.org"}
@@ -24,7 +25,7 @@ def test_simulated_is_recorded_once(tmp_path):
 
 
 def test_a_registry_from_before_the_flag_gets_it_at_the_next_registration(tmp_path):
-    desks = Desks(tmp_path)
+    desks = Desks(DataRoot(tmp_path))
     desks.register("bot@example.org", "annotator", simulated=True)
     path = desks.root.desks_registry()
     old = json.loads(path.read_text())

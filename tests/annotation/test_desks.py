@@ -39,7 +39,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("desks") / "data"
     settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port(), desk_url="http://127.0.0.1:{port}",
                                    desk_public_url="")
-    desks = Desks(root, settings)
+    desks = Desks(DataRoot(root), settings)
     passwords = {e: secrets.token_urlsafe(12) for e in (A, B, J)}
     roles = {A: "annotator", B: "annotator", J: "adjudicator"}
     for e in (A, B, J):  # registered one after the other (ports in order), started side by side
@@ -69,8 +69,8 @@ def pushed(world):
     samples = {sid: make_sample(f"desks/{sid}", "couple", 4) for sid in ("s1", "s2", "s3")}
     urls = {f"desks/{sid}": _media(root, f"{sid}.wav", sid.encode() * 64) for sid in samples}
     url = lambda s: urls[s["sample_id"]]  # noqa: E731
-    both = push.push_round(desks, ROUND, [samples["s1"], samples["s2"]], [A, B], data_root=root, media_url=url)
-    only_a = push.push_round(desks, ROUND, [samples["s3"]], [A], k=1, data_root=root, media_url=url)
+    both = push.push_round(desks, ROUND, [samples["s1"], samples["s2"]], [A, B], root=DataRoot(root), media_url=url)
+    only_a = push.push_round(desks, ROUND, [samples["s3"]], [A], k=1, root=DataRoot(root), media_url=url)
     return samples, both, only_a
 
 
@@ -201,7 +201,7 @@ def test_only_the_desk_owners_answers_count(world, pushed):
     foreign = _answer(desks, A, samples["s1"], x["id"])
     own = _answer(desks, A, samples["s2"], desks.owner_id(A))
     _answer(desks, B, samples["s1"], desks.owner_id(B))
-    result = pull.pull_round(desks, ROUND, desks.root, annotators=[A, B])
+    result = pull.pull_round(desks, ROUND, DataRoot(desks.root), annotators=[A, B])
     lines = result.labels.to_pylist()
     by = {(r["annotator"], r["sample_id"]) for r in lines}
     assert (A, "desks/s2") in by and (B, "desks/s1") in by
@@ -225,10 +225,10 @@ def test_roles_are_explicit_and_one_per_person(world, pushed, tmp_path):
         pid = client.find_project(push.project_key(ROUND, "couple", who)).id
         if not client.find_tasks(pid, "sample_id", "desks/s2")[0].get("total_annotations"):
             _answer(desks, who, samples["s2"], desks.owner_id(who), kind)
-    labels = pull.pull_round(desks, ROUND, desks.root, annotators=[A, B]).labels
+    labels = pull.pull_round(desks, ROUND, DataRoot(desks.root), annotators=[A, B]).labels
     s12 = [samples["s1"], samples["s2"]]
     # without an adjudicator (another data root: A and B only), a disagreement has nowhere to go
-    lone = Desks(tmp_path / "other", dataclasses.replace(desks.settings, desk_base_port=free_port()))
+    lone = Desks(DataRoot(tmp_path / "other"), dataclasses.replace(desks.settings, desk_base_port=free_port()))
     lone.register(A, "annotator")
     lone.register(B, "annotator")
     with pytest.raises(adjudication.NoAdjudicator, match="nobody is an adjudicator"):

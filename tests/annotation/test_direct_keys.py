@@ -14,6 +14,7 @@ from ls_samples import make_sample
 from pipeline.annotation import ls_config, pull, push
 from pipeline.annotation.rounds import load_round
 from tests.helpers import SCREENSHOTS, accept_by_mouse, browser_login, open_task, wait_saved
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 # the choices ticked in a form's fields (a proposal's "accept" box and the hidden mark of proposals left out)
@@ -86,7 +87,7 @@ def test_no_automatic_keys_and_an_untouched_default_costs_nothing(ls_server, ls_
             # the control project is no round's: off the shared server again
             ls_client.request("DELETE", f"/api/projects/{control.id}/", "delete the control project")
 
-    result = pull.pull_round(ls_desks, "emotion", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "emotion", DataRoot(tmp_path), annotators=[email], write=False)
     assert [(p["field"], p["problem"], p["value"]) for p in result.problems.to_pylist()] == []
     got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
     first = json.loads(ls_client.export_tasks(pid))[0]["annotations"][0]["result"]

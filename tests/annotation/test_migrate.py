@@ -77,7 +77,7 @@ def test_migrate_to_desks_keeps_every_answer_and_draft_and_isolates_people(ls_cr
         for email in (A, B):
             shared.add(email)
         shared.add(J, "adjudicator")
-        report = push.push_round(shared, ROUND, samples, [A, B], data_root=root,
+        report = push.push_round(shared, ROUND, samples, [A, B], root=root,
                                  media_url=lambda s: url_of[s["sample_id"]])
         users = {u["email"]: u["id"] for u in client.users()}
         tag = secrets.token_hex(4)

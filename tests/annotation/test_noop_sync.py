@@ -50,7 +50,7 @@ def world(tmp_path_factory):
 
 
 def _push(world, samples, desks=None):
-    return push.push_round(desks or world.desks, ROUND, samples, [A, B], data_root=world.root,
+    return push.push_round(desks or world.desks, ROUND, samples, [A, B], root=DataRoot(world.root),
                            media_url=world.media_url, window=WINDOW)
 
 
@@ -70,7 +70,7 @@ def _files(root: Path) -> dict[str, tuple[bytes, int]]:
     """Bytes and modification time of every file the push and pull keep (archive excluded)."""
     r = DataRoot(root)
     paths = [r.labels(ROUND), r.label_problems(ROUND), r.acceptance(ROUND), r.annotation_ledger(ROUND),
-             r.pushed(ROUND), pushed.sync_path(root, ROUND, "push"), pushed.sync_path(root, ROUND, "pull")]
+             r.pushed(ROUND), pushed.sync_path(DataRoot(root), ROUND, "push"), pushed.sync_path(DataRoot(root), ROUND, "pull")]
     return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in paths if p.is_file()}
 
 
@@ -90,16 +90,16 @@ def _annotate(world, who, task, edit=None, cancelled=False):
 
 
 def _pull(world, desks=None):
-    return pull.pull_round(desks or Desks(world.root), ROUND, world.root)
+    return pull.pull_round(desks or Desks(DataRoot(world.root)), ROUND, DataRoot(world.root))
 
 
 def _read_all_again(world):
     """The tables a pull gives that reads every project again (no pull state), not written."""
-    state = pushed.sync_path(world.root, ROUND, "pull")
+    state = pushed.sync_path(DataRoot(world.root), ROUND, "pull")
     saved = state.read_bytes()
     state.unlink()
     try:
-        return pull.pull_round(Desks(world.root), ROUND, world.root, write=False)
+        return pull.pull_round(Desks(DataRoot(world.root)), ROUND, DataRoot(world.root), write=False)
     finally:
         state.write_bytes(saved)
 
@@ -114,7 +114,7 @@ def test_a_push_again_with_nothing_new_lists_each_desk_once_and_asks_each_projec
     n_tasks = world.first.created
     assert n_tasks == 2 * (9 + 3) and len(world.first.projects) == 4  # 9 one-task samples + 3 windows, twice
     before = _files(world.root)
-    fresh = Desks(world.root)  # as a second `rescue annotate push` would
+    fresh = Desks(DataRoot(world.root))  # as a second `rescue annotate push` would
     with _counted(fresh) as asked:
         again = _push(world, world.samples, fresh)
     assert (again.created, again.updated, again.unchanged) == (0, 0, n_tasks)
@@ -180,7 +180,7 @@ def test_a_push_never_writes_over_an_annotated_task_the_push_state_calls_unannot
     task = next(t for t in tasks if "window" not in t["data"] and not t["total_annotations"])
     _annotate(world, A, task)
     _push(world, world.samples)  # the state now knows the annotation
-    path = pushed.sync_path(world.root, ROUND, "push")
+    path = pushed.sync_path(DataRoot(world.root), ROUND, "push")
     state = json.loads(path.read_bytes())
     record = state["projects"][push.project_key(ROUND, "family", A)]
     row = next(r for r in record["tasks"] if r[3] == task["id"])
@@ -208,7 +208,7 @@ def test_a_pull_again_with_nothing_new_asks_a_few_requests_and_writes_nothing(wo
             for task in tasks:
                 if not task["total_annotations"] and (who == A or task["data"]["sample_id"].endswith("001")):
                     _annotate(world, who, task)
-    reader = Desks(world.root)
+    reader = Desks(DataRoot(world.root))
     with _counted(reader) as first_asked:
         first = _pull(world, reader)
     assert first.labels.num_rows and first.new_snapshots == 4
@@ -216,9 +216,9 @@ def test_a_pull_again_with_nothing_new_asks_a_few_requests_and_writes_nothing(wo
     # from its desk's database (pipeline.labelstudio.desk_db): per desk only its users and projects
     assert first_asked == Counter({"GET /api/users/": 2, "GET /api/projects/": 2}), first_asked
     before = _files(world.root)
-    fresh = Desks(world.root)  # as a second `rescue annotate pull` would
+    fresh = Desks(DataRoot(world.root))  # as a second `rescue annotate pull` would
     with _counted(fresh) as asked:
-        again = pull.pull_round(fresh, ROUND, world.root)
+        again = pull.pull_round(fresh, ROUND, DataRoot(world.root))
     # per desk its users and projects; per project the tasks changed since the last pull (or holding a draft)
     assert asked == Counter({"GET /api/users/": 2, "GET /api/projects/": 2, "GET /api/tasks/": 4}), asked
     assert again.new_snapshots == 0 and again.snapshots == first.snapshots
@@ -236,7 +236,7 @@ def _seen(world, change: str, expect_new: int = 1):
     assert _lines(result.labels) == _lines(full.labels), change
     assert _lines(result.problems) == _lines(full.problems), change
     before = _files(world.root)
-    fresh = Desks(world.root)
+    fresh = Desks(DataRoot(world.root))
     with _counted(fresh) as asked:
         again = _pull(world, fresh)
     assert again.new_snapshots == 0 and _files(world.root) == before, change

@@ -53,7 +53,7 @@ def test_the_page_shows_only_what_the_work_needs(ls_server, ls_client, ls_desks,
     task = ls_client.find_tasks(pid, "sample_id", sample["sample_id"])[0]
     script, draft, table = neutral("synthetic/page_voices", "couple", 7)  # the therapist's voice named by role
     write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES), DataRoot(tmp_path).draft_voices(draft["sample_id"]))
-    transcript = push.push_round(ls_desks, "transcript", [draft], [email], k=1, data_root=tmp_path)
+    transcript = push.push_round(ls_desks, "transcript", [draft], [email], k=1, root=DataRoot(tmp_path))
     tid = transcript.projects[push.project_key("transcript", "couple", email)]
     ttask = ls_client.find_tasks(tid, "sample_id", draft["sample_id"])[0]
     front = FrontServer(ls_server.url).start()

@@ -49,7 +49,7 @@ def _segmented(root, sid: str, n_rows: int = 7) -> dict:
     line = {name: None for name in schemas.CATALOG.names}
     line.update(sample_id=sid, scenario="couple", source_name=f"{sid.replace('/', '_')}.mp4", sha256="0" * 64,
                 participants=sample["participants"], status="done", duration_s=sample["rows"][-1]["end_time"] + 1)
-    record_catalog(root, line)
+    record_catalog(DataRoot(root), line)
     drafts = [{"sample_id": sid, **{k: r[k] for k in schemas.DRAFT_ROWS.names if k != "sample_id"}}
               for r in sample["rows"]]
     store.write_parquet(pa.Table.from_pylist(drafts, schema=schemas.DRAFT_ROWS), DataRoot(root).drafts(sid))
@@ -148,11 +148,11 @@ def test_every_round_pushed_as_documented_prefills_only_what_was_proposed(ls_des
         for task in ls_client.tasks(pid):
             [(_, result)] = [v for k, v in _predictions(ls_client, pid).items() if k == push.task_key(task["data"])]
             ls_client.create_annotation(task["id"], _accepting(result), completed_by=users[person])
-    pulled = pull.pull_round(ls_desks, "transcript", root, annotators=cli_people)
+    pulled = pull.pull_round(ls_desks, "transcript", DataRoot(root), annotators=cli_people)
     assert pulled.problems.to_pylist() == []
     assert {r["field"] for r in pulled.labels.to_pylist()} == {"dialogue_cleaned", "primary_speaker", "target"}
-    gold.build_and_store(root)
-    [work] = corpus.load_work(root)
+    gold.build_and_store(DataRoot(root))
+    [work] = corpus.load_work(DataRoot(root))
     therapist = [r for r in work["rows"] if taxonomy.is_therapist(r["primary_speaker"])]
     clients = [r for r in work["rows"] if not taxonomy.is_therapist(r["primary_speaker"])]
     # the work store's placeholders that the push must not show as answers
@@ -170,7 +170,7 @@ def test_every_round_pushed_as_documented_prefills_only_what_was_proposed(ls_des
             assert _check_round(ls_client, pid, name, drafts) == units, (name, person)
 
     # the push record (the card's "pre-filled" column): what was really pre-filled
-    assert {n: pushed.prefilled_fields(root, n) for n in round_names()} == {
+    assert {n: pushed.prefilled_fields(DataRoot(root), n) for n in round_names()} == {
         "transcript": ["dialogue_cleaned", "primary_speaker", "target"], "emotion": ["internal_emotion"],
         "viewpoints": [], "relation": [], "strategy": []}
 
@@ -203,7 +203,7 @@ def test_prelabel_model_prefills_the_models_answers_its_explicit_none_too(ls_des
     for r in sample["rows"]:  # the work store after the transcript round: later fields empty
         r.update(relation_cycle_state="" if r["primary_speaker"] == "Therapist" else None,
                  relation_cycle_reason=None, relation_cycle_evidence_rows=None)
-    corpus.merge_into_work(root, [sample])
+    corpus.merge_into_work(DataRoot(root), [sample])
     therapist = [r["row_index"] for r in sample["rows"] if r["primary_speaker"] == "Therapist"]
     _StandInModel.rows = therapist
     server = ThreadingHTTPServer(("127.0.0.1", 0), _StandInModel)
@@ -225,7 +225,7 @@ def test_prelabel_model_prefills_the_models_answers_its_explicit_none_too(ls_des
     # the same empty pattern from the rows (the store's placeholder) is no proposal
     [prepared] = push._prepare(load_round("relation"), sample, push.input_values, None)
     assert prepared.prediction == []
-    intake.open_round(ls_desks, root, "relation", [other], k=1)  # the flow's call, its default pre-annotation
+    intake.open_round(ls_desks, DataRoot(root), "relation", [other], k=1)  # the flow's call, its default pre-annotation
     assert not _predictions(ls_client, ls_client.find_project(push.project_key("relation", "couple", other)).id)[
         push.task_key(data)][1]
 
@@ -373,16 +373,16 @@ def test_a_proposal_is_accepted_field_by_field_and_refused_until_then(ls_server,
         finally:
             front.stop()
 
-    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
     assert got == {(r["row_index"], f): r[f] for r in drafted["rows"] for f in fields}  # kept as drafted
     root = tmp_path / "data"
-    result = pull.pull_round(ls_desks, "relation", root, annotators=[email])
+    result = pull.pull_round(ls_desks, "relation", DataRoot(root), annotators=[email])
     assert result.problems.to_pylist() == []
     got = {(r["row_index"], r["field"]): json.loads(r["value"]) for r in result.labels.to_pylist()}
     assert (got[(3, "relation_cycle_state")], got[(6, "relation_cycle_state")]) == ("pursue_withdraw", "attack_attack")
     # the acceptance measure, field by field: the changed pattern alone is changed
-    lines = {(r["row_index"], r["field"]): r["outcome"] for r in acceptance.read(root, "relation")}
+    lines = {(r["row_index"], r["field"]): r["outcome"] for r in acceptance.read(DataRoot(root), "relation")}
     assert lines == {(3, "relation_cycle_state"): "kept", (3, "relation_cycle_reason"): "kept",
                      (6, "relation_cycle_state"): "changed", (6, "relation_cycle_reason"): "kept"}, lines

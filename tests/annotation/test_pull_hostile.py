@@ -67,7 +67,7 @@ def test_a_poisoned_desk_is_named_line_by_line_and_every_label_stays(tmp_path, m
     samples = [make_sample("synthetic/hostile_1", "couple", 6), make_sample("synthetic/hostile_2", "couple", 6),
                make_sample("synthetic/hostile_3", "couple", 36), make_sample("synthetic/hostile_4", "couple", 6)]
     by_id = {s["sample_id"]: s for s in samples}
-    corpus.save_samples(root, samples, corpus.WORK)
+    corpus.save_samples(DataRoot(root), samples, corpus.WORK)
     a, b = "hostile-a@rescue.test", "hostile-b@rescue.test"
     runner = CliRunner()
     dr = ["--data-root", str(root)]
@@ -77,7 +77,7 @@ def test_a_poisoned_desk_is_named_line_by_line_and_every_label_stays(tmp_path, m
             assert added.exit_code == 0, added.output
         pushed = runner.invoke(app, ["annotate", "push", ROUND, *dr, "-a", a, "-a", b])
         assert pushed.exit_code == 0, pushed.output
-        desks = Desks(root)
+        desks = Desks(DataRoot(root))
         projects = {}
         for who in (a, b):
             client = desks.client(who)
@@ -166,4 +166,4 @@ def test_a_poisoned_desk_is_named_line_by_line_and_every_label_stays(tmp_path, m
         for sid, text in want.items():
             assert len([ln for ln in markdown.splitlines() if sid in ln and text.split(" on ")[0] in ln]) == 1, markdown
     finally:
-        Desks(root).down()
+        Desks(DataRoot(root)).down()

@@ -40,7 +40,7 @@ def world(tmp_path_factory):
         samples = [make_sample(f"synthetic/couple_{i:03d}", "couple", 5) for i in range(2)] + [
             make_sample(f"synthetic/family_{i:03d}", "family", 6 + i % 3) for i in range(6)]
         rnd = load_round(ROUND)
-        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root, media_url=sample_media(root, samples))
+        report = push.push_round(desks, ROUND, samples, [A, B], root=DataRoot(root), media_url=sample_media(root, samples))
         by_id = {s["sample_id"]: s for s in samples}
         for key, pid in report.projects.items():
             who = push.parse_project_key(key)[2]
@@ -109,31 +109,31 @@ def _exports_largest_first(desks: Desks, world, spans, looked: bool) -> None:
 
 
 def test_each_desk_exports_its_largest_project_first_one_at_a_time_each_after_its_look(world, tmp_path):
-    desks = ThroughTheApi(Desks(world.root))
+    desks = ThroughTheApi(Desks(DataRoot(world.root)))
     root = _fresh(world, tmp_path)
     with _spans(desks) as spans:  # a first pull: nothing to compare with, no look (read off each export)
-        result = pull.pull_round(desks, ROUND, root)
+        result = pull.pull_round(desks, ROUND, DataRoot(root))
     assert result.new_snapshots == 4, result.summary()
     _exports_largest_first(desks, world, spans, looked=False)
     # a pull whose last looks all differ from what the desks show: each project looked at, then exported
-    state = pushed.sync_path(root, ROUND, "pull")
+    state = pushed.sync_path(DataRoot(root), ROUND, "pull")
     saved = json.loads(state.read_bytes())
     assert len(saved["projects"]) == 4
     for look in saved["projects"].values():
         look["drafts"] = "not as the desk shows"
     state.write_text(json.dumps(saved))
     with _spans(desks) as spans:
-        pull.pull_round(desks, ROUND, root)
+        pull.pull_round(desks, ROUND, DataRoot(root))
     _exports_largest_first(desks, world, spans, looked=True)
     desks.close()
 
 
 def test_what_a_pull_writes_does_not_depend_on_how_its_reads_are_spread(world, tmp_path, monkeypatch):
-    desks = ThroughTheApi(Desks(world.root))
-    first = pull.pull_round(desks, ROUND, _fresh(world, tmp_path / "spread"))
+    desks = ThroughTheApi(Desks(DataRoot(world.root)))
+    first = pull.pull_round(desks, ROUND, DataRoot(_fresh(world, tmp_path / "spread")))
     monkeypatch.setattr(pull_look, "EXPORTS_PER_DESK", 2)  # both projects of a desk at once
     monkeypatch.setattr(pull_look, "LOOKS_PER_DESK", 1)    # looks and predictions one by one
-    other = pull.pull_round(desks, ROUND, _fresh(world, tmp_path / "other"))
+    other = pull.pull_round(desks, ROUND, DataRoot(_fresh(world, tmp_path / "other")))
     desks.close()
     assert first.labels.num_rows > 0 and first.labels.equals(other.labels)
     spread, again = _bytes(tmp_path / "spread"), _bytes(tmp_path / "other")
@@ -143,13 +143,13 @@ def test_what_a_pull_writes_does_not_depend_on_how_its_reads_are_spread(world, t
 
 
 def test_a_desk_that_is_down_is_named_and_the_other_desks_exports_are_archived(world, tmp_path):
-    desks = Desks(world.root)
+    desks = Desks(DataRoot(world.root))
     url = desks.url(B)
     desks.down([B])
     try:
         root = _fresh(world, tmp_path)
         with pytest.raises(LabelStudioUnavailable, match=re.escape(url)):
-            pull.pull_round(desks, ROUND, root)
+            pull.pull_round(desks, ROUND, DataRoot(root))
         archived = {p.parent.name for p in DataRoot(root).root.rglob("*.predictions.json")}
         assert archived == {"read-a_rescue.test"}, archived
         assert len(list(DataRoot(root).root.rglob("*.predictions.json"))) == 2

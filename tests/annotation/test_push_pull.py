@@ -74,7 +74,7 @@ def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, ls_des
     ls_client.create_annotation(fam_a["id"], bad, completed_by=users[a])
 
     root = tmp_path / "data"
-    result = pull.pull_round(ls_desks, "emotion", root, annotators=annotators)
+    result = pull.pull_round(ls_desks, "emotion", DataRoot(root), annotators=annotators)
     # raw exports archived under their sha256, byte-identical to what Label Studio returned
     assert len(result.snapshots) == 4 and result.new_snapshots == 4
     for path in result.snapshots:
@@ -102,7 +102,7 @@ def test_push_is_idempotent_and_pull_is_validated_and_archived(ls_client, ls_des
     stored = pq.read_table(DataRoot(root).labels("emotion"))
     assert stored.equals(result.labels)
     before = DataRoot(root).labels("emotion").read_bytes()
-    again = pull.pull_round(ls_desks, "emotion", root, annotators=annotators)
+    again = pull.pull_round(ls_desks, "emotion", DataRoot(root), annotators=annotators)
     archived = list((root / "annotation" / "exports").rglob("*.json"))
     records = [p for p in archived if p.name.endswith(".predictions.json")]  # one beside each export
     assert again.new_snapshots == 0 and len(archived) - len(records) == 4 and len(records) == 4
@@ -255,12 +255,12 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, l
     for task in tasks[:2]:
         ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
                                     completed_by=users[a])
-    partial = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[a], write=False)
+    partial = pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[a], write=False)
     assert partial.labels.num_rows == 0 and partial.progress[(a, "family")] == (0, 1)
     assert "2 of 3 parts submitted" in partial.problems.to_pylist()[0]["problem"]
     ls_client.create_annotation(tasks[2]["id"], ls_config.values_to_results(rnd, tasks[2]["data"], values),
                                 completed_by=users[a])
-    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[a], write=False)
+    result = pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[a], write=False)
     assert result.problems.num_rows == 0 and result.progress[(a, "family")] == (1, 1)
     whole = ls_config.build_task_data(rnd, sample)
     want, problems = parse_annotation(rnd, whole, {"result": ls_config.values_to_results(rnd, whole, values)}, a)
@@ -280,7 +280,7 @@ def test_a_long_sample_is_pushed_in_windows_and_pulled_as_the_whole(ls_client, l
     assert sorted(t["data"]["window"]["index"] for t in b_tasks) == [0, 1, 2, 3, 4]
     assert {t["data"]["window"]["count"] for t in b_tasks} == {5}
     assert len(ls_client.tasks(pid)) == 3
-    assert pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[a], write=False).labels.equals(result.labels)
+    assert pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[a], write=False).labels.equals(result.labels)
 
 
 def test_a_client_of_label_studio_on_the_loopback_keeps_no_connection_open(ls_server, ls_credentials):

@@ -9,6 +9,7 @@ from ls_samples import make_sample
 
 from pipeline.annotation import push, push_tasks, pushed
 from pipeline.labelstudio.client import LabelStudioClient
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -37,14 +38,14 @@ def test_a_new_project_imports_before_the_last_sample_is_built(ls_desks, new_ann
 
     monkeypatch.setattr(LabelStudioClient, "import_tasks", import_tasks)  # the desks' clients, whichever object
     monkeypatch.setattr(push_tasks, "build_tasks", build_tasks)
-    report = push.push_round(ls_desks, "emotion", samples, [annotator], k=1, data_root=tmp_path)
+    report = push.push_round(ls_desks, "emotion", samples, [annotator], k=1, root=DataRoot(tmp_path))
     assert waited == {"imported first": True}
     assert report.created == 30 and not report.duplicates
     pid = report.projects[push.project_key("emotion", "couple", annotator)]
     assert sorted(t["data"]["sample_id"] for t in client.tasks(pid)) == sorted(s["sample_id"] for s in samples)
-    state = pushed.read_sync(tmp_path, "emotion", "push")
+    state = pushed.read_sync(DataRoot(tmp_path), "emotion", "push")
     assert set(state["samples"]) == {s["sample_id"] for s in samples}  # every sample's hashes kept
-    again = push.push_round(ls_desks, "emotion", samples, [annotator], k=1, data_root=tmp_path)
+    again = push.push_round(ls_desks, "emotion", samples, [annotator], k=1, root=DataRoot(tmp_path))
     assert again.created == 0 and again.unchanged == 30
 
 
@@ -64,10 +65,10 @@ def test_a_build_that_fails_stops_the_push_with_its_own_error(ls_desks, new_anno
 
     monkeypatch.setattr(push_tasks, "build_tasks", build_tasks)
     with pytest.raises(ValueError, match="cannot be built"):
-        push.push_round(ls_desks, "emotion", samples, annotators, data_root=tmp_path)
-    assert pushed.read_sync(tmp_path, "emotion", "push") in (None, {})  # nothing recorded of a stopped push
+        push.push_round(ls_desks, "emotion", samples, annotators, root=DataRoot(tmp_path))
+    assert pushed.read_sync(DataRoot(tmp_path), "emotion", "push") in (None, {})  # nothing recorded of a stopped push
     monkeypatch.setattr(push_tasks, "build_tasks", real_build)
-    report = push.push_round(ls_desks, "emotion", samples, annotators, data_root=tmp_path)
+    report = push.push_round(ls_desks, "emotion", samples, annotators, root=DataRoot(tmp_path))
     assert report.created + report.unchanged == 60 and not report.duplicates
     for key, pid in report.projects.items():
         tasks = ls_desks.client(push.parse_project_key(key)[2]).tasks(pid)

@@ -89,7 +89,7 @@ def _invoke(runner: CliRunner, *args: str) -> str:
 
 
 def _work_texts(root: Path) -> list[str]:
-    (sample,) = [s for s in corpus.load_work(root) if s["sample_id"] == SID]
+    (sample,) = [s for s in corpus.load_work(DataRoot(root)) if s["sample_id"] == SID]
     return [r["dialogue_cleaned"] for r in sample["rows"]]
 
 
@@ -103,7 +103,7 @@ def _answer(desks: Desks, who: str) -> int:
     """``who`` answers the sample's task with the drafts as they are; the annotation's id."""
     rnd = load_round(ROUND)
     (task,) = _tasks(desks, who)
-    (sample,) = [s for s in corpus.load_work(desks.root) if s["sample_id"] == SID]
+    (sample,) = [s for s in corpus.load_work(DataRoot(desks.root)) if s["sample_id"] == SID]
     saved = desks.client(who).create_annotation(
         task["id"], ls_config.values_to_results(rnd, task["data"], push.input_values(rnd, sample)),
         completed_by=desks.owner_id(who), lead_time=4.0)
@@ -163,7 +163,7 @@ def test_cli_keeps_answered_drafts_until_redraft_then_archives_the_answer(batch,
     try:
         for who in (A, B):
             _invoke(runner, "annotators", "add", who, *dr)
-        desks = Desks(root)
+        desks = Desks(DataRoot(root))
         first = _invoke(runner, "annotate", "push", ROUND, *dr)
         assert "1 segmented interviews admitted" in first and "2 tasks created" in first, first
         old_texts = _work_texts(root)
@@ -199,7 +199,7 @@ def test_cli_keeps_answered_drafts_until_redraft_then_archives_the_answer(batch,
         rebuilt = _invoke(runner, "annotate", "acceptance", ROUND, "--rebuild", *dr)  # the archive agrees
         assert "error" not in rebuilt.lower(), rebuilt
     finally:
-        Desks(root).down()
+        Desks(DataRoot(root)).down()
 
 
 # --- through the ingest-batch flow ---------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_the_ingest_batch_flow_keeps_answered_drafts_until_redraft(batch, scratc
     try:
         for who in (A, B):
             _invoke(runner, "annotators", "add", who, *dr)
-        desks = Desks(root)
+        desks = Desks(DataRoot(root))
         first, _ = _flow(batch, root, _proc_env(extra=prefect))
         assert first["pushed"]["created"] == 2 and first["pushed"]["held"] == [], first
         old_texts = _work_texts(root)
@@ -259,4 +259,4 @@ def test_the_ingest_batch_flow_keeps_answered_drafts_until_redraft(batch, scratc
         _check_after_redraft(root, desks, answers, old_task, old_texts)
         _check_pull(runner, root)
     finally:
-        Desks(root).down()
+        Desks(DataRoot(root)).down()

@@ -36,7 +36,7 @@ def _draft(root: DataRoot, sid: str, text: str) -> None:
 
 
 def _texts(root: DataRoot) -> dict[str, str]:
-    return {s["sample_id"]: s["rows"][0]["dialogue_cleaned"] for s in corpus.load_work(root)}
+    return {s["sample_id"]: s["rows"][0]["dialogue_cleaned"] for s in corpus.load_work(DataRoot(root))}
 
 
 def test_an_answered_redraft_keeps_its_old_drafts_until_named(tmp_path):

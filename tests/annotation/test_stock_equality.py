@@ -75,7 +75,7 @@ def _desk_settings_module(desks: Desks, who: str) -> str | None:
 
 def _push_all(desks: Desks, name: str, samples: list[dict], root: Path, media) -> tuple[int, int]:
     """Round ``name`` pushed to both desks: (projects, tasks created), each project's tasks counted on its desk."""
-    report = push.push_round(desks, name, samples, [A, B], data_root=root, media_url=media, prelabel=None)
+    report = push.push_round(desks, name, samples, [A, B], root=DataRoot(root), media_url=media, prelabel=None)
     on_desks = sum(len(desks.client(push.parse_project_key(key)[2]).tasks(pid)) for key, pid in report.projects.items())
     assert on_desks == report.created, (name, on_desks, report.summary())
     return len(report.projects), report.created
@@ -88,7 +88,7 @@ def _run_round(root: Path, venv: Path, every_round: bool = False) -> dict:
     samples = _samples()
     by_id = {s["sample_id"]: s for s in samples}
     rnd = load_round(ROUND)
-    desks = Desks(root, dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()), venv=venv)
+    desks = Desks(DataRoot(root), dataclasses.replace(Settings.from_env(root), desk_base_port=free_port()), venv=venv)
     for who in (A, B):
         desks.register(who, "annotator")
     desks.up(timeout=900, log=lambda *_: None)
@@ -98,7 +98,7 @@ def _run_round(root: Path, venv: Path, every_round: bool = False) -> dict:
         ran = {"settings": {who: _desk_settings_module(desks, who) for who in (A, B)},
                "database": {who: desks.database(who) for who in (A, B)}}
         media = sample_media(root, samples)
-        report = push.push_round(desks, ROUND, samples, [A, B], data_root=root, media_url=media, prelabel=None)
+        report = push.push_round(desks, ROUND, samples, [A, B], root=DataRoot(root), media_url=media, prelabel=None)
         sims = {A: SimulatedAnnotator("stock-a", {"*": 0.2}, seed=1), B: SimulatedAnnotator("stock-b", {"*": 0.3}, seed=2)}
         skipped = samples[1]["sample_id"]  # B skips it: a problem line
         for who, sim in sims.items():
@@ -116,10 +116,10 @@ def _run_round(root: Path, venv: Path, every_round: bool = False) -> dict:
                                              completed_by=owner, lead_time=sim.lead_time_s)
         asked: list[str] = []
         with desk_hooks(desks, (A, B), request=lambda r: asked.append(r.url.path)):
-            pulled = pull.pull_round(desks, ROUND, root)
+            pulled = pull.pull_round(desks, ROUND, DataRoot(root))
         ran["exports_asked"] = len([p for p in asked if p.endswith("/export")])
-        measured = agreement.measure_round(root, ROUND)
-        built = gold.build_and_store(root, base_samples=samples, round_names=[ROUND], strict=False)
+        measured = agreement.measure_round(DataRoot(root), ROUND)
+        built = gold.build_and_store(DataRoot(root), base_samples=samples, round_names=[ROUND], strict=False)
         if every_round:  # every other round's configs and tasks, as that Label Studio takes them
             ran["pushed"] = {name: _push_all(desks, name, samples, root, media) for name in round_names() if name != ROUND}
     finally:

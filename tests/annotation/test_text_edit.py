@@ -20,6 +20,7 @@ import pytest
 from pipeline.annotation import pull, push
 from tests.annotation.ls_samples import make_sample
 from tests.helpers import SCREENSHOTS, browser_login, open_task, wait_saved
+from pipeline.paths import DataRoot
 
 # each form's "accept" boxes: [text, speaker, addressee] ticked
 _CHECKED = """() => [0, 1].map(i => ['dialogue_cleaned', 'primary_speaker', 'target'].map(f =>
@@ -95,7 +96,7 @@ def test_typing_in_a_prefilled_text_keeps_it_open_and_accepts_that_text_only_whe
         finally:
             front.stop()
 
-    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     texts = {r["row_index"]: json.loads(r["value"]) for r in result.labels.to_pylist() if r["field"] == "dialogue_cleaned"}
     rows = {r["row_index"]: r for r in drafted["rows"]}

@@ -192,8 +192,8 @@ def test_an_unreadable_voice_table_is_named(tmp_path):
     root.draft_voices("c/one").parent.mkdir(parents=True)
     root.draft_voices("c/one").write_bytes(b"not parquet")
     with pytest.raises(ValueError, match=r"one.parquet: not a readable voice table of c/one .*rescue segment c/one"):
-        voice_naming.attach_voice_tables(load_round("transcript"), [make_sample("c/one")], tmp_path)
-    assert voice_naming.attach_voice_tables(load_round("emotion"), [make_sample("c/one")], tmp_path)[0].get("voices") is None
+        voice_naming.attach_voice_tables(load_round("transcript"), [make_sample("c/one")], DataRoot(tmp_path))
+    assert voice_naming.attach_voice_tables(load_round("emotion"), [make_sample("c/one")], DataRoot(tmp_path))[0].get("voices") is None
 
 
 @pytest.mark.slow
@@ -203,7 +203,7 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, ls_d
     root = DataRoot(tmp_path)
     write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES), root.draft_voices(draft["sample_id"]))
     (annotator,) = new_annotators(1)
-    report = push.push_round(ls_desks, "transcript", [draft], [annotator], k=1, data_root=tmp_path)
+    report = push.push_round(ls_desks, "transcript", [draft], [annotator], k=1, root=DataRoot(tmp_path))
     pid = report.projects[push.project_key("transcript", "family", annotator)]
     tasks = sorted(ls_client.tasks(pid), key=lambda t: t["data"]["window"]["index"])
     assert len(tasks) == -(-25 // WINDOW_UNITS) > 1
@@ -215,7 +215,7 @@ def test_a_real_round_names_voices_once_and_keeps_a_row_override(ls_client, ls_d
     for k, task in enumerate(tasks):  # submitted through the API, part by part
         ls_client.create_annotation(task["id"], answer(rnd, task["data"], draft, names if k == 0 else None,
                                                        {row: "Cara"}), completed_by=uid, lead_time=5.0)
-    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[annotator], write=False)
+    result = pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[annotator], write=False)
     assert result.problems.to_pylist() == []
     got = pulled(result.labels.to_pylist())
     for r in script["rows"]:  # the voice's name on every row of it, the override on its row
@@ -241,7 +241,7 @@ def _push_couple(desks, client, data_root: Path, draft: dict, table: list[dict],
     ``media/<wav>``: ``(project id, its one task)``."""
     write_parquet(pa.Table.from_pylist(table, schema=schemas.DRAFT_VOICES),
                   DataRoot(data_root).draft_voices(draft["sample_id"]))
-    report = push.push_round(desks, "transcript", [draft], [email], k=1, data_root=data_root,
+    report = push.push_round(desks, "transcript", [draft], [email], k=1, root=DataRoot(data_root),
                              media_url=lambda s: f"/data/local-files/?d=media/{wav}")
     pid = report.projects[push.project_key("transcript", "couple", email)]
     return pid, client.find_tasks(pid, "sample_id", draft["sample_id"])[0]
@@ -317,7 +317,7 @@ def test_the_annotator_hears_each_voice_once_names_it_and_every_row_follows(ls_s
         assert accept_by_mouse(page) == 3 * len(task["data"]["units"]) + 1
         page.get_by_role("button", name="Submit").click()
         wait_saved(ls_client, pid, draft["sample_id"], page)
-    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     got = pulled(result.labels.to_pylist())
     for r in script["rows"]:
@@ -489,7 +489,7 @@ def test_a_pre_filled_voice_name_is_a_proposal_accepted_by_a_or_by_picking_that_
             raise
         finally:
             front.stop()
-    result = pull.pull_round(ls_desks, "transcript", tmp_path, annotators=[email], write=False)
+    result = pull.pull_round(ls_desks, "transcript", DataRoot(tmp_path), annotators=[email], write=False)
     assert result.problems.to_pylist() == []
     got = pulled(result.labels.to_pylist())
     for r in script["rows"]:  # the names picked, on every row of each voice

@@ -15,6 +15,7 @@ from pipeline.annotation import push
 from pipeline.annotation.rounds import round_names
 from tests.annotation.ls_samples import make_sample
 from tests.helpers import SCREENSHOTS
+from pipeline.paths import DataRoot
 
 _ROUNDS_SHOWN = "() => [...document.querySelectorAll('a.lsf-projects-page__link')].map(a => a.getAttribute('data-rescue-round'))"
 _VISIBLE_BUTTONS = ("() => [...document.querySelectorAll('button, a')].filter(b => b.getClientRects().length)"
@@ -80,7 +81,7 @@ def test_login_lands_on_the_first_round_and_two_keys_reach_its_stream(desk_facto
     pids = {}
     # pushed in annotation order: Label Studio lists the newest first (strategy, emotion, transcript)
     for name in ("transcript", "emotion", "strategy"):
-        report = push.push_round(desks, name, [sample], [email], k=1, prelabel=None, data_root=root)
+        report = push.push_round(desks, name, [sample], [email], k=1, prelabel=None, root=DataRoot(root))
         pids[name] = report.projects[push.project_key(name, "couple", email)]
     front = FrontServer(desks.url(email)).start()
     try:

@@ -21,6 +21,7 @@ import pytest
 
 from pipeline.config import REPO_ROOT, Settings
 from tests.helpers import free_port, require_label_studio
+from pipeline.paths import DataRoot
 
 DESK_START_TIMEOUT_S = 400  # a busy 2-core host
 
@@ -39,7 +40,7 @@ def desks_of(root: Path, people: Iterable[tuple[str, str]]) -> Iterator:
     require_label_studio()
     people = list(people)
     settings = dataclasses.replace(Settings.from_env(root), desk_base_port=free_port())
-    desks = Desks(root, settings)
+    desks = Desks(DataRoot(root), settings)
     try:
         for email, role in people:
             desks.register(email, role)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +85,7 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
     from pipeline import corpus
     from ops import demo
 
-    truth = demo.demo_truth(corpus.load_work(drafted), seed=0)
+    truth = demo.demo_truth(corpus.load_work(DataRoot(drafted)), seed=0)
     assert demo.annotate_round(desks, "transcript", truth, seed=0, annotators=ANNOTATORS) == len(ANNOTATORS)
     params = {"round_name": "transcript", "data_root": str(drafted), "annotators": ANNOTATORS}
     # Without waiting: nothing moves on, and the terminal says so - a Completed state named for
@@ -129,7 +130,7 @@ def test_round_run_pauses_for_adjudication_then_builds_gold_and_opens_the_next_r
         assert total > 0 and done == (total if r["round"] == "transcript" else 0), r
     # ... and what the annotators did with the segmenter's drafts (the pull's acceptance table).
     accepted = run_table(stack, run_id, "round-transcript-acceptance")
-    assert accepted and accepted == acceptance.summarize(acceptance.read(drafted, "transcript"), by_annotator=True)
+    assert accepted and accepted == acceptance.summarize(acceptance.read(DataRoot(drafted), "transcript"), by_annotator=True)
     assert {r["source"] for r in accepted} == {push.model_version(load_round("transcript"), "input")}
     assert {r["annotator"] for r in accepted} == set(ANNOTATORS)
     with stack.prefect_settings():

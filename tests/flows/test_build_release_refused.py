@@ -36,7 +36,7 @@ def test_refused_release_is_named_with_each_gate_and_its_override_command(prefec
     from pipeline.quality import gates
 
     root = tmp_path / "root"
-    corpus.save_corpus(root, load_synthetic(scale=0.05, seed=3).samples)
+    corpus.save_corpus(DataRoot(root), load_synthetic(scale=0.05, seed=3).samples)
     _gate(root, "emotion")
     _gate(root, "relation")
     state = build_release_flow(version="1.0.0", data_root=str(root), return_state=True)
@@ -51,7 +51,7 @@ def test_refused_release_is_named_with_each_gate_and_its_override_command(prefec
     assert not [log.message for log in logs if "Traceback" in log.message], "a traceback in the run's logs"
 
     for name in ("emotion", "relation"):
-        gates.record_override(root, name, "pilot round; guidelines revised", "maintainer")
+        gates.record_override(DataRoot(root), name, "pilot round; guidelines revised", "maintainer")
     state = build_release_flow(version="1.0.0", data_root=str(root), return_state=True)
     assert state.is_completed(), state.message
     assert (root / "releases" / "1.0.0" / "manifest.json").is_file()

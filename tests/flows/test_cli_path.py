@@ -34,6 +34,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.benchmark.release_files import comparable_files
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +110,6 @@ def _cli_path(root: Path, batch: Path, desks, home: Path) -> Path:
     from ops.cli import app
     from pipeline import corpus
     from pipeline.annotation.rounds import round_names
-    from pipeline.paths import DataRoot
 
     runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -122,10 +122,10 @@ def _cli_path(root: Path, batch: Path, desks, home: Path) -> Path:
     # Segment, then push the first round with no table given.
     pushed = _ok(rescue("annotate", "push", "transcript", *who), "1 segmented interviews admitted")
     assert re.search(r"\b2 tasks created", " ".join(pushed.output.split())), pushed.output
-    assert [s["sample_id"] for s in corpus.load_work(root)] == [SID]
-    assert corpus.load_corpus(root) == [], "drafts never enter the corpus"
+    assert [s["sample_id"] for s in corpus.load_work(DataRoot(root))] == [SID]
+    assert corpus.load_corpus(DataRoot(root)) == [], "drafts never enter the corpus"
 
-    truth = demo.demo_truth(corpus.load_work(root), SEED)
+    truth = demo.demo_truth(corpus.load_work(DataRoot(root)), SEED)
     names = list(round_names())
     for i, name in enumerate(names):
         assert demo.annotate_round(desks, name, truth, SEED, ANNOTATORS) == len(ANNOTATORS), name
@@ -140,7 +140,7 @@ def _cli_path(root: Path, batch: Path, desks, home: Path) -> Path:
             _ok(rescue("agreement", name, "--override", demo.DEMO_OVERRIDE_REASON, "--by", demo.DEMO_OVERRIDE_BY))
         if i + 1 < len(names):
             _ok(rescue("annotate", "push", names[i + 1], *who))
-        finished = [s["sample_id"] for s in corpus.load_corpus(root)]
+        finished = [s["sample_id"] for s in corpus.load_corpus(DataRoot(root))]
         assert finished == ([SID] if i + 1 == len(names) else []), (name, finished)
     _ok(rescue("release", "build", "--version", demo.DEMO_RELEASE))
     return DataRoot(root).release(demo.DEMO_RELEASE)

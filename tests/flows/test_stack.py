@@ -8,6 +8,7 @@ import time
 from unittest import mock
 
 import pytest
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ def stack_desk(stack):
     from pipeline.config import Settings
 
     with mock.patch.dict(os.environ, {"RESCUE_DESK_BASE_PORT": stack.env["RESCUE_DESK_BASE_PORT"]}):
-        desks = Desks(stack.root, Settings.from_env(stack.root))
+        desks = Desks(DataRoot(stack.root), Settings.from_env(stack.root))
     desks.register(DESK, "annotator")
     try:
         assert not desks.server(DESK).status().running

@@ -70,11 +70,11 @@ def test_ingest_refuses_bad_ids_and_writes_nothing_outside_the_root(bad_batch, t
     result = CliRunner().invoke(app, ["ingest", str(bad_batch), "--data-root", str(root)])
     assert result.exit_code == 0, result.output
     assert "done 1, cached 0, quarantined 5" in result.output
-    report = ingest_batch(bad_batch, root)  # the library call says the same, per id
+    report = ingest_batch(bad_batch, DataRoot(root))  # the library call says the same, per id
     assert report.cached == ["grp/good"] and set(report.quarantined) == set(BAD_IDS)
     assert all("is not allowed" in reason for reason in report.quarantined.values())
     # refused entries never reach the catalog; everything written is under the root
-    assert [r["sample_id"] for r in read_catalog(root).to_pylist()] == ["grp/good"]
+    assert [r["sample_id"] for r in read_catalog(DataRoot(root)).to_pylist()] == ["grp/good"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch", "data"]
     assert {p: sha256_file(bad_batch / p) for p in tree(bad_batch) if (bad_batch / p).is_file()} == batch_before
     for sid in BAD_IDS:
@@ -92,7 +92,7 @@ def test_library_entry_points_refuse_bad_ids(tmp_path):
     root = DataRoot(tmp_path)
     for sid in BAD_IDS:
         with pytest.raises(ValueError, match="is not allowed"):
-            catalog_entry(tmp_path, sid)
+            catalog_entry(DataRoot(tmp_path), sid)
         with pytest.raises(ValueError, match="is not allowed"):
             Catalog.read(root).ingested(sid)
         forged = Ingested(sid, "couple", ("A", "B"), "0" * 64, "media/x.wav", None, 6.0)  # not from the catalog
@@ -104,9 +104,10 @@ def test_library_entry_points_refuse_bad_ids(tmp_path):
 _RECORDER = """
 import sys
 from pipeline.catalog import record_catalog
+from pipeline.paths import DataRoot
 from pipeline import schemas
 from concurrent.futures import ThreadPoolExecutor
-root, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+root, tag, n = DataRoot(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 def row(i):
     r = {name: None for name in schemas.CATALOG.names}
     r.update(sample_id=f"{tag}/{i:03d}", scenario="couple", source_name="x.mp4", sha256="0" * 64,
@@ -128,9 +129,9 @@ def test_catalog_keeps_every_line_under_concurrent_processes_and_threads(tmp_pat
         return r
 
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda i: record_catalog(tmp_path, row(i)), range(25)))
+        list(pool.map(lambda i: record_catalog(DataRoot(tmp_path), row(i)), range(25)))
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
-    ids = [r["sample_id"] for r in read_catalog(tmp_path).to_pylist()]
+    ids = [r["sample_id"] for r in read_catalog(DataRoot(tmp_path)).to_pylist()]
     assert len(ids) == 100 == len(set(ids))
 
 

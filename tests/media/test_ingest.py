@@ -39,7 +39,7 @@ def batch(tmp_path, make_video):
 
 def test_batch_quarantines_each_bad_file_and_keeps_going(batch, tmp_path):
     root = tmp_path / "data"
-    report = ingest_batch(batch, root)
+    report = ingest_batch(batch, DataRoot(root))
     assert report.done == ["grp_a/good"]
     reasons = report.quarantined
     assert set(reasons) == {"grp_a/empty", "grp_a/truncated", "grp_b/silent_video", "grp_b/short", "grp_b/missing"}
@@ -49,7 +49,7 @@ def test_batch_quarantines_each_bad_file_and_keeps_going(batch, tmp_path):
     assert reasons["grp_b/short"].startswith("short.mp4: too short (1.0")
     assert reasons["grp_b/missing"] == "not_there.mp4: file not found"
 
-    catalog = {r["sample_id"]: r for r in read_catalog(root).to_pylist()}
+    catalog = {r["sample_id"]: r for r in read_catalog(DataRoot(root)).to_pylist()}
     assert len(catalog) == 6
     good = catalog["grp_a/good"]
     assert good["status"] == "done" and good["participants"] == ["Alan", "Evelyn"]
@@ -69,18 +69,18 @@ def test_batch_quarantines_each_bad_file_and_keeps_going(batch, tmp_path):
 
 def test_reingest_unchanged_is_cached_and_changed_file_is_redone(batch, tmp_path, make_video):
     root = tmp_path / "data"
-    ingest_batch(batch, root)
-    wav = root / catalog_entry(root, "grp_a/good")["audio_path"]
+    ingest_batch(batch, DataRoot(root))
+    wav = root / catalog_entry(DataRoot(root), "grp_a/good")["audio_path"]
     mtime = wav.stat().st_mtime_ns
 
-    again = ingest_batch(batch, root)
+    again = ingest_batch(batch, DataRoot(root))
     assert again.cached == ["grp_a/good"] and again.done == []
     assert wav.stat().st_mtime_ns == mtime  # nothing rewritten
 
     make_video(batch / "good.mp4", 7.0, freq=660)  # the file changes
-    third = ingest_batch(batch, root)
+    third = ingest_batch(batch, DataRoot(root))
     assert third.done == ["grp_a/good"]
-    entry = catalog_entry(root, "grp_a/good")
+    entry = catalog_entry(DataRoot(root), "grp_a/good")
     assert entry["sha256"] == sha256_file(batch / "good.mp4") and abs(entry["duration_s"] - 7.0) < 0.1
     assert remove_stale_media(DataRoot(root)) == [wav]  # the old WAV is now unreferenced
 
@@ -117,9 +117,9 @@ def test_parallel_ingest_extracts_shared_content_once(tmp_path, make_video):
     (batch / "manifest.csv").write_text("sample_id,scenario,video,participants,subtitles\n"
                                         "g/a,couple,a.mp4,A;B,\ng/copy,couple,copy.mp4,A;B,\ng/b,couple,b.mp4,A;B,\n")
     root = tmp_path / "data"
-    report = ingest_batch(batch, root, jobs=3)
+    report = ingest_batch(batch, DataRoot(root), jobs=3)
     assert report.done == ["g/a", "g/copy", "g/b"] and not report.quarantined
-    catalog = {r["sample_id"]: r for r in read_catalog(root).to_pylist()}
+    catalog = {r["sample_id"]: r for r in read_catalog(DataRoot(root)).to_pylist()}
     assert catalog["g/a"]["audio_path"] == catalog["g/copy"]["audio_path"] != catalog["g/b"]["audio_path"]
     assert sorted(p.name for p in (root / "media").iterdir()) == sorted(
         {catalog["g/a"]["audio_path"][6:], catalog["g/b"]["audio_path"][6:]})  # no temp files left

@@ -188,7 +188,7 @@ def test_apply_voice_names_renames_background_and_never_makes_a_self_target():
 
 
 def _catalogued(root, sid, participants, speaking_order, transcript, dia):
-    record_catalog(root, {"sample_id": sid, "scenario": "family", "source_name": "x.mp4", "sha256": "0" * 64,
+    record_catalog(DataRoot(root), {"sample_id": sid, "scenario": "family", "source_name": "x.mp4", "sha256": "0" * 64,
                           "duration_s": 30.0, "audio_path": None, "status": "done",
                           "participants": participants, "speaking_order": speaking_order})
     atomic_write_text(DataRoot(root).transcript(sid), json.dumps(transcript.to_dict()))
@@ -261,7 +261,7 @@ def test_manifest_order_is_no_longer_used_and_a_wrong_one_swaps_names_only_as_a_
         n_clients = len(truth["participants"])
         assert speakers <= {"Therapist", *(f"Speaker {n}" for n in range(1, n_clients + 2))}, (sid, speakers)
         # given as a hint, the wrong order names the clients wrongly (the swapped rows)
-        hinted = turns.segment_sample(ingested[sid], root, write=False, speaking_order=True).to_pylist()
+        hinted = turns.segment_sample(ingested[sid], DataRoot(root), write=False, speaking_order=True).to_pylist()
         assert row_match(hinted, truth["rows"]) < 0.8, sid
 
 
@@ -273,7 +273,7 @@ def test_rows_and_backchannels_match_the_script_once_each_voice_is_named(diarize
     root, _, cases, _ = diarized_batch
     matched = total_rows = found = total_bc = 0
     for sid, (spec, truth, truth_rttm) in cases.items():
-        voices = turns.read_voice_table(sid, root).to_pylist()
+        voices = turns.read_voice_table(sid, DataRoot(root)).to_pylist()
         assert voices[0]["voice"] == "Therapist" and voices[0]["named_by"] == "role", (sid, voices[0])
         names = name_voices_from_truth(voices, truth_rttm)
         assert sorted(set(names.values()) - {"Therapist"}) == sorted(truth["participants"]), (sid, names)

@@ -19,6 +19,7 @@ import pytest
 from ops.doctor import SECTIONS
 from pipeline.config import REPO_ROOT
 from tests.helpers import free_port, require_label_studio
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,7 @@ def stack(tmp_path_factory):
     with mock.patch.dict(os.environ, {k: env[k] for k in ("RESCUE_DESK_BASE_PORT", "RESCUE_FRONT_BASE_PORT")}):
         umask = private_by_default()
         try:
-            desks = Desks(root, Settings.from_env(root))
+            desks = Desks(DataRoot(root), Settings.from_env(root))
             for email, role in ((ANN, "annotator"), (ADJ, "adjudicator")):
                 desks.register(email, role)
         finally:

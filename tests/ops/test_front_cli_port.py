@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 from pipeline.labelstudio.desks import Desks
+from pipeline.paths import DataRoot
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_front_defaults_to_the_registered_port(tmp_path):
-    desks = Desks(tmp_path)
+    desks = Desks(DataRoot(tmp_path))
     desks.register("alice@example.org", "annotator")
     desks.register("bob@example.org", "annotator")
     want = {d.email: d.front_port for d in desks.registered_fronts()}

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from ops.cli import app
 from pipeline.labelstudio.desks import Desks
 from tests.helpers import free_port
+from pipeline.paths import DataRoot
 
 RESCUE = Path(sys.executable).with_name("rescue")
 
@@ -51,7 +52,7 @@ def test_a_new_desk_takes_its_ports_from_the_options_and_keeps_them(tmp_path):
                            "--front-base-port", str(front_base)],
                           input="a-long-enough-password\n", env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    desk = Desks(tmp_path).registered_fronts()[0]
+    desk = Desks(DataRoot(tmp_path)).registered_fronts()[0]
     assert desk_base <= desk.port < desk_base + 100 and front_base <= desk.front_port < front_base + 100, desk
     shown = CliRunner().invoke(app, ["annotators", "add", "--help"], env={"COLUMNS": "200"})
     assert "RESCUE_DESK_BASE_PORT" in shown.output and "RESCUE_FRONT_BASE_PORT" in shown.output

@@ -21,6 +21,7 @@ from ops.cli import app
 from pipeline.labelstudio.desks import Desks
 from pipeline.config import REPO_ROOT, Settings
 from tests.helpers import free_port
+from pipeline.paths import DataRoot
 
 PEOPLE = (("alice.smith@example.org", "annotator"), ("bob@example.org", "annotator"),
           ("carol@example.org", "adjudicator"))
@@ -39,7 +40,7 @@ def root(tmp_path, monkeypatch):
     monkeypatch.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
     monkeypatch.setenv("RESCUE_FRONT_BASE_PORT", str(free_port()))
     monkeypatch.delenv("RESCUE_DESK_PUBLIC_URL", raising=False)
-    desks = Desks(tmp_path, Settings.from_env(tmp_path))
+    desks = Desks(DataRoot(tmp_path), Settings.from_env(tmp_path))
     for email, role in PEOPLE:
         desks.register(email, role)
     return tmp_path
@@ -54,7 +55,7 @@ def _revealing(desks: Desks) -> list[str]:
 
 
 def test_every_desk_has_its_own_front_port_and_a_random_site_name(root):
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     all_ = desks.all()
     ports = [d.port for d in all_] + [d.front_port for d in all_]
     assert all(ports) and len(set(ports)) == len(ports), all_
@@ -68,7 +69,7 @@ def test_the_caddyfile_proxies_each_site_name_to_that_desks_front_only(root):
                                    "--email", "ops@example.org"])
     assert out.exit_code == 0, out.output
     sites = dict(re.findall(r"(?m)^(\S+) \{\n\treverse_proxy (\S+)\n\}", out.output))
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     assert sites == {f"{d.site}.annotate.example.org": f"127.0.0.1:{d.front_port}" for d in desks.all()}
     names = " ".join(sites)
     assert not [w for w in _revealing(desks) if w in names], names
@@ -80,7 +81,7 @@ def test_the_caddyfile_proxies_each_site_name_to_that_desks_front_only(root):
 def test_the_ssh_line_opens_the_persons_front_only_and_is_named_by_site(root, tmp_path):
     key = tmp_path / "k.pub"
     key.write_text(_key() + "\n")
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     carol = desks.get("carol@example.org")
     out = CliRunner().invoke(app, ["annotators", "remote", carol.email, "--ssh", str(key)])
     assert out.exit_code == 0, out.output
@@ -100,7 +101,7 @@ def test_a_key_made_by_ssh_keygen_gives_one_line_for_that_key(root, tmp_path):
                    check=True)
     pub = (tmp_path / "id.pub").read_text()
     assert pub.endswith("\n")
-    bob = Desks(root).get("bob@example.org")
+    bob = Desks(DataRoot(root)).get("bob@example.org")
     out = CliRunner().invoke(app, ["annotators", "remote", bob.email, "--ssh", str(tmp_path / "id.pub")])
     assert out.exit_code == 0, out.output
     key_type, blob = pub.split()[:2]
@@ -109,7 +110,7 @@ def test_a_key_made_by_ssh_keygen_gives_one_line_for_that_key(root, tmp_path):
 
 
 def test_the_caddy_site_of_one_person_is_that_fronts_block_of_the_whole_file(root):
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     bob = desks.get("bob@example.org")
     one = CliRunner().invoke(app, ["annotators", "remote", bob.email, "--caddy", "annotate.example.org"])
     assert one.exit_code == 0, one.output
@@ -131,19 +132,19 @@ def test_remote_says_what_is_missing_in_one_line(root, tmp_path):
 
 def test_the_public_address_takes_the_site_name(root, monkeypatch):
     monkeypatch.setenv("RESCUE_DESK_PUBLIC_URL", "https://{site}.annotate.example.org")
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     listed = json.loads(CliRunner().invoke(app, ["annotators", "list", "--json"]).output)
     assert [p["url"] for p in listed] == [f"https://{d.site}.annotate.example.org" for d in desks.all()]
     assert [p["desk_url"] for p in listed] == [desks.url(d) for d in desks.all()]
 
 
 def test_a_registry_from_before_fronts_gets_front_ports_and_sites_once(root):
-    reg = Desks(root).root.desks_registry()
+    reg = Desks(DataRoot(root)).root.desks_registry()
     old = json.loads(reg.read_text())
     for e in old["desks"]:
         del e["front_port"], e["site"]
     reg.write_text(json.dumps(old))
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     assert all(d.front_port == 0 and d.site == "" for d in desks.all())
     given = desks.registered_fronts()
     assert all(d.front_port and d.site for d in given) and desks.all() == given  # written back
@@ -152,7 +153,7 @@ def test_a_registry_from_before_fronts_gets_front_ports_and_sites_once(root):
 
 
 def test_a_front_that_cannot_start_is_one_line_and_the_address_falls_back_to_the_desk(root):
-    desks = Desks(root)
+    desks = Desks(DataRoot(root))
     alice = desks.get("alice.smith@example.org")
     said: list[str] = []
     with socket.socket() as taken:  # something else holds alice's front port

@@ -22,6 +22,7 @@ import pytest
 from desk_front.comfort import KEYS_PATH
 from pipeline.config import REPO_ROOT
 from tests.helpers import free_port, require_label_studio
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ def stack(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in ("RESCUE_DESK_BASE_PORT", "RESCUE_FRONT_BASE_PORT", "RESCUE_DESK_PUBLIC_URL")}
     os.environ.update({k: env[k] for k in saved})
     try:
-        desks = Desks(root, Settings.from_env(root))
+        desks = Desks(DataRoot(root), Settings.from_env(root))
         for email, role in PEOPLE:
             desks.register(email, role)
         up = _run(env, str(BIN / "rescue"), "stack", "up", "--data-root", str(root))

@@ -22,6 +22,7 @@ import pytest
 from pipeline import taxonomy
 from pipeline.benchmark import release
 from pipeline.synthetic import corpus as synth_corpus
+from pipeline.paths import DataRoot
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
 _GROUPS = {"Couple", "Family"}
@@ -305,7 +306,7 @@ def synthetic_release(tmp_path_factory) -> release.ReleaseResult:
     inp = synth_corpus.load_synthetic(scale=0.1, seed=7)
     for s in inp.samples:
         s["participants"] = _participants(s["rows"])
-    return release.build_release(inp, "1.0.0", tmp_path_factory.mktemp("synth"), dev_fraction=0.3)
+    return release.build_release(inp, "1.0.0", DataRoot(tmp_path_factory.mktemp("synth")), dev_fraction=0.3)
 
 
 # --- the tests --------------------------------------------------------------------------------------
@@ -366,7 +367,7 @@ def test_paper_er_vp_files_hold_the_same_instances_with_every_prior_row(syntheti
 
 
 def test_the_published_head_through_paper_data(head_input, tmp_path):
-    res = release.build_release(head_input, "1.0.0", tmp_path / "root")
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path / "root"))
     checkout = _checkout(tmp_path)
     _copy_in(res.path, checkout)
     samples = authors_load("data", checkout)

@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.benchmark import release
 from pipeline.benchmark.croissant import CONTEXT
+from pipeline.paths import DataRoot
 
 mlc = pytest.importorskip("mlcroissant", reason="mlcroissant is a test dependency (pip install -e '.[test]')")
 
@@ -31,7 +32,7 @@ def test_our_context_is_croissant_1_1s():
 
 
 def test_a_file_release_validates_and_claims_no_rounds(head_input, tmp_path):
-    res = release.build_release(head_input, "1.0.0", tmp_path)
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path))
     ds = _dataset(res.path)
     meta = ds.metadata
     assert meta.version == "1.0.0" and meta.conforms_to == ["http://mlcommons.org/croissant/1.1"]
@@ -70,7 +71,7 @@ def test_rounds_agreement_with_interval_and_simulated_annotators(small_input, tm
                "threshold": 0.667, "n_units": 40, "n_annotators": 3}]
     store.atomic_write_text(DataRoot(tmp_path).gate("emotion"), store.canonical_json(
         {"round": "emotion", "passed": True, "labels_sha256": "ab" * 32, "failing": [], "fields": fields}))
-    Desks(tmp_path).register("bot@example.org", "annotator", simulated=True)
+    Desks(DataRoot(tmp_path)).register("bot@example.org", "annotator", simulated=True)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -79,7 +80,7 @@ def test_rounds_agreement_with_interval_and_simulated_annotators(small_input, tm
     pq.write_table(pa.table({"annotator": ["bot@example.org", "ann@example.org"], "sample_id": ["s/1", "s/1"],
                              "row_index": [1, 1]}), labels)
     inp = dataclasses.replace(small_input, from_data_root=True)
-    res = release.build_release(inp, "1.0.0", tmp_path)
+    res = release.build_release(inp, "1.0.0", DataRoot(tmp_path))
     meta = _dataset(res.path).metadata
     assert meta.annotations_per_item == "3" and meta.data_annotation_platform == ["Label Studio"]
     assert meta.data_annotation_analysis == [

@@ -52,7 +52,7 @@ def rounds_root(small_input, tmp_path):
 
 def test_rounds_name_annotators_by_opaque_ids_only(small_input, rounds_root):
     root, s1, s2 = rounds_root
-    res = release.build_release(dataclasses.replace(small_input, from_data_root=True), "1.0.0", root)
+    res = release.build_release(dataclasses.replace(small_input, from_data_root=True), "1.0.0", DataRoot(root))
     rows = {r["sample_id"]: r for r in pq.read_table(res.path / "lineage.parquet").to_pylist()}
     assert sorted(rows) == sorted(s["sample_id"] for s in small_input.samples)
     # numbered over the release's rounds in address order, one id per person whatever the case
@@ -78,7 +78,7 @@ def test_rounds_name_annotators_by_opaque_ids_only(small_input, rounds_root):
 
 
 def test_a_file_release_has_a_row_per_sample_and_says_what_is_not_recorded(small_input, tmp_path):
-    res = release.build_release(small_input, "1.0.0", tmp_path)
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     table = pq.read_table(res.path / "lineage.parquet")
     assert table.schema.equals(release_lineage.LINEAGE)
     assert table["sample_id"].to_pylist() == sorted(s["sample_id"] for s in small_input.samples)
@@ -118,7 +118,7 @@ def test_code_is_the_checkout_commit_or_the_source_digest_without_git(small_inpu
     monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))  # git is not there: never a failed release
     release_lineage.code_lineage.cache_clear()
     try:
-        res = release.build_release(small_input, "1.0.0", tmp_path / "root")
+        res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path / "root"))
         assert res.manifest["lineage"]["code"] == {"source_sha256": lineage.package_digest()}
         assert "not a git checkout" in (res.path / "README.md").read_text()
         doc = json.loads((res.path / "croissant.json").read_text())
@@ -129,12 +129,12 @@ def test_code_is_the_checkout_commit_or_the_source_digest_without_git(small_inpu
 
 
 def test_a_release_without_lineage_is_not_the_same_release(small_input, tmp_path):
-    res = release.build_release(small_input, "1.0.0", tmp_path)
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     manifest = dict(res.manifest, layout=2)
     (res.path / "manifest.json").chmod(0o600)
     (res.path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(store.AlreadyExists, match="layout 2, now 3: without lineage.parquet"):
-        release.build_or_reuse(small_input, "1.0.0", tmp_path)
+        release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path))
     # a release built before lineage cannot be explained: said in one line
     (res.path / "lineage.parquet").unlink()
     got = CliRunner().invoke(app, ["release", "explain", "1.0.0", small_input.samples[0]["sample_id"],
@@ -143,10 +143,10 @@ def test_a_release_without_lineage_is_not_the_same_release(small_input, tmp_path
 
 
 def test_diff_and_reuse_take_the_new_file(small_input, tmp_path):
-    a = release.build_or_reuse(small_input, "1.0.0", tmp_path)
-    again = release.build_or_reuse(small_input, "1.0.0", tmp_path)
+    a = release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path))
+    again = release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path))
     assert again.reused
-    b = release.build_release(small_input, "1.0.1", tmp_path)
+    b = release.build_release(small_input, "1.0.1", DataRoot(tmp_path))
     assert (a.path / "lineage.parquet").read_bytes() == (b.path / "lineage.parquet").read_bytes()
     out = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["release", "diff", "1.0.0", "1.0.1", "--data-root",
                                                         str(tmp_path)])

@@ -52,7 +52,7 @@ def test_explain_tells_a_rows_story_from_the_records(demo_release):
     rec = table[0]
     r = DataRoot(root)
     # each digest is what the data root recorded when the stage ran
-    cat = read_catalog(root).to_pylist()[0]
+    cat = read_catalog(DataRoot(root)).to_pylist()[0]
     assert rec["video_sha256"] == cat["sha256"] == sha256_file(batch / "e2e01.mp4")
     assert rec["transcript_source"] == "subtitles"
     assert rec["transcript_sha256"] == lineage.read_record(r, "ingest", SID)["inputs"]["subtitles"]

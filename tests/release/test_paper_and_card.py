@@ -34,7 +34,7 @@ ER_KEYS = ["sample_id", "couple", "row_index", "timestamp", "speaker", "target",
 # --- paper/ in a release --------------------------------------------------------------------
 
 def test_head_release_has_the_paper_shapes(head_input, benchmark_head_path, tmp_path):
-    res = release.build_release(head_input, "1.0.0", tmp_path)
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path))
     paper = res.path / "paper"
     assert (paper / "benchmark.jsonl").read_bytes() == benchmark_head_path.read_bytes()  # byte-identical round trip
     lines = benchmark_head_path.read_text(encoding="utf-8").splitlines()
@@ -86,7 +86,7 @@ def test_export_paper_writes_the_same_bytes(small_input, tmp_path):
 
     from pipeline.cli import app
 
-    res = release.build_release(small_input, "1.0.0", tmp_path)
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     mine = {k: v for k, v in _files(res.path).items() if k.startswith("paper/")}
     files = paper_export.export_paper(res.path, tmp_path / "out")
     assert {k: v for k, v in _files(tmp_path / "out").items()} == mine
@@ -129,20 +129,20 @@ def test_sample_files_never_leave_the_release(tmp_path):
 # --- reuse compares the new files too ---------------------------------------------------------
 
 def test_reuse_compares_layout_card_and_files(small_input, tmp_path):
-    first = release.build_or_reuse(small_input, "1.0.0", tmp_path)
-    assert release.build_or_reuse(small_input, "1.0.0", tmp_path).reused
+    first = release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path))
+    assert release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path)).reused
     with pytest.raises(store.AlreadyExists, match="dataset card configuration"):
-        release.build_or_reuse(small_input, "1.0.0", tmp_path, card=CardOptions(license="cc-by-nc-4.0"))
+        release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path), card=CardOptions(license="cc-by-nc-4.0"))
     # a release written before paper/ existed (layout 1) is not "the same" any more
     manifest = json.loads((first.path / "manifest.json").read_text())
     old = dict(manifest, layout=1)
     (first.path / "manifest.json").write_text(store.canonical_json(old))
     with pytest.raises(store.AlreadyExists, match="file layout .* export-paper"):
-        release.build_or_reuse(small_input, "1.0.0", tmp_path)
+        release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path))
     (first.path / "manifest.json").write_text(store.canonical_json(manifest))
     (first.path / "paper" / "er.jsonl").unlink()
     with pytest.raises(store.AlreadyExists, match="missing, e.g. paper/er.jsonl"):
-        release.build_or_reuse(small_input, "1.0.0", tmp_path)
+        release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path))
 
 
 # --- the dataset card ---------------------------------------------------------------------------
@@ -171,15 +171,15 @@ def test_card_parts_for_real_data(head_input, tmp_path):
 
     _write_round(tmp_path, "emotion", ["ann1@example.org", "ann2@example.org", "ann3@example.org"], passed=False)
     _write_round(tmp_path, "relation", ["ann1@example.org", "ann2@example.org"], passed=True)
-    gates.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
+    gates.record_override(DataRoot(tmp_path), "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
     # the same samples given as a file claim none of the data root's rounds, gates or overrides
-    res = release.build_release(head_input, "0.9.0", tmp_path)
+    res = release.build_release(head_input, "0.9.0", DataRoot(tmp_path))
     assert res.manifest["annotation"]["rounds"] == [] and res.manifest["agreement_gates"] == []
     text = _card(res.path).text
     assert "pilot round" not in text and "no annotation round of this data root produced them" in text
     # as the data root's corpus, they carry its rounds
     head_input = dataclasses.replace(head_input, from_data_root=True)
-    res = release.build_release(head_input, "1.0.0", tmp_path)
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path))
     card = _card(res.path)
     data = card.data.to_dict()
     assert data["license"] == "other" and data["license_name"] == "rescue-release-terms"
@@ -217,9 +217,9 @@ def test_card_parts_for_real_data(head_input, tmp_path):
     assert rounds["emotion"]["prefilled"] == [] and "| emotion | 3 |" in text
     _write_round(tmp_path / "t", "transcript", ["ann1@example.org", "ann2@example.org"], passed=True)
     from pipeline.annotation import pushed
-    pushed.record_pushed(tmp_path / "t", "transcript", [("couple", "ann1@example.org", "s/1")],
+    pushed.record_pushed(DataRoot(tmp_path / "t"), "transcript", [("couple", "ann1@example.org", "s/1")],
                          {"s/1": ["dialogue_cleaned", "primary_speaker"], "s/2": ["target"]})
-    res = release.build_release(head_input, "1.0.0", tmp_path / "t")
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path / "t"))
     assert res.manifest["annotation"]["rounds"][0]["prefilled"] == ["dialogue_cleaned", "primary_speaker", "target"]
     assert ("| transcript | 2 | 0 | 2 | 0 | dialogue_cleaned, primary_speaker, target | passed |"
             in (res.path / "README.md").read_text())
@@ -228,14 +228,14 @@ def test_card_parts_for_real_data(head_input, tmp_path):
 def test_card_license_is_configurable(small_input, tmp_path):
     opts = CardOptions(license="cc-by-nc-4.0", license_text="Research use only.",
                        paper_bibtex="@article{x, title={Y}}")
-    res = release.build_release(small_input, "1.0.0", tmp_path, card=opts)
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path), card=opts)
     card = _card(res.path)
     assert card.data.license == "cc-by-nc-4.0" and "license_name" not in card.data.to_dict()
     assert "Research use only." in card.text and "@article{x, title={Y}}" in card.text
 
 
 def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp_path):
-    res = release.build_release(small_input, "1.0.0", tmp_path / "a")
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path / "a"))
     card = _card(res.path)
     assert "SYNTHETIC / DEMO DATA" in card.text and card.data.to_dict()["annotations_creators"] == ["machine-generated"]
     assert any("synthetic corpus" in m for m in res.manifest["synthetic"])
@@ -243,7 +243,7 @@ def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp
     from pipeline.rows import write_rows_dir
 
     write_rows_dir(small_input.samples, tmp_path / "rows")
-    res = release.build_release(release.load_rows_dir(tmp_path / "rows"), "1.0.0", tmp_path / "b")
+    res = release.build_release(release.load_rows_dir(tmp_path / "rows"), "1.0.0", DataRoot(tmp_path / "b"))
     assert "SYNTHETIC / DEMO DATA" in _card(res.path).text
     # real-looking samples, simulated annotators: banner too
     # answers by desks registered as simulated (`rescue annotators add --simulated`): counted so, whatever
@@ -252,11 +252,11 @@ def test_synthetic_corpus_and_simulated_annotators_get_a_banner(small_input, tmp
 
     people = ["annotator1@example.org", "annotator2@example.org", "sim-person@example.org"]
     for email, simulated in zip(people, (True, True, False)):
-        Desks(tmp_path / "c").register(email, "annotator", simulated=simulated)
+        Desks(DataRoot(tmp_path / "c")).register(email, "annotator", simulated=simulated)
     _write_round(tmp_path / "c", "emotion", people, passed=True)
     clean = [dict(s, source_file=f"{s['sample_id']}.json") for s in small_input.samples]
     res = release.build_release(release.ReleaseInput(clean, {"kind": "rows_dir"}, from_data_root=True), "1.0.0",
-                                tmp_path / "c")
+                                DataRoot(tmp_path / "c"))
     assert res.manifest["synthetic"] == ["round emotion: 2 of 3 annotators are simulated"]
     assert "SYNTHETIC / DEMO DATA" in _card(res.path).text
 
@@ -281,7 +281,7 @@ def test_generated_interviews_are_marked_by_provenance_not_by_name():
 
 def test_card_features_match_what_datasets_reads(small_input, tmp_path):
     datasets = pytest.importorskip("datasets")
-    res = release.build_release(small_input, "1.0.0", tmp_path)
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     ds = datasets.load_dataset(str(res.path), "itp", cache_dir=str(tmp_path / "hf"))["test"]
     assert isinstance(ds.features["label"], datasets.ClassLabel) and ds.features["label"].names == ["no", "yes"]
     assert set(ds.features["label"].int2str(ds["label"])) == {"no", "yes"}

@@ -18,6 +18,7 @@ from pipeline.media.ingest import ingest_batch
 from pipeline.media.manifest import read_manifest, synthetic_value
 from pipeline.store import prepare_data_root
 from pipeline.synthetic import interviews as synth
+from pipeline.paths import DataRoot
 
 
 def test_manifest_cell_says_generated_or_recorded():
@@ -43,13 +44,13 @@ def ingested(tmp_path_factory):
     (batch / "manifest.csv").write_text(out.getvalue())
     assert [e.synthetic for e in read_manifest(batch / "manifest.csv")] == ["pipeline.synthetic.interviews seed=3", None]
     root = tmp_path_factory.mktemp("root")
-    report = ingest_batch(batch, prepare_data_root(root))
+    report = ingest_batch(batch, prepare_data_root(DataRoot(root)))
     assert not report.quarantined, report.quarantined
     return root
 
 
 def test_ingest_carries_the_generator_into_the_catalog(ingested):
-    cat = read_catalog(ingested).to_pylist()
+    cat = read_catalog(DataRoot(ingested)).to_pylist()
     assert {r["sample_id"]: r["synthetic"] for r in cat} == {
         "synthetic_couple/gen01": "pipeline.synthetic.interviews seed=3", "synthetic_couple/rec01": None}
 
@@ -60,14 +61,14 @@ def _corpus_of(root, head_input, ids):
         s = copy.deepcopy(sample)
         s["sample_id"], s["group_id"] = sid, sid.split("/")[0]
         samples.append(s)
-    corpus.save_corpus(root, samples)
+    corpus.save_corpus(DataRoot(root), samples)
 
 
 def test_release_and_card_say_what_the_catalog_proves(ingested, head_input, tmp_path):
     # one generated, one recorded (named like a generated one), one never ingested here
     _corpus_of(ingested, head_input, ["synthetic_couple/gen01", "synthetic_couple/rec01", "elsewhere/imp01"])
-    inp = release.load_corpus_input(ingested)
-    res = release.build_release(inp, "1.0.0", ingested)
+    inp = release.load_corpus_input(DataRoot(ingested))
+    res = release.build_release(inp, "1.0.0", DataRoot(ingested))
     man = res.manifest
     assert man["origin"] == {"recorded": 1, "generated": {"pipeline.synthetic.interviews seed=3": 1},
                              "not_ingested_here": 1}
@@ -83,10 +84,10 @@ def test_release_and_card_say_what_the_catalog_proves(ingested, head_input, tmp_
 
 def test_a_wholly_generated_corpus_claims_no_people_or_experts(ingested, head_input, tmp_path):
     root = tmp_path / "gen"
-    prepare_data_root(root)
+    prepare_data_root(DataRoot(root))
     (root / "catalog.parquet").write_bytes((ingested / "catalog.parquet").read_bytes())
     _corpus_of(root, head_input, ["synthetic_couple/gen01"])
-    res = release.build_release(release.load_corpus_input(root), "1.0.0", root)
+    res = release.build_release(release.load_corpus_input(DataRoot(root)), "1.0.0", DataRoot(root))
     card = (res.path / "README.md").read_text()
     for claim in ("identifiable people", "documentary", "expert-generated", "agreed to be filmed"):
         assert claim not in card, claim
@@ -94,7 +95,7 @@ def test_a_wholly_generated_corpus_claims_no_people_or_experts(ingested, head_in
 
 
 def test_a_release_from_a_file_describes_the_file(head_input, tmp_path):
-    res = release.build_release(head_input, "1.0.0", tmp_path)
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path))
     assert "origin" not in res.manifest and res.manifest["annotation"]["rounds"] == []
     card = (res.path / "README.md").read_text()
     assert "imported from a file in the shape of the published RESCUE" in card

@@ -14,6 +14,7 @@ from pipeline import schemas, store
 from pipeline.benchmark import release
 from pipeline.benchmark.tasks.common import instance_id
 from pipeline.synthetic import corpus as synth_corpus
+from pipeline.paths import DataRoot
 
 S1 = "alan_and_evelyn/001_s01e01_ct25_segment04"
 
@@ -23,7 +24,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_layout_manifest_and_card(head_input, benchmark_head_path, tmp_path):
-    res = release.build_release(head_input, "1.0.0", tmp_path)
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path))
     assert res.path == tmp_path / "releases" / "1.0.0"
     for config in schemas.RELEASE_CONFIGS:
         assert (res.path / "data" / config / "test.parquet").is_file(), config
@@ -46,7 +47,7 @@ def test_layout_manifest_and_card(head_input, benchmark_head_path, tmp_path):
 
 def test_synthetic_rebuild_is_byte_identical_with_a_dev_split(tmp_path):
     for root in ("a", "b"):
-        release.build_release(synth_corpus.load_synthetic(scale=0.2, seed=3), "1.0.0", tmp_path / root, dev_fraction=0.5)
+        release.build_release(synth_corpus.load_synthetic(scale=0.2, seed=3), "1.0.0", DataRoot(tmp_path / root), dev_fraction=0.5)
     a = _files(tmp_path / "a" / "releases" / "1.0.0")
     b = _files(tmp_path / "b" / "releases" / "1.0.0")
     assert a == b and any("/dev.parquet" in name for name in a) and any("/test.parquet" in name for name in a)
@@ -54,7 +55,7 @@ def test_synthetic_rebuild_is_byte_identical_with_a_dev_split(tmp_path):
 
 def test_synthetic_release_loads_with_datasets_and_polars(small_input, tmp_path):
     datasets = pytest.importorskip("datasets")
-    res = release.build_release(small_input, "1.0.0", tmp_path)
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     for config in ("samples", "rows", "itp", "rpp", "stp", "ssp", "er", "vp"):
         ds = datasets.load_dataset(str(res.path), config, cache_dir=str(tmp_path / "hf_cache"))["test"]
         assert ds.num_rows == res.manifest["files"][f"data/{config}/test.parquet"]["rows"] > 0
@@ -66,20 +67,20 @@ def test_rebuild_is_byte_identical(benchmark_head_path, tmp_path):
     for root in ("a", "b"):
         inp = release.load_jsonl(benchmark_head_path)
         release.validate(inp)
-        release.build_release(inp, "1.0.0", tmp_path / root, dev_fraction=0.5)
+        release.build_release(inp, "1.0.0", DataRoot(tmp_path / root), dev_fraction=0.5)
     a = _files(tmp_path / "a" / "releases" / "1.0.0")
     b = _files(tmp_path / "b" / "releases" / "1.0.0")
     assert a.keys() == b.keys() and a == b
 
 
 def test_existing_version_is_refused_and_nothing_is_left_behind(small_input, tmp_path):
-    release.build_release(small_input, "1.0.0", tmp_path)
+    release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     before = _files(tmp_path / "releases" / "1.0.0")
     with pytest.raises(store.AlreadyExists, match="1.0.0 already exists"):
-        release.build_release(small_input, "1.0.0", tmp_path)
+        release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     assert _files(tmp_path / "releases" / "1.0.0") == before
     with pytest.raises(release.ReleaseError, match="X.Y.Z"):
-        release.build_release(small_input, "v1", tmp_path)
+        release.build_release(small_input, "v1", DataRoot(tmp_path))
     assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == ["1.0.0"]  # no temp dirs
 
 
@@ -87,19 +88,19 @@ def test_failed_build_leaves_no_release(small_input, tmp_path):
     broken = copy.deepcopy(small_input)
     broken.samples.append(copy.deepcopy(broken.samples[0]))  # duplicate sample_id
     with pytest.raises(release.ReleaseError, match="more than once"):
-        release.build_release(broken, "2.0.0", tmp_path)
+        release.build_release(broken, "2.0.0", DataRoot(tmp_path))
     assert not (tmp_path / "releases" / "2.0.0").exists()
 
 
 def test_diff_reports_samples_rows_and_labels(head_input, tmp_path):
-    release.build_release(head_input, "1.0.0", tmp_path)
+    release.build_release(head_input, "1.0.0", DataRoot(tmp_path))
     new = copy.deepcopy(head_input)
     removed = new.samples.pop(2)["sample_id"]
     s1 = new.samples[0]
     s1["rows"][2]["relation_cycle_state"] = "pursue_withdraw"  # row 3: attack_attack -> pursue_withdraw
     s1["rows"][5]["dialogue_cleaned"] += " Really."
-    release.build_release(new, "1.1.0", tmp_path)
-    d = release.diff_releases(tmp_path, "1.0.0", "1.1.0")
+    release.build_release(new, "1.1.0", DataRoot(tmp_path))
+    d = release.diff_releases(DataRoot(tmp_path), "1.0.0", "1.1.0")
     assert d["samples"]["removed"] == 1 and d["samples"]["examples"]["removed"] == [removed]
     assert d["samples"]["added"] == 0 and d["samples"]["changed"] == 0
     assert d["rows"]["removed"] == 36 and d["rows"]["changed"] == 2
@@ -110,12 +111,12 @@ def test_diff_reports_samples_rows_and_labels(head_input, tmp_path):
 
 def test_dev_split_is_stable_when_groups_are_added(tmp_path):
     base = synth_corpus.generate(scale=0.2, seed=1)
-    release.build_release(release.ReleaseInput(base, {"kind": "test"}), "1.0.0", tmp_path, dev_fraction=0.4)
+    release.build_release(release.ReleaseInput(base, {"kind": "test"}), "1.0.0", DataRoot(tmp_path), dev_fraction=0.4)
     extra = [s for s in synth_corpus.generate(scale=0.2, seed=2)]
     for s in extra:  # new couples/families: rename groups so they cannot collide
         s["group_id"] = "new_" + s["group_id"].replace("/", "_")
         s["sample_id"] = s["group_id"] + "/" + s["sample_id"].rpartition("/")[2]
-    release.build_release(release.ReleaseInput(base + extra, {"kind": "test"}), "1.1.0", tmp_path, dev_fraction=0.4)
+    release.build_release(release.ReleaseInput(base + extra, {"kind": "test"}), "1.1.0", DataRoot(tmp_path), dev_fraction=0.4)
 
     def split_map(version):
         out = {}
@@ -139,7 +140,7 @@ def test_dev_split_is_stable_when_groups_are_added(tmp_path):
 
 def test_load_with_datasets_and_polars(head_input, tmp_path):
     datasets = pytest.importorskip("datasets")
-    res = release.build_release(head_input, "1.0.0", tmp_path)
+    res = release.build_release(head_input, "1.0.0", DataRoot(tmp_path))
     ds = datasets.load_dataset(str(res.path), "vp", cache_dir=str(tmp_path / "hf_cache"))
     first = ds["test"][0]
     assert first["instance_id"] == instance_id(S1, "vp", 2) and first["label"][0]["target"] == "Evelyn"
@@ -179,28 +180,28 @@ def test_failing_agreement_gate_blocks_until_an_override_is_recorded(small_input
     store.atomic_write_text(DataRoot(tmp_path).gate("emotion"), store.canonical_json(gate))
     small_input = dataclasses.replace(small_input, from_data_root=True)  # the data root's corpus: its gates hold
     with pytest.raises(release.ReleaseError, match="round emotion is below its agreement threshold"):
-        release.build_release(small_input, "1.0.0", tmp_path)
+        release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     assert not (tmp_path / "releases" / "1.0.0").exists()
 
-    gates.record_override(tmp_path, "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
-    res = release.build_release(small_input, "1.0.0", tmp_path)
+    gates.record_override(DataRoot(tmp_path), "emotion", "pilot round; guidelines revised for the next batch", "maintainer")
+    res = release.build_release(small_input, "1.0.0", DataRoot(tmp_path))
     [carried] = res.manifest["agreement_gates"]
     assert carried["round"] == "emotion" and carried["passed"] is False
     assert carried["override"]["reason"] == "pilot round; guidelines revised for the next batch"
 
 
 def test_build_or_reuse_reuses_the_same_input_and_refuses_another(small_input, tmp_path):
-    first = release.build_or_reuse(small_input, "1.0.0", tmp_path)
+    first = release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path))
     assert first.reused is False
     before = _files(first.path)
-    again = release.build_or_reuse(copy.deepcopy(small_input), "1.0.0", tmp_path)
+    again = release.build_or_reuse(copy.deepcopy(small_input), "1.0.0", DataRoot(tmp_path))
     assert again.reused is True and again.path == first.path and again.manifest == first.manifest
     assert _files(first.path) == before
     with pytest.raises(store.AlreadyExists, match=r"release 1\.0\.0 already exists .* different dev fraction"):
-        release.build_or_reuse(small_input, "1.0.0", tmp_path, dev_fraction=0.5)
+        release.build_or_reuse(small_input, "1.0.0", DataRoot(tmp_path), dev_fraction=0.5)
     other = synth_corpus.load_synthetic(scale=0.05, seed=4)
     with pytest.raises(store.AlreadyExists, match=r"release 1\.0\.0 already exists .* different input"):
-        release.build_or_reuse(other, "1.0.0", tmp_path)
+        release.build_or_reuse(other, "1.0.0", DataRoot(tmp_path))
     assert _files(first.path) == before
     with pytest.raises(release.ReleaseError, match="X.Y.Z"):
-        release.build_or_reuse(small_input, "../1.0.0", tmp_path)
+        release.build_or_reuse(small_input, "../1.0.0", DataRoot(tmp_path))

@@ -16,12 +16,13 @@ from pipeline.benchmark.paper_export import sample_file
 from pipeline.synthetic.corpus import load_synthetic
 from pipeline.validate import private_strings, scan_release
 from tests.helpers import PRIVATE_EXAMPLES
+from pipeline.paths import DataRoot
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     inp = load_synthetic(scale=0.02, seed=5)
     release.validate(inp)
-    res = release.build_release(inp, "1.0.0", tmp_path_factory.mktemp("scan_release"))
+    res = release.build_release(inp, "1.0.0", DataRoot(tmp_path_factory.mktemp("scan_release")))
     assert scan_release(res.path) == []  # the untouched release is clean
     return res.path
 
@@ -83,7 +84,7 @@ def test_a_path_that_slips_past_validation_is_caught_in_every_file_that_carries_
     sample = next(s for s in inp.samples if s["sample_id"] == sid)
     sample["rows"][0]["dialogue_cleaned"] += " (raw take at /mnt/raw/interviews/take1.wav)"
     with pytest.raises(release.ReleaseError) as err:
-        release.build_release(inp, "1.0.0", tmp_path)
+        release.build_release(inp, "1.0.0", DataRoot(tmp_path))
     message = str(err.value)
     files = message.split(", in ", 1)[1].split(":\n", 1)[0].split(", ")
     assert {"data/rows/test.parquet", "data/itp/test.parquet", "paper/benchmark.jsonl", sample_file(sid)} <= set(files)

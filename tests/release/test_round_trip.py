@@ -18,6 +18,7 @@ from pipeline import taxonomy
 from pipeline.benchmark import paper_format, release
 from pipeline.cli import app
 from pipeline.synthetic import corpus as synth_corpus
+from pipeline.paths import DataRoot
 
 CONFIGS = ("samples", "rows", "itp", "rpp", "stp", "ssp", "er", "vp")
 
@@ -76,7 +77,7 @@ def _assert_same(a: Path, b: Path) -> None:
 
 def test_a_release_survives_its_own_paper_file(tmp_path):
     inp, case = generated()
-    first = release.build_release(inp, "1.0.0", tmp_path)
+    first = release.build_release(inp, "1.0.0", DataRoot(tmp_path))
     again = _round_trip(tmp_path, first.path)
     _assert_same(first.path, again)
     rows = {(r["sample_id"], r["row_index"]): r for r in release.read_config(again, "rows").to_pylist()}
@@ -141,7 +142,7 @@ def test_import_reads_the_own_copy_and_flags_a_disagreement(benchmark_head_path)
 
 def test_diff_names_sample_row_and_field_in_the_human_output(tmp_path):
     inp, case = generated()
-    release.build_release(inp, "1.0.0", tmp_path)
+    release.build_release(inp, "1.0.0", DataRoot(tmp_path))
     new = copy.deepcopy(inp)
     sid = case["couple"]["sample_id"]
     first = next(s for s in new.samples if s["sample_id"] == sid)["rows"][0]
@@ -151,7 +152,7 @@ def test_diff_names_sample_row_and_field_in_the_human_output(tmp_path):
     for s in changed:
         s["rows"][1]["dialogue_cleaned"] += " Really."
     olds = {(s["sample_id"], 2): s["rows"][1]["dialogue_cleaned"] for s in inp.samples}
-    release.build_release(new, "1.1.0", tmp_path)
+    release.build_release(new, "1.1.0", DataRoot(tmp_path))
     out = _cli("release", "diff", "1.0.0", "1.1.0", "--data-root", str(tmp_path), "--examples", "2")
     keys = sorted([(sid, 1, "relation_cycle_reason")] + [(s["sample_id"], 2, "dialogue_cleaned") for s in changed])
     assert f"rows changed: {len(keys)}, the first 2:" in out

@@ -53,7 +53,7 @@ def _annotate(client, project_id, samples, user_id, intensity=None):
 
 def _pushed_and_annotated(ls_client, ls_desks, two, root, tag):
     samples = _samples(tag)
-    report = push.push_round(ls_desks, ROUND, samples, two, data_root=root)
+    report = push.push_round(ls_desks, ROUND, samples, two, root=DataRoot(root))
     users = {u["email"]: u["id"] for u in ls_client.users()}
     for n, who in enumerate(two):
         _annotate(ls_client, report.projects[push.project_key(ROUND, "couple", who)], samples, users[who],
@@ -69,18 +69,18 @@ def _lines(root, who=None):
 
 def test_the_push_records_who_was_given_which_samples(ls_desks, two, tmp_path):
     samples = _samples("rec")
-    push.push_round(ls_desks, ROUND, samples, two, data_root=tmp_path)
-    assert read_pushed(tmp_path, ROUND) == {f"couple/{a}": sorted(s["sample_id"] for s in samples) for a in two}
+    push.push_round(ls_desks, ROUND, samples, two, root=DataRoot(tmp_path))
+    assert read_pushed(DataRoot(tmp_path), ROUND) == {f"couple/{a}": sorted(s["sample_id"] for s in samples) for a in two}
 
 
 def test_pulling_one_annotator_keeps_the_other_annotators_labels(ls_client, ls_desks, two, tmp_path):
     a, b = two
     _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "merge")
-    full = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
+    full = pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=two)
     assert {r for r in full.labels.column("annotator").to_pylist()} == {a, b}
     before_b = _lines(tmp_path, b)
     assert before_b
-    again = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=[a])
+    again = pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=[a])
     assert _lines(tmp_path, b) == before_b  # b's answers are still there, unchanged
     assert set(again.labels.column("annotator").to_pylist()) == {a, b}
     assert b in again.kept and b in again.summary()
@@ -88,14 +88,14 @@ def test_pulling_one_annotator_keeps_the_other_annotators_labels(ls_client, ls_d
 
 def test_pulling_an_annotator_without_a_project_keeps_everything_and_says_so(ls_client, ls_desks, two, tmp_path):
     _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "nobody")
-    pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
+    pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=two)
     before = _lines(tmp_path)
-    res = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=["nobody@reliability.test"])
+    res = pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=["nobody@reliability.test"])
     assert _lines(tmp_path) == before
     assert any("nobody@reliability.test has no annotator's desk" in p["problem"] for p in res.problems.to_pylist())
     # an annotator with a desk but no project in the round
     idle = ls_desks.add("idle-" + two[0])
-    res = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=[idle])
+    res = pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=[idle])
     assert _lines(tmp_path) == before
     assert any(f"{idle} has no project in round {ROUND}" in p["problem"] for p in res.problems.to_pylist())
 
@@ -104,28 +104,28 @@ def test_a_task_deleted_after_the_push_is_reported_and_its_labels_kept(ls_client
     """(`rescue annotate status` naming such a task, on real desks: tests/annotation/test_crash_and_cli.py)"""
     a, b = two
     samples, report = _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "deltask")
-    pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
+    pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=two)
     before = _lines(tmp_path)
     pid = report.projects[push.project_key(ROUND, "couple", a)]
     victim = next(t for t in ls_client.tasks(pid) if t["data"]["sample_id"] == samples[0]["sample_id"])
     ls_client.request("DELETE", f"/api/tasks/{victim['id']}/", "delete a task (test)")
-    res = pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
+    res = pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=two)
     assert res.missing == [(samples[0]["sample_id"], a)]
     probs = [p for p in res.problems.to_pylist() if "gone from Label Studio" in p["problem"]]
     assert [(p["sample_id"], p["annotator"]) for p in probs] == [(samples[0]["sample_id"], a)]
     assert "deleted on the desk after the push" in probs[0]["problem"] and samples[0]["sample_id"] in res.summary()
     assert _lines(tmp_path) == before  # what was pulled for it before is kept
     # the live check (for `rescue annotate status`) names it too
-    assert pull.missing_tasks(ls_desks, tmp_path, [ROUND]) == [(ROUND, "couple", a, samples[0]["sample_id"])]
+    assert pull.missing_tasks(ls_desks, DataRoot(tmp_path), [ROUND]) == [(ROUND, "couple", a, samples[0]["sample_id"])]
 
 
 def test_a_project_deleted_after_the_push_is_reported_per_sample(ls_client, ls_desks, two, tmp_path):
     a, b = two
     samples, report = _pushed_and_annotated(ls_client, ls_desks, two, tmp_path, "delproj")
-    pull.pull_round(ls_desks, ROUND, tmp_path, annotators=two)
+    pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path), annotators=two)
     ls_client.request("DELETE", f"/api/projects/{report.projects[push.project_key(ROUND, 'couple', b)]}/",
                       "delete a project (test)")
-    res = pull.pull_round(ls_desks, ROUND, tmp_path)
+    res = pull.pull_round(ls_desks, ROUND, DataRoot(tmp_path))
     mine = [m for m in res.missing if m[1] in two]
     assert sorted(mine) == sorted((s["sample_id"], b) for s in samples)
     assert _lines(tmp_path, b)  # b's earlier answers are kept
@@ -137,6 +137,7 @@ _PUSHER = textwrap.dedent("""
     from tests.annotation.ls_samples import make_sample
     from pipeline.labelstudio.client import LabelStudioClient
     from pipeline.annotation import push
+    from pipeline.paths import DataRoot
     url, token, root, go, *annotators = sys.argv[1:]
     client = LabelStudioClient(url, token)
 
@@ -153,7 +154,7 @@ _PUSHER = textwrap.dedent("""
     samples = [make_sample(f"rel_race/s{i}", "couple", 3) for i in range(30)]
     while not Path(go).exists():
         time.sleep(0.01)
-    rep = push.push_round(SharedDesks(), "emotion", samples, annotators, data_root=root)
+    rep = push.push_round(SharedDesks(), "emotion", samples, annotators, root=DataRoot(root))
     print(json.dumps({"created": rep.created}))
 """)
 
@@ -193,7 +194,7 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, ls_d
     a, b = two
     rnd = load_round("relation")
     samples = _samples("judge")
-    report = push.push_round(ls_desks, "relation", samples, two, prelabel=None, data_root=tmp_path)
+    report = push.push_round(ls_desks, "relation", samples, two, prelabel=None, root=DataRoot(tmp_path))
     users = {u["email"]: u["id"] for u in ls_client.users()}
     flip = {"": "pursue_withdraw", "pursue_withdraw": "mixed_transition", "mixed_transition": ""}
     by_id = {s["sample_id"]: s for s in samples}
@@ -206,9 +207,9 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, ls_d
                     v["relation_cycle_state"] = flip[v.get("relation_cycle_state") or ""]
             ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
                                         completed_by=users[who])
-    pull.pull_round(ls_desks, "relation", tmp_path, annotators=two)
+    pull.pull_round(ls_desks, "relation", DataRoot(tmp_path), annotators=two)
     ls_desks.add(a, "adjudicator")  # annotator a is made an adjudicator of the round they annotated
-    summary = adjudication.push_round(ls_desks, tmp_path, "relation", samples=samples)
+    summary = adjudication.push_round(ls_desks, DataRoot(tmp_path), "relation", samples=samples)
     assert summary.disagreements > 0
     pid = summary.projects[f"couple/{a}"]
     mine = [t for t in ls_client.tasks(pid) if t["data"]["sample_id"] in by_id]
@@ -218,7 +219,7 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, ls_d
             ls_client.create_annotation(task["id"], ls_config.values_to_results(rnd, task["data"], values),
                                         completed_by=users[a])
         with pytest.raises(adjudication.AdjudicatorIsAnnotator) as err:
-            adjudication.pull_round(ls_desks, tmp_path, "relation")
+            adjudication.pull_round(ls_desks, DataRoot(tmp_path), "relation")
         assert a in str(err.value) and "cannot adjudicate" in str(err.value) and "relation" in str(err.value)
         assert not DataRoot(tmp_path).adjudications("relation").exists()  # nothing written
         # another data root sharing the server takes none of these answers (and is not refused)
@@ -231,7 +232,7 @@ def test_an_annotator_cannot_adjudicate_the_round_they_annotated(ls_client, ls_d
                                                    "row_index": 1, "annotator": "x@else.test", "field": "f",
                                                    "value": "1"}], schema=schemas.LABELS),
                             DataRoot(other).labels("relation"))
-        theirs = adjudication.pull_round(ls_desks, other, "relation").table
+        theirs = adjudication.pull_round(ls_desks, DataRoot(other), "relation").table
         assert not set(theirs.column("sample_id").to_pylist()) & set(by_id)
     finally:  # the adjudication project is shared by the session's tests
         for task in mine:
@@ -248,10 +249,10 @@ def test_every_annotator_means_every_registered_annotator_and_never_an_adjudicat
     judge = ls_desks.add("judge-" + two[0], "adjudicator")
     stranger = "stranger-" + two[0]
     ls_client.create_user(stranger)  # a login of the server, registered as nobody
-    corpus.merge_into_work(tmp_path, [make_sample("rel_default/s1", "couple", 3)])
-    opened = intake.open_round(ls_desks, tmp_path, ROUND, None)
+    corpus.merge_into_work(DataRoot(tmp_path), [make_sample("rel_default/s1", "couple", 3)])
+    opened = intake.open_round(ls_desks, DataRoot(tmp_path), ROUND, None)
     assert opened.report.annotators == sorted(two)
     assert sorted(opened.report.projects) == sorted(push.project_key(ROUND, "couple", a) for a in two)
     owners = {parsed[2] for p in ls_client.projects() if (parsed := push.parse_project_key(p.key))}
     assert judge not in owners and stranger not in owners
-    assert read_pushed(tmp_path, ROUND) == {f"couple/{a}": ["rel_default/s1"] for a in two}
+    assert read_pushed(DataRoot(tmp_path), ROUND) == {f"couple/{a}": ["rel_default/s1"] for a in two}

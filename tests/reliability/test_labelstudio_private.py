@@ -44,7 +44,7 @@ def test_a_desk_start_and_push_leave_home_empty_and_its_files_owner_only(desk_fa
         media.write_bytes(b"RIFF0000WAVE")
         os.chmod(media, 0o600)  # as ingest writes extracted audio
         rep = push.push_round(desks, "emotion", [make_sample("rel_private/s1", "couple", 3)], [email], k=1,
-                              data_root=root, media_url=lambda s: "/data/local-files/?d=media/private.wav")
+                              root=DataRoot(root), media_url=lambda s: "/data/local-files/?d=media/private.wav")
         assert rep.created == 1
         desks.client(email).export_tasks(next(iter(rep.projects.values())))
         desks.down()
@@ -65,7 +65,7 @@ def test_the_stack_state_is_owner_only(tmp_path):
 
     old = os.umask(0o022)
     try:
-        paths = st.StackPaths(tmp_path)
+        paths = st.StackPaths(DataRoot(tmp_path))
         # left from an older version: shared modes are narrowed
         paths.home.mkdir(parents=True)
         (paths.home / "old.db").write_text("x")
@@ -91,6 +91,6 @@ def test_the_stack_state_is_owner_only(tmp_path):
 def test_the_pid_file_is_owner_only(tmp_path):
     from ops import processes as st
 
-    paths = st.StackPaths(tmp_path)
+    paths = st.StackPaths(DataRoot(tmp_path))
     st.write_pid(paths, "x", os.getpid())
     assert mode(paths.pid_file("x")) == 0o600 and mode(paths.pids) == 0o700

@@ -25,21 +25,21 @@ def samples():
 
 def _root_with(tmp_path, samples, annotators, pushed_to=(A, B), round_name="emotion"):
     root = tmp_path / "data"
-    corpus.save_corpus(root, samples)
+    corpus.save_corpus(DataRoot(root), samples)
     rnd = load_round(round_name)
     lines = []
     for who in annotators:
         for line in SimulatedAnnotator(who, {"*": 0.0}, seed=1).label_rows(rnd, samples):
             lines.append({**line, "annotator": who})
     store.write_parquet(pa.Table.from_pylist(lines, schema=schemas.LABELS), DataRoot(root).labels(round_name))
-    record_pushed(root, round_name, [(s["scenario"], who, s["sample_id"]) for s in samples for who in pushed_to])
+    record_pushed(DataRoot(root), round_name, [(s["scenario"], who, s["sample_id"]) for s in samples for who in pushed_to])
     return root
 
 
 def test_agreement_refuses_one_annotator_and_names_the_missing_one(tmp_path, samples):
     root = _root_with(tmp_path, samples, [A])
     with pytest.raises(agreement.TooFewAnnotators) as err:
-        agreement.measure_round(root, "emotion")
+        agreement.measure_round(DataRoot(root), "emotion")
     msg = str(err.value)
     assert "needs 2 annotators" in msg and A in msg and f"missing: {B}" in msg and "pull the round for them" in msg
     assert " -a " not in msg and "--" not in msg  # a library message names no CLI flag
@@ -50,19 +50,19 @@ def test_gold_refuses_one_annotator_and_leaves_the_corpus_as_it_was(tmp_path, sa
     root = _root_with(tmp_path, samples, [A])
     before = {p.name: p.read_bytes() for p in DataRoot(root).corpus_dir().iterdir()}
     with pytest.raises(agreement.TooFewAnnotators, match=B):
-        gold.build_and_store(root)
+        gold.build_and_store(DataRoot(root))
     assert {p.name: p.read_bytes() for p in DataRoot(root).corpus_dir().iterdir()} == before
 
 
 def test_without_a_push_record_the_message_still_says_what_to_do(tmp_path, samples):
     root = _root_with(tmp_path, samples, [A], pushed_to=())
     with pytest.raises(agreement.TooFewAnnotators, match="rescue annotate pull emotion"):
-        agreement.measure_round(root, "emotion")
+        agreement.measure_round(DataRoot(root), "emotion")
 
 
 def test_two_annotators_pass(tmp_path, samples):
     root = _root_with(tmp_path, samples, [A, B])
-    assert agreement.measure_round(root, "emotion").report.fields
+    assert agreement.measure_round(DataRoot(root), "emotion").report.fields
 
 
 def test_the_cli_says_so_without_a_traceback(tmp_path, samples):
@@ -83,8 +83,8 @@ def test_a_sample_one_annotator_has_not_labelled_yet_waits_and_is_not_unanimous(
     table = pq.read_table(labels_path).to_pylist()
     store.write_parquet(pa.Table.from_pylist([r for r in table if not (r["sample_id"] == late and r["annotator"] == B)],
                                              schema=schemas.LABELS), labels_path)
-    before = {s["sample_id"]: s for s in corpus.load_corpus(root)}[late]
-    out = gold.build_and_store(root)
+    before = {s["sample_id"]: s for s in corpus.load_corpus(DataRoot(root))}[late]
+    out = gold.build_and_store(DataRoot(root))
     assert out.summary["waiting_for_annotators"] == {late: [f"emotion: 1 of 2 annotators ({A})"]}
     assert all(p["sample_id"] != late for p in out.result.provenance.to_pylist())
-    assert {s["sample_id"]: s for s in corpus.load_corpus(root)}[late] == before  # not changed
+    assert {s["sample_id"]: s for s in corpus.load_corpus(DataRoot(root))}[late] == before  # not changed

@@ -8,6 +8,7 @@ from media_util import HEADER, batch_with, cli
 from pipeline.catalog import read_catalog
 from pipeline.media.ingest import ingest_batch
 from pipeline.media.manifest import ManifestError, read_manifest
+from pipeline.paths import DataRoot
 
 
 def test_utf16_with_bom_is_read(tmp_path):
@@ -36,7 +37,7 @@ def test_latin1_names_file_byte_line_and_encoding(tmp_path):
 def test_header_only_manifest_is_an_error(tmp_path):
     batch = batch_with(tmp_path, [])
     with pytest.raises(ManifestError, match=r"manifest.csv: no entries \(only a header\)"):
-        ingest_batch(batch, tmp_path / "data")
+        ingest_batch(batch, DataRoot(tmp_path / "data"))
     result = cli("ingest", str(batch), "--data-root", str(tmp_path / "data"))
     assert result.exit_code == 2 and "no entries (only a header)" in result.output
 
@@ -62,7 +63,7 @@ def test_unknown_columns_are_named_in_a_warning(tmp_path):
 def test_empty_participants_are_refused_and_the_batch_goes_on(tmp_path):
     batch = batch_with(tmp_path, ["g/a,couple,a.mp4,A;B,", "g/b,couple,a.mp4,,", "g/c,couple,a.mp4,A;;B,"],
                        {"a.mp4": 6.0})
-    report = ingest_batch(batch, tmp_path / "data")
+    report = ingest_batch(batch, DataRoot(tmp_path / "data"))
     assert report.done == ["g/a"] and set(report.quarantined) == {"g/b", "g/c"}
     assert "manifest.csv, line 3: participants '' has an empty name" in report.quarantined["g/b"]
     assert "manifest.csv, line 4: participants 'A;;B' has an empty name" in report.quarantined["g/c"]
@@ -76,7 +77,7 @@ def test_quoted_name_with_a_comma_stays_one_name(tmp_path):
 
 def test_unquoted_comma_gives_extra_fields_and_is_refused(tmp_path):
     batch = batch_with(tmp_path, ["g/a,couple,a.mp4,Smith, Dana;Mark,", "g/b,couple,a.mp4,A;B,"], {"a.mp4": 6.0})
-    report = ingest_batch(batch, tmp_path / "data")
+    report = ingest_batch(batch, DataRoot(tmp_path / "data"))
     assert report.done == ["g/b"]
     assert "line 2: 1 more field(s) than the header's 5 columns (a value holding a comma must be in double quotes)" \
         in report.quarantined["g/a"]
@@ -95,13 +96,13 @@ def test_yaml_wrong_types_name_the_entry_and_field(tmp_path):
     root = tmp_path / "data"
     result = cli("ingest", str(batch), "--data-root", str(root))
     assert result.exit_code == 0, result.output
-    report = ingest_batch(batch, root)
+    report = ingest_batch(batch, DataRoot(root))
     assert report.cached == ["g/ok"]
     q = report.quarantined
     assert "manifest.yaml, item 2: participants must be a list of names (text), got list [1, 2]" in q["g/nums"]
     assert "manifest.yaml, item 3: sample_id must be text, got int 7 (put it in quotes)" in q["7"]
     assert "manifest.yaml, item 4: video must be text, got list ['v.mp4']" in q["g/vid"]
-    assert [r["sample_id"] for r in read_catalog(root).to_pylist()] == ["g/ok"]
+    assert [r["sample_id"] for r in read_catalog(DataRoot(root)).to_pylist()] == ["g/ok"]
 
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path):
@@ -112,6 +113,6 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path):
 
 def test_missing_batch_folder_says_so(tmp_path):
     with pytest.raises(ManifestError, match=r"batch folder .*nowhere does not exist"):
-        ingest_batch(tmp_path / "nowhere", tmp_path / "data")
+        ingest_batch(tmp_path / "nowhere", DataRoot(tmp_path / "data"))
     result = cli("ingest", str(tmp_path / "nowhere"), "--data-root", str(tmp_path / "data"))
     assert result.exit_code == 2 and "does not exist" in result.output

@@ -13,9 +13,9 @@ import pytest
 from media_util import batch_with, cli, tone_video
 from pipeline.config import DataRootError
 from pipeline.catalog import read_catalog
-from pipeline.media.ingest import ingest_batch, ingest_entry
-from pipeline.media.manifest import read_manifest
-from pipeline.store import sha256_file
+from pipeline.media.ingest import ingest_batch
+from pipeline.store import prepare_data_root, sha256_file
+from pipeline.paths import DataRoot
 
 
 @pytest.fixture()
@@ -37,7 +37,7 @@ def test_video_outside_the_batch_is_refused_unless_allowed(tmp_path, outside, ho
     root = tmp_path / "data"
     result = cli("ingest", str(batch), "--data-root", str(root))
     assert result.exit_code == 0 and "done 1, cached 0, quarantined 1" in result.output
-    report = ingest_batch(batch, root)
+    report = ingest_batch(batch, DataRoot(root))
     reason = report.quarantined["g/out"]
     assert f"manifest entry 3: video {name!r}" in reason and "outside the batch folder" in reason
     assert "--allow-outside-batch" in reason and report.cached == ["g/good"]
@@ -54,7 +54,7 @@ def test_subtitles_outside_the_batch_are_refused_and_never_echoed(tmp_path):
     result = cli("ingest", str(batch), "--data-root", str(root))
     assert result.exit_code == 0 and "quarantined 1" in result.output
     assert "top-secret-host-name" not in result.output
-    report = ingest_batch(batch, root)
+    report = ingest_batch(batch, DataRoot(root))
     assert f"subtitles {str(secret)!r} is an absolute path, outside the batch folder" in report.quarantined["g/a"]
     assert not (root / "subtitles").exists() or not any((root / "subtitles").rglob("*hostname*"))
     result = cli("transcribe", "--all", "--data-root", str(root))
@@ -66,7 +66,7 @@ def test_fifo_as_video_is_refused_at_once(tmp_path):
     batch = batch_with(tmp_path, ["g/fifo,couple,pipe.mp4,A;B,", "g/a,couple,a.mp4,A;B,"], {"a.mp4": 6.0})
     os.mkfifo(batch / "pipe.mp4")
     started = time.monotonic()
-    report = ingest_batch(batch, tmp_path / "data")
+    report = ingest_batch(batch, DataRoot(tmp_path / "data"))
     assert time.monotonic() - started < 30
     assert report.quarantined == {"g/fifo": "pipe.mp4: is a FIFO (named pipe), not a regular file file; refused"} \
         or report.quarantined["g/fifo"].startswith("pipe.mp4: is a FIFO (named pipe)")
@@ -77,14 +77,14 @@ def test_fifo_as_video_is_refused_at_once(tmp_path):
 def test_fifo_as_subtitles_is_refused_at_once(tmp_path):
     batch = batch_with(tmp_path, ["g/a,couple,a.mp4,A;B,subs.srt"], {"a.mp4": 6.0})
     os.mkfifo(batch / "subs.srt")
-    report = ingest_batch(batch, tmp_path / "data")
+    report = ingest_batch(batch, DataRoot(tmp_path / "data"))
     assert report.quarantined["g/a"].startswith("subs.srt: is a FIFO (named pipe), not a regular subtitle file")
 
 
 @pytest.mark.timeout(60)
 def test_device_as_video_is_refused(tmp_path):
     batch = batch_with(tmp_path, ["g/dev,couple,/dev/zero,A;B,"])
-    report = ingest_batch(batch, tmp_path / "data", allow_outside_batch=True)
+    report = ingest_batch(batch, DataRoot(tmp_path / "data"), allow_outside_batch=True)
     assert report.quarantined["g/dev"].startswith("zero: is a character device, not a regular file")
 
 
@@ -94,7 +94,7 @@ def test_socket_as_video_is_refused(tmp_path):
     sock = socket.socket(socket.AF_UNIX)
     try:
         sock.bind(str(batch / "s.mp4"))
-        report = ingest_batch(batch, tmp_path / "data")
+        report = ingest_batch(batch, DataRoot(tmp_path / "data"))
     finally:
         sock.close()
     assert report.quarantined["g/sock"].startswith("s.mp4: is a socket")
@@ -106,7 +106,7 @@ def test_symlink_loop_is_named_as_a_loop(tmp_path):
     (batch / "loop2.mp4").symlink_to(batch / "loop.mp4")
     result = cli("ingest", str(batch), "--data-root", str(tmp_path / "data"))
     assert result.exit_code == 0 and "symlink loop" in result.output
-    report = ingest_batch(batch, tmp_path / "data")
+    report = ingest_batch(batch, DataRoot(tmp_path / "data"))
     assert report.quarantined["g/loop"].startswith("loop.mp4: symlink loop")
 
 
@@ -129,7 +129,7 @@ def test_hanging_ffprobe_or_ffmpeg_is_a_timeout_quarantine(tmp_path, monkeypatch
     result = cli("ingest", str(batch), "--data-root", str(tmp_path / "data"))
     assert time.monotonic() - started < 30
     assert result.exit_code == 0 and "quarantined 1" in result.output
-    [row] = read_catalog(tmp_path / "data").to_pylist()
+    [row] = read_catalog(DataRoot(tmp_path / "data")).to_pylist()
     assert row["status"] == "quarantined"
     assert row["reason"].startswith(f"a.mp4: timeout: {tool} did not finish") and variable in row["reason"]
     assert list((tmp_path / "data" / "media").glob("*")) == []  # the killed extraction left nothing
@@ -148,7 +148,7 @@ def test_truncated_file_with_its_index_in_front_is_quarantined(tmp_path):
     result = cli("ingest", str(batch), "--data-root", str(root))
     assert result.exit_code == 0 and "done 1, cached 0, quarantined 1" in result.output
     assert "truncated" in result.output
-    report = ingest_batch(batch, root)
+    report = ingest_batch(batch, DataRoot(root))
     reason = report.quarantined["g/cut"]
     assert reason.startswith("cut.mp4: truncated: ") and "the file declares 15.0 s" in reason
     assert report.cached == ["g/ok"]
@@ -159,7 +159,7 @@ def test_data_root_that_is_a_file_is_a_clear_error(tmp_path):
     root = tmp_path / "root-file"
     root.write_text("not a folder")
     with pytest.raises(DataRootError, match=r"data root .*root-file is a file, not a folder"):
-        ingest_batch(batch, root)
+        prepare_data_root(DataRoot(root))  # the entry point's one check, before any stage
     for args in (["ingest", str(batch)], ["transcribe", "--all"], ["diarize", "--all"], ["segment", "--all"],
                  ["voices", "list"]):
         result = cli(*args, "--data-root", str(root))
@@ -172,7 +172,7 @@ def test_data_root_that_cannot_be_written_is_a_clear_error(tmp_path):
     batch = batch_with(tmp_path, ["g/a,couple,a.mp4,A;B,"], {"a.mp4": 6.0})
     root = Path("/proc/rescue-not-writable")  # even root cannot create folders in /proc
     with pytest.raises(DataRootError, match=r"data root /proc/rescue-not-writable cannot be created"):
-        ingest_entry(read_manifest(batch / "manifest.csv")[0], root, batch)
+        prepare_data_root(DataRoot(root))
     result = cli("ingest", str(batch), "--data-root", str(root))
     assert result.exit_code == 2 and "data root /proc/rescue-not-writable cannot be created" in result.output
     if os.geteuid() != 0:  # permission bits only bind other users
@@ -202,9 +202,9 @@ def test_numeric_options_are_validated(tmp_path, args, option):
 def test_library_refuses_bad_numbers(tmp_path):
     batch = batch_with(tmp_path, ["g/a,couple,a.mp4,A;B,"])
     with pytest.raises(ValueError, match="jobs must be at least 1, got 0"):
-        ingest_batch(batch, tmp_path / "data", jobs=0)
+        ingest_batch(batch, DataRoot(tmp_path / "data"), jobs=0)
     with pytest.raises(ValueError, match="min_duration_s must be >= 0 seconds, got -5"):
-        ingest_batch(batch, tmp_path / "data", min_duration_s=-5)
+        ingest_batch(batch, DataRoot(tmp_path / "data"), min_duration_s=-5)
 
 
 def test_bad_timeout_setting_is_named(tmp_path, monkeypatch):

@@ -38,7 +38,7 @@ def no_speech_root(tmp_path_factory):
                  "anoisesrc=d=120:a=0.02[c];[a][b][c]amix=inputs=3",          # two minutes of tones + hiss
     })
     root = tmp / "data"
-    report = ingest_batch(batch, root)
+    report = ingest_batch(batch, DataRoot(root))
     assert report.done == ["g/silent", "g/music"], report.quarantined
     return root
 

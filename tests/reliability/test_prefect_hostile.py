@@ -19,6 +19,7 @@ from flows import NETWORK_RETRIES
 from pipeline.labelstudio.client import LabelStudioClient, LabelStudioError
 from pipeline.annotation.push import PushError, PushInterrupted
 from pipeline.errors import TransientError
+from pipeline.paths import DataRoot
 
 FAST = {**NETWORK_RETRIES, "retry_delay_seconds": 0, "retry_jitter_factor": None}
 
@@ -305,7 +306,7 @@ def test_the_stack_runs_the_sweeper_as_a_module_that_sweeps_and_down_stops_it(st
         return None
 
     root = (storage / "root").resolve()
-    paths = processes.StackPaths(root)
+    paths = processes.StackPaths(DataRoot(root))
     env = {"PREFECT_API_URL": PREFECT_API_URL.value(), "PREFECT_HOME": str(PREFECT_HOME.value()),
            "RESCUE_SWEEP_EVERY_S": "1"}
     said: list[str] = []

@@ -11,6 +11,7 @@ import pytest
 from media_util import batch_with, cli
 from pipeline.media.ingest import ingest_batch
 from pipeline.media.subtitles import parse_subtitles
+from pipeline.paths import DataRoot
 
 TRICKY_VTT = """WEBVTT
 
@@ -96,7 +97,7 @@ def test_empty_subtitle_file_quarantines_the_interview(tmp_path):
     root = tmp_path / "data"
     result = cli("ingest", str(batch), "--data-root", str(root))
     assert result.exit_code == 0 and "done 1, cached 0, quarantined 2" in result.output
-    report = ingest_batch(batch, root)
+    report = ingest_batch(batch, DataRoot(root))
     assert report.quarantined == {"g/empty": "empty.srt: empty subtitle file", "g/blank": "blank.vtt: empty subtitle file"}
 
 
@@ -104,7 +105,7 @@ def test_cues_without_text_quarantine_the_interview(tmp_path):
     batch = batch_with(tmp_path, ["g/notext,couple,a.mp4,A;B,notext.vtt"], {"a.mp4": 6.0})
     (batch / "notext.vtt").write_text("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\n<i></i>\n\n"
                                       "00:00:03.000 --> 00:00:04.000\n[music]\n")
-    report = ingest_batch(batch, tmp_path / "data")
+    report = ingest_batch(batch, DataRoot(tmp_path / "data"))
     assert report.quarantined["g/notext"].startswith("notext.vtt: no cue with text in the subtitle file")
 
 
@@ -113,7 +114,7 @@ def test_transcribe_refuses_a_transcript_without_units(tmp_path):
     batch = batch_with(tmp_path, ["g/late,couple,a.mp4,A;B,late.srt"], {"a.mp4": 6.0})
     (batch / "late.srt").write_text("1\n00:10:00,000 --> 00:10:02,000\nToo late.\n")
     root = tmp_path / "data"
-    assert ingest_batch(batch, root).done == ["g/late"]
+    assert ingest_batch(batch, DataRoot(root)).done == ["g/late"]
     result = cli("transcribe", "--all", "--data-root", str(root))
     assert result.exit_code == 1 and "g/late: no cue with text in late.srt" in result.output
     assert not (root / "transcripts" / "g" / "late.json").exists()

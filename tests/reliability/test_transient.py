@@ -17,6 +17,7 @@ from http_util import answering, closed_port
 from pipeline.labelstudio.client import (LabelStudioAuthError, LabelStudioClient, LabelStudioError, LabelStudioFault,
                                         LabelStudioUnavailable)
 from pipeline.errors import Locked, ServerFault, TransientError, Unreachable
+from pipeline.paths import DataRoot
 
 TOKEN = "0" * 40
 
@@ -76,7 +77,7 @@ def _desks(tmp_path, url: str):
     from pipeline.config import Settings
 
     settings = dataclasses.replace(Settings.from_env(tmp_path), desk_url=url)
-    desks = Desks(tmp_path, settings)
+    desks = Desks(DataRoot(tmp_path), settings)
     people = ["ann@rescue.test", "bo@rescue.test"]
     for email in people:
         desks.register(email, "annotator")
@@ -191,7 +192,7 @@ def test_a_migration_while_another_holds_the_lock_is_locked(tmp_path):
     with open(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)) as held:  # the other run
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(migrate.MigrationLocked) as err:
-            migrate.migrate_to_desks(tmp_path, log=lambda m: None, history=round_history(root))
+            migrate.migrate_to_desks(DataRoot(tmp_path), log=lambda m: None, history=round_history(root))
     assert isinstance(err.value, Locked) and isinstance(err.value, migrate.MigrationError)
     assert "another migration" in str(err.value)
 

@@ -22,6 +22,7 @@ from pipeline.annotation.rounds import load_round
 from pipeline.labelstudio.server import LabelStudioServer
 from pipeline.config import Settings
 from pipeline.errors import ServerFault, TransientError, Unreachable
+from pipeline.paths import DataRoot
 
 INVITE = "/user/signup/?token=invite-secret-0123"
 PERSON = "ann@rescue.test"
@@ -31,7 +32,7 @@ PERSON = "ann@rescue.test"
 
 def _desk(tmp_path, url: str):
     """A registered desk on a fresh data root, reached at ``url`` (no Label Studio started)."""
-    desks = Desks(tmp_path, dataclasses.replace(Settings.from_env(tmp_path), desk_url=url))
+    desks = Desks(DataRoot(tmp_path), dataclasses.replace(Settings.from_env(tmp_path), desk_url=url))
     return desks, desks.register(PERSON, "annotator")
 
 

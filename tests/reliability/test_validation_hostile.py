@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.validate import private_strings, scan_release, validate_sample
+from pipeline.paths import DataRoot
 
 
 def _row(i, speaker, target, **extra):
@@ -113,7 +114,7 @@ def test_a_built_release_holds_no_absolute_path_or_url_in_any_file(tmp_path):
 
     inp = load_synthetic(scale=0.05, seed=3)
     release.validate(inp)
-    res = release.build_release(inp, "1.0.0", tmp_path)
+    res = release.build_release(inp, "1.0.0", DataRoot(tmp_path))
     files = [p for p in res.path.rglob("*") if p.is_file()]
     assert any(p.suffix == ".parquet" for p in files) and any(p.name == "manifest.json" for p in files)
     assert scan_release(res.path) == []
@@ -149,7 +150,7 @@ def test_a_release_is_refused_when_a_path_or_url_would_reach_it(tmp_path):
     inp.samples[0]["rows"][0]["dialogue_cleaned"] = "as filed in /home/ann/interviews/raw.wav"
     release.validate(inp)
     with pytest.raises(release.ReleaseError, match="V16") as err:
-        release.build_release(inp, "1.0.0", tmp_path)
+        release.build_release(inp, "1.0.0", DataRoot(tmp_path))
     assert "/home/ann/interviews/raw.wav" in str(err.value)
     assert not DataRoot(tmp_path).release("1.0.0").exists()
 
@@ -165,7 +166,7 @@ def test_the_built_release_is_scanned_before_it_appears(tmp_path):
     release.validate(inp)
     card = CardOptions(license_name="terms at https://intranet.example/terms")
     with pytest.raises(release.ReleaseError, match="intranet.example"):
-        release.build_release(inp, "1.0.0", tmp_path, card=card)
+        release.build_release(inp, "1.0.0", DataRoot(tmp_path), card=card)
     assert not DataRoot(tmp_path).release("1.0.0").exists()
     allowed = CardOptions(license_link="https://creativecommons.org/licenses/by-nc/4.0/")
-    assert release.build_release(inp, "1.0.0", tmp_path, card=allowed).path.is_dir()
+    assert release.build_release(inp, "1.0.0", DataRoot(tmp_path), card=allowed).path.is_dir()

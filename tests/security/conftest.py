@@ -22,6 +22,7 @@ from attack_kit import (A_EMAIL, B_EMAIL, J_EMAIL, OURS, ROUND, STOCK, DeskPair,
                         answer_values, credential_variants, desk_state, diff, form_login)
 
 from tests.helpers import free_port, noise_wav, require_label_studio  # noqa: E402
+from pipeline.paths import DataRoot
 
 
 @dataclass
@@ -92,7 +93,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("security") / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
-        desks = Desks(root)
+        desks = Desks(DataRoot(root))
     passwords = {e: secrets.token_urlsafe(12) for e in (A_EMAIL, B_EMAIL, J_EMAIL)}
     roles = {A_EMAIL: "annotator", B_EMAIL: "annotator", J_EMAIL: "adjudicator"}
     for email, role in roles.items():  # ports and slugs one after another, the servers side by side
@@ -109,8 +110,8 @@ def world(tmp_path_factory):
         for rel in media.values():
             noise_wav(root / rel)
         url_of = lambda s: f"/data/local-files/?d={media[s['sample_id']]}"  # noqa: E731
-        push.push_round(desks, ROUND, samples, [A_EMAIL, B_EMAIL], data_root=root, media_url=url_of)
-        push.push_round(desks, ROUND, [b_only], [B_EMAIL], data_root=root, media_url=url_of, k=1)
+        push.push_round(desks, ROUND, samples, [A_EMAIL, B_EMAIL], root=DataRoot(root), media_url=url_of)
+        push.push_round(desks, ROUND, [b_only], [B_EMAIL], root=DataRoot(root), media_url=url_of, k=1)
 
         w = World(root, desks, samples, b_only, media)
         tag = secrets.token_hex(4)
@@ -141,8 +142,8 @@ def world(tmp_path_factory):
         w.a_tasks = [t["id"] for t in a_client.tasks(w.a_project)]
         a_client.close()
 
-        w.first_pull = pull.pull_round(desks, ROUND, root)
-        w.adjudication = adjudication.push_round(desks, root, ROUND, [*samples, b_only])
+        w.first_pull = pull.pull_round(desks, ROUND, DataRoot(root))
+        w.adjudication = adjudication.push_round(desks, DataRoot(root), ROUND, [*samples, b_only])
 
         j = desks.client(J_EMAIL)
         j_projects = [p.id for p in j.projects()]
@@ -208,7 +209,7 @@ def desk_pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("security-pair") / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RESCUE_DESK_BASE_PORT", str(free_port()))
-        desks = Desks(root)
+        desks = Desks(DataRoot(root))
     pair = DeskPair(desks, {e: secrets.token_urlsafe(12) for e in (OURS, STOCK)})
     for email in (OURS, STOCK):
         desks.register(email, "annotator")

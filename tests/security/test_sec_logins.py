@@ -9,6 +9,7 @@ import httpx
 import pytest
 from attack_kit import credential_variants, form_login, raw, refused
 from attack_kit import A_EMAIL, B_EMAIL, J_EMAIL, ROUND
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -63,13 +64,13 @@ def test_logins_made_on_own_desk_never_count(world, unchanged):
     users = {u["email"]: u["id"] for u in json.loads(raw(port, "GET", "/api/users/", headers).body)}
     raw(port, "PATCH", f"/api/users/{users[X2]}/", headers, json.dumps({"email": A_EMAIL, "username": A_EMAIL}))
     raw(port, "PATCH", f"/api/users/{users[A_EMAIL]}/", headers, json.dumps({"email": "gone@rescue.test"}))
-    fresh = Desks(world.root)
+    fresh = Desks(DataRoot(world.root))
     try:
         assert fresh.owner_id(A_EMAIL) == owner_before
     finally:
         fresh.close()
 
-    result = pull.pull_round(world.desks, ROUND, world.root)
+    result = pull.pull_round(world.desks, ROUND, DataRoot(world.root))
     lines = result.labels.to_pylist()
     assert not [r for r in lines if "xoneanswer" in str(r.get("value")) or "xtwoanswer" in str(r.get("value"))]
     assert any(r["annotator"] == A_EMAIL for r in lines)
@@ -81,11 +82,11 @@ def test_logins_made_on_own_desk_never_count(world, unchanged):
     # no round, no desk for them: not among the people, not in a push
     assert world.desks.people() == sorted([A_EMAIL, B_EMAIL, J_EMAIL])
     url_of = lambda s: f"/data/local-files/?d={world.media[s['sample_id']]}"  # noqa: E731
-    report = push.push_round(world.desks, ROUND, world.samples, data_root=world.root, media_url=url_of)
+    report = push.push_round(world.desks, ROUND, world.samples, root=DataRoot(world.root), media_url=url_of)
     assert report.annotators == [A_EMAIL, B_EMAIL] and report.created == 0
     assert not [k for k in report.projects if X1 in k or X2 in k]
     with pytest.raises(push.PushError):
-        push.push_round(world.desks, ROUND, world.samples, [A_EMAIL, X2], data_root=world.root, media_url=url_of)
+        push.push_round(world.desks, ROUND, world.samples, [A_EMAIL, X2], root=DataRoot(world.root), media_url=url_of)
 
     # and X2's own credentials mean nothing on B's or J's desk
     for victim in (B_EMAIL, J_EMAIL):
@@ -112,7 +113,7 @@ def test_moved_annotations_are_reported_not_counted(world, unchanged):
              json.dumps({"task": t2, "created_at": "2020-01-02T03:04:05Z"}))
     now = {a["id"]: a for t in anns for a in svc._json("GET", f"/api/tasks/{t}/annotations/", "anns")}
 
-    result = pull.pull_round(world.desks, ROUND, world.root)
+    result = pull.pull_round(world.desks, ROUND, DataRoot(world.root))
     problems = [p["problem"] for p in result.problems.to_pylist() if p["annotator"] == A_EMAIL]
     lines = [r for r in result.labels.to_pylist() if r["annotator"] == A_EMAIL]
     a_mark = world.a_marker

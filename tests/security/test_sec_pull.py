@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from attack_kit import A_EMAIL, B_EMAIL, ROUND, answer_values, raw
 from typer.testing import CliRunner
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +110,7 @@ def poisoned(world):
     samples += [make_sample(f"synthetic/poison_long_{i}", "family", LONG, seed=i) for i in (1, 2)]
     by_id = {s["sample_id"]: s for s in samples}
     media = world.media[world.samples[0]["sample_id"]]  # A's own media already: no new file on any desk
-    push.push_round(world.desks, ROUND, samples, [A_EMAIL, B_EMAIL], data_root=world.root,
+    push.push_round(world.desks, ROUND, samples, [A_EMAIL, B_EMAIL], root=DataRoot(world.root),
                     media_url=lambda s: f"/data/local-files/?d={media}")
 
     a = LabelStudioClient(world.url(A_EMAIL), world.a.token)

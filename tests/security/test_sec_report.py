@@ -17,6 +17,7 @@ from attack_kit import A_EMAIL, B_EMAIL, fire
 from typer.testing import CliRunner
 
 from tests.agreement.test_report_escape import FORGED_LABEL, HOSTILE, _flat, _render
+from pipeline.paths import DataRoot
 
 pytestmark = pytest.mark.slow
 
@@ -44,14 +45,13 @@ def report(world):
     from pipeline.labelstudio.client import LabelStudioClient
     from pipeline.annotation.rounds import load_round
     from pipeline.cli import app
-    from pipeline.paths import DataRoot
     from tests.annotation.ls_samples import make_sample
 
     rnd = load_round(ROUND)
     samples = [make_sample(f"synthetic/report_{i}", "couple", 9, seed=i) for i in (1, 2)]  # 3 therapist rows each
     by_id = {s["sample_id"]: s for s in samples}
     media = world.media[world.samples[0]["sample_id"]]
-    push.push_round(world.desks, ROUND, samples, [A_EMAIL, B_EMAIL], data_root=world.root,
+    push.push_round(world.desks, ROUND, samples, [A_EMAIL, B_EMAIL], root=DataRoot(world.root),
                     media_url=lambda s: f"/data/local-files/?d={media}")
     a = LabelStudioClient(world.url(A_EMAIL), world.a.token)
     headers = [*world.variants()["token"], ("Content-Type", "application/json")]
