@@ -126,7 +126,9 @@ def _relative_parts(relative: str) -> list[str]:
 
 @dataclass(frozen=True)
 class DataRoot:
-    """The data root (``--data-root``, else ``$RESCUE_DATA_ROOT``, else ``./data``)."""
+    """The data root (``--data-root``, else ``$RESCUE_DATA_ROOT``, else ``./data``). Built once per
+    command or flow run, by its entry point, and passed down: every library function that takes a
+    data root takes this value and builds none."""
 
     root: Path
 
