@@ -33,7 +33,7 @@ def root_problem(root: Path) -> str | None:
     nothing): a file or other non-folder, a folder that cannot be read, a missing root whose
     nearest existing parent is not a writable folder, or a disk with less than
     :data:`MIN_FREE_BYTES` free. It only looks (creating and write-testing the root is
-    :func:`pipeline.config.check_data_root`'s, where a stage writes), so read-only commands and
+    :func:`pipeline.store.prepare_data_root`'s, once, in a command that runs a stage), so read-only commands and
     read-only roots keep working."""
     try:
         if root.is_symlink() and not root.exists():

@@ -187,8 +187,9 @@ def ingest_entry(entry: ManifestEntry, root: DataRoot, batch_dir: str | Path = "
     leaves the catalog alone). A refused entry (bad sample id) touches nothing under the data root.
     A video or subtitle file outside ``batch_dir`` (absolute path, ``..``, a symlink out) is
     quarantined without being read unless ``allow_outside_batch``. ``root``: the data root its
-    entry point built and checked (:func:`pipeline.store.prepare_data_root`). ``catalog``: a read of the catalog to find the
-    entry's previous line in (:func:`ingest_batch` reads it once for the batch); else it is read."""
+    entry point built and checked (:func:`pipeline.store.prepare_data_root`). ``catalog``: a
+    read of the catalog to find the entry's previous line in (:func:`ingest_batch` reads it once
+    for the batch); else it is read."""
     if entry.refused:
         return IngestResult(entry.sample_id, "quarantined", entry.refused)
     if not min_duration_s >= 0:
