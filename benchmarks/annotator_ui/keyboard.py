@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from pipeline import schemas
 from pipeline.annotation.rounds import load_round, round_names
-from pipeline.paths import DataRoot
 from pipeline.store import write_parquet
 
 from .stack import FrontProcess, bench_desks, load_avg, make_media, push_sample, stop
@@ -53,10 +52,10 @@ def whole_main(args) -> None:
             # the voice table the segmenter writes (every voice named by the speaking-order hint): the
             # transcript round opens with "Who is each voice?", each name a proposal to accept
             write_parquet(pa.Table.from_pylist(voice_table(sample), schema=schemas.DRAFT_VOICES),
-                          DataRoot(root).draft_voices(sample["sample_id"]))
+                          desks.root.draft_voices(sample["sample_id"]))
             voices = voice_names(sample, answers(load_round("transcript"), sample))
             for name in rounds:
-                pids[name] = push_sample(desks, name, sample, email, root, audio, args.window)
+                pids[name] = push_sample(desks, name, sample, email, audio, args.window)
                 windows[name] = len(client.tasks(pids[name]))
             results = {}
             with sync_playwright() as pw:
@@ -148,7 +147,7 @@ def keyboard_main(args) -> None:
             audio = None if args.no_media else make_media(sample, root / "media")
             pids = {}
             for name in args.rounds:
-                pids[name] = push_sample(desks, name, sample, email, root, audio, args.window)
+                pids[name] = push_sample(desks, name, sample, email, audio, args.window)
             with sync_playwright() as pw:
                 browser = launch(pw)
                 for name in args.rounds:

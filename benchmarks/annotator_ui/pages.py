@@ -117,7 +117,7 @@ def pages_main(args) -> None:
                     audio = None if args.no_media else make_media(sample, root / "media")
                     for name in args.rounds:
                         rnd = load_round(name)
-                        pid = push_sample(desks, name, sample, email, root, audio, args.window)
+                        pid = push_sample(desks, name, sample, email, audio, args.window)
                         tasks = sorted(client.find_tasks(pid, "sample_id", sample["sample_id"]),
                                        key=lambda t: (t["data"].get("window") or {}).get("index", 0))
                         task = tasks[len(tasks) // 2]  # a window from the middle when windowed

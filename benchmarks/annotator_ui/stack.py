@@ -16,6 +16,7 @@ from pathlib import Path
 from pipeline.annotation import push
 from pipeline.config import Settings
 from pipeline.labelstudio.desks import Desks
+from pipeline.paths import DataRoot
 
 from . import REPO
 
@@ -133,23 +134,24 @@ def desk_figures(desks: Desks, people: list[str], passwords: dict[str, str]) -> 
 
 
 def bench_desks(root: Path, base_port: int | None = None) -> Desks:
-    """The desks of the data root ``root`` (a throw-away one), on 127.0.0.1 from ``base_port``
-    (default: a free port), with the data root's media folder made: each push places its files
-    in the desk's file root."""
+    """The desks of the data root ``root`` (a throw-away one; the map of it, ``DataRoot``, made
+    here once and kept as the desks' ``root``), on 127.0.0.1 from ``base_port`` (default: a free
+    port), with the data root's media folder made: each push places its files in the desk's file
+    root."""
     settings = dataclasses.replace(Settings.from_env(root), desk_base_port=base_port or free_port(),
                                    desk_url="http://127.0.0.1:{port}", desk_public_url="")
-    desks = Desks(root, settings)
+    desks = Desks(DataRoot(root), settings)
     (root / "media").mkdir(parents=True)
     return desks
 
 
-def push_sample(desks: Desks, name: str, sample: dict, email: str, root: Path, audio: str | None,
+def push_sample(desks: Desks, name: str, sample: dict, email: str, audio: str | None,
                 window: int | None) -> int:
-    """Push ``sample`` for round ``name`` to ``email``'s desk as a batch's sample is pushed (the
-    transcript round with the draft as pre-annotation, the later ones without gold from earlier
-    rounds; ``audio``: the media file the players load, none when None; ``window``: units per
-    task, default the pipeline's). Returns the round's project id on that desk."""
-    report = push.push_round(desks, name, [sample], [email], k=1, data_root=root,
+    """Push ``sample`` for round ``name`` to ``email``'s desk as a batch's sample is pushed, under
+    the desks' data root (the transcript round with the draft as pre-annotation, the later ones
+    without gold from earlier rounds; ``audio``: the media file the players load, none when None;
+    ``window``: units per task, default the pipeline's). Returns the round's project id there."""
+    report = push.push_round(desks, name, [sample], [email], k=1, root=desks.root,
                              prelabel=push.input_values if name == "transcript" else None,
                              prelabel_source="input" if name == "transcript" else "none",
                              media_url=(lambda s, a=audio: push.local_media_url(a)) if audio else None,
