@@ -18,8 +18,9 @@ these comforts, the same for everyone:
   the front so far and serves them cache-first (Chrome keeps the compiled code of what a worker
   caches). The cache is named by the desk's ``/api/version``. ``RESCUE_NO_SW=1`` leaves Label
   Studio's worker as it is.
-* Pages get the annotators' keys script (``static/keys.js`` at :data:`~desk_front.comfort.KEYS_PATH`) and their
-  feature flags without those equal to the default (:func:`~desk_front.comfort.slim_feature_flags`).
+* Pages get the annotators' keys scripts (``static/keys.js``, ``keys-input.js``, ``keys-page.js``, in
+  that order, at :data:`~desk_front.comfort.KEYS_PATHS`) and their feature flags without those
+  equal to the default (:func:`~desk_front.comfort.slim_feature_flags`).
 * Pages get the landing script (``static/landing.js`` at :data:`LANDING_PATH`): the login form
   focused and a login landing on the person's rounds in annotation order, the first focused; no
   project keys on the cards and no Import or Export in the data manager (what is shown only).
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import httpx
 
-from desk_front.comfort import (KEYS_PATH, NO_SLIM_COLUMNS_ENV, NO_SW_ENV, keys_js, slim_columns,
+from desk_front.comfort import (NO_SLIM_COLUMNS_ENV, NO_SW_ENV, keys_js, slim_columns,
                                slim_feature_flags, switched_off)
 from desk_front.patches import BUNDLE_PATCHES, NO_PATCHES_ENV, Outcome, Patcher, PatchGroup
 from pipeline.labelstudio.client import connection_limits
@@ -269,10 +270,9 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None,
     client = front.client
     slim_cols = not switched_off(NO_SLIM_COLUMNS_ENV)
     with_worker = not switched_off(NO_SW_ENV)
-    keys_body = keys_js()
-    keys_entry = {"type": "application/javascript", "body": keys_body, "gz": None,
-                  "etag": '"' + hashlib.sha256(keys_body).hexdigest()[:20] + '"',
-                  "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
+    keys_entries = {path: {"type": "application/javascript", "body": body, "gz": None,
+                           "etag": '"' + hashlib.sha256(body).hexdigest()[:20] + '"',
+                           "cache": f"public, max-age={ASSET_MAX_AGE_S}"} for path, body in keys_js().items()}
     register_js = (_STATIC / "sw-register.js").read_bytes().replace(b"__SW_PATH__", SW_PATH.encode())
     register_entry = {"type": "application/javascript", "body": register_js, "gz": None,
                       "etag": '"' + hashlib.sha256(register_js).hexdigest()[:20] + '"',
@@ -283,7 +283,8 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None,
                      "cache": f"public, max-age={ASSET_MAX_AGE_S}"}
     sw_template = (_STATIC / "sw.js").read_text()  # read once: browsers ask for the worker on every page
     page_tags = ((f'<script src="{SW_REGISTER_PATH}"></script>' if with_worker else "")
-                 + f'<script src="{KEYS_PATH}"></script><script src="{LANDING_PATH}"></script>').encode()
+                 + "".join(f'<script src="{path}"></script>' for path in keys_entries)
+                 + f'<script src="{LANDING_PATH}"></script>').encode()
 
     def asset_response(request: Request, entry: dict) -> Response:
         headers = {"cache-control": entry["cache"], "etag": entry["etag"], "vary": "Accept-Encoding"}
@@ -330,8 +331,8 @@ def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None,
         if request.method in ("GET", "HEAD"):
             if path.startswith(_ASSET_PREFIXES):
                 return await asset(request)
-            if path == KEYS_PATH:
-                return asset_response(request, keys_entry)
+            if path in keys_entries:
+                return asset_response(request, keys_entries[path])
             if path == LANDING_PATH:
                 return asset_response(request, landing_entry)
             if with_worker and path == SW_PATH:

@@ -1,4 +1,4 @@
-"""What the desk's front adds for everyone: the annotators' keys script (``static/keys.js``),
+"""What the desk's front adds for everyone: the annotators' keys scripts (``static/keys*.js``),
 pages' feature flags without those equal to the default, and the data manager's columns slimmed
 to the heading. None of it depends on who asks."""
 from __future__ import annotations
@@ -9,8 +9,14 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-KEYS_PATH = "/__rescue__/keys.js"  # where pages load the keys script from
-KEYS_FILE = Path(__file__).resolve().parent / "static" / "keys.js"  # the script itself (package data)
+_STATIC = Path(__file__).resolve().parent / "static"
+# The annotators' keys: plain scripts (package data) that pages load in this order, each from
+# /__rescue__/<its name>: the forms and the page's tidying first (it checks Label Studio's hooks; the
+# other two act only through it), then what each key does, then the page around the forms.
+KEYS_FILES = tuple(_STATIC / name for name in ("keys.js", "keys-input.js", "keys-page.js"))
+KEYS_FILE = KEYS_FILES[0]  # the first (its hooks check says whether the keys are on)
+KEYS_PATHS = tuple(f"/__rescue__/{f.name}" for f in KEYS_FILES)
+KEYS_PATH = KEYS_PATHS[0]  # where pages load the first keys script from
 NO_SLIM_COLUMNS_ENV = "RESCUE_NO_SLIM_COLUMNS"  # =1: the data manager's columns as built
 NO_SW_ENV = "RESCUE_NO_SW"  # =1: Label Studio's service worker as it is
 
@@ -21,9 +27,9 @@ def switched_off(switch: str, environ: Mapping[str, str] | None = None) -> bool:
     return (os.environ if environ is None else environ).get(switch) == "1"
 
 
-def keys_js() -> bytes:
-    """The annotators' keys script as served (read once per front, at its start)."""
-    return KEYS_FILE.read_bytes()
+def keys_js() -> dict[str, bytes]:
+    """The annotators' keys scripts as served, by path (read once per front, at its start)."""
+    return {path: f.read_bytes() for path, f in zip(KEYS_PATHS, KEYS_FILES)}
 
 
 _FLAGS = re.compile(rb"^(\s*feature_flags: )(\{.*\}),\s*\n\s*feature_flags_default_value: (true|false),", re.M)

@@ -62,9 +62,19 @@
     if (sorted.some(function (a, i) { return a !== links[i]; })) sorted.forEach(function (a) { list.appendChild(a); });
     if (!acted && sorted[0] && document.activeElement !== sorted[0]) sorted[0].focus();
   }
-  function hideTransfers() {  // the data manager's Import and Export buttons
-    document.querySelectorAll("button, a").forEach(function (b) {
-      if (b.style.display !== "none" && /^(Import|Export)$/.test(b.textContent.trim())) b.style.display = "none";
+  function hideTransfer(b) {  // the data manager's Import and Export buttons
+    if (b.style.display !== "none" && /^(Import|Export)$/.test(b.textContent.trim())) b.style.display = "none";
+  }
+  function hideTransfers(records) {  // in what changed (the whole page at first): not the page again per change
+    if (!records) { document.querySelectorAll("button, a").forEach(hideTransfer); return; }
+    records.forEach(function (m) {
+      var b = m.target.closest && m.target.closest("button, a");  // a button's text drawn anew
+      if (b) hideTransfer(b);
+      m.addedNodes.forEach(function (n) {
+        if (n.nodeType !== 1) return;
+        if (n.matches("button, a")) hideTransfer(n);
+        if (n.firstElementChild) n.querySelectorAll("button, a").forEach(hideTransfer);
+      });
     });
   }
   function tidy() {
@@ -73,9 +83,9 @@
   }
   var DATA = /^\/projects\/\d+\/data\/?$/;
   var pending = 0;
-  new MutationObserver(function () {
+  new MutationObserver(function (records) {
     // at once (before the page is painted): the buttons are never seen, nor pressed
-    if (DATA.test(location.pathname)) hideTransfers();
+    if (DATA.test(location.pathname)) hideTransfers(records);
     if (!pending) pending = setTimeout(function () { pending = 0; tidy(); }, 40);
   }).observe(document.documentElement, {childList: true, subtree: true});
   tidy();

@@ -12,7 +12,7 @@ import httpx
 
 import desk_front
 from desk_front import FrontServer, make_app
-from desk_front.comfort import KEYS_PATH, slim_columns
+from desk_front.comfort import KEYS_FILES, KEYS_PATH, KEYS_PATHS, slim_columns
 
 FRONT_SOURCES = sorted(p for p in Path(desk_front.__file__).parent.rglob("*") if p.suffix in (".py", ".js"))
 
@@ -87,8 +87,13 @@ def test_the_front_passes_the_real_desk_through(ls_server, ls_credentials):
         assert wrong.status_code == httpx.get(f"{ls_server.url}/api/projects/",
                                               headers={"Authorization": "Token " + "f" * 40}).status_code == 401
         login = httpx.get(f"{front.url}/user/login/", timeout=60)
-        assert login.status_code == 200 and f'<script src="{KEYS_PATH}"></script>'.encode() in login.content
-        assert "RESCUE annotators' keys" in httpx.get(f"{front.url}{KEYS_PATH}").text
+        # every keys script, in the order they depend on each other, each served as it is in the package
+        tags = "".join(f'<script src="{path}"></script>' for path in KEYS_PATHS).encode()
+        assert login.status_code == 200 and tags in login.content and KEYS_PATHS[0] == KEYS_PATH
+        for path, file in zip(KEYS_PATHS, KEYS_FILES):
+            served = httpx.get(f"{front.url}{path}")
+            assert served.status_code == 200 and served.content == file.read_bytes(), path
+            assert served.text.startswith("// RESCUE annotators' keys"), path
     finally:
         front.stop()
 

@@ -1,4 +1,4 @@
-"""The keys script itself (desk_front/static/keys.js, as the front serves it) in headless Chromium,
+"""The keys scripts themselves (desk_front/static/keys*.js, as the front serves them) in headless Chromium,
 on a small page with the parts of Label Studio's task page it relies on: its hooks, checked at
 load (one missing: a banner and nothing else); key state that belongs to the window on screen;
 row numbers as the keys of a list of rows; every choice showing its key; a kept text's Edit
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from desk_front.comfort import KEYS_FILE
+from desk_front.comfort import KEYS_FILES
 
 _ROWS = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 
@@ -63,9 +63,15 @@ def page(browser):
     return page
 
 
+def _add_keys(page) -> None:
+    """The keys scripts, in the order the front's pages load them."""
+    for f in KEYS_FILES:
+        page.add_script_tag(content=f.read_text())
+
+
 def _load(page, html: str) -> None:
     page.set_content(html)
-    page.add_script_tag(content=KEYS_FILE.read_text())
+    _add_keys(page)
     page.evaluate("() => document.body.appendChild(document.createElement('i'))")  # a change: the script looks
 
 
@@ -266,7 +272,7 @@ _VOICE_TICKS = "() => [...document.querySelectorAll('[id^=voice_] .accept input'
 def test_a_voice_name_proposed_is_refused_naming_the_voice_and_accepted_by_a_or_a_pick(page):
     page.set_content(_page(_voice(0, "Bob") + _voice(1, "Therapist") + _form(0)))
     page.evaluate(_VOICE_MODELS, _VOICE_REFUSED)
-    page.add_script_tag(content=KEYS_FILE.read_text())
+    _add_keys(page)
     page.evaluate("() => document.body.appendChild(document.createElement('i'))")
     # both names look proposed
     page.wait_for_function("() => document.querySelectorAll('[id^=voice_] [data-rescue-proposed]').length === 2")
