@@ -99,7 +99,42 @@ EDITOR = PatchGroup(
     sha256="4ab02f0ee667be3c3bfc9df3c9fb847c530e6de9cbcae134c813ef83ae6b45ec",
     replacements=(FLAGS_UNCOPIED, HOTKEYS_COALESCED),
 )
-BUNDLE_PATCHES: tuple[PatchGroup, ...] = (EDITOR,)
+
+# A submit in the label stream: the data manager shows its loader (the editor taken down), saves the
+# annotation, asks for the next task and builds its editor. On the way it lifts the loader twice for
+# a moment, after the save and after the next task's answer, and each time the editor of the task
+# just submitted is built again in full and taken down again: a 5-row emotion window's submit did
+# three builds instead of one (CPU profile of the page: about a fifth of its work from the submit to
+# the next window's first form). Here the loader stays from the save until the next task is built.
+# Where no next task is built right away the loader is lifted as before: a save refused (status >= 400),
+# a submit that reloads the same task (outside the stream), comments not saved yet (the data manager
+# asks first) and the stream's end ("nothing to label").
+SUBMIT_KEEPS_LOADER = (
+    b"this.setLoading(!0),await this.saveUserLabels();const c=await this.withinLoadingState(async function(){"
+    b"return await t(i,r)});",
+    b"this.setLoading(!0),await this.saveUserLabels();const c=(this.setLoading(!0),await t(i,r));")
+SUBMIT_NEXT_WITHOUT_REBUILD = (
+    b"var u;return this.setLoading(!1),(null==c||null==(s=c.$meta)?void 0:s.status)>=400||(!a||"
+    b"this.datamanager.isExplorer?await this.loadTask(i,l.pk,!0):await this.loadTask()),c}",
+    b"var u;const w=(null==c||null==(s=c.$meta)?void 0:s.status)>=400,k=!a||this.datamanager.isExplorer;"
+    b"return(w||k||Lt(St)&&null!=(s=this.lsf)&&null!=(s=s.commentStore)&&s.hasUnsaved)&&this.setLoading(!1),"
+    b"w||(k?await this.loadTask(i,l.pk,!0):await this.loadTask()),c}")
+NEXT_TASK_WITHOUT_REBUILD = (
+    b"i=await s.withinLoadingState(async function(){let t;t=Q(e)?await a.loadTask(e):await a.loadNextTask();"
+    b"const n=s.labelStream&&!t;return s.lsf.setFlags({noTask:n}),t});i&&await s.selectTask(i,t,n)",
+    b"i=(s.setLoading(!0),await async function(){let t;t=Q(e)?await a.loadTask(e):await a.loadNextTask();"
+    b"const n=s.labelStream&&!t;return s.lsf.setFlags({noTask:n}),t}());i?await s.selectTask(i,t,n):s.setLoading(!1)")
+
+# Label Studio 1.23.2's data manager chunk (web/dist/apps/labelstudio/167.js, served at
+# /react-app/167.js): its editor wrapper's submit (submitCurrentAnnotation) and task load (loadTask).
+# The task selected (selectTask -> setLSFTask) sets the loader itself and lifts it once built.
+DATAMANAGER = PatchGroup(
+    name="datamanager-submit-1.23.2",
+    path="/react-app/167.js",
+    sha256="0187ac4065ce3d40b5650fd2244439a6672980577b59b19becae80371d5cf2f8",
+    replacements=(SUBMIT_KEEPS_LOADER, SUBMIT_NEXT_WITHOUT_REBUILD, NEXT_TASK_WITHOUT_REBUILD),
+)
+BUNDLE_PATCHES: tuple[PatchGroup, ...] = (EDITOR, DATAMANAGER)
 
 
 class Patcher:

@@ -1,7 +1,8 @@
 """A task page through the front with the editor patched (``desk_front.patches``) behaves as the
 page as built, in headless Debian Chromium: a page of a round with dynamic choice lists (whose
 hotkey re-binding a patch coalesces) binds exactly the keys it binds unpatched and shows the
-same pre-filled annotation."""
+same pre-filled annotation; a submit in the label stream builds only the next task's editor and
+stores the same answers."""
 from __future__ import annotations
 
 import re
@@ -56,3 +57,72 @@ def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server
     assert any(re.sub(r"\[\w\]$", "", mark.split(":", 1)[1]) in people for mark in unpatched_marks), unpatched_marks
     assert marks == unpatched_marks
     assert results == unpatched_results == len(prediction), {"unpatched": unpatched_store, "patched": store}
+
+
+# each time the editor's forms are put into the page (a build of an annotation's view), counted from
+# the page's start; React puts a whole view in at once
+_COUNT_BUILDS = """(() => { window.__builds = 0; new MutationObserver(rs => { for (const r of rs) for (const n of r.addedNodes)
+  if (n.nodeType === 1 && (n.matches('.lsf-choices') || n.querySelector('.lsf-choices'))) window.__builds++; })
+  .observe(document, {childList: true, subtree: true}); })()"""
+_STREAM_CONFIG = ('<View><Text name="text" value="$text"/><Choices name="pick" toName="text" choice="single">'
+                  '<Choice value="alpha"/><Choice value="beta"/></Choices></View>')
+_DONE = "All tasks in the queue have been completed"
+
+
+def test_a_submit_in_the_stream_builds_the_next_task_only(ls_server, ls_client, ls_credentials, monkeypatch,
+                                                          chromium):
+    """Label Studio's data manager builds the editor of the task just submitted twice more on the way
+    to the next one (its loader lifted after the save and after the next task's answer); patched,
+    each submit builds the next task once, and the stream's end shows "nothing to label" as built.
+    What is stored is the same."""
+    def stream(front: FrontServer, name: str) -> tuple[list[int], list]:
+        project = ls_client.ensure_project(f"rescue-test:desk-front-stream-{name}", f"stream {name}", _STREAM_CONFIG)
+        try:
+            ids = ls_client.import_tasks(project.id, [{"data": {"text": f"task {i}"}} for i in range(3)])
+            builds = []
+            with chromium() as browser:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.set_default_timeout(120_000)
+                page.add_init_script(_COUNT_BUILDS)
+                browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],
+                              ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
+                page.goto(f"{front.url}/projects/{project.id}/data?labeling=1")
+                for i in range(len(ids)):
+                    page.wait_for_function("() => window.Htx && Htx.task && document.querySelector('.lsf-choices input')")
+                    old = page.evaluate("() => Htx.task.id")
+                    page.locator(".lsf-choices label", has_text="alpha").click()
+                    page.evaluate("() => { window.__builds = 0; }")
+                    page.click('button[aria-label="Submit current annotation"]')
+                    if i < len(ids) - 1:
+                        page.wait_for_function("""(old) => window.Htx && Htx.task && Htx.task.id !== old
+                          && document.querySelector('.lsf-choices input')""", arg=old)
+                    else:
+                        page.get_by_text(_DONE).wait_for()
+                    page.wait_for_timeout(500)  # anything still coming would be counted
+                    builds.append(page.evaluate("() => window.__builds"))
+            stored = [[r["value"] for a in ls_client.request("GET", f"/api/tasks/{t}/", "read a task").json()["annotations"]
+                       for r in a["result"]] for t in ids]
+            return builds, stored
+        finally:
+            ls_client.request("DELETE", f"/api/projects/{project.id}/", "delete the test project")
+
+    with monkeypatch.context() as env:
+        env.setenv("RESCUE_NO_BUNDLE_PATCHES", "1")
+        plain = FrontServer(ls_server.url).start()
+        try:
+            unpatched = stream(plain, "plain")
+        finally:
+            plain.stop()
+    front = FrontServer(ls_server.url).start()
+    try:
+        assert "datamanager-submit-1.23.2" in front.report.applied()
+        patched = stream(front, "patched")
+    finally:
+        front.stop()
+    (unpatched_builds, unpatched_stored), (builds, stored) = unpatched, patched
+    # as built, the last submit builds the submitted task's editor once more before "nothing to label":
+    # one build puts k lists in; every other submit builds it twice more, then the next task's
+    k = unpatched_builds[-1]
+    assert k >= 1 and all(n >= 3 * k for n in unpatched_builds[:-1]), unpatched_builds
+    assert builds == [k, k, 0], {"patched": builds, "unpatched": unpatched_builds}
+    assert stored == unpatched_stored == [[{"choices": ["alpha"]}]] * 3
