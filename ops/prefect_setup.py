@@ -15,13 +15,16 @@ worker runs as the operator. The string is made once per data root, kept owner-o
 every client (workers, flow runs, the sweeper, the operator's ``prefect`` CLI through ``rescue
 stack env``) as ``PREFECT_API_AUTH_STRING``.
 
-The local stack's pool starts each flow run as ONE Python process, ``<the stack's python> -m
-prefect.engine`` (:func:`direct_engine`): a process worker with no command configured starts
-Prefect's workspace supervisor, a second Python process that imports Prefect, prepares the
-workspace and then execs the engine - ~3-4 s more per flow run on 2 cores. The deployments'
-pull step (the working directory) still runs, in the engine. ``rescue stack register`` alone
-(compose's prefect-init, or an operator against another server) leaves the pool's command as it
-is: only the stack knows the interpreter its worker runs.
+The local stack's pool starts each flow run as ONE process running Prefect's engine
+(:func:`direct_engine`): ``<the stack's python> -m ops.warm_start prefect.engine``, which forks it
+from the stack's flow-run starter, a process that has already imported Prefect, the flows and the
+diarization libraries (:mod:`ops.warm_start`; without the starter it runs ``-m prefect.engine``
+itself). A process worker with no command configured starts Prefect's workspace supervisor, a
+second Python process that imports Prefect, prepares the workspace and then execs the engine -
+~3-4 s more per flow run on 2 cores. The deployments' pull step (the working directory) still
+runs, in the engine. ``rescue stack register`` alone (compose's prefect-init, or an operator
+against another server) leaves the pool's command as it is: only the stack knows the interpreter
+its worker runs.
 """
 from __future__ import annotations
 
@@ -205,17 +208,22 @@ def ensure_zombie_automation(within_s: int = ZOMBIE_AFTER_S) -> str:
 
 # --- the flow-run command -------------------------------------------------------------------
 
+ENGINE_COMMANDS = (" -m prefect.engine", " -m ops.warm_start prefect.engine")  # this module's, old and new
+
+
 def engine_command(python: str) -> str:
-    """What the pool's worker runs per flow run: the engine itself, in ``python``."""
+    """What the pool's worker runs per flow run: the engine, forked from the stack's flow-run
+    starter when it runs (:mod:`ops.warm_start`), else started by ``python`` itself."""
     from prefect.utilities.processutils import command_to_string
 
-    return command_to_string([python, "-m", "prefect.engine"])
+    return command_to_string([python, "-m", "ops.warm_start", "prefect.engine"])
 
 
 def direct_engine(pool: str, python: str) -> str:
     """Make ``pool``'s default flow-run command :func:`engine_command` (one process per flow run,
     not the workspace supervisor plus the engine). A command someone else set (another
-    interpreter, a wrapper) is left alone. Returns what it did: set | unchanged | kept <command>."""
+    interpreter, a wrapper) is left alone; this module's earlier command is brought up to date.
+    Returns what it did: set | unchanged | kept <command>."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolUpdate
 
@@ -233,7 +241,7 @@ def direct_engine(pool: str, python: str) -> str:
         have = prop.get("default")
         if have == want:
             return "unchanged"
-        if have and not have.endswith(" -m prefect.engine"):
+        if have and not have.endswith(ENGINE_COMMANDS):
             return f"kept {have}"
         prop["default"] = want
         client.update_work_pool(pool, WorkPoolUpdate(base_job_template=template))
@@ -274,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-slots", type=int, default=1, help="its slots (GPUs)")
     parser.add_argument("--engine-python", default=None,
                         help=f"the interpreter of the {WORK_POOL} worker: each flow run is then one "
-                             f"`<python> -m prefect.engine` process")
+                             f"`<python> -m ops.warm_start prefect.engine` process")
     args = parser.parse_args(argv)
     made = ensure_infrastructure([p for p in args.pools.split(",") if p], args.gpu_limit, args.gpu_slots)
     print("created: " + (", ".join(made) or "nothing"), flush=True)

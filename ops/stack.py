@@ -2,7 +2,9 @@
 127.0.0.1 - what ``rescue stack up`` / ``down`` / ``status`` / ``register`` / ``env`` do.
 
 ``up`` starts what is not running yet (idempotent): the Prefect server, ``workers`` process
-workers on ``rescue-cpu``, the sweeper (:mod:`ops.sweeper`: flow runs whose process or worker
+workers on ``rescue-cpu``, the flow-run starter their flow runs are forked from
+(:mod:`ops.warm_start`: Prefect, the flows and the models' libraries imported once, not per run),
+the sweeper (:mod:`ops.sweeper`: flow runs whose process or worker
 died are marked Crashed within ``RESCUE_SWEEP_EVERY_S``, 30 s, instead of staying Running or
 Pending), the desks and
 each desk's front (the address its person opens; one that cannot start is said in one line and
@@ -36,7 +38,7 @@ import typer
 
 from ops.prefect_setup import (WORK_POOL, api_url, auth_file, prefect_bin, prefect_env, prefect_port, register,
                                seed_database, server_env)
-from ops import remote
+from ops import remote, warm_start
 from ops.processes import StackError, StackPaths, healthy, make_private, port_busy, read_pid, spawn, start_time, stop
 from ops.sweeper import SWEEP_EVERY_S
 from pipeline.config import Settings
@@ -119,6 +121,17 @@ def add_worker(data_root: str | Path | None, name: str, limit: int, log=print) -
     return read_pid(paths, name)
 
 
+STARTER = "flow-run-starter"  # the process the pool's flow runs are forked from (ops.warm_start)
+
+
+def _start_starter(paths: StackPaths, env: dict[str, str], log) -> None:
+    if read_pid(paths, STARTER):
+        return
+    sock = env[warm_start.SOCKET_ENV]
+    pid = spawn(paths, STARTER, [sys.executable, "-m", "ops.warm_start", "serve", "--socket", sock], env)
+    log(f"{STARTER}: flow runs start from its imports once they are made (pid {pid}, log {paths.log_file(STARTER)})")
+
+
 def _start_sweeper(paths: StackPaths, env: dict[str, str], log) -> None:
     if read_pid(paths, "sweeper"):
         return
@@ -146,8 +159,11 @@ def _label_studio_up(settings: Settings, log) -> None:
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    """What flow runs need besides Prefect's variables: how to reach the desks."""
-    return {"RESCUE_DESK_URL": settings.desk_url, "RESCUE_DESK_BASE_PORT": str(settings.desk_base_port)}
+    """What flow runs need besides Prefect's variables: how to reach the desks, and the stack's
+    flow-run starter (:mod:`ops.warm_start`)."""
+    stack_dir = DataRoot(settings.data_root.resolve()).stack_dir()
+    return {"RESCUE_DESK_URL": settings.desk_url, "RESCUE_DESK_BASE_PORT": str(settings.desk_base_port),
+            warm_start.SOCKET_ENV: warm_start.socket_path(stack_dir)}
 
 
 def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker_limit: int = 4,
@@ -167,6 +183,7 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     ls = threading.Thread(target=_catch(ls_error, _label_studio_up), args=(settings, log), daemon=True)
     if label_studio:
         ls.start()
+    _start_starter(paths, {**env, **worker_env(settings)}, log)  # its imports beside the server's start
     _start_server(paths, env, port, log)
     for name in worker_names(workers):
         _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit, name)
@@ -192,7 +209,7 @@ def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=
     settings = Settings.from_env(data_root)
     paths = StackPaths(DataRoot(settings.data_root.resolve()))
     extra = sorted(p.stem for p in paths.pids.glob("prefect-worker-*.json")) if paths.pids.is_dir() else []
-    for name in ("sweeper", "prefect-worker", *extra, "prefect-server"):
+    for name in ("sweeper", "prefect-worker", *extra, STARTER, "prefect-server"):
         log(f"{name}: {'stopped' if stop(paths, name) else 'was not running'}")
     if label_studio:
         stopped = _desks(settings).down()

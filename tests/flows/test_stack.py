@@ -86,12 +86,21 @@ def test_deployments_registered_on_the_process_pool(stack):
     assert push.returncode == 0 and json.loads(push.stdout)["limit"] == 1, push.stdout + push.stderr
 
 
+def _starter_log(stack) -> str:
+    return (stack.root / "stack" / "logs" / "flow-run-starter.log").read_text()
+
+
 def test_build_release_deployment_run_watch(stack):
+    deadline = time.monotonic() + 300  # the flow-run starter's imports; till then runs start the engine themselves
+    while "ready on" not in _starter_log(stack) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    forked = _starter_log(stack).count(" as pid ")
     proc = stack.prefect("deployment", "run", "build-release/default", "--param", "version=1.0.0",
                          "--param", "source=synthetic:0.05", "--param", f"data_root={stack.root}", "--watch")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     manifest = json.loads((stack.root / "releases" / "1.0.0" / "manifest.json").read_text())
     assert manifest["version"] == "1.0.0" and manifest["files"]
+    assert _starter_log(stack).count(" as pid ") == forked + 1  # the run was forked from the starter
     # Rerun of the same version and source is a no-op success (resume after a crash)...
     again = stack.prefect("deployment", "run", "build-release/default", "--param", "version=1.0.0",
                           "--param", "source=synthetic:0.05", "--param", f"data_root={stack.root}", "--watch")
@@ -104,9 +113,11 @@ def test_build_release_deployment_run_watch(stack):
 
 def test_flow_runs_start_as_the_engine_in_the_stacks_python(stack):
     """`rescue stack up` makes rescue-cpu start each flow run as `<the stack's python> -m
-    prefect.engine` (one Python start; without a command Prefect's workspace supervisor starts
-    first, then execs the engine). `rescue stack register` alone keeps it; a command somebody
-    else set is kept. Deployments run with it: test_build_release_deployment_run_watch."""
+    ops.warm_start prefect.engine` (the engine forked from the stack's flow-run starter; without
+    a command Prefect's workspace supervisor starts first, then execs the engine). `rescue stack
+    register` alone keeps it; a command somebody else set is kept, the earlier `-m prefect.engine`
+    is brought up to date. Deployments run with it (test_build_release_deployment_run_watch), and
+    their runs are the starter's children."""
     import sys
 
     from prefect.client.orchestration import get_client
@@ -124,7 +135,7 @@ def test_flow_runs_start_as_the_engine_in_the_stacks_python(stack):
             template["variables"]["properties"]["command"]["default"] = value
             client.update_work_pool(st.WORK_POOL, WorkPoolUpdate(base_job_template=template))
 
-    want = f"{sys.executable} -m prefect.engine"
+    want = f"{sys.executable} -m ops.warm_start prefect.engine"
     assert command() == want
     proc = stack.rescue("stack", "register", "--data-root", str(stack.root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -136,6 +147,8 @@ def test_flow_runs_start_as_the_engine_in_the_stacks_python(stack):
             assert st.direct_engine(st.WORK_POOL, sys.executable) == "kept /opt/site/wrapper --engine"
             assert command() == "/opt/site/wrapper --engine"
             set_command(None)
+            assert st.direct_engine(st.WORK_POOL, sys.executable) == "set"
+            set_command(f"{sys.executable} -m prefect.engine")
             assert st.direct_engine(st.WORK_POOL, sys.executable) == "set"
         finally:
             set_command(want)

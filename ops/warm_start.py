@@ -1,0 +1,368 @@
+"""Warm flow-run starts: each flow run of the local stack's pool is still its own process running
+Prefect's engine (``python -m prefect.engine``), but it is forked from a process that has already
+imported Prefect, the flows and the models' libraries (torch, pyannote) instead of importing them
+again - a few CPU seconds per flow run on 2 cores, and the diarization libraries' ~5 s on ingest.
+
+Two halves, one module (this one imports only the standard library at the top, so that the
+worker's command stays cheap):
+
+- ``python -m ops.warm_start serve --socket PATH`` (the stack's ``flow-run-starter`` process,
+  :func:`ops.stack.up`): imports what every flow run needs (:func:`preload`), then listens on an
+  owner-only Unix socket. Each request forks ONE child, which takes the request's stdin/stdout/
+  stderr (passed as file descriptors), environment and working directory, refreshes Prefect's
+  settings from that environment and runs ``prefect.engine`` as ``__main__``.
+- ``python -m ops.warm_start prefect.engine`` (the pool's flow-run command,
+  :func:`ops.prefect_setup.engine_command`): what the worker starts. It hands its stdio, env and
+  cwd to the starter, forwards SIGTERM/SIGINT/SIGHUP to the child, and ends as the child ended
+  (exit code, or the same signal), so the worker, its cancellation and the sweeper see one flow-run
+  process as before. Killed outright, its connection closes and the starter kills the child.
+
+Whenever the starter is not there (not started, restarting, another host) or the code it imported
+changed on disk since (a file under the repository's ``flows``/``pipeline``/``ops``), the command
+runs ``python -m prefect.engine`` itself, exactly as without this module; a starter that finds its
+code stale says so and starts again with the new code. The socket lives in the data root's
+owner-only ``stack/`` folder (or an owner-only folder under the temp dir when that path is too
+long for a socket), and the starter serves only its own user (SO_PEERCRED).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+SOCKET_ENV = "RESCUE_WARM_START_SOCKET"   # where the command finds the starter (the stack sets it)
+ENGINE = "prefect.engine"
+_HEADER = struct.Struct("!I")
+
+
+# --- the worker's command -----------------------------------------------------------------
+
+def _engine_itself() -> None:
+    """The flow run as without the starter: this process becomes ``python -m prefect.engine``."""
+    os.execv(sys.executable, [sys.executable, "-m", ENGINE, *sys.argv[2:]])
+
+
+def _read_line(conn: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(64)
+        if not chunk:
+            return ""
+        data += chunk
+    return data.decode().strip()
+
+
+def command() -> int:
+    """Run this flow run in a child of the starter; fall back to the engine itself."""
+    path = os.environ.get(SOCKET_ENV, "")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+        payload = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv[2:]}).encode()
+        socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])
+        conn.sendall(payload)
+        said = _read_line(conn)
+    except OSError:
+        said = ""
+    if not said.startswith("P "):  # no starter, or a stale one: the engine itself, as before
+        conn.close()
+        _engine_itself()
+    child = int(said.split()[1])
+
+    def forward(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    end = ""
+    while not end:
+        try:
+            end = _read_line(conn) or "X 1"  # the starter died: its children die with it
+        except InterruptedError:
+            continue
+    kind, value = end.split()[:2]
+    if kind == "S":  # ended by a signal: end the same way
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), int(value))
+    return int(value) if kind == "X" else 1
+
+
+# --- the starter ------------------------------------------------------------------------------
+
+def socket_path(stack_dir) -> str:
+    """The starter's socket: in ``stack_dir`` when the path fits a Unix socket's name (107 bytes),
+    else in an owner-only folder under the temp dir named after ``stack_dir``."""
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    here = Path(stack_dir) / "flow-run-starter.sock"
+    if len(os.fsencode(here)) < 100:
+        return str(here)
+    digest = hashlib.sha256(os.fsencode(stack_dir)).hexdigest()[:16]
+    short = Path(tempfile.gettempdir()) / f"rescue-{os.getuid()}-{digest}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    st = short.lstat()
+    if st.st_uid != os.getuid() or (st.st_mode & 0o077) or not short.is_dir() or short.is_symlink():
+        raise OSError(f"{short} is not an owner-only folder of this user")
+    return str(short / "flow-run-starter.sock")
+
+
+def preload() -> None:
+    """What every flow run imports, imported once here: Prefect's engine, the flows (and the
+    pipeline through them), and the diarization libraries."""
+    import importlib
+    from pathlib import Path
+
+    import prefect.deployments.steps  # noqa: F401  (the deployments' pull step)
+    import prefect.engine  # noqa: F401
+    import prefect.flow_engine  # noqa: F401
+    import prefect._internal.metrics  # noqa: F401
+
+    repo = Path(__file__).resolve().parents[1]
+    for path in sorted((repo / "flows").glob("*.py")):
+        importlib.import_module("flows" if path.stem == "__init__" else f"flows.{path.stem}")
+    try:
+        import torch  # noqa: F401
+        import pyannote.audio  # noqa: F401
+    except ImportError:  # a host without the diarization extras: the flows still run
+        pass
+
+
+def _code_files() -> dict[str, int]:
+    """The repository's modules this process imported, with their modification times."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    tops = tuple(str(repo / d) + os.sep for d in ("flows", "pipeline", "ops", "desk_front"))
+    out = {}
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f and f.startswith(tops):
+            try:
+                out[f] = os.stat(f).st_mtime_ns
+            except OSError:
+                out[f] = -1
+    return out
+
+
+def _stale(files: dict[str, int]) -> bool:
+    for f, mtime in files.items():
+        try:
+            if os.stat(f).st_mtime_ns != mtime:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    head, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+    if len(head) != _HEADER.size or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise OSError("incomplete request")
+    size, data = _HEADER.unpack(head)[0], b""
+    while len(data) < size:
+        chunk = conn.recv(min(65536, size - len(data)))
+        if not chunk:
+            raise OSError("incomplete request")
+        data += chunk
+    return json.loads(data), fds
+
+
+def _child(request: dict, fds: list[int], keep_closed: list[int]) -> None:
+    """In the forked child: become the flow run's engine process. Never returns."""
+    code = 1
+    try:
+        for fd in keep_closed:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv = [ENGINE, *request.get("argv", [])]
+        import runpy
+
+        import prefect.context
+        import prefect.logging.configuration
+
+        prefect.context.refresh_global_settings_context()  # the flow run's environment, not the starter's
+        prefect.logging.configuration.setup_logging(incremental=False)
+        try:
+            runpy.run_module(ENGINE, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - as an uncaught exception ends a process
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        import atexit
+        import threading
+
+        # what the interpreter does at exit: wait for non-daemon threads, then the atexit
+        # handlers (Prefect sends its queued logs and events there)
+        getattr(threading, "_shutdown", lambda: None)()
+        atexit._run_exitfuncs()
+        import logging
+
+        logging.shutdown()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
+def serve(path: str) -> int:
+    """Preload, then fork one engine child per request on the socket at ``path``."""
+    import selectors
+    import time
+
+    t0 = time.monotonic()
+    preload()
+    files = _code_files()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    old = os.umask(0o077)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.umask(old)
+    listener.listen(16)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    children: dict[int, socket.socket] = {}   # child pid -> its command's connection
+    conns: dict[socket.socket, int] = {}
+    print(f"flow-run starter: ready on {path} after {time.monotonic() - t0:.1f} s "
+          f"({len(files)} repository modules imported)", flush=True)
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = children.pop(pid, None)
+            if conn is None:
+                continue
+            end = f"S {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"X {os.waitstatus_to_exitcode(status)}"
+            try:
+                conn.sendall(end.encode() + b"\n")
+            except OSError:
+                pass
+            if conns.pop(conn, None) is not None:
+                sel.unregister(conn)
+            conn.close()
+
+    restart = False
+    while not stopping and not restart:
+        for key, _ in sel.select(timeout=5):
+            if key.data == "wake":
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+            elif key.data == "accept":
+                conn, _ = listener.accept()
+                uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+                try:
+                    if uid != os.getuid():
+                        raise OSError(f"a request from uid {uid}")
+                    request, fds = _recv_request(conn)
+                except (OSError, ValueError) as exc:
+                    print(f"flow-run starter: refused: {exc}", flush=True)
+                    conn.close()
+                    continue
+                if _stale(files):  # the code changed: this request runs the engine itself
+                    print("flow-run starter: the code changed on disk; starting again with it", flush=True)
+                    conn.sendall(b"F stale\n")
+                    conn.close()
+                    for fd in fds:
+                        os.close(fd)
+                    restart = True
+                    break
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _child(request, fds, [listener.fileno(), wake_r, wake_w, conn.fileno(),
+                                          *(c.fileno() for c in conns)])
+                for fd in fds:
+                    os.close(fd)
+                children[pid], conns[conn] = conn, pid
+                sel.register(conn, selectors.EVENT_READ, "conn")
+                conn.sendall(f"P {pid}\n".encode())
+                run_id = request["env"].get("PREFECT__FLOW_RUN_ID") or " ".join(request.get("argv", []))
+                print(f"flow-run starter: flow run {run_id} as pid {pid}", flush=True)
+            else:  # a command's connection: EOF means the command is gone (killed): so is its run
+                conn = key.fileobj
+                try:
+                    gone = not conn.recv(64)
+                except OSError:
+                    gone = True
+                if gone and conn in conns:
+                    try:
+                        os.kill(conns.pop(conn), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    sel.unregister(conn)
+        reap()
+    listener.close()
+    os.unlink(path)
+    if restart:
+        os.execv(sys.executable, [sys.executable, "-m", "ops.warm_start", "serve", "--socket", path])
+    for pid in list(children):  # the stack stops: its runs with it (as the worker's own children)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        import argparse
+
+        ap = argparse.ArgumentParser(prog="python -m ops.warm_start serve", description=serve.__doc__)
+        ap.add_argument("--socket", required=True)
+        return serve(ap.parse_args(argv[1:]).socket)
+    if argv[:1] == [ENGINE]:
+        return command()
+    print("usage: python -m ops.warm_start serve --socket PATH | prefect.engine [FLOW_RUN_ID]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

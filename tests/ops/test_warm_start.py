@@ -1,0 +1,150 @@
+"""The stack's flow-run starter (ops.warm_start), without a Prefect server: a flow run's command
+is forked from the starter, with the command's own arguments, environment (Prefect's settings
+read again from it) and stdio; it ends as its child ends, a signal included; a command killed
+outright takes its child with it; code changed on disk makes the starter step aside (the engine
+runs itself) and start again; without a starter the command is the engine itself."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ops import warm_start
+from pipeline.config import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # the starter imports Prefect, the flows and torch once
+
+COMMAND = [sys.executable, "-m", "ops.warm_start", "prefect.engine"]
+
+
+def _wait_for(log: Path, text: str, count: int = 1, timeout: float = 600) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = log.read_text() if log.exists() else ""
+        if seen.count(text) >= count:
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} x{count} not in the starter's log within {timeout} s:\n{seen[-3000:]}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory):
+    where = tmp_path_factory.mktemp("starter")
+    sock, log = str(where / "s.sock"), where / "starter.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "ops.warm_start", "serve", "--socket", sock], cwd=REPO_ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for(log, "ready on")
+        yield sock, log
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _command(sock: str | None, *args: str, **env: str) -> subprocess.Popen:
+    full = {k: v for k, v in os.environ.items() if k != warm_start.SOCKET_ENV}
+    full.update({"PREFECT__FLOW_RUN_ID": "", **env, **({warm_start.SOCKET_ENV: sock} if sock else {})})
+    return subprocess.Popen([*COMMAND, *args], cwd=REPO_ROOT, env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_run_is_forked_with_its_arguments_environment_and_stdio(starter):
+    sock, log = starter
+    before = log.read_text().count("as pid")
+    proc = _command(sock, "not-a-run-id")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "Invalid flow run id" in err and "'not-a-run-id'" in err, err  # the engine's own words, on our stderr
+    assert log.read_text().count("as pid") == before + 1  # it was the starter's child
+    # Prefect's settings come from the run's environment, not the starter's: its log level hides the error
+    quiet = _command(sock, "not-a-run-id", PREFECT_LOGGING_LEVEL="CRITICAL")
+    out, err = quiet.communicate(timeout=120)
+    assert quiet.returncode == 1 and "Invalid flow run id" not in err, err
+
+
+def _hanging_api() -> tuple[socket.socket, str]:
+    """An API that accepts connections and never answers: the engine waits on it."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    return srv, f"http://127.0.0.1:{srv.getsockname()[1]}/api"
+
+
+def _child_pid(log: Path, before: int) -> int:
+    seen = _wait_for(log, "as pid", before + 1, timeout=60)
+    return int(seen.rsplit("as pid", 1)[1].split()[0])
+
+
+def test_a_signal_reaches_the_run_and_a_killed_command_takes_its_run_along(starter):
+    sock, log = starter
+    srv, url = _hanging_api()
+    try:
+        run_id = "5b7e2a9c-6a2e-4b7c-9d7e-3f1c2a4b5d6e"
+        before = log.read_text().count("as pid")
+        proc = _command(sock, PREFECT__FLOW_RUN_ID=run_id, PREFECT_API_URL=url)
+        child = _child_pid(log, before)
+        time.sleep(1)
+        assert proc.poll() is None and _alive(child)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGTERM  # ended as its run ended: by the signal
+        assert not _alive(child)
+
+        before = log.read_text().count("as pid")
+        proc = _command(sock, PREFECT__FLOW_RUN_ID=run_id, PREFECT_API_URL=url)
+        child = _child_pid(log, before)
+        proc.kill()  # no chance to forward anything: the starter sees its connection close
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child)
+    finally:
+        srv.close()
+
+
+def test_changed_code_runs_the_engine_itself_and_restarts_the_starter(starter):
+    sock, log = starter
+    target = Path(warm_start.__file__)
+    st = target.stat()
+    before = log.read_text().count("as pid")
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    try:
+        proc = _command(sock, "not-a-run-id")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert proc.returncode == 1 and "Invalid flow run id" in err, err
+    seen = _wait_for(log, "ready on", 2)  # started again, with the code as it is now
+    assert "the code changed on disk" in seen and seen.count("as pid") == before
+
+
+def test_without_a_starter_the_command_is_the_engine_itself(tmp_path):
+    proc = _command(str(tmp_path / "none.sock"), "not-a-run-id")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Invalid flow run id" in err, err
+    proc = _command(None, "not-a-run-id")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Invalid flow run id" in err, err
+
+
+def test_a_long_stack_folder_gets_an_owner_only_socket_folder(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "stack"
+    path = Path(warm_start.socket_path(deep))
+    assert len(os.fsencode(path)) < 108 and path.parent.stat().st_mode & 0o077 == 0
+    assert warm_start.socket_path(tmp_path) == str(tmp_path / "flow-run-starter.sock")
