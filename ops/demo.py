@@ -225,7 +225,8 @@ def run_flows(desks, root: Path, batch_dir: Path, annotators: list[str], adjudic
     # one new flow-run process each (the fan-out pays off with several workers: docs/SCALING.md)
     step("ingest-batch", lambda: run_deployment("ingest-batch/default", {
         "batch_dir": str(batch_dir), "data_root": str(root), "annotators": annotators, "fan_out": fan_out}))
-    truth = demo_truth(corpus.load_work(root), seed)
+    data = DataRoot(root)
+    truth = demo_truth(corpus.load_work(data), seed)
     rounds = {}
     for name in round_names():
         step(f"simulated annotators: {name}", lambda n=name: annotate_round(desks, n, truth, seed, annotators))
@@ -246,7 +247,7 @@ def run_flows(desks, root: Path, batch_dir: Path, annotators: list[str], adjudic
             # instead of pretending the gate passed (real rounds are adjudicated or re-annotated).
             from pipeline.quality import gates
 
-            gates.record_override(root, name, DEMO_OVERRIDE_REASON, DEMO_OVERRIDE_BY)
+            gates.record_override(data, name, DEMO_OVERRIDE_REASON, DEMO_OVERRIDE_BY)
             out = {**out, "overridden": True}
         rounds[name] = out
 
