@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from pipeline.cli.app import DataRoot, narrow_table
+from pipeline.cli.app import DataRoot, cli_console, narrow_table
 from pipeline.paths import DataRoot as DataRootMap
 
-console = Console()
+console = cli_console()
 label_studio_app = typer.Typer(help="Run the desks: one Label Studio per person on 127.0.0.1, data under the data root.",
                                no_args_is_help=True)
 annotators_app = typer.Typer(help="People (annotators, adjudicators) and their desks.", no_args_is_help=True)

@@ -146,6 +146,15 @@ def _main(ctx: typer.Context) -> None:
 DataRoot = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data).")
 
 
+def cli_console(stderr: bool = False):
+    """The commands' console: a path or a sentence stays one line at any width (people and grep
+    read it), tables still fit the terminal. Made per command, so it takes the terminal's width
+    as it is then. (rich is imported here, not at start-up.)"""
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=True)
+
+
 def narrow_table(*columns: str, title: str | None = None, **options):
     """A rich table for an 80-column terminal: no side borders, one space between columns, and
     columns that fold a long value onto the next line rather than cut it."""

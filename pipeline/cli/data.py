@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli.app import app
+from pipeline.cli.app import app, cli_console
 from pipeline.paths import DataRoot
 
 
@@ -27,13 +27,12 @@ def import_rescue(
     fix_mojibake: bool = typer.Option(False, help="Repair UTF-8-read-as-Latin-1 text instead of keeping it verbatim."),
 ) -> None:
     """Import the paper's JSONL into the corpus, reporting every problem by sample and row."""
-    from rich.console import Console
 
     from pipeline import corpus, store
     from pipeline.benchmark import paper_format
     from pipeline.validate import violations_table
 
-    console = Console()
+    console = cli_console()
     root = DataRoot.from_env(data_root)
     with console.status(f"reading {file.name}"):
         result = paper_format.load_rescue_jsonl(file, fix_mojibake=fix_mojibake)
@@ -53,12 +52,11 @@ def validate_corpus(
     data_root: Optional[Path] = typer.Option(None, help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
     """Check every corpus sample against V2-V11; exit 1 if anything is wrong."""
-    from rich.console import Console
 
     from pipeline import corpus
     from pipeline.validate import validate_samples
 
-    console = Console()
+    console = cli_console()
     samples = corpus.load_corpus(DataRoot.from_env(data_root))
     violations = validate_samples(samples)
     console.print(f"{len(samples)} samples, {sum(len(s['rows']) for s in samples)} rows: {len(violations)} violations")
@@ -87,13 +85,12 @@ def synth_batch(
     import json
     import time
 
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pipeline.paths import InvalidId
     from pipeline.synthetic import batch
 
-    console = Console()
+    console = cli_console()
     root = DataRoot.from_env(data_root)
     started = time.monotonic()
     try:

@@ -21,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli.app import app, narrow_table
+from pipeline.cli.app import app, cli_console, narrow_table
 from pipeline.config import DataRootError, Settings
 from pipeline.paths import DataRoot, InvalidId, check_sample_id
 
@@ -82,10 +82,9 @@ def ingest(
     """Probe, hash and extract 16 kHz mono WAVs for a batch; update the catalog. An entry whose
     result is up to date (same files, same entry, same code) is skipped (--redo makes it again).
     Limits: RESCUE_FFPROBE_TIMEOUT_S (60) and RESCUE_FFMPEG_TIMEOUT_S (3600) seconds per file."""
-    from rich.console import Console
     from pipeline.media.manifest import ManifestError
 
-    console = Console()
+    console = cli_console()
     _, root = _media_root(data_root)
     if jobs is not None and jobs < 1:
         _refuse(f"--jobs must be at least 1, got {jobs}")
@@ -167,14 +166,13 @@ def transcribe_cmd(
     redo: bool = REDO,
 ) -> None:
     """Transcripts (subtitle import or WhisperX) -> DATA_ROOT/transcripts/<sample_id>.json."""
-    from rich.console import Console
     from rich.progress import track
     from pipeline import lineage
     from pipeline.catalog import Catalog
     from pipeline.media.keys import transcribe_key
     from pipeline.media.transcribe import SubtitleError, transcribe_stage
 
-    console = Console()
+    console = cli_console()
     settings, root = _media_root(data_root)
     ids = _checked_ids(sample_ids or [])  # bad ids end the command before the catalog is read
     catalog = Catalog.read(root)
@@ -215,7 +213,6 @@ def diarize_cmd(
 ) -> None:
     """Who spoke when -> standard RTTM. A sample's speaker count defaults to therapist +
     participants; enrolled voices (`rescue voices`) name their speakers."""
-    from rich.console import Console
     from rich.progress import track
     from pipeline.media.audio import MediaError
     from pipeline.catalog import Catalog, QuarantinedAtIngest
@@ -223,7 +220,7 @@ def diarize_cmd(
     from pipeline.media.diarize import DiarizationError, NoSpeech, diarize_file, diarize_stage, load_pipeline
     from pipeline.media.keys import diarize_key
 
-    console = Console()
+    console = cli_console()
     if min_speakers and max_speakers and min_speakers > max_speakers:
         raise typer.BadParameter(f"--min-speakers {min_speakers} is more than --max-speakers {max_speakers}")
     settings, root = _media_root(data_root)
@@ -290,13 +287,12 @@ def segment_cmd(
 ) -> None:
     """Transcript + RTTM -> draft rows (DATA_ROOT/drafts/<sample_id>.parquet) and the interview's
     voices (DATA_ROOT/draft-voices/<sample_id>.parquet)."""
-    from rich.console import Console
     from pipeline import lineage
     from pipeline.catalog import Catalog, QuarantinedAtIngest
     from pipeline.media.keys import segment_key
     from pipeline.media.turns import SegmenterConfig, segment_stage
 
-    console = Console()
+    console = cli_console()
     hint = _yes_no(speaking_order, "--speaking-order")
     _, root = _media_root(data_root)
     cfg = SegmenterConfig(max_pause_s=max_pause, max_row_s=max_row)
@@ -355,7 +351,6 @@ def status_cmd(
     there; with --stale, whether it is up to date (fresh), was made by other code, models,
     settings or inputs than those of now (stale, and what changed), or is missing."""
     import json
-    from rich.console import Console
     from pipeline.catalog import Catalog
     from pipeline.media.keys import StageState, output_of, stage_states, STAGES
 
@@ -376,7 +371,7 @@ def status_cmd(
     if as_json:
         typer.echo(json.dumps([s.as_dict() for s in states], indent=1))
         return
-    console = Console()
+    console = cli_console()
     if not states:
         console.print(f"no samples in the catalog of {root}", highlight=False)
         return
@@ -418,7 +413,6 @@ def voices_enroll(
 ) -> None:
     """Store NAME's voice print (DATA_ROOT/voices/NAME.json; a name with spaces gets a safe file
     name); replaces an earlier one."""
-    from rich.console import Console
     from pipeline.media.diarize import load_pipeline
     from pipeline.media.voices import VoiceError, enroll
 
@@ -429,19 +423,18 @@ def voices_enroll(
     try:
         voice = enroll(name, files, root, load_pipeline(pipeline_source, device, settings))
     except VoiceError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[red]{exc}[/red]", highlight=False)
+        cli_console(stderr=True).print(f"[red]{exc}[/red]", highlight=False)
         raise typer.Exit(1)
-    Console().print(f"{voice.name}: {voice.seconds:.1f} s of speech from {len(files)} file(s), model {voice.model}",
+    cli_console().print(f"{voice.name}: {voice.seconds:.1f} s of speech from {len(files)} file(s), model {voice.model}",
                     highlight=False)
 
 
 @voices_app.command("list")
 def voices_list(data_root: Optional[Path] = typer.Option(None)) -> None:
     """Enrolled voices: name, seconds of speech, model."""
-    from rich.console import Console
     from pipeline.media.voices import load_voices
 
-    console = Console()
+    console = cli_console()
     enrolled = load_voices(_media_root(data_root)[1])
     for v in enrolled:
         console.print(f"{v.name}\t{v.seconds:.1f} s\t{v.model}\t{len(v.sources)} file(s)", highlight=False)
@@ -468,11 +461,10 @@ def models_prepare_offline(
     test_models: bool = typer.Option(True, help="also build the tiny WhisperX + alignment test models"),
 ) -> None:
     """Assemble the offline pyannote pipeline (+ tiny test models); idempotent."""
-    from rich.console import Console
     from pipeline.media.models import prepare_offline_diarization
     from pipeline.synthetic.test_models import prepare_test_models
 
-    console = Console()
+    console = cli_console()
     target = models_dir or Settings.from_env().models_dir  # no data root needed
     with console.status(f"preparing models in {target}"):
         built = prepare_test_models(target) if test_models else {

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli.app import app
+from pipeline.cli.app import app, cli_console
 
 
 # --- agreement, adjudication, gold: pipeline.quality.{agreement,adjudication,gold}, one stage function each ---
@@ -27,12 +27,11 @@ def agreement_cmd(
     by: Optional[str] = typer.Option(None, "--by", help="Who decides the override."),
 ) -> None:
     """Krippendorff alpha / kappa per field; writes the report (beside the labels) and the gate record."""
-    from rich.console import Console
 
     from pipeline.paths import DataRoot
     from pipeline.quality import agreement, gates
 
-    console = Console(soft_wrap=True)  # a path or a sentence stays one line; tables fit the width
+    console = cli_console()
     root = DataRoot.from_env(data_root)
     try:
         out = agreement.measure_round(root, round_name, labels)
@@ -121,7 +120,6 @@ def adjudicate_push(
                                         "with --samples)."),
 ) -> None:
     """Put every disagreement of a pulled round into the adjudication projects on every adjudicator's desk."""
-    from rich.console import Console
 
     from pipeline.labelstudio.client import LabelStudioError
     from pipeline.labelstudio.desks import DeskError, Desks
@@ -129,7 +127,7 @@ def adjudicate_push(
     from pipeline.paths import DataRoot
     from pipeline.quality import adjudication
 
-    console = Console()
+    console = cli_console()
     settings = Settings.from_env(data_root)
     root = DataRoot(settings.data_root)
     try:
@@ -149,7 +147,6 @@ def adjudicate_pull(
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
     """Fetch the adjudicators' answers and store them (<data root>/annotation/adjudications/ROUND.parquet)."""
-    from rich.console import Console
 
     from pipeline.labelstudio.client import LabelStudioError
     from pipeline.labelstudio.desks import DeskError, Desks
@@ -157,7 +154,7 @@ def adjudicate_pull(
     from pipeline.paths import DataRoot
     from pipeline.quality import adjudication
 
-    console = Console()
+    console = cli_console()
     settings = Settings.from_env(data_root)
     root = DataRoot(settings.data_root)
     try:
@@ -179,12 +176,11 @@ def gold_build(
                                           "no adjudication (first annotator's value; marked in the provenance)."),
 ) -> None:
     """Gold rows (majority / median / adjudicator, with provenance), validated and merged into the corpus."""
-    from rich.console import Console
 
     from pipeline.paths import DataRoot
     from pipeline.quality import gold
 
-    console = Console()
+    console = cli_console()
     try:
         out = gold.build_and_store(DataRoot.from_env(data_root), round_names=rounds or None,
                                    strict=not allow_unresolved)

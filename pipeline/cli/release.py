@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli.app import app, narrow_table
+from pipeline.cli.app import app, cli_console, narrow_table
 from pipeline.cli.data import _print_violations
 from pipeline.paths import DataRoot
 
@@ -42,7 +42,6 @@ def release_build(
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
     """Build releases/<version>/ from the corpus (default), a rows directory, a RESCUE JSONL file or the synthetic corpus."""
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pipeline import store
@@ -50,7 +49,7 @@ def release_build(
     from pipeline.config import Settings
     from pipeline.synthetic.corpus import load_synthetic
 
-    console = Console()
+    console = cli_console()
     if sum([input_file is not None, rows_dir is not None, synthetic]) > 1:
         console.print("[red]give at most one of --input FILE.jsonl, --rows-dir DIR, --synthetic[/red]")
         raise typer.Exit(2)
@@ -146,11 +145,10 @@ def release_diff(
     and the first N by sample and row (each changed field with its old and new value)."""
     import json
 
-    from rich.console import Console
 
     from pipeline.benchmark import release
 
-    console = Console()
+    console = cli_console()
     try:
         report = release.diff_releases(DataRoot.from_env(data_root), a, b, examples=examples)
     except release.ReleaseError as exc:
@@ -204,12 +202,11 @@ def release_explain(
     each round (opaque ids) and what an adjudicator settled, and the code the release was built from."""
     import json
 
-    from rich.console import Console
 
     from pipeline.benchmark import release
     from pipeline.benchmark.release_lineage import ExplainError, explain
 
-    console = Console()
+    console = cli_console()
     try:
         path = release.open_release(DataRoot.from_env(data_root), version)
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
@@ -228,12 +225,11 @@ def release_export_paper(
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Data root (default $RESCUE_DATA_ROOT or ./data)."),
 ) -> None:
     """Write a release's data in the paper's shapes (benchmark.jsonl, er.jsonl, vp.jsonl, data/<sample>.json)."""
-    from rich.console import Console
 
     from pipeline import store
     from pipeline.benchmark import paper_export, release
 
-    console = Console()
+    console = cli_console()
     try:
         path = release.open_release(DataRoot.from_env(data_root), version)
         files = paper_export.export_paper(path, out_dir)
@@ -253,11 +249,10 @@ def release_publish(
     """Share a release: make releases/<version>/ readable by everyone on this host (files 0644,
     folders 0755). Everything else under the data root stays owner-only; a release is private
     until this step."""
-    from rich.console import Console
 
     from pipeline.benchmark import release
 
-    console = Console()
+    console = cli_console()
     try:
         done = release.publish(DataRoot.from_env(data_root), version)
     except release.ReleaseError as exc:
