@@ -39,7 +39,7 @@ import typer
 
 from ops.prefect_setup import api_url, auth_file
 from ops.processes import StackPaths, read_pid
-from ops.stack import STARTER, _prefect_port_option, _use_prefect_port, open_to_anyone, status as stack_status, worker_names
+from ops.stack import STARTER, WARM_START_ENV, _prefect_port_option, _use_prefect_port, open_to_anyone, status as stack_status, worker_names
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 
@@ -272,8 +272,8 @@ def prefect(root: DataRoot) -> list[Check]:
                    Check("prefect", name, BROKEN, "not running", f"start it: {UP}"))
     pid = read_pid(paths, STARTER)
     out.append(Check("prefect", STARTER, OK, f"running (pid {pid}): flow runs are forked from its imports") if pid
-               else Check("prefect", STARTER, OFF, "not running: each flow run imports Prefect and the models itself "
-                          "(a few seconds more per run)", f"start it: {UP}"))
+               else Check("prefect", STARTER, OFF, "off: each flow run imports Prefect and the models itself "
+                          f"({WARM_START_ENV}=1 before {UP} forks them from one process instead)"))
     return out
 
 

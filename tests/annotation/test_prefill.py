@@ -119,9 +119,9 @@ def test_every_round_pushed_as_documented_prefills_only_what_was_proposed(ls_des
     cli_people, flow_people = new_annotators(2), new_annotators(2)
     # the test arrangement: every desk is the session's one server; Prefect's push limit needs
     # a Prefect server, and RESCUE_PUSH_LIMIT= (empty) is its documented off switch
-    monkeypatch.setattr("pipeline.cli.annotate._desks", lambda settings: ls_desks)
+    monkeypatch.setattr("pipeline.cli.annotate._desks", lambda settings, root=None: ls_desks)
     monkeypatch.setattr("pipeline.labelstudio.desks.Desks", lambda *a, **k: ls_desks)
-    monkeypatch.setattr(annotation_round, "_desks", lambda data_root: ls_desks)
+    monkeypatch.setattr(annotation_round, "_desks", lambda root: ls_desks)
     monkeypatch.setattr(flows, "PUSH_LIMIT", "")
     runner = CliRunner(env={"COLUMNS": "200"})
     who = [x for a in cli_people for x in ("-a", a)]
@@ -135,7 +135,7 @@ def test_every_round_pushed_as_documented_prefills_only_what_was_proposed(ls_des
     out = cli("annotate", "push", "transcript")
     assert "1 segmented interviews admitted" in out
     assert "pre-filled: dialogue_cleaned, primary_speaker, target" in out
-    ingest_batch.push_drafts.fn([types.SimpleNamespace(sample_id=sid)], str(root), flow_people)
+    ingest_batch.push_drafts.fn([types.SimpleNamespace(sample_id=sid)], DataRoot(root), flow_people)
     for person in (*cli_people, *flow_people):
         pid = ls_client.find_project(push.project_key("transcript", "couple", person)).id
         assert _check_round(ls_client, pid, "transcript", drafts) == len(drafts)
@@ -163,7 +163,7 @@ def test_every_round_pushed_as_documented_prefills_only_what_was_proposed(ls_des
     for name in round_names()[1:]:
         out = cli("annotate", "push", name)
         assert ("pre-filled: internal_emotion" if name == "emotion" else "nothing pre-filled") in out, out
-        annotation_round.push_next.fn(name, str(root), flow_people)
+        annotation_round.push_next.fn(name, DataRoot(root), flow_people)
         units = len(clients) if load_round(name).applies_to == "client" else len(therapist)
         for person in (*cli_people, *flow_people):
             pid = ls_client.find_project(push.project_key(name, "couple", person)).id
@@ -208,7 +208,7 @@ def test_prelabel_model_prefills_the_models_answers_its_explicit_none_too(ls_des
     _StandInModel.rows = therapist
     server = ThreadingHTTPServer(("127.0.0.1", 0), _StandInModel)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr("pipeline.cli.annotate._desks", lambda settings: ls_desks)
+    monkeypatch.setattr("pipeline.cli.annotate._desks", lambda settings, root=None: ls_desks)
     [person, other] = new_annotators(2)
     try:
         res = CliRunner().invoke(app, ["annotate", "push", "relation", "--data-root", str(root), "-a", person, "-k", "1",

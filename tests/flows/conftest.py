@@ -96,6 +96,7 @@ def stack(tmp_path_factory) -> Stack:
         "RESCUE_DATA_ROOT": str(root),
         "RESCUE_PREFECT_PORT": str(free_port()),
         "RESCUE_DESK_BASE_PORT": str(free_port()),
+        "RESCUE_WARM_START": "1",  # every flow test's runs forked from the starter (ops.warm_start)
     }
     try:
         with mock.patch.dict(os.environ, env):
