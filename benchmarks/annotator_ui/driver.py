@@ -16,6 +16,7 @@ from pipeline.annotation import ls_config, naming, voice_naming
 from pipeline.annotation.rounds import load_round, round_names
 
 from .browser import form_ready
+from .oracle import stored_same
 
 # what has the focus: its form, its field (a list, a text, a number) and Label Studio's control name
 _FOCUS = """() => {
@@ -112,14 +113,10 @@ def _alias(option: str) -> str:
 
 
 def _same(have, want) -> bool:
+    """A form's value equals the wanted one: a list's options read as their stored names."""
     if isinstance(want, list):
         return sorted(_alias(h) for h in have or []) == sorted(want)
-    if isinstance(want, (int, float)) and not isinstance(want, bool):
-        try:
-            return float(have) == float(want)
-        except (TypeError, ValueError):
-            return False
-    return (have or "") == (want or "")
+    return stored_same(have, want)
 
 
 def _choose(k: KeyCounter, focus: dict, want: list) -> None:

@@ -86,7 +86,7 @@ def answers(rnd, sample: dict) -> dict[int, dict]:
 
 
 
-def _stored_same(have, want) -> bool:
+def stored_same(have, want) -> bool:
     """A stored value (Label Studio's result value) equals the oracle's."""
     if isinstance(want, list) or isinstance(have, list):
         return sorted(map(str, have or [])) == sorted(map(str, want or []))
@@ -141,7 +141,7 @@ def wrong_answers(rnd, exported: list[dict], truth: dict[int, dict],
             have, want = named_as(stored.get(name)), meant.get(name)
             if want is None and have in (None, "", []):
                 continue
-            if not _stored_same(have, want):
+            if not stored_same(have, want):
                 wrong += 1
                 if len(examples) < 5:
                     examples.append(f"task {task['id']} {name}: {have!r} != {want!r}")
