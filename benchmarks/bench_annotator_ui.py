@@ -4,7 +4,7 @@ Works as annotators do, through the desks (``pipeline.labelstudio.desks``): unde
 data root it makes one real desk (a Label Studio of its own, from the template database, on
 127.0.0.1) per simulated annotator with ``Desks.add`` (the person's login set by the desk's own
 signup form, as ``rescue annotators add`` does), and puts the desk's front
-(``desk_front.FrontServer``: what annotators are given, ``rescue annotate front``) in front of
+(``pipeline.labelstudio.front.FrontServer``: what annotators are given, ``rescue annotate front``) in front of
 that annotator's desk, in a process of its own. It pushes a generated family interview of 111
 and of 250 rows for every round to the annotator's desk (with a noise WAV as long as the
 interview as its audio, placed in the desk's file root by the push; transcript with the

@@ -28,7 +28,7 @@ def annotate_front(
     """Serve the comfort front of ONE person's desk (cached build, service worker, keys script).
     It is no security boundary and holds no secret: the desk is the person's own Label Studio;
     give them the front's address instead of the desk's (docs/OPERATIONS.md)."""
-    import desk_front
+    from pipeline.labelstudio import front
     from pipeline.labelstudio.desks import DeskError, Desks
     from pipeline.paths import DataRoot
 
@@ -41,7 +41,7 @@ def annotate_front(
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"front of {annotator}'s desk on http://{host}:{port} -> {upstream}")
-    desk_front.serve(upstream, host=host, port=port)
+    front.serve(upstream, host=host, port=port)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,7 @@ do; ``--json`` gives the same as one object. The exit code is 1 when something i
   settings (:func:`pipeline.labelstudio.server.desk_settings_choice`; the running desks' own
   settings are read from their process environment), the pull reading a desk's own database
   (:func:`pipeline.labelstudio.desk_db.off`, :meth:`~pipeline.labelstudio.desks.Desks.reached_here`),
-  the front's bundle patches (:meth:`desk_front.app.Front.check` against a running desk: its
+  the front's bundle patches (:meth:`pipeline.labelstudio.front.app.Front.check` against a running desk: its
   version, then each patched file's sha256), slim columns and the service worker (their
   ``RESCUE_NO_*`` switches), the keys script (its hook check runs in the browser only) and the
   migration from a shared Label Studio (:func:`pipeline.labelstudio.migrate.nothing_to_migrate`).
@@ -118,14 +118,14 @@ def _desk_database(desks, venv: Path) -> Check:
 
 
 def _bundle_patches(upstream: str | None, fronts: list[int]) -> Check:
-    """The front's own start check (:meth:`desk_front.app.Front.check`) against a running desk."""
-    from desk_front.patches import NO_PATCHES_ENV
+    """The front's own start check (:meth:`pipeline.labelstudio.front.app.Front.check`) against a running desk."""
+    from pipeline.labelstudio.front.patches import NO_PATCHES_ENV
 
     return _running_fronts_differ(_patches_checked(upstream), NO_PATCHES_ENV, fronts)
 
 
 def _patches_checked(upstream: str | None) -> Check:
-    from desk_front.app import Front
+    from pipeline.labelstudio.front.app import Front
 
     if upstream is None:
         return Check("accelerations", "bundle patches", OFF, "off: no desk answers to check them against")
@@ -137,7 +137,7 @@ def _patches_checked(upstream: str | None) -> Check:
         finally:
             await front.client.aclose()
 
-    quiet = logging.getLogger("desk_front")
+    quiet = logging.getLogger("rescue.front")
     was, quiet.disabled = quiet.disabled, True  # the front's own log lines: said here instead
     try:
         report = asyncio.run(check())
@@ -153,7 +153,7 @@ def _patches_checked(upstream: str | None) -> Check:
 
 def _running_fronts_differ(check: Check, var: str, fronts: list[int]) -> Check:
     """``check`` with what to do where running fronts were started with ``var`` otherwise."""
-    from desk_front.comfort import switched_off
+    from pipeline.labelstudio.front.comfort import switched_off
 
     envs = [e for e in map(_process_env, fronts) if e is not None]
     differ = sum(switched_off(var, e) != switched_off(var) for e in envs)
@@ -164,7 +164,7 @@ def _running_fronts_differ(check: Check, var: str, fronts: list[int]) -> Check:
 
 
 def _front_switches(fronts: list[int]) -> list[Check]:
-    from desk_front.comfort import KEYS_FILE, NO_SLIM_COLUMNS_ENV, NO_SW_ENV, switched_off
+    from pipeline.labelstudio.front.comfort import KEYS_FILE, NO_SLIM_COLUMNS_ENV, NO_SW_ENV, switched_off
 
     out = []
     for name, var, on in (("slim columns", NO_SLIM_COLUMNS_ENV, "the task list shows the heading only"),
@@ -177,7 +177,7 @@ def _front_switches(fronts: list[int]) -> list[Check]:
                          "a banner)"))
     else:
         out.append(Check("accelerations", "keys script", BROKEN, f"{KEYS_FILE} is missing",
-                         "restore desk_front/static/keys.js from the repository"))
+                         "restore pipeline/labelstudio/front/static/keys.js from the repository"))
     return out
 
 

@@ -1,7 +1,7 @@
 """Remote access to the desks: the two ways docs/OPERATIONS.md ("Remote annotators") describes.
 
 Every person's desk (their own Label Studio server) listens on 127.0.0.1 on its own port, and
-so does its front (``desk_front``: the comfort layer a person opens; it holds no security role,
+so does its front (``pipeline.labelstudio.front``: the comfort layer a person opens; it holds no security role,
 the desk authenticates). A person far away reaches exactly their front's port, and nothing else
 on the host, through either
 

@@ -141,7 +141,7 @@ def _code_files() -> dict[str, int]:
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    tops = tuple(str(repo / d) + os.sep for d in ("flows", "pipeline", "ops", "desk_front"))
+    tops = tuple(str(repo / d) + os.sep for d in ("flows", "pipeline", "ops"))
     out = {}
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)

@@ -12,7 +12,7 @@ import grimp
 
 from pipeline.config import REPO_ROOT
 
-PACKAGES = ("pipeline", "flows", "ops", "desk_front")
+PACKAGES = ("pipeline", "flows", "ops")
 
 
 def test_import_contracts_hold():

@@ -8,7 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
-from desk_front.app import SW_REGISTER_PATH
+from pipeline.labelstudio.front.app import SW_REGISTER_PATH
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -1,6 +1,6 @@
 """The keyboard driver: an annotator played through the desk's front by keys alone. It reads
 what has the focus and what each form holds (Label Studio's controls, through the page), and
-presses the keys the front's keys script offers (``desk_front``'s keys: number keys and the keys
+presses the keys the front's keys script offers (``pipeline.labelstudio.front``'s keys: number keys and the keys
 each choice shows, ``a`` to accept a proposal, Enter to the next form, Ctrl+Enter to submit),
 counting them (``KeyCounter``). ``keyboard_form`` fills one form, ``keyboard_window`` one window
 from the project list, ``whole_round`` every window of a round in one tab (watched by

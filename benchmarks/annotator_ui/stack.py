@@ -1,5 +1,5 @@
 """The bench's stack: the desks under a throw-away data root (``pipeline.labelstudio.desks``),
-the interview pushed to them, the desk's front (``desk_front.FrontServer``) in a process of its
+the interview pushed to them, the desk's front (``pipeline.labelstudio.front.FrontServer``) in a process of its
 own, the media, and the desks' figures (the ``DESKS`` lines)."""
 from __future__ import annotations
 
@@ -42,14 +42,14 @@ def make_media(sample: dict, folder: Path) -> str:
 
 
 class FrontProcess:
-    """The desk's front (``desk_front.FrontServer``) in front of one desk, in its own process as
+    """The desk's front (``pipeline.labelstudio.front.FrontServer``) in front of one desk, in its own process as
     ``rescue annotate front`` runs it (in this process it would share the interpreter with
     Playwright's client and slow both). The ``RESCUE_NO_*`` switches of the environment reach it."""
 
     def __init__(self, upstream: str, port: int | None = None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        code = ("import json, sys, threading; from desk_front import FrontServer; "
+        code = ("import json, sys, threading; from pipeline.labelstudio.front import FrontServer; "
                 f"f = FrontServer({upstream!r}, port={self.port}).start(); r = f.report; "
                 "print(json.dumps({'release': r.release, 'version_ok': r.version_ok, 'applied': r.applied(), "
                 "'not_applied': [o.group + ': ' + o.reason for o in r.outcomes if not o.applied]}), flush=True); "

@@ -18,7 +18,7 @@ def _controls(label_config: str) -> dict[str, ET.Element]:
 
 def _first_list(label_config: str) -> str | None:
     """The template name of a form's first choice list: the one the front's number keys act on
-    when no list has the focus (``desk_front.comfort.KEYS_JS``)."""
+    when no list has the focus (``pipeline.labelstudio.front.comfort.KEYS_JS``)."""
     repeater = ET.fromstring(label_config).find(".//Repeater")
     first = next((el for el in repeater.iter("Choices")), None) if repeater is not None else None
     return first.get("name") if first is not None else None
@@ -31,7 +31,7 @@ def work_per_turn(rnd, label_config: str, data: dict, prediction: list[dict], tr
     they are shown) and the pre-filled results; a control already holding the answer costs
     nothing, unless it holds a proposal (``ls_config.mark_prefilled``), which is accepted: the
     key ``a`` (a form whose work starts so costs one Enter to come to it), or a click on its
-    "accept" box without the front's keys. With ``keys`` (the desk front's keys, ``desk_front.comfort.KEYS_JS``): a choice of a form's
+    "accept" box without the front's keys. With ``keys`` (the desk front's keys, ``pipeline.labelstudio.front.comfort.KEYS_JS``): a choice of a form's
     first list costs its number key (no click), and a form where that is used, or where nothing
     needs changing, costs one Enter to come to it."""
     controls = _controls(label_config)

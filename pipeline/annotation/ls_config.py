@@ -42,7 +42,7 @@ GUIDANCE_KIND = {  # taxonomy list -> the guidance section shown as hints
     "taxonomy:relation_patterns": "relation_patterns",
     "taxonomy:support_strategies": "support_strategies",
 }
-# The annotators' keys (added to the page by the desk's front, desk_front/static/keys.js).
+# The annotators' keys (added to the page by the desk's front, pipeline/labelstudio/front/static/keys.js).
 KEYS_HELP = ("Keys (through the desk's front): Tab goes from list to list, one stop each; the arrow keys move "
              "in a list (in a one-answer list they also choose), Space ticks; in the list in focus each choice "
              "shows its key: 1-9, 0 the 1st-10th choice, - the last (none), and in a list of rows the row "

@@ -1,13 +1,13 @@
-"""The desks' fronts as processes: one ``python -m desk_front`` per desk, on its own port.
+"""The desks' fronts as processes: one ``python -m pipeline.labelstudio.front`` per desk, on its own port.
 
-A front is the comfort layer in front of one person's desk (``desk_front/``: cached build,
+A front is the comfort layer in front of one person's desk (``pipeline/labelstudio/front/``: cached build,
 keys, slim page). It holds no security role: it knows no user and no token, and every request
 reaches the desk as it came, so the desk alone authenticates. ``rescue stack up`` and ``rescue
 label-studio up`` start a front per desk (:meth:`pipeline.labelstudio.desks.Desks.fronts_up`) so
 that the address a person is given is the front's; a front that cannot start is said in one
 line and that person's address falls back to the desk.
 
-The library never imports ``desk_front`` (the layers in pyproject.toml): it starts it as a
+The library never imports ``pipeline.labelstudio.front`` (the layers in pyproject.toml): it starts it as a
 process by module name, in its own session, with its pid file (pid and start time, so that a
 pid the system reused is never signalled) and an owner-only log in ``run_dir``.
 """
@@ -71,7 +71,7 @@ class FrontProcess:
                 return self.url
             self.stop()  # the desk moved (another RESCUE_DESK_URL): serve the new one
         make_private_dir(self.run_dir)
-        proc = processes.spawn([sys.executable, "-m", "desk_front", self.upstream, "--host", self.host,
+        proc = processes.spawn([sys.executable, "-m", "pipeline.labelstudio.front", self.upstream, "--host", self.host,
                                 "--port", str(self.port)], log_file=self.log_file, cwd=REPO_ROOT, env=None)
         processes.record(self.pid_file, proc.pid, upstream=self.upstream)
         deadline = time.monotonic() + timeout

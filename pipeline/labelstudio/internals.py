@@ -56,7 +56,7 @@ INTERNALS: tuple[Internal, ...] = (
         switch="RESCUE_PULL_VIA_API"),
     Internal(
         name="The front's bundle patches",
-        files=("desk_front/patches.py",),
+        files=("pipeline/labelstudio/front/patches.py",),
         relies_on="exact texts in its minified editor build",
         written_for=None,  # tied to the build file's sha256 instead (PatchGroup.sha256)
         guard="a group applies only on the pinned /api/version, the file's sha256 and each old text found "
@@ -65,7 +65,7 @@ INTERNALS: tuple[Internal, ...] = (
         switch="RESCUE_NO_BUNDLE_PATCHES"),
     Internal(
         name="The keys script's hooks",
-        files=("desk_front/static/keys.js",),
+        files=("pipeline/labelstudio/front/static/keys.js",),
         relies_on="parts of its task page (the task object, choice lists, React's model, the Submit button)",
         written_for=None,  # checked in the browser, hook by hook (HOOKS)
         guard="if any hook is missing the page shows a banner and the keys do nothing at all",

@@ -1,5 +1,5 @@
 """An annotator logs in with a real browser (headless Debian Chromium driven by Playwright)
-through the front of their own desk (``desk_front.FrontServer`` in front of a real desk, as
+through the front of their own desk (``pipeline.labelstudio.front.FrontServer`` in front of a real desk, as
 annotators work), fills in a task of every round, submits, and the saved annotation is read back
 through the API and validated. Screenshots of each round go to test-output/screenshots/."""
 from __future__ import annotations
@@ -15,8 +15,8 @@ from ls_samples import make_sample
 from playwright.sync_api import Error as PlaywrightError
 from typer.testing import CliRunner
 
-from desk_front import FrontServer
-from desk_front.comfort import KEYS_PATH
+from pipeline.labelstudio.front import FrontServer
+from pipeline.labelstudio.front.comfort import KEYS_PATH
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round, round_names
 from pipeline.cli import app
@@ -106,7 +106,7 @@ _CHECKED = ("u => [...document.querySelectorAll(`#${u} .lsf-choices`)].filter(g 
 
 
 def _fill_by_keyboard(page, rnd, data, values) -> int:
-    """Fill every unit with the keyboard alone, through the front's keys (desk_front/static/keys.js): Enter
+    """Fill every unit with the keyboard alone, through the front's keys (pipeline/labelstudio/front/static/keys.js): Enter
     comes to the first form; in each form the first list's choice is its number key (with the
     focus elsewhere in that form, the key first moves it to that list and changes nothing; it must
     land there, not on form 0 as Label Studio's own automatic hotkeys do); the other lists: Tab to the list, arrows to the choice, Space; text is typed

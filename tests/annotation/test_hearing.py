@@ -13,7 +13,7 @@ from ls_samples import make_sample
 # the dialogue's own audio (Label Studio's Paragraphs), not a form's player
 _LINE_AUDIO = "[...document.querySelectorAll('audio')].find(a => !a.closest('[id^=unit_], [id^=voice_]'))"
 
-from desk_front import FrontServer
+from pipeline.labelstudio.front import FrontServer
 from pipeline.annotation import push
 from tests.helpers import SCREENSHOTS, browser_login, play_until_stopped, tone_wav
 

@@ -1,4 +1,4 @@
-"""Keyboard-first through the desk's front (desk_front/static/keys.js), in headless Chromium on
+"""Keyboard-first through the desk's front (pipeline/labelstudio/front/static/keys.js), in headless Chromium on
 the session's Label Studio: a whole window of a round by keyboard alone, from the project list into
 the label stream (the benchmark's own driver, benchmarks/bench_annotator_ui.py --keyboard); a
 refused submit says why next to the field; Ctrl+Enter submits from a focused checkbox (Label
@@ -15,7 +15,7 @@ from test_voice_naming import neutral
 
 from benchmarks.annotator_ui import driver
 from benchmarks.annotator_ui.browser import form_ready
-from desk_front import FrontServer
+from pipeline.labelstudio.front import FrontServer
 from pipeline import schemas
 from pipeline.annotation import push
 from pipeline.annotation.rounds import load_round

@@ -1,4 +1,4 @@
-"""A sequence of windows by keyboard in ONE tab, through the desk's front (desk_front/static/keys.js)
+"""A sequence of windows by keyboard in ONE tab, through the desk's front (pipeline/labelstudio/front/static/keys.js)
 on the session's real Label Studio, in headless Chromium: three windows of the relation round in
 Label Studio's label stream (which shows the next window without reloading the page, with the same
 form ids), then a window of the strategy round in the same tab.
@@ -28,7 +28,7 @@ from ls_samples import make_sample
 from test_keyboard import _ticked_when_still
 
 from benchmarks.annotator_ui import driver
-from desk_front import FrontServer
+from pipeline.labelstudio.front import FrontServer
 from pipeline.annotation import ls_config, naming, pull, push
 from pipeline.annotation.rounds import load_round
 from tests.helpers import SCREENSHOTS, browser_login, tone_wav

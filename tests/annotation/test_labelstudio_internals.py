@@ -18,7 +18,7 @@ from pipeline.labelstudio.server import LS_VERSION
 MARKERS = re.compile(r"\b(task_completion|tasks_annotationdraft|htx_user|task_comment_authors|"
                      r"prediction_meta|label_studio\.sqlite3|DJANGO_SETTINGS_MODULE|django\.setup|"
                      r"from (django|rest_framework|users|tasks|projects)\b[.\w]* import|react-app/\d+\.js)")
-SOURCES = ("pipeline", "ops", "flows", "desk_front", "benchmarks")
+SOURCES = ("pipeline", "ops", "flows", "benchmarks")
 INSTALLER = "scripts/setup.d/30-label-studio.sh"  # installs the pin and makes the template database
 
 
@@ -44,9 +44,9 @@ def test_every_source_that_touches_an_internal_is_in_the_table():
     assert not unlisted, f"these rely on Label Studio's internals but are not in pipeline/labelstudio/internals.py: {unlisted}"
 
 
-def test_no_internal_lives_outside_the_package_but_the_front_files_and_the_installer():
+def test_no_internal_lives_outside_the_package_but_the_installer():
     outside = sorted(f for f in _listed() if not f.startswith("pipeline/labelstudio/"))
-    assert set(outside) <= {"desk_front/patches.py", "desk_front/static/keys.js", INSTALLER}, outside
+    assert set(outside) <= {INSTALLER}, outside
 
 
 def test_each_version_guard_accepts_the_pinned_release():

@@ -16,7 +16,7 @@ import pytest
 from ls_samples import make_sample
 from test_voice_naming import neutral
 
-from desk_front import FrontServer
+from pipeline.labelstudio.front import FrontServer
 from pipeline import schemas, taxonomy
 from pipeline.annotation import push
 from pipeline.paths import DataRoot

@@ -288,7 +288,7 @@ def _pending_is(page, want: list[list[str]]) -> None:
 @pytest.mark.slow
 def test_a_proposal_is_accepted_field_by_field_and_refused_until_then(ls_server, ls_client, ls_desks,
                                                                      new_annotators, tmp_path, chromium):
-    from desk_front import FrontServer
+    from pipeline.labelstudio.front import FrontServer
 
     [email] = new_annotators(1)
     password = secrets.token_urlsafe(12)

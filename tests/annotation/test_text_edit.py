@@ -41,7 +41,7 @@ def _edit_first_text(page, form: int) -> str:
 @pytest.mark.slow
 def test_typing_in_a_prefilled_text_keeps_it_open_and_accepts_that_text_only_when_left(
         ls_server, ls_client, ls_desks, new_annotators, tmp_path, chromium):
-    from desk_front import FrontServer
+    from pipeline.labelstudio.front import FrontServer
 
     [email] = new_annotators(1)
     password = secrets.token_urlsafe(12)

@@ -425,7 +425,7 @@ def test_a_pre_filled_voice_name_is_a_proposal_accepted_by_a_or_by_picking_that_
     round and the therapist by role; each name looks proposed, the submit is refused naming the
     first voice, picking a person for a voice accepts that voice only, Enter accepts nothing, a
     accepts the voice in focus, and the pull applies the names picked."""
-    from desk_front import FrontServer
+    from pipeline.labelstudio.front import FrontServer
 
     email, password = f"voices-p-{secrets.token_hex(3)}@rescue.test", secrets.token_urlsafe(12)
     ls_desks.add(email)

@@ -8,8 +8,8 @@ import os
 
 import httpx
 
-from desk_front import FrontServer
-from desk_front.app import AssetCache
+from pipeline.labelstudio.front import FrontServer
+from pipeline.labelstudio.front.app import AssetCache
 
 
 def _cache(front: FrontServer) -> AssetCache:

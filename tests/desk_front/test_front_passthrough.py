@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 
-import desk_front
-from desk_front import FrontServer, make_app
-from desk_front.comfort import KEYS_FILES, KEYS_PATH, KEYS_PATHS, slim_columns
+import pipeline.labelstudio.front
+from pipeline.labelstudio.front import FrontServer, make_app
+from pipeline.labelstudio.front.comfort import KEYS_FILES, KEYS_PATH, KEYS_PATHS, slim_columns
 
-FRONT_SOURCES = sorted(p for p in Path(desk_front.__file__).parent.rglob("*") if p.suffix in (".py", ".js"))
+FRONT_SOURCES = sorted(p for p in Path(pipeline.labelstudio.front.__file__).parent.rglob("*") if p.suffix in (".py", ".js"))
 
 
 def test_requests_reach_the_one_desk_unchanged(fake_upstream):

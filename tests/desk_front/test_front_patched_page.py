@@ -1,4 +1,4 @@
-"""A task page through the front with the editor patched (``desk_front.patches``) behaves as the
+"""A task page through the front with the editor patched (``pipeline.labelstudio.front.patches``) behaves as the
 page as built, in headless Debian Chromium: a page of a round with dynamic choice lists (whose
 hotkey re-binding a patch coalesces) binds exactly the keys it binds unpatched and shows the
 same pre-filled annotation; a submit in the label stream builds only the next task's editor and
@@ -10,7 +10,7 @@ import re
 import pytest
 from front_pages import emotion_project
 
-from desk_front import FrontServer
+from pipeline.labelstudio.front import FrontServer
 from tests.helpers import EDITOR_STORE, browser_login, open_task
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The front's bundle patches (``desk_front.patches``) apply only to the build they were written
+"""The front's bundle patches (``pipeline.labelstudio.front.patches``) apply only to the build they were written
 for, all or none per group, and the start says which: with Label Studio 1.23.2's real build every
 group is applied (the served file is the desk's with exactly the group's replacements); a file
 whose sha256 differs, or a group one of whose texts is missing, is served exactly as built with
@@ -12,8 +12,8 @@ import logging
 import httpx
 from front_helpers import build_dir
 
-from desk_front import FrontServer
-from desk_front.patches import BUNDLE_PATCHES, PatchGroup, Patcher, apply_group
+from pipeline.labelstudio.front import FrontServer
+from pipeline.labelstudio.front.patches import BUNDLE_PATCHES, PatchGroup, Patcher, apply_group
 from pipeline.labelstudio.server import LS_VERSION
 
 WARN = logging.WARNING
@@ -33,7 +33,7 @@ def _patched(body: bytes, group: PatchGroup) -> bytes:
 
 
 def _front_lines(caplog) -> list[tuple[int, str]]:
-    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "desk_front"]
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "rescue.front"]
 
 
 def test_groups_are_tied_to_the_installed_build():
@@ -67,7 +67,7 @@ def test_apply_group_is_all_or_nothing():
 
 
 def test_one_warning_per_file_served_as_built(caplog):
-    caplog.set_level(logging.INFO, logger="desk_front")
+    caplog.set_level(logging.INFO, logger="rescue.front")
     group = PatchGroup("g", "/react-app/x.js", "0" * 64, ((b"a", b"b"),))
     patcher = Patcher((group,))
     for _ in range(3):
@@ -80,7 +80,7 @@ def test_the_real_build_is_patched_and_the_start_says_so(ls_server, caplog, monk
     file served is the desk's with exactly the group's replacements; with
     RESCUE_NO_BUNDLE_PATCHES=1 the file is served as built."""
     assert ls_server.version() == LS_VERSION
-    caplog.set_level(logging.INFO, logger="desk_front")
+    caplog.set_level(logging.INFO, logger="rescue.front")
     front = FrontServer(ls_server.url).start()
     try:
         assert front.report.version_ok and front.report.release == LS_VERSION
@@ -107,7 +107,7 @@ def test_the_real_build_is_patched_and_the_start_says_so(ls_server, caplog, monk
 
 
 def test_another_build_is_served_as_built_with_one_warning(fake_upstream, caplog):
-    caplog.set_level(logging.INFO, logger="desk_front")
+    caplog.set_level(logging.INFO, logger="rescue.front")
     files = {g.path: _real(g) + b"\n// another build\n" for g in BUNDLE_PATCHES}  # the texts are all still there
     front = FrontServer(fake_upstream(files)).start()
     try:
@@ -124,7 +124,7 @@ def test_another_build_is_served_as_built_with_one_warning(fake_upstream, caplog
 
 
 def test_a_group_with_a_missing_text_is_not_applied_at_all(fake_upstream, caplog):
-    caplog.set_level(logging.INFO, logger="desk_front")
+    caplog.set_level(logging.INFO, logger="rescue.front")
     real = BUNDLE_PATCHES[0]
     body = _real(real)
     broken = PatchGroup(real.name, real.path, real.sha256, (*real.replacements, (b"no such text /*x*/", b"")))
@@ -140,7 +140,7 @@ def test_a_group_with_a_missing_text_is_not_applied_at_all(fake_upstream, caplog
 
 
 def test_another_release_gets_a_warning_and_no_patches(fake_upstream, caplog):
-    caplog.set_level(logging.INFO, logger="desk_front")
+    caplog.set_level(logging.INFO, logger="rescue.front")
     files = {g.path: _real(g) for g in BUNDLE_PATCHES}  # even the exact build: the release decides first
     front = FrontServer(fake_upstream(files, release="1.22.0")).start()
     try:

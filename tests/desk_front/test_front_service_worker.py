@@ -11,8 +11,8 @@ import httpx
 import pytest
 from front_pages import emotion_project
 
-from desk_front import FrontServer
-from desk_front.app import SW_PATH, SW_REGISTER_PATH
+from pipeline.labelstudio.front import FrontServer
+from pipeline.labelstudio.front.app import SW_PATH, SW_REGISTER_PATH
 
 # the page's registration once no worker version is installing or waiting, and the build cache's keys
 _SETTLED_CACHE = """async () => {

@@ -1,4 +1,4 @@
-"""The keys scripts themselves (desk_front/static/keys*.js, as the front serves them) in headless Chromium,
+"""The keys scripts themselves (pipeline/labelstudio/front/static/keys*.js, as the front serves them) in headless Chromium,
 on a small page with the parts of Label Studio's task page it relies on: its hooks, checked at
 load (one missing: a banner and nothing else); key state that belongs to the window on screen;
 row numbers as the keys of a list of rows; every choice showing its key; a kept text's Edit
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from desk_front.comfort import KEYS_FILES
+from pipeline.labelstudio.front.comfort import KEYS_FILES
 
 _ROWS = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 

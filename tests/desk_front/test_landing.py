@@ -1,4 +1,4 @@
-"""Login lands on the person's own rounds (desk_front/static/landing.js), through the front of a
+"""Login lands on the person's own rounds (pipeline/labelstudio/front/static/landing.js), through the front of a
 real desk in headless Chromium: the login form has the focus, a login goes to the project list
 with the rounds in annotation order and the first one focused, no card shows the pipeline's
 project key, the data manager shows no Import or Export, and two keys (Enter, Enter) reach the
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from desk_front import FrontServer
-from desk_front.app import LANDING_PATH, _STATIC
+from pipeline.labelstudio.front import FrontServer
+from pipeline.labelstudio.front.app import LANDING_PATH, _STATIC
 from pipeline.annotation import push
 from pipeline.annotation.rounds import round_names
 from tests.annotation.ls_samples import make_sample

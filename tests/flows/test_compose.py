@@ -215,4 +215,4 @@ def test_dockerfile_installs_the_desks_label_studio_as_setup_does():
     template database with the same script as scripts/setup.sh (one pinned version)."""
     text = (REPO_ROOT / "docker/Dockerfile").read_text()
     assert "scripts/setup.d/30-label-studio.sh" in text
-    assert "COPY desk_front desk_front" in text
+    assert "COPY pipeline pipeline" in text  # the desk's front (pipeline/labelstudio/front) with it

@@ -1,5 +1,5 @@
 """`rescue doctor` on a real stack (`rescue stack up` on a fresh data root: the Prefect server, a
-worker, the sweeper, one Label Studio and one desk_front per person): healthy, it exits 0 with
+worker, the sweeper, one Label Studio and one pipeline.labelstudio.front per person): healthy, it exits 0 with
 every section and each acceleration on as its guard decides; with RESCUE_LS_STOCK_SETTINGS=1 the
 desk settings are off with that reason (still 0), as is the pull's reading of the desks'
 databases with RESCUE_PULL_VIA_API=1; a file under the data root that others may read is BROKEN

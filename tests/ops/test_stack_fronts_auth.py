@@ -4,7 +4,7 @@ stack env)"`) work with it, and every desk is served through its own front, whos
 `rescue annotators list` gives. `rescue stack down` stops the fronts with the rest.
 
 All real: the `rescue` and `prefect` commands as processes, the Prefect server and worker, one
-Label Studio per person, one desk_front per desk."""
+Label Studio per person, one pipeline.labelstudio.front per desk."""
 from __future__ import annotations
 
 import base64
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from desk_front.comfort import KEYS_PATH
+from pipeline.labelstudio.front.comfort import KEYS_PATH
 from pipeline.config import REPO_ROOT
 from tests.helpers import free_port, require_label_studio
 from pipeline.paths import DataRoot

@@ -1,5 +1,5 @@
 """Anyone who reaches a desk's front (no login: build assets are public) tries to fill its
-memory. The front (the real ``desk_front`` server, in front of A's real desk) keeps Label
+memory. The front (the real ``pipeline.labelstudio.front`` server, in front of A's real desk) keeps Label
 Studio's build files in memory; the attacker asks, unauthenticated, for one huge file under a
 new query each time, for files that do not exist, for every file of the build, for one file
 under other spellings of its path (the desk serves ``/static//x`` as ``/static/x``: each
@@ -28,7 +28,7 @@ def _build_files() -> list[str]:
 
 
 def _front(world, **bounds):
-    from desk_front import FrontServer
+    from pipeline.labelstudio.front import FrontServer
 
     return FrontServer(world.url(A_EMAIL), **bounds).start()
 

@@ -3,7 +3,7 @@
 // the arrow keys inside it; a form is a unit_<i> (a row) or a voice_<v> ("Who is each voice?"). A voice's
 // pre-filled name is a proposal like a row's pre-filled value (its "accept" box is "proposal-voice_<v>_is").
 //
-// Three plain scripts, loaded in this order (desk_front.comfort.KEYS_FILES), share one object,
+// Three plain scripts, loaded in this order (pipeline.labelstudio.front.comfort.KEYS_FILES), share one object,
 // window.__rescueKeys:
 // * keys.js (this one): the forms, their fields and proposals, which form the keys act on, the check
 //   of Label Studio's hooks and the page's tidying (the choices' marks, the proposals' look);

@@ -6,6 +6,6 @@ A layer above ``pipeline`` (it imports pipeline's Label Studio pin and client li
 never imports it)."""
 from __future__ import annotations
 
-from desk_front.app import FrontServer, StartReport, main, make_app, serve
+from pipeline.labelstudio.front.app import FrontServer, StartReport, main, make_app, serve
 
 __all__ = ["FrontServer", "StartReport", "main", "make_app", "serve"]

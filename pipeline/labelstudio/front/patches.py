@@ -17,7 +17,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
-log = logging.getLogger("desk_front")
+log = logging.getLogger("rescue.front")
 
 NO_PATCHES_ENV = "RESCUE_NO_BUNDLE_PATCHES"
 

@@ -1,4 +1,4 @@
-// RESCUE landing, added to every page by the desk's front (desk_front/app.py, LANDING_PATH).
+// RESCUE landing, added to every page by the desk's front (pipeline/labelstudio/front/app.py, LANDING_PATH).
 // Comfort, never security: it only arranges what the person's own desk already shows them.
 // * The login form has the focus, and a login goes to the person's rounds (the project list)
 //   instead of Label Studio's Home, where nothing has the focus.

@@ -19,14 +19,14 @@ these comforts, the same for everyone:
   caches). The cache is named by the desk's ``/api/version``. ``RESCUE_NO_SW=1`` leaves Label
   Studio's worker as it is.
 * Pages get the annotators' keys scripts (``static/keys.js``, ``keys-input.js``, ``keys-page.js``, in
-  that order, at :data:`~desk_front.comfort.KEYS_PATHS`) and their feature flags without those
-  equal to the default (:func:`~desk_front.comfort.slim_feature_flags`).
+  that order, at :data:`~pipeline.labelstudio.front.comfort.KEYS_PATHS`) and their feature flags without those
+  equal to the default (:func:`~pipeline.labelstudio.front.comfort.slim_feature_flags`).
 * Pages get the landing script (``static/landing.js`` at :data:`LANDING_PATH`): the login form
   focused and a login landing on the person's rounds in annotation order, the first focused; no
   project keys on the cards and no Import or Export in the data manager (what is shown only).
 * The data manager's columns show only the task's heading by default
-  (:func:`~desk_front.comfort.slim_columns`; ``RESCUE_NO_SLIM_COLUMNS=1``: as built).
-* Build files with patches (:mod:`desk_front.patches`): applied only to the exact build they
+  (:func:`~pipeline.labelstudio.front.comfort.slim_columns`; ``RESCUE_NO_SLIM_COLUMNS=1``: as built).
+* Build files with patches (:mod:`pipeline.labelstudio.front.patches`): applied only to the exact build they
   were written for, checked and reported at start (:meth:`Front.check`).
 """
 from __future__ import annotations
@@ -46,13 +46,13 @@ from pathlib import Path
 
 import httpx
 
-from desk_front.comfort import (NO_SLIM_COLUMNS_ENV, NO_SW_ENV, keys_js, slim_columns,
+from pipeline.labelstudio.front.comfort import (NO_SLIM_COLUMNS_ENV, NO_SW_ENV, keys_js, slim_columns,
                                slim_feature_flags, switched_off)
-from desk_front.patches import BUNDLE_PATCHES, NO_PATCHES_ENV, Outcome, Patcher, PatchGroup
+from pipeline.labelstudio.front.patches import BUNDLE_PATCHES, NO_PATCHES_ENV, Outcome, Patcher, PatchGroup
 from pipeline.labelstudio.client import connection_limits
 from pipeline.labelstudio.server import LS_VERSION
 
-log = logging.getLogger("desk_front")
+log = logging.getLogger("rescue.front")
 
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
         "transfer-encoding", "upgrade", "content-length"}
@@ -258,7 +258,7 @@ class AssetCache:
 def make_app(upstream: str, *, patches: tuple[PatchGroup, ...] | None = None,
              cache_entries: int = ASSET_CACHE_ENTRIES, cache_bytes: int = ASSET_CACHE_BYTES):
     """The front as an ASGI app (Starlette) in front of the one desk at ``upstream``.
-    ``patches``: the bundle patch groups (default :data:`desk_front.patches.BUNDLE_PATCHES`).
+    ``patches``: the bundle patch groups (default :data:`pipeline.labelstudio.front.patches.BUNDLE_PATCHES`).
     Its start (the app's lifespan) runs :meth:`Front.check`; ``app.state.front.report`` holds
     what it found."""
     from starlette.applications import Starlette
@@ -450,10 +450,10 @@ def serve(upstream: str, host: str = "127.0.0.1", port: int = 8090) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m desk_front UPSTREAM [--host H] [--port P]``."""
+    """``python -m pipeline.labelstudio.front UPSTREAM [--host H] [--port P]``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m desk_front", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m pipeline.labelstudio.front", description=main.__doc__)
     parser.add_argument("upstream", help="the desk's address, e.g. http://127.0.0.1:8081")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)

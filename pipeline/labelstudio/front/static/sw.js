@@ -1,4 +1,4 @@
-// The desk's front (desk_front/app.py): Label Studio's build assets from Cache
+// The desk's front (pipeline/labelstudio/front/app.py): Label Studio's build assets from Cache
 // Storage. Chrome compiles a script a service worker caches while it installs and keeps the
 // compiled code beside it (V8 code cache), so even the first task page after logging in skips
 // compiling Label Studio's ~7 MB of JavaScript, and every later page skips the download as well.

@@ -1,3 +1,0 @@
-from desk_front.app import main
-
-main()

@@ -1,0 +1,3 @@
+from pipeline.labelstudio.front.app import main
+
+main()
