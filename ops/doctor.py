@@ -273,7 +273,7 @@ def prefect(root: DataRoot) -> list[Check]:
     pid = read_pid(paths, STARTER)
     out.append(Check("prefect", STARTER, OK, f"running (pid {pid}): flow runs are forked from its imports") if pid
                else Check("prefect", STARTER, OFF, "off: each flow run imports Prefect and the models itself "
-                          f"({WARM_START_ENV}=1 before {UP} forks them from one process instead)"))
+                          f"({WARM_START_ENV}=0 was set before {UP}; without it they are forked from one process)"))
     return out
 
 

@@ -17,8 +17,8 @@ stack env``) as ``PREFECT_API_AUTH_STRING``.
 
 The local stack's pool starts each flow run as ONE process running Prefect's engine
 (:func:`direct_engine`): ``<the stack's python> -m ops.warm_start prefect.engine``, which runs
-``-m prefect.engine`` itself, or, where the stack runs the opt-in flow-run starter
-(``RESCUE_WARM_START=1``), forks it from that process, which has already imported Prefect, the
+``-m prefect.engine`` itself, or, where the stack runs its flow-run starter (unless
+``RESCUE_WARM_START=0``), forks it from that process, which has already imported Prefect, the
 flows and the diarization libraries (:mod:`ops.warm_start`). A process worker with no command configured starts Prefect's workspace supervisor, a
 second Python process that imports Prefect, prepares the workspace and then execs the engine -
 ~3-4 s more per flow run on 2 cores. The deployments' pull step (the working directory) still

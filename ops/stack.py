@@ -2,8 +2,8 @@
 127.0.0.1 - what ``rescue stack up`` / ``down`` / ``status`` / ``register`` / ``env`` do.
 
 ``up`` starts what is not running yet (idempotent): the Prefect server, ``workers`` process
-workers on ``rescue-cpu``, with ``RESCUE_WARM_START=1`` the flow-run starter their flow runs are
-forked from (:mod:`ops.warm_start`: Prefect, the flows and the models' libraries imported once),
+workers on ``rescue-cpu``, the flow-run starter their flow runs are forked from (unless
+``RESCUE_WARM_START=0``) (:mod:`ops.warm_start`: Prefect, the flows and the models' libraries imported once),
 the sweeper (:mod:`ops.sweeper`: flow runs whose process or worker
 died are marked Crashed within ``RESCUE_SWEEP_EVERY_S``, 30 s, instead of staying Running or
 Pending), the desks and
@@ -124,14 +124,14 @@ def add_worker(data_root: str | Path | None, name: str, limit: int, log=print) -
 STARTER = "flow-run-starter"  # the process the pool's flow runs are forked from (ops.warm_start)
 
 
-# =1: `up` starts the starter. Off by default: on a quiet 2-core machine its imports slowed the
-# stack's start by ~20 s and the demo's runs gained nothing (benchmarks/README.md, the demo);
-# under load it halved each run's start. Without it the pool's command runs the engine itself.
+# =0: `up` starts no starter, and the pool's command runs the engine itself. On by default: its
+# imports run at idle priority, so they no longer slow the stack's start, and each flow run then
+# starts in about a second instead of two to five (benchmarks/README.md, the demo).
 WARM_START_ENV = "RESCUE_WARM_START"
 
 
 def _start_starter(paths: StackPaths, env: dict[str, str], log) -> None:
-    if read_pid(paths, STARTER) or os.environ.get(WARM_START_ENV) != "1":
+    if read_pid(paths, STARTER) or os.environ.get(WARM_START_ENV) == "0":
         return
     sock = env[warm_start.SOCKET_ENV]
     pid = spawn(paths, STARTER, [sys.executable, "-m", "ops.warm_start", "serve", "--socket", sock], env)

@@ -98,8 +98,8 @@ def test_a_healthy_stack_is_ok_in_every_section(stack):
     assert checks[("prefect", "server")]["why"].endswith(", auth string required")
     for name in ("auth string", "prefect-worker", "sweeper"):
         assert checks[("prefect", name)]["state"] == "ok", checks[("prefect", name)]
-    starter = checks[("prefect", "flow-run-starter")]  # opt-in (RESCUE_WARM_START=1): off is no fault
-    assert starter["state"] == "off" and "RESCUE_WARM_START=1" in starter["why"], starter
+    starter = checks[("prefect", "flow-run-starter")]  # on by default (RESCUE_WARM_START=0: off, no fault)
+    assert starter["state"] == "ok" and starter["why"].startswith("running (pid "), starter
     diarization = checks[("models", "diarization-offline")]
     assert diarization["state"] == "ok" and diarization["why"].startswith("sha256 ")
     assert checks[("data root", "modes")]["state"] == "ok"

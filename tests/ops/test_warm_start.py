@@ -148,3 +148,27 @@ def test_a_long_stack_folder_gets_an_owner_only_socket_folder(tmp_path):
     path = Path(warm_start.socket_path(deep))
     assert len(os.fsencode(path)) < 108 and path.parent.stat().st_mode & 0o077 == 0
     assert warm_start.socket_path(tmp_path) == str(tmp_path / "flow-run-starter.sock")
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's; elsewhere the preload runs at normal priority")
+def test_the_preload_runs_at_idle_priority_and_the_forking_thread_keeps_its_class(monkeypatch):
+    seen = []
+    monkeypatch.setattr(warm_start, "preload", lambda: seen.append(os.sched_getscheduler(0)))
+    warm_start._preload_at_idle_priority()
+    assert seen == [os.SCHED_IDLE]  # the imports take only CPU nobody else wants
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # flow runs forked from here run at normal priority
+
+    def broken():
+        raise ImportError("no module named flows.gone")
+    monkeypatch.setattr(warm_start, "preload", broken)
+    with pytest.raises(ImportError, match="flows.gone"):  # a failed preload stops the starter, as before
+        warm_start._preload_at_idle_priority()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_ready_starter_forks_from_a_normal_priority_thread(starter):
+    sock, _ = starter
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+            and sock.encode() in (p / "cmdline").read_bytes() and b"serve" in (p / "cmdline").read_bytes()]
+    assert len(pids) == 1, pids
+    assert os.sched_getscheduler(pids[0]) == os.SCHED_OTHER  # its main thread, which forks each run
