@@ -47,6 +47,11 @@ GPU_LIMIT_NAME = "gpu"            # global concurrency limit held around model i
 # A migrated, empty Prefect database made by scripts/setup.d/40-prefect-db.sh: a new data root
 # copies it instead of running Prefect's migrations on the server's first start (~11 s here).
 PREFECT_TEMPLATE_DB = REPO_ROOT / ".venv" / "prefect-template" / "prefect.db"
+# The same database with the stack's registration done (pools, limits, the zombie automation and
+# prefect.yaml's deployments), made by the set-up (ops.stack.make_registered_template) and stamped
+# with the fingerprint of what registration depends on: a new data root whose fingerprint matches
+# starts from it and skips registering (~7 CPU s of imports and API calls on 2 cores).
+REGISTERED_TEMPLATE_DB = PREFECT_TEMPLATE_DB.with_name("registered.db")
 # Flow-run heartbeats and the automation that marks a run Crashed when they stop (a host that
 # died leaves its runs Running otherwise). The window must exceed every worker's heartbeat
 # interval: Prefect's default is 180 s, the stack's workers send one every HEARTBEAT_S.
@@ -131,17 +136,46 @@ def prefect_bin() -> str:
     return str(Path(sys.executable).with_name("prefect"))
 
 
-def seed_database(paths: StackPaths) -> dict[str, str]:
-    """A new server's SQLite database starts as a copy of the migrated template (when setup made
-    one and the operator did not point Prefect at another database). Returns what the server's
-    environment gets besides: when the copy was migrated by the installed Prefect (its version
-    stamp), the server skips its migration check on this first start (it loads every migration
-    script: ~0.5 CPU s); any later start, or an older template, migrates as usual."""
+def registration_fingerprint(engine_python: str) -> str:
+    """What the stack's registration depends on: Prefect's version, the workers' interpreter, the
+    variables it reads, prefect.yaml and the code (a flow's parameters become its deployment's
+    schema). Any change and a new data root registers as before."""
+    import hashlib
+    from importlib.metadata import version
+
+    h = hashlib.sha256()
+    for part in (version("prefect"), str(Path(engine_python).absolute()), os.environ.get("RESCUE_GPU_SLOTS", "1"),
+                 str(HEARTBEAT_S), str(ZOMBIE_AFTER_S)):
+        h.update(part.encode() + b"\0")
+    files = [REPO_ROOT / "prefect.yaml"] + sorted(p for d in ("flows", "ops", "pipeline")
+                                                  for p in (REPO_ROOT / d).rglob("*.py"))
+    for f in files:
+        h.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def registered_template_matches(engine_python: str | None) -> bool:
+    try:
+        stamp = REGISTERED_TEMPLATE_DB.with_suffix(".fingerprint").read_text().strip()
+    except OSError:
+        return False
+    return bool(engine_python) and REGISTERED_TEMPLATE_DB.is_file() and stamp == registration_fingerprint(engine_python)
+
+
+def seed_database(paths: StackPaths, engine_python: str | None = None) -> tuple[dict[str, str], bool]:
+    """A new server's SQLite database starts as a copy of a template made by the set-up (when
+    there is one and the operator did not point Prefect at another database): the registered
+    one when its fingerprint matches ``engine_python``'s (:func:`registration_fingerprint`),
+    else the migrated, empty one. Returns what the server's environment gets besides, and
+    whether the copy is already registered. When the copy was migrated by the installed Prefect
+    (its version stamp), the server skips its migration check on this first start (it loads
+    every migration script: ~0.5 CPU s); any later start, or an older template, migrates as usual."""
     db = paths.home / "prefect.db"
     if db.exists() or not PREFECT_TEMPLATE_DB.is_file() or os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
-        return {}
+        return {}, False
+    registered = registered_template_matches(engine_python)
     tmp = db.with_suffix(".tmp")
-    shutil.copyfile(PREFECT_TEMPLATE_DB, tmp)
+    shutil.copyfile(REGISTERED_TEMPLATE_DB if registered else PREFECT_TEMPLATE_DB, tmp)
     os.chmod(tmp, 0o600)
     os.replace(tmp, db)
     from importlib.metadata import version
@@ -149,8 +183,29 @@ def seed_database(paths: StackPaths) -> dict[str, str]:
     try:
         stamp = PREFECT_TEMPLATE_DB.with_name("version").read_text().strip()
     except OSError:
-        return {}
-    return {"PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false"} if stamp == version("prefect") else {}
+        return {}, registered
+    return ({"PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false"} if stamp == version("prefect") else {}), registered
+
+
+def save_registered_template(db: Path, engine_python: str) -> None:
+    """Keep ``db`` (a stopped server's database, just registered for ``engine_python``) as the
+    registered template, stamped with its fingerprint; the copy goes through SQLite's backup, so
+    a write-ahead log left beside it is included."""
+    import sqlite3
+
+    tmp = REGISTERED_TEMPLATE_DB.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    src, dst = sqlite3.connect(db), sqlite3.connect(tmp)
+    try:
+        with dst:
+            src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    stamp = REGISTERED_TEMPLATE_DB.with_suffix(".fingerprint")
+    stamp.unlink(missing_ok=True)  # a template without its stamp is never used
+    os.replace(tmp, REGISTERED_TEMPLATE_DB)
+    stamp.write_text(registration_fingerprint(engine_python) + "\n")
 
 
 # --- the zombie automation ------------------------------------------------------------------

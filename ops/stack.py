@@ -66,18 +66,20 @@ def open_to_anyone(url: str) -> bool:
         return False
 
 
-def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> None:
+def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> bool:
+    """Start the Prefect server; True when its new database came already registered (the
+    set-up's registered template, for this code and interpreter: ``prefect_setup.seed_database``)."""
     if read_pid(paths, "prefect-server") and healthy(env["PREFECT_API_URL"]):
         log(f"prefect server: already running at {env['PREFECT_API_URL']}")
         if open_to_anyone(env["PREFECT_API_URL"]):  # started by a version without the auth string
             log("prefect server: WARNING it answers without the API auth string (every local account can "
                 "run code as you); restart it: rescue stack down && rescue stack up")
-        return
+        return False
     if port_busy(port):
         raise StackError(f"port {port} on 127.0.0.1 is taken by a process this stack did not start; "
                          f"stop it or choose another port with RESCUE_PREFECT_PORT")
     make_private_dir(paths.home)
-    seeded = seed_database(paths)
+    seeded, registered = seed_database(paths, engine_python=sys.executable)
     pid = spawn(paths, "prefect-server",
                 [prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                 {**env, **server_env(paths.root), **seeded})
@@ -90,6 +92,7 @@ def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> Non
                              f"see {paths.log_file('prefect-server')}")
         time.sleep(0.5)
     log(f"prefect server: started at {env['PREFECT_API_URL']} (pid {pid})")
+    return registered
 
 
 def worker_names(count: int) -> list[str]:
@@ -190,11 +193,15 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     if label_studio:
         ls.start()
     _start_starter(paths, {**env, **worker_env(settings)}, log)  # its imports beside the server's start
-    _start_server(paths, env, port, log)
+    registered = _start_server(paths, env, port, log)
     for name in worker_names(workers):
         _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit, name)
     _start_sweeper(paths, env, log)
-    register(env, log, engine_python=sys.executable)  # the workers run this interpreter (prefect_bin)
+    if registered:
+        log("prefect: pools, limits, automation and deployments came registered with the new database "
+            "(the set-up's template, for this code)")
+    else:
+        register(env, log, engine_python=sys.executable)  # the workers run this interpreter (prefect_bin)
     if label_studio:
         ls.join()
     if ls_error:
@@ -209,6 +216,40 @@ def _catch(errors: list[BaseException], fn):
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
             errors.append(exc)
     return run
+
+
+def make_registered_template(log=print) -> bool:
+    """The set-up's step (scripts/setup.d/40-prefect-db.sh): start a stack without desks on a
+    throw-away data root and a free port, register, stop it, and keep its database as the
+    registered template (``prefect_setup.save_registered_template``). Nothing when the template
+    for this code already exists, or there is no migrated template to start from. Returns
+    whether it made one."""
+    import tempfile
+
+    from ops.prefect_setup import PREFECT_TEMPLATE_DB, registered_template_matches, save_registered_template
+
+    if not PREFECT_TEMPLATE_DB.is_file() or registered_template_matches(sys.executable):
+        return False
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    saved = {k: os.environ.get(k) for k in ("RESCUE_PREFECT_PORT", WARM_START_ENV, "RESCUE_DATA_ROOT")}
+    os.environ.update({"RESCUE_PREFECT_PORT": str(port), WARM_START_ENV: "0"})
+    try:
+        with tempfile.TemporaryDirectory(prefix="rescue-prefect-template-") as tmp:
+            try:
+                up(tmp, label_studio=False, log=lambda line: None)
+            finally:
+                down(tmp, label_studio=False, log=lambda line: None)
+            save_registered_template(StackPaths(DataRoot(Path(tmp).resolve())).home / "prefect.db", sys.executable)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    log("setup: a registered template Prefect database (new stacks skip registering while the code is unchanged)")
+    return True
 
 
 def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=print) -> None:
