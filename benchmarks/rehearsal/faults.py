@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from . import REPO, say
-from .sampler import Sampler, Steps
+from .sampler import COMMAND_KIND, Sampler, Steps
 from .stack import FIRST_WORKER_SLOTS
 from pipeline.paths import DataRoot
 
@@ -70,8 +70,11 @@ class Faults:
             if pid is None:
                 return None, []
             key = (pid, start_time(pid))
-            return pid, [p for p in self.sampler.alive() if p.kind == "flow run" and p.flow_run_id
-                         and self.sampler.under(p, key)]
+            alive = self.sampler.alive()
+            # its flow runs: its own children, or (the stack's starter) forked there for its commands
+            ran = {p.flow_run_id for p in alive if p.kind in ("flow run", COMMAND_KIND) and p.flow_run_id
+                   and self.sampler.under(p, key)}
+            return pid, [p for p in alive if p.kind == "flow run" and p.flow_run_id in ran]
 
         def run():
             names = [*(f"prefect-worker-{i}" for i in range(self.workers, 1, -1)), "prefect-worker"]

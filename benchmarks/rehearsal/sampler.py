@@ -45,6 +45,31 @@ def _stat(pid: int):
             "children": (int(f[13]) + int(f[14])) / CLK, "start": f[19], "rss_kb": int(f[21]) * 4}
 
 
+STARTER_KIND = "flow-run starter"
+# what the worker starts for a run when the stack has a starter: it hands the run over and waits
+COMMAND_KIND = "flow-run command (waits on its run in the starter)"
+
+
+def _env_run_id(pid: int) -> str | None:
+    env = _read(f"/proc/{pid}/environ")
+    if b"PREFECT__FLOW_RUN_ID=" not in env:
+        return None
+    return env.split(b"PREFECT__FLOW_RUN_ID=", 1)[1].split(b"\0", 1)[0].decode() or None
+_FORKED = re.compile(rb"flow run (\S+) as pid (\d+)$", re.M)  # ops.warm_start's line per fork
+
+
+def _forked_run(starter: int, pid: int) -> str | None:
+    """The flow run the starter ``starter`` forked as ``pid``, from its log (its stdout)."""
+    try:
+        log = os.readlink(f"/proc/{starter}/fd/1")
+    except OSError:
+        return None
+    for run_id, forked in _FORKED.findall(_read(log)):
+        if int(forked) == pid:
+            return run_id.decode()
+    return None
+
+
 def _read(path: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -93,10 +118,21 @@ class Sampler(threading.Thread):
             rec.kind = "generator (rescue synth batch)"
         elif any(w in cmd for w in (b"ensure_infrastructure", b"prefect_setup", b" deploy")):
             rec.kind = "register (pools, deployments)"
+        elif b"ops.warm_start serve" in cmd:
+            # the stack's flow-run starter, and the flow runs it forked (same command line, same
+            # /proc environ): a fork's run id is in the starter's log, its standard output
+            if parent and parent.kind == STARTER_KIND:
+                rec.flow_run_id = _forked_run(parent.pid, rec.pid)
+                rec.kind = "flow run" if rec.flow_run_id else STARTER_KIND
+            else:
+                rec.kind = STARTER_KIND
+        elif b"ops.warm_start prefect.engine" in cmd:  # the worker's process for a run forked elsewhere
+            rec.kind = COMMAND_KIND
+            rec.flow_run_id = _env_run_id(rec.pid)
         elif parent and parent.kind.startswith("flow run"):
             rec.kind = "ffmpeg etc. (children of flow runs)"
-        elif (env := _read(f"/proc/{rec.pid}/environ")) and b"PREFECT__FLOW_RUN_ID=" in env:
-            rec.flow_run_id = env.split(b"PREFECT__FLOW_RUN_ID=", 1)[1].split(b"\0", 1)[0].decode()
+        elif run_id := _env_run_id(rec.pid):
+            rec.flow_run_id = run_id
             rec.kind = "flow run"
         elif parent:
             rec.kind = parent.kind
