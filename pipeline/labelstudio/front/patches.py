@@ -89,6 +89,27 @@ HOTKEYS_COALESCED = (
     b"e.annotation&&(e.annotation.setupHotKeys(),null==e.needsUpdate||e.needsUpdate())",
     b"e.annotation&&(" + _HOTKEYS_ONCE + b"(e.annotation),null==e.needsUpdate||e.needsUpdate())")
 
+# Every Text and HyperText (two per row) maps its text's DOM once drawn: collectText selects the
+# whole text to read it (a forced layout of the page), and blurs and refocuses whatever has the focus;
+# about 60 ms of an emotion window's build. The map serves only text regions (labels on the text,
+# which no round has) and their offsets, so it is made when first read, from the same DOM (nothing
+# but the map itself changes a text's DOM once drawn); a manager taken down unread needs none.
+TEXT_MAP_LAZY = (
+    b"this.styleTags={},this.initDataMap()}nextStep(e=!1){",
+    b"this.styleTags={},this.__rescueUnmapped=!0}get domData(){return this.__rescueUnmapped&&("
+    b"this.__rescueUnmapped=!1,this.initDataMap()),this.__rescueMap}set domData(e){this.__rescueMap=e}"
+    b"nextStep(e=!1){")
+TEXT_MAP_DROPPED_UNREAD = (
+    b"destroy(){this.removeStyles(Object.keys(this.styleTags)),this.domData.destroy(),this.domData=new Jh}}",
+    b"destroy(){this.__rescueUnmapped=!1,this.removeStyles(Object.keys(this.styleTags)),this.domData.destroy(),"
+    b"this.domData=new Jh}}")
+# The side panels' box measures its width (a forced layout of the whole page) in a ref callback made
+# anew at each render, so at every render of the panels, several times while a window is built;
+# its ResizeObserver follows every later change of that width. Measured once per element here.
+PANELS_MEASURED_ONCE = (
+    b"ref:e=>{e&&(w.current=e,g(e.clientWidth<=EC))}",
+    b"ref:e=>{e&&w.current!==e&&(w.current=e,g(e.clientWidth<=EC))}")
+
 # Label Studio 1.23.2's editor chunk (web/dist/apps/labelstudio/358.js of the label-studio
 # 1.23.2 wheel, served at /react-app/358.js). (The data manager's "hand-over" patches of 167.js,
 # which spared a task page its second build of the annotation, are gone: four linked patches of
@@ -97,7 +118,7 @@ EDITOR = PatchGroup(
     name="editor-1.23.2",
     path="/react-app/358.js",
     sha256="4ab02f0ee667be3c3bfc9df3c9fb847c530e6de9cbcae134c813ef83ae6b45ec",
-    replacements=(FLAGS_UNCOPIED, HOTKEYS_COALESCED),
+    replacements=(FLAGS_UNCOPIED, HOTKEYS_COALESCED, TEXT_MAP_LAZY, TEXT_MAP_DROPPED_UNREAD, PANELS_MEASURED_ONCE),
 )
 
 # A submit in the label stream: the data manager shows its loader (the editor taken down), saves the
