@@ -1,7 +1,8 @@
 """A task page through the front with the editor patched (``pipeline.labelstudio.front.patches``) behaves as the
 page as built, in headless Debian Chromium: a page of a round with dynamic choice lists (whose
-hotkey re-binding a patch coalesces) binds exactly the keys it binds unpatched and shows the
-same pre-filled annotation; a submit in the label stream builds only the next task's editor and
+hotkey re-binding a patch coalesces) builds the same tree of tags (whose children a patch
+dispatches instead of validating), binds exactly the keys it binds unpatched and shows the same
+pre-filled annotation; a submit in the label stream builds only the next task's editor and
 stores the same answers."""
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ _MARKS = """() => [...document.querySelectorAll('[id^=unit_] sup')].map(s =>
     s.closest('[id^=unit_]').id + ':' + s.closest('label, .ant-checkbox-wrapper, span').textContent)"""
 _RESULTS = """() => { const a = window.Htx && window.Htx.annotationStore.selected;
   return a ? a.serializeAnnotation().length : -1; }"""
+# the editor's state tree of the selected annotation as a snapshot, less its made-up ids
+_TREE = """() => JSON.stringify(Htx.annotationStore.selected.root.toJSON(),
+  (k, v) => (k === 'id' || k === 'pid') ? undefined : v)"""
 
 
-def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server, ls_client, ls_credentials,
+def test_a_patched_page_builds_the_same_tree_binds_the_same_keys_and_shows_the_same_prefill(ls_server, ls_client, ls_credentials,
                                                                        monkeypatch, chromium):
     project, task, prediction, people = emotion_project(ls_client, "keys", keys=True)
 
@@ -32,7 +36,7 @@ def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server
                           ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
             open_task(page, f"{front.url}/projects/{project.id}/data?task={task}", prefilled=True)
             page.wait_for_timeout(1000)
-            return page.evaluate(_MARKS), page.evaluate(_RESULTS), page.evaluate(EDITOR_STORE)
+            return page.evaluate(_MARKS), page.evaluate(_RESULTS), page.evaluate(EDITOR_STORE), page.evaluate(_TREE)
 
     try:
         with monkeypatch.context() as env:
@@ -52,7 +56,11 @@ def test_a_patched_page_binds_the_same_keys_and_shows_the_same_prefill(ls_server
     finally:
         ls_client.request("DELETE", f"/api/projects/{project.id}/", "delete the test project")
 
-    (unpatched_marks, unpatched_results, unpatched_store), (marks, results, store) = unpatched, patched
+    (unpatched_marks, unpatched_results, unpatched_store, unpatched_tree), (marks, results, store, tree) = \
+        unpatched, patched
+    # the same tree of tags (children dispatched, not validated): none (null) where a tag has none
+    assert '"children":null' in unpatched_tree and '"type":"choice"' in unpatched_tree
+    assert tree == unpatched_tree
     # the page shows keys, on a people list too: the comparison compares something
     assert any(re.sub(r"\[\w\]$", "", mark.split(":", 1)[1]) in people for mark in unpatched_marks), unpatched_marks
     assert marks == unpatched_marks

@@ -110,6 +110,19 @@ PANELS_MEASURED_ONCE = (
     b"ref:e=>{e&&(w.current=e,g(e.clientWidth<=EC))}",
     b"ref:e=>{e&&w.current!==e&&(w.current=e,g(e.clientWidth<=EC))}")
 
+# Every tag's children are a maybeNull(array(...)) of the editor's state tree (mobx-state-tree), a
+# union of two types without a dispatcher: to build a tag from its config snapshot the union asks each
+# type in turn whether the snapshot is one of it, and the array's answer validates the whole subtree
+# below, at every level again (quadratic in the depth: about 60 ms of an emotion window's three trees,
+# the window's own, its prediction's and its annotation's). Here the union dispatches on null as
+# maybeNull picks for a valid snapshot (null or none: null, else the array); a config with an unknown
+# tag fails as before (the children's own dispatcher throws), and the configs Label Studio accepts
+# are valid snapshots (it validates them itself, on save and before this build).
+CHILDREN_DISPATCHED = (
+    b"unionArray:function(e){const t=u.gK.maybeNull(u.gK.array(Pe(e)));return t.value=e,t}",
+    b"unionArray:function(e){const a=u.gK.array(Pe(e)),n=u.gK.optional(u.gK.null,null),"
+    b"t=u.gK.union({dispatcher:e=>null==e?n:a},a,n);return t.value=e,t}")
+
 # Label Studio 1.23.2's editor chunk (web/dist/apps/labelstudio/358.js of the label-studio
 # 1.23.2 wheel, served at /react-app/358.js). (The data manager's "hand-over" patches of 167.js,
 # which spared a task page its second build of the annotation, are gone: four linked patches of
@@ -118,7 +131,8 @@ EDITOR = PatchGroup(
     name="editor-1.23.2",
     path="/react-app/358.js",
     sha256="4ab02f0ee667be3c3bfc9df3c9fb847c530e6de9cbcae134c813ef83ae6b45ec",
-    replacements=(FLAGS_UNCOPIED, HOTKEYS_COALESCED, TEXT_MAP_LAZY, TEXT_MAP_DROPPED_UNREAD, PANELS_MEASURED_ONCE),
+    replacements=(FLAGS_UNCOPIED, HOTKEYS_COALESCED, TEXT_MAP_LAZY, TEXT_MAP_DROPPED_UNREAD, PANELS_MEASURED_ONCE,
+                  CHILDREN_DISPATCHED),
 )
 
 # A submit in the label stream: the data manager shows its loader (the editor taken down), saves the
