@@ -8,6 +8,7 @@ from the project list, ``whole_round`` every window of a round in one tab (watch
 from __future__ import annotations
 
 import functools
+import re
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from pipeline.annotation import ls_config, naming, voice_naming
 from pipeline.annotation.rounds import load_round, round_names
 
-from .browser import form_ready
+from .browser import browser_cpu_s, form_ready
 from .oracle import stored_same
 
 # what has the focus: its form, its field (a list, a text, a number) and Label Studio's control name
@@ -298,6 +299,12 @@ _NEXT_WINDOW = """(old) => {
   return !!(c && c.getClientRects().length);
 }"""
 
+# the desk's answers during a submit: its API calls by method and path, numbers as N
+def _desk_call(method: str, url: str) -> str | None:
+    path = url.split("?")[0].split("://", 1)[-1].partition("/")[2]
+    return f"{method} /" + re.sub(r"/\d+", "/N", path) if path.startswith("api/") else None
+
+
 # why a submit was refused: the keys script's sentence above the field, else Label Studio's own dialog
 _REFUSED = """() => [...document.querySelectorAll('.rescue-why, .ant-modal-confirm-content')]
   .filter(w => w.getClientRects().length).map(w => w.textContent.trim())"""
@@ -319,16 +326,28 @@ def _enter_round(k: KeyCounter, page, base: str, pid: int, first: bool) -> None:
 
 
 def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_windows: int, client, *, first: bool,
-                pause_s: float = 0.08, shot: Path | None = None, voices: dict[str, str] | None = None) -> dict:
+                pause_s: float = 0.08, shot: Path | None = None, voices: dict[str, str] | None = None,
+                profile=None) -> dict:
     """Every window of one round in the tab, by keys alone: into the round's stream
     (:func:`_enter_round`), then per window Enter to the first form, each form filled
     (:func:`keyboard_form`; the voices of "Who is each voice?" first, named as ``voices`` says:
     :func:`voice_names`), Enter to the next, Ctrl+Enter to submit; the time from that
-    Ctrl+Enter to the next window's first usable form is kept. A refused submit (the window stays)
-    ends the round there."""
+    Ctrl+Enter to the next window's first usable form is kept, with the browser's CPU seconds meanwhile
+    (``cpus``) and how long each of the desk's API calls meanwhile took (``desk``); ``profile`` (a
+    :class:`browser.CpuProfile`), if given, records each of those submits. A refused submit (the
+    window stays) ends the round there."""
     k = KeyCounter(page, pause_s)
     _enter_round(k, page, base, pid, first)
-    waits, units, left, tasks, refused = [], 0, [], [], None
+    waits, cpus, units, left, tasks, refused = [], [], 0, [], [], None
+    desk: list[tuple[str, float]] = []  # the desk's answers during the submits: (call, seconds)
+    watching = [False]
+
+    def answered(request) -> None:
+        what = _desk_call(request.method, request.url)
+        if watching[0] and what:
+            t = request.timing  # ms from the request's start
+            desk.append((what, (t["responseEnd"] - t["requestStart"]) / 1000))
+    page.on("requestfinished", answered)
     for w in range(n_windows):
         task_id, data = page.evaluate("() => [Htx.task.id, Htx.task.dataObj]")
         tasks.append(task_id)
@@ -349,6 +368,10 @@ def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_window
             k.press("Enter")  # on to the next form
         units += len(data["units"])
         page.evaluate("() => { window.__rescueWatch = false; }")
+        if profile and w < n_windows - 1:
+            profile.start()
+        c0 = browser_cpu_s()
+        watching[0] = True
         t0 = time.perf_counter()
         k.press("Control+Enter")
         if w < n_windows - 1:
@@ -357,8 +380,14 @@ def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_window
             except Exception:  # noqa: BLE001 (Playwright's timeout: the submit was refused or never came)
                 why = page.evaluate(_REFUSED)
                 refused = f"window {w + 1}: " + (why[0] if why else "no next window within 60 s")
+                if profile:
+                    profile.stop(f"{rnd.name}-w{w + 1}-refused")
                 break
             waits.append(time.perf_counter() - t0)
+            cpus.append(browser_cpu_s() - c0)
+            watching[0] = False
+            if profile:
+                profile.stop(f"{rnd.name}-w{w + 1}")
             time.sleep(pause_s)
     deadline = time.monotonic() + 60  # the last window's annotation saved, or its submit refused
     while not refused:
@@ -368,6 +397,7 @@ def whole_round(page, base: str, pid: int, rnd, truth: dict[int, dict], n_window
         if why or time.monotonic() > deadline:
             refused = f"window {len(tasks)}: " + (why[0] if why else "not saved within 60 s")
         time.sleep(0.5)
+    page.remove_listener("requestfinished", answered)
     unseen = page.evaluate("() => window.__rescueUnseen.splice(0)")
-    return {"keys": k.keys, "tabs": k.tabs, "typed": k.typed, "units": units, "waits": waits, "left": left,
-            "tasks": tasks, "refused": refused, "unseen": unseen}
+    return {"keys": k.keys, "tabs": k.tabs, "typed": k.typed, "units": units, "waits": waits, "cpus": cpus,
+            "desk": desk, "left": left, "tasks": tasks, "refused": refused, "unseen": unseen}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import signal
 import statistics
@@ -21,8 +22,20 @@ from pipeline.store import write_parquet
 
 from .stack import FrontProcess, bench_desks, load_avg, make_media, push_sample, stop
 from .oracle import answers, family_sample, voice_names, voice_table, wrong_answers
-from .browser import launch, login, new_context
+from .browser import CpuProfile, launch, login, new_context
 from .driver import UNSEEN_WATCH, keyboard_window, whole_round
+
+PROFILE_ENV = "BENCH_UI_PROFILE"
+
+
+def _desk_calls(calls: list[tuple[str, float]]) -> str:
+    """The desk's API calls during the submits: per call (method and path) how many and their
+    median seconds, as ``desk_calls=POST /api/tasks/N/annotations:14x0.25s|...``."""
+    by: dict[str, list[float]] = {}
+    for call, s in calls:
+        by.setdefault(call, []).append(s)
+    return "desk_calls=" + "|".join(f"{c.replace(' ', '_')}:{len(v)}x{statistics.median(v):.2f}s"
+                                    for c, v in sorted(by.items(), key=lambda cv: -sum(cv[1])))
 
 
 def whole_main(args) -> None:
@@ -63,6 +76,8 @@ def whole_main(args) -> None:
                 context = new_context(browser, args.page_timeout)
                 context.add_init_script(UNSEEN_WATCH)
                 page = context.new_page()  # the one tab
+                # BENCH_UI_PROFILE=DIR: a CPU profile of the page over every submit to next, DIR/ROUND-wN.cpuprofile
+                profile = CpuProfile(page, Path(os.environ[PROFILE_ENV])) if os.environ.get(PROFILE_ENV) else None
                 page.goto(f"{front.url}/user/login/")  # the login by keys: its form has the focus
                 page.wait_for_function("() => document.activeElement && document.activeElement.name === 'email'")
                 page.keyboard.type(email)
@@ -82,9 +97,10 @@ def whole_main(args) -> None:
                     shot = args.screenshots / f"{name}.png" if args.screenshots else None
                     try:
                         got = whole_round(page, front.url, pids[name], rnd, answers(rnd, sample), windows[name],
-                                          client, first=i == 0, shot=shot, voices=voices)
+                                          client, first=i == 0, shot=shot, voices=voices, profile=profile)
                     except Exception as exc:  # noqa: BLE001 (say where the round stopped; the next round goes on)
-                        got = {"keys": 0, "tabs": 0, "typed": 0, "units": 0, "waits": [], "left": [], "tasks": [],
+                        got = {"keys": 0, "tabs": 0, "typed": 0, "units": 0, "waits": [], "cpus": [], "desk": [],
+                               "left": [], "tasks": [],
                                "refused": f"stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
                                "unseen": []}
                         with contextlib.suppress(Exception):
@@ -112,7 +128,11 @@ def whole_main(args) -> None:
                       f"submit_to_next_s_median={median:.2f} windows_stored={done} rows_done={got['units']} "
                       f"submit_to_next_s_range={min(got['waits'], default=float('nan')):.2f}-"
                       f"{max(got['waits'], default=float('nan')):.2f} not_as_wanted={len(got['left'])} "
-                      f"typed_chars_per_row={got['typed'] / units:.1f}"
+                      f"typed_chars_per_row={got['typed'] / units:.1f} "
+                      f"submit_cpu_s_median={statistics.median(got['cpus']) if got['cpus'] else float('nan'):.2f} "
+                      f"submit_s_all={','.join(f'{x:.2f}' for x in got['waits'])} "
+                      f"submit_cpu_s_all={','.join(f'{x:.2f}' for x in got['cpus'])} "
+                      + _desk_calls(got.get("desk", []))
                       + (f" refused={got['refused']!r}" if got["refused"] else "")
                       + (f" wrong_examples={examples!r}" if examples else "")
                       + (f" unseen_examples={got['unseen'][:3]!r}" if got["unseen"] else ""), flush=True)

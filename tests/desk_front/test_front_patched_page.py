@@ -25,11 +25,11 @@ _TREE = """() => JSON.stringify(Htx.annotationStore.selected.root.toJSON(),
   (k, v) => (k === 'id' || k === 'pid') ? undefined : v)"""
 
 
-def test_a_patched_page_builds_the_same_tree_binds_the_same_keys_and_shows_the_same_prefill(ls_server, ls_client, ls_credentials,
-                                                                       monkeypatch, chromium):
+def test_a_patched_page_builds_the_same_tree_binds_the_same_keys_and_shows_the_same_prefill(
+        ls_server, ls_client, ls_credentials, monkeypatch, chromium):
     project, task, prediction, people = emotion_project(ls_client, "keys", keys=True)
 
-    def page_through(front: FrontServer) -> tuple[list[str], int, dict]:
+    def page_through(front: FrontServer) -> tuple[list[str], int, dict, str]:
         with chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],

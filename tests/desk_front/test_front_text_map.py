@@ -71,8 +71,8 @@ def test_text_maps_and_panel_widths_read_when_needed_give_the_same_page(ls_serve
             page.add_init_script(_COUNTERS)
             browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],
                           ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
-            for name, task, ready in (("regions", with_regions, "document.querySelectorAll('.htx-highlight').length >= 2"),
-                                      ("plain", without, "true")):
+            drawn = "document.querySelectorAll('.htx-highlight').length >= 2"  # the stored spans
+            for name, task, ready in (("regions", with_regions, drawn), ("plain", without, "true")):
                 page.goto(f"{front.url}/projects/{project.id}/data?task={task}")
                 page.wait_for_function(f"""() => window.Htx && Htx.task && Htx.task.id === {task}
                   && document.querySelector('#unit_0 .lsf-choices input') && {ready}""")
