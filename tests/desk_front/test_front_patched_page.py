@@ -72,6 +72,14 @@ def test_a_patched_page_builds_the_same_tree_binds_the_same_keys_and_shows_the_s
 _COUNT_BUILDS = """(() => { window.__builds = 0; new MutationObserver(rs => { for (const r of rs) for (const n of r.addedNodes)
   if (n.nodeType === 1 && (n.matches('.lsf-choices') || n.querySelector('.lsf-choices'))) window.__builds++; })
   .observe(document, {childList: true, subtree: true}); })()"""
+# in the order they happen: the save asked of the desk (its POST of the annotation) and the editor's
+# forms taken out of the page ("down")
+_SAVE_ORDER = """(() => { window.__order = []; const f = window.fetch;
+  window.fetch = function (url, init) { if (/\\/annotations\\/?(\\?|$)/.test(String(url)) && init && init.method === 'POST')
+    window.__order.push('save'); return f.apply(this, arguments); };
+  new MutationObserver(rs => { for (const r of rs) for (const n of r.removedNodes)
+    if (n.nodeType === 1 && (n.matches('.lsf-choices') || n.querySelector('.lsf-choices'))) window.__order.push('down'); })
+  .observe(document, {childList: true, subtree: true}); })()"""
 _STREAM_CONFIG = ('<View><Text name="text" value="$text"/><Choices name="pick" toName="text" choice="single">'
                   '<Choice value="alpha"/><Choice value="beta"/></Choices></View>')
 _DONE = "All tasks in the queue have been completed"
@@ -81,17 +89,18 @@ def test_a_submit_in_the_stream_builds_the_next_task_only(ls_server, ls_client, 
                                                           chromium):
     """Label Studio's data manager builds the editor of the task just submitted twice more on the way
     to the next one (its loader lifted after the save and after the next task's answer); patched,
-    each submit builds the next task once, and the stream's end shows "nothing to label" as built.
-    What is stored is the same."""
-    def stream(front: FrontServer, name: str) -> tuple[list[int], list]:
+    each submit builds the next task once, and the stream's end shows "nothing to label" as built;
+    the save is asked for before the editor is taken down (as built: after). What is stored is the same."""
+    def stream(front: FrontServer, name: str) -> tuple[list[int], list, list[list[str]]]:
         project = ls_client.ensure_project(f"rescue-test:desk-front-stream-{name}", f"stream {name}", _STREAM_CONFIG)
         try:
             ids = ls_client.import_tasks(project.id, [{"data": {"text": f"task {i}"}} for i in range(3)])
-            builds = []
+            builds, orders = [], []
             with chromium() as browser:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.set_default_timeout(120_000)
                 page.add_init_script(_COUNT_BUILDS)
+                page.add_init_script(_SAVE_ORDER)
                 browser_login(page, front.url, ls_credentials["LABEL_STUDIO_USERNAME"],
                               ls_credentials["LABEL_STUDIO_PASSWORD"], timeout_ms=60_000)
                 page.goto(f"{front.url}/projects/{project.id}/data?labeling=1")
@@ -99,7 +108,7 @@ def test_a_submit_in_the_stream_builds_the_next_task_only(ls_server, ls_client, 
                     page.wait_for_function("() => window.Htx && Htx.task && document.querySelector('.lsf-choices input')")
                     old = page.evaluate("() => Htx.task.id")
                     page.locator(".lsf-choices label", has_text="alpha").click()
-                    page.evaluate("() => { window.__builds = 0; }")
+                    page.evaluate("() => { window.__builds = 0; window.__order = []; }")
                     page.click('button[aria-label="Submit current annotation"]')
                     if i < len(ids) - 1:
                         page.wait_for_function("""(old) => window.Htx && Htx.task && Htx.task.id !== old
@@ -108,9 +117,10 @@ def test_a_submit_in_the_stream_builds_the_next_task_only(ls_server, ls_client, 
                         page.get_by_text(_DONE).wait_for()
                     page.wait_for_timeout(500)  # anything still coming would be counted
                     builds.append(page.evaluate("() => window.__builds"))
+                    orders.append(page.evaluate("() => window.__order.filter((x, i, a) => a.indexOf(x) === i)"))
             stored = [[r["value"] for a in ls_client.request("GET", f"/api/tasks/{t}/", "read a task").json()["annotations"]
                        for r in a["result"]] for t in ids]
-            return builds, stored
+            return builds, stored, orders
         finally:
             ls_client.request("DELETE", f"/api/projects/{project.id}/", "delete the test project")
 
@@ -127,7 +137,9 @@ def test_a_submit_in_the_stream_builds_the_next_task_only(ls_server, ls_client, 
         patched = stream(front, "patched")
     finally:
         front.stop()
-    (unpatched_builds, unpatched_stored), (builds, stored) = unpatched, patched
+    (unpatched_builds, unpatched_stored, unpatched_orders), (builds, stored, orders) = unpatched, patched
+    # as built the editor is taken down before the save is asked for; patched the save is asked first
+    assert unpatched_orders == [["down", "save"]] * 3 and orders == [["save", "down"]] * 3, (unpatched_orders, orders)
     # as built, the last submit builds the submitted task's editor once more before "nothing to label":
     # one build puts k lists in; every other submit builds it twice more, then the next task's
     k = unpatched_builds[-1]

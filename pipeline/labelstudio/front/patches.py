@@ -144,10 +144,15 @@ EDITOR = PatchGroup(
 # Where no next task is built right away the loader is lifted as before: a save refused (status >= 400),
 # a submit that reloads the same task (outside the stream), comments not saved yet (the data manager
 # asks first) and the stream's end ("nothing to label").
+# And the save is asked for before the editor is taken down (the loader shown), so that taking it down
+# (about 50 ms of an emotion window) overlaps the desk's answer instead of delaying the question; both
+# in the same task of the page, no input between them. Where the project has labels of the person's own
+# to save first (another request), the loader comes first, as built.
 SUBMIT_KEEPS_LOADER = (
     b"this.setLoading(!0),await this.saveUserLabels();const c=await this.withinLoadingState(async function(){"
     b"return await t(i,r)});",
-    b"this.setLoading(!0),await this.saveUserLabels();const c=(this.setLoading(!0),await t(i,r));")
+    b"(q=>q&&Object.keys(q).length&&this.setLoading(!0))(null==(s=this.lsf)||null==(s=s.userLabels)?void 0:"
+    b"s.controls),await this.saveUserLabels();const c=await(p=>(this.setLoading(!0),p))(t(i,r));")
 SUBMIT_NEXT_WITHOUT_REBUILD = (
     b"var u;return this.setLoading(!1),(null==c||null==(s=c.$meta)?void 0:s.status)>=400||(!a||"
     b"this.datamanager.isExplorer?await this.loadTask(i,l.pk,!0):await this.loadTask()),c}",
