@@ -182,7 +182,7 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
     # The interviews are synthesized (espeak-ng, ffmpeg) while the stack starts: neither needs the other.
     data = DataRoot(root)  # built once: the batch folder and the desks take it
     batch_dir = data.batches_dir() / "demo"
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(4) as pool:  # the synthesis, and one per desk
         synthesized = None
         if not (batch_dir / "manifest.csv").is_file():
             synthesized = pool.submit(synth.make_batch, batch_dir, [
@@ -193,13 +193,15 @@ def run(data_root: str | Path | None = None, *, interviews: int = DEMO_INTERVIEW
         adjudicator = "sim-adjudicator@example.org"
         desks = Desks(data)
         people = [(e, "annotator") for e in annotators] + [(adjudicator, "adjudicator")]
-        # The desks start (one Label Studio per simulated person) beside the Prefect server.
-        made = pool.submit(lambda: [desks.add(e, role, secrets.token_urlsafe(18), simulated=True)
-                                    for e, role in people])
+        # The desks start (one Label Studio per simulated person) beside the Prefect server, side
+        # by side: registered first, in order (their ports), then each started on its own thread.
+        for e, role in people:
+            desks.register(e, role, simulated=True)
+        made = [pool.submit(desks.add, e, role, secrets.token_urlsafe(18), simulated=True) for e, role in people]
         # label_studio=False: the adds start the desks (two starts of one desk would race for its port)
         os.environ.update(step("stack up (Prefect, worker)" + (" + synthesis" if synthesized else ""),
                                lambda: stack.up(root, label_studio=False, log=log)))
-        step("desks of the simulated people (what outlasted the stack start)", made.result)
+        step("desks of the simulated people (what outlasted the stack start)", lambda: [m.result() for m in made])
         if synthesized:
             step("synthesis (what outlasted the stack start)", synthesized.result)
     result.rounds, result.release = run_flows(desks, root, batch_dir, annotators, adjudicator, seed, step)
