@@ -93,7 +93,13 @@ annotator's pages are):
   a window's first key to its submit; ``submitted``: every window of the round stored, none
   refused (a refused submit ends the round there and its sentence is printed);
   ``submit_to_next_s_median``: from Ctrl+Enter to the next window's first usable form (new task,
-  first control visible). The last line::
+  first control visible); ``submit_cpu_s_median``: the browser's CPU seconds (all of Chromium's
+  processes) over the same span, steadier than the wall time on a shared machine (every window's
+  figures in ``submit_s_all`` / ``submit_cpu_s_all``); ``desk_calls``: the desk's API calls
+  during the submits, per method and path their count and median seconds (the save
+  ``POST /api/tasks/N/annotations``, the next task ``POST /api/dm/actions``).
+  ``BENCH_UI_PROFILE=DIR`` writes a DevTools CPU profile of the page per submit,
+  ``DIR/ROUND-wN.cpuprofile``. The last line::
 
       whole interview: windows=N wrong_answers=W machine_wait_share=P%
 

@@ -199,6 +199,7 @@ def save_registered_template(db: Path, engine_python: str) -> None:
     try:
         with dst:
             src.backup(dst)
+        dst.execute("pragma journal_mode=delete")  # one self-contained file: copied, and read, alone
     finally:
         src.close()
         dst.close()

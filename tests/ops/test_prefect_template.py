@@ -101,8 +101,9 @@ def test_saving_keeps_a_consistent_copy_and_its_stamp(tmp_path, monkeypatch):
     con.commit()  # still in the write-ahead log while this connection is open
     ps.save_registered_template(db, sys.executable)
     con.close()
-    with sqlite3.connect(registered) as check:
+    with sqlite3.connect(f"file:{registered}?mode=ro", uri=True) as check:
         assert check.execute("select what from which").fetchone()[0] == "just registered"
+        assert check.execute("pragma journal_mode").fetchone()[0] == "delete"  # no -wal beside it
     assert registered.with_suffix(".fingerprint").read_text().strip() == ps.registration_fingerprint(sys.executable)
 
 
