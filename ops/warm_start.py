@@ -58,6 +58,21 @@ def _read_line(conn: socket.socket) -> str:
 def command() -> int:
     """Run this flow run in a child of the starter; fall back to the engine itself."""
     path = os.environ.get(SOCKET_ENV, "")
+    # The handlers come first, so that no signal falls between asking the starter and knowing
+    # the child: one that comes before the child is known is passed on as soon as it is.
+    child, pending = [0], []
+
+    def forward(signum, _frame):
+        if not child[0]:
+            pending.append(signum)
+            return
+        try:
+            os.kill(child[0], signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
@@ -69,17 +84,14 @@ def command() -> int:
         said = ""
     if not said.startswith("P "):  # no starter, or a stale one: the engine itself, as before
         conn.close()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        if pending:  # asked to stop before anything ran: stop as the engine would have
+            os.kill(os.getpid(), pending[0])
         _engine_itself()
-    child = int(said.split()[1])
-
-    def forward(signum, _frame):
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
+    child[0] = int(said.split()[1])
+    for signum in pending:
+        forward(signum, None)
     end = ""
     while not end:
         try:
