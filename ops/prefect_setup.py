@@ -52,6 +52,7 @@ PREFECT_TEMPLATE_DB = REPO_ROOT / ".venv" / "prefect-template" / "prefect.db"
 # with the fingerprint of what registration depends on: a new data root whose fingerprint matches
 # starts from it and skips registering (~7 CPU s of imports and API calls on 2 cores).
 REGISTERED_TEMPLATE_DB = PREFECT_TEMPLATE_DB.with_name("registered.db")
+REGISTERED_STAMP = REGISTERED_TEMPLATE_DB.with_suffix(".fingerprint")
 # Flow-run heartbeats and the automation that marks a run Crashed when they stop (a host that
 # died leaves its runs Running otherwise). The window must exceed every worker's heartbeat
 # interval: Prefect's default is 180 s, the stack's workers send one every HEARTBEAT_S.
@@ -156,7 +157,7 @@ def registration_fingerprint(engine_python: str) -> str:
 
 def registered_template_matches(engine_python: str | None) -> bool:
     try:
-        stamp = REGISTERED_TEMPLATE_DB.with_suffix(".fingerprint").read_text().strip()
+        stamp = REGISTERED_STAMP.read_text().strip()
     except OSError:
         return False
     return bool(engine_python) and REGISTERED_TEMPLATE_DB.is_file() and stamp == registration_fingerprint(engine_python)
@@ -203,10 +204,9 @@ def save_registered_template(db: Path, engine_python: str) -> None:
     finally:
         src.close()
         dst.close()
-    stamp = REGISTERED_TEMPLATE_DB.with_suffix(".fingerprint")
-    stamp.unlink(missing_ok=True)  # a template without its stamp is never used
+    REGISTERED_STAMP.unlink(missing_ok=True)  # a template without its stamp is never used
     os.replace(tmp, REGISTERED_TEMPLATE_DB)
-    stamp.write_text(registration_fingerprint(engine_python) + "\n")
+    REGISTERED_STAMP.write_text(registration_fingerprint(engine_python) + "\n")
 
 
 # --- the zombie automation ------------------------------------------------------------------

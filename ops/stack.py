@@ -2,8 +2,9 @@
 127.0.0.1 - what ``rescue stack up`` / ``down`` / ``status`` / ``register`` / ``env`` do.
 
 ``up`` starts what is not running yet (idempotent): the Prefect server, ``workers`` process
-workers on ``rescue-cpu``, the flow-run starter their flow runs are forked from (unless
-``RESCUE_WARM_START=0``) (:mod:`ops.warm_start`: Prefect, the flows and the models' libraries imported once),
+workers on ``rescue-cpu``, the flow-run starter their flow runs are forked from
+(:mod:`ops.warm_start`: Prefect, the flows and the models' libraries imported once; not with
+``RESCUE_WARM_START=0``),
 the sweeper (:mod:`ops.sweeper`: flow runs whose process or worker
 died are marked Crashed within ``RESCUE_SWEEP_EVERY_S``, 30 s, instead of staying Running or
 Pending), the desks and
@@ -233,7 +234,7 @@ def make_registered_template(log=print) -> bool:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    saved = {k: os.environ.get(k) for k in ("RESCUE_PREFECT_PORT", WARM_START_ENV, "RESCUE_DATA_ROOT")}
+    saved = {k: os.environ.get(k) for k in ("RESCUE_PREFECT_PORT", WARM_START_ENV)}
     os.environ.update({"RESCUE_PREFECT_PORT": str(port), WARM_START_ENV: "0"})
     try:
         with tempfile.TemporaryDirectory(prefix="rescue-prefect-template-") as tmp:

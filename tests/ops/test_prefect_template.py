@@ -51,6 +51,7 @@ def _templates(tmp_path, monkeypatch) -> tuple[Path, Path]:
             con.execute("insert into which values (?)", (what,))
     monkeypatch.setattr(ps, "PREFECT_TEMPLATE_DB", empty)
     monkeypatch.setattr(ps, "REGISTERED_TEMPLATE_DB", registered)
+    monkeypatch.setattr(ps, "REGISTERED_STAMP", registered.with_suffix(".fingerprint"))
     monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL", raising=False)
     return empty, registered
 
