@@ -7,8 +7,10 @@ Two halves, one module (this one imports only the standard library at the top, s
 worker's command stays cheap):
 
 - ``python -m ops.warm_start serve --socket PATH`` (the stack's ``flow-run-starter`` process,
-  :func:`ops.stack.up`): imports what every flow run needs (:func:`preload`), then listens on an
-  owner-only Unix socket. Each request forks ONE child, which takes the request's stdin/stdout/
+  :func:`ops.stack.up`): listens on an owner-only Unix socket at once and imports what every flow
+  run needs (:func:`preload`); a request that comes before the imports are done waits for them
+  (``RESCUE_WARM_START_WAIT_S``, 15 s, then its command runs the engine itself; it is never run
+  twice). Each request forks ONE child, which takes the request's stdin/stdout/
   stderr (passed as file descriptors), environment and working directory, refreshes Prefect's
   settings from that environment and runs ``prefect.engine`` as ``__main__``.
 - ``python -m ops.warm_start prefect.engine`` (the pool's flow-run command,
@@ -20,7 +22,7 @@ worker's command stays cheap):
 Whenever the starter is not there (not started, restarting, another host) or the code it imported
 changed on disk since (a file under the repository's ``flows``/``pipeline``/``ops``), the command
 runs ``python -m prefect.engine`` itself, exactly as without this module; a starter that finds its
-code stale says so and starts again with the new code. The socket lives in the data root's
+code stale says so, lets the runs it forked from the old code end, and starts again with the new code. The socket lives in the data root's
 owner-only ``stack/`` folder (or an owner-only folder under the temp dir when that path is too
 long for a socket), and the starter serves only its own user (SO_PEERCRED).
 """
@@ -35,6 +37,10 @@ import sys
 
 SOCKET_ENV = "RESCUE_WARM_START_SOCKET"   # where the command finds the starter (the stack sets it)
 ENGINE = "prefect.engine"
+# How long a flow run waits for a starter that is still importing before running the engine
+# itself: about what a cold engine start costs on a small host.
+WAIT_ENV, DEFAULT_WAIT_S = "RESCUE_WARM_START_WAIT_S", 15.0
+MODELS_ENV = "RESCUE_WARM_START_MODELS"   # 0: the starter loads no model (each run loads its own)
 _HEADER = struct.Struct("!I")
 
 
@@ -45,14 +51,41 @@ def _engine_itself() -> None:
     os.execv(sys.executable, [sys.executable, "-m", ENGINE, *sys.argv[2:]])
 
 
-def _read_line(conn: socket.socket) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(64)
-        if not chunk:
-            return ""
-        data += chunk
-    return data.decode().strip()
+class _Lines:
+    """The starter's answers on one connection, a line at a time (two may come in one read)."""
+
+    def __init__(self, conn: socket.socket):
+        self.conn, self.buf = conn, b""
+
+    def read(self) -> str:
+        while b"\n" not in self.buf:
+            chunk = self.conn.recv(64)
+            if not chunk:
+                return ""
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode().strip()
+
+
+def _wait_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(WAIT_ENV, DEFAULT_WAIT_S)))
+    except ValueError:
+        return DEFAULT_WAIT_S
+
+
+def _ask(conn: socket.socket, lines: _Lines) -> str:
+    """The starter's answer to a request: ``P <pid>`` (forked) or anything else (run the engine
+    itself). A starter still importing holds the request; past :func:`_wait_s` the command takes
+    it back (``C``) and the starter confirms, or answers that it had forked just before: never both."""
+    conn.settimeout(_wait_s())
+    try:
+        return lines.read()
+    except TimeoutError:
+        pass
+    conn.settimeout(None)
+    conn.sendall(b"C\n")
+    return lines.read()
 
 
 def command() -> int:
@@ -74,12 +107,13 @@ def command() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lines = _Lines(conn)
     try:
         conn.connect(path)
         payload = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv[2:]}).encode()
         socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])
         conn.sendall(payload)
-        said = _read_line(conn)
+        said = _ask(conn, lines)
     except OSError:
         said = ""
     if not said.startswith("P "):  # no starter, or a stale one: the engine itself, as before
@@ -95,7 +129,7 @@ def command() -> int:
     end = ""
     while not end:
         try:
-            end = _read_line(conn) or "X 1"  # the starter died: its children die with it
+            end = lines.read() or "X 1"  # the starter died: its children die with it
         except InterruptedError:
             continue
     kind, value = end.split()[:2]
@@ -129,7 +163,9 @@ def socket_path(stack_dir) -> str:
 
 def preload() -> None:
     """What every flow run imports, imported once here: Prefect's engine, the flows (and the
-    pipeline through them), and the diarization libraries."""
+    pipeline through them), and the diarization libraries; and the default diarization pipeline,
+    loaded (``RESCUE_WARM_START_MODELS=0`` leaves it to each run): a run of the same environment
+    finds it in :func:`pipeline.media.diarize.load_pipeline`'s cache, shared copy-on-write."""
     import importlib
     from pathlib import Path
 
@@ -142,22 +178,54 @@ def preload() -> None:
     for path in sorted((repo / "flows").glob("*.py")):
         importlib.import_module("flows" if path.stem == "__init__" else f"flows.{path.stem}")
     try:
-        import torch  # noqa: F401
+        import torch
         import pyannote.audio  # noqa: F401
     except ImportError:  # a host without the diarization extras: the flows still run
-        pass
+        return
+    if os.environ.get(MODELS_ENV) == "0":
+        return
+    from pipeline.media import diarize
+
+    # One torch thread in this (the loading) thread: no OpenMP thread pool is ever made in the
+    # starter, so each forked run makes its own, with its own thread count (see _child).
+    torch.set_num_threads(1)
+    before = _threads()
+    try:
+        diarize.load_pipeline(None, "cpu")  # the key a run of this environment asks for
+    except Exception as exc:  # noqa: BLE001 - no models here: each run loads (or fails on) its own
+        print(f"flow-run starter: the diarization pipeline is not preloaded: {type(exc).__name__}: {exc}",
+              flush=True)
+        return
+    print(f"flow-run starter: the diarization pipeline is loaded ({_threads() - before} thread(s) added)", flush=True)
 
 
-def _preload_at_idle_priority() -> None:
+def _threads() -> int:
+    """This process's threads (Linux; 0 elsewhere)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+class _Preload:
     """:func:`preload` in a thread of Linux's lowest CPU class (SCHED_IDLE, which is per thread):
     its ~7 CPU s then take only what the stack's start and the first flow runs leave, instead of
     slowing them on a small host. The main thread, which forks the flow runs, keeps its class (an
-    unprivileged process could not take it back)."""
-    import threading
+    unprivileged process could not take it back). Once a flow run waits for it, :meth:`hurry`
+    moves the thread back to the normal class where the system allows it."""
 
-    failed: list[BaseException] = []
+    def __init__(self):
+        import threading
 
-    def run() -> None:
+        self.failed: list[BaseException] = []
+        self.tid = 0
+        self.thread = threading.Thread(target=self._run, name="preload", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import threading
+
+        self.tid = threading.get_native_id()
         try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         except (AttributeError, OSError):  # not Linux, or not allowed: at normal priority
@@ -165,29 +233,51 @@ def _preload_at_idle_priority() -> None:
         try:
             preload()
         except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
-            failed.append(exc)
+            self.failed.append(exc)
 
-    thread = threading.Thread(target=run, name="preload", daemon=True)
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
+    def hurry(self) -> None:
+        try:
+            if self.tid and os.sched_getscheduler(self.tid) == os.SCHED_IDLE:
+                os.sched_setscheduler(self.tid, os.SCHED_OTHER, os.sched_param(0))
+        except (AttributeError, OSError):  # gone already, or not allowed: it finishes at idle priority
+            pass
+
+    def done(self) -> bool:
+        """True once the imports are made (no thread but the main one is left to fork beside);
+        raises what the preload raised."""
+        if self.thread.is_alive():
+            return False
+        self.thread.join()
+        if self.failed:
+            raise self.failed[0]
+        return True
 
 
-def _code_files() -> dict[str, int]:
-    """The repository's modules this process imported, with their modification times."""
+def _preload_at_idle_priority() -> None:
+    """:func:`preload` as the starter runs it (:class:`_Preload`), waited for."""
+    loading = _Preload()
+    loading.thread.join()
+    loading.done()
+
+
+def _loaded_files() -> dict[str, int]:
+    """What the forked runs would take from this process, with modification times: the
+    repository's modules it imported, and every file of the models it loaded."""
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
     tops = tuple(str(repo / d) + os.sep for d in ("flows", "pipeline", "ops"))
+    files = [f for mod in list(sys.modules.values()) if (f := getattr(mod, "__file__", None)) and f.startswith(tops)]
+    diarize = sys.modules.get("pipeline.media.diarize")
+    for source, *_ in getattr(diarize, "_PIPELINES", {}):
+        where = Path(source)
+        files += [str(f) for f in (where.rglob("*") if where.is_dir() else [where]) if f.is_file()]
     out = {}
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and f.startswith(tops):
-            try:
-                out[f] = os.stat(f).st_mtime_ns
-            except OSError:
-                out[f] = -1
+    for f in files:
+        try:
+            out[f] = os.stat(f).st_mtime_ns
+        except OSError:
+            out[f] = -1
     return out
 
 
@@ -234,6 +324,9 @@ def _child(request: dict, fds: list[int], keep_closed: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
+        torch, threads = sys.modules.get("torch"), os.environ.get("OMP_NUM_THREADS", "")
+        if torch is not None and threads.isdigit() and int(threads) > 0:
+            torch.set_num_threads(int(threads))  # the run's threads: OpenMP read the starter's at import
         sys.argv = [ENGINE, *request.get("argv", [])]
         import runpy
 
@@ -272,13 +365,12 @@ def _child(request: dict, fds: list[int], keep_closed: list[int]) -> None:
 
 
 def serve(path: str) -> int:
-    """Preload, then fork one engine child per request on the socket at ``path``."""
+    """Listen at once on ``path``; preload; then fork one engine child per request. Requests that
+    come while the preload runs wait for it (their commands take them back after :func:`_wait_s`)."""
     import selectors
     import time
 
     t0 = time.monotonic()
-    _preload_at_idle_priority()
-    files = _code_files()
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -288,6 +380,8 @@ def serve(path: str) -> int:
     listener.bind(path)
     os.umask(old)
     listener.listen(16)
+    loading = _Preload()
+    files: dict[str, int] | None = None   # the imported code and its mtimes, once the preload is done
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
@@ -300,8 +394,8 @@ def serve(path: str) -> int:
     sel.register(wake_r, selectors.EVENT_READ, "wake")
     children: dict[int, socket.socket] = {}   # child pid -> its command's connection
     conns: dict[socket.socket, int] = {}
-    print(f"flow-run starter: ready on {path} after {time.monotonic() - t0:.1f} s "
-          f"({len(files)} repository modules imported)", flush=True)
+    waiting: dict[socket.socket, tuple[dict, list[int]]] = {}   # requests held until the preload is done
+    print(f"flow-run starter: listening on {path}; importing", flush=True)
 
     def reap() -> None:
         while children:
@@ -323,9 +417,59 @@ def serve(path: str) -> int:
                 sel.unregister(conn)
             conn.close()
 
+    def drop(conn: socket.socket, answer: bytes) -> None:
+        """A held request not forked: its command runs the engine itself."""
+        _, fds = waiting.pop(conn)
+        sel.unregister(conn)
+        for fd in fds:
+            os.close(fd)
+        try:
+            conn.sendall(answer)
+        except OSError:
+            pass
+        conn.close()
+
+    def start(conn: socket.socket) -> None:
+        request, fds = waiting.pop(conn)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, fds, [listener.fileno(), wake_r, wake_w, conn.fileno(),
+                                  *(c.fileno() for c in (*conns, *waiting))])
+        for fd in fds:
+            os.close(fd)
+        children[pid], conns[conn] = conn, pid
+        try:
+            conn.sendall(f"P {pid}\n".encode())
+        except OSError:  # its command is gone: the EOF below ends the run
+            pass
+        run_id = request["env"].get("PREFECT__FLOW_RUN_ID") or " ".join(request.get("argv", []))
+        print(f"flow-run starter: flow run {run_id} as pid {pid}", flush=True)
+
     restart = False
-    while not stopping and not restart:
-        for key, _ in sel.select(timeout=5):
+    while not stopping and not (restart and not children):
+        if files is None and loading.done():
+            files = _loaded_files()
+            print(f"flow-run starter: ready on {path} after {time.monotonic() - t0:.1f} s ({len(files)} files "
+                  "imported or loaded)", flush=True)
+        elif files is None and waiting:
+            loading.hurry()  # a flow run waits: the imports at normal priority from now on
+        if files is not None and waiting:
+            if _stale(files):
+                # The code or models changed: these requests, and every one until the runs forked from the
+                # old code have ended, run the engine themselves; then the starter starts again.
+                print("flow-run starter: the code or models changed on disk; starting again with them once its "
+                      f"{len(children)} run(s) have ended", flush=True)
+                for conn in list(waiting):
+                    drop(conn, b"F stale\n")
+                sel.unregister(listener)
+                listener.close()
+                os.unlink(path)
+                restart = True
+            for conn in list(waiting):
+                start(conn)
+        for key, _ in sel.select(timeout=5 if files is not None else 0.1):
             if key.data == "wake":
                 try:
                     os.read(wake_r, 512)
@@ -337,32 +481,14 @@ def serve(path: str) -> int:
                 try:
                     if uid != os.getuid():
                         raise OSError(f"a request from uid {uid}")
-                    request, fds = _recv_request(conn)
+                    waiting[conn] = _recv_request(conn)
                 except (OSError, ValueError) as exc:
                     print(f"flow-run starter: refused: {exc}", flush=True)
                     conn.close()
                     continue
-                if _stale(files):  # the code changed: this request runs the engine itself
-                    print("flow-run starter: the code changed on disk; starting again with it", flush=True)
-                    conn.sendall(b"F stale\n")
-                    conn.close()
-                    for fd in fds:
-                        os.close(fd)
-                    restart = True
-                    break
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    _child(request, fds, [listener.fileno(), wake_r, wake_w, conn.fileno(),
-                                          *(c.fileno() for c in conns)])
-                for fd in fds:
-                    os.close(fd)
-                children[pid], conns[conn] = conn, pid
                 sel.register(conn, selectors.EVENT_READ, "conn")
-                conn.sendall(f"P {pid}\n".encode())
-                run_id = request["env"].get("PREFECT__FLOW_RUN_ID") or " ".join(request.get("argv", []))
-                print(f"flow-run starter: flow run {run_id} as pid {pid}", flush=True)
+            elif key.fileobj in waiting:  # a held request's command took it back (C), or is gone
+                drop(key.fileobj, b"F cancelled\n")
             else:  # a command's connection: EOF means the command is gone (killed): so is its run
                 conn = key.fileobj
                 try:
@@ -376,10 +502,13 @@ def serve(path: str) -> int:
                         pass
                     sel.unregister(conn)
         reap()
-    listener.close()
-    os.unlink(path)
-    if restart:
+    if restart and not stopping:
         os.execv(sys.executable, [sys.executable, "-m", "ops.warm_start", "serve", "--socket", path])
+    if not restart:
+        listener.close()
+        os.unlink(path)
+    for conn in list(waiting):
+        drop(conn, b"F stopping\n")
     for pid in list(children):  # the stack stops: its runs with it (as the worker's own children)
         try:
             os.kill(pid, signal.SIGTERM)

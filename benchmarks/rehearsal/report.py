@@ -15,9 +15,16 @@ def print_report(report: dict, truth: dict) -> None:
             + (f"  ({s['cached']} cached)" if s["cached"] else "")
             + (f"  ({s['not_run']} not run: quarantined by an earlier stage)" if s.get("not_run") else ""))
     c = report["child_runs"]
-    say(f"  child runs: {c['count']}; per run, mean: {c['mean_process_start_s']} s from process start to Running "
-        f"(imports, pull step), {c['mean_running_s']} s Running, {c['mean_outside_stages_s']} s of the process "
+    say(f"  child runs: {c['count']}; per run, mean: {c.get('mean_pickup_to_running_s')} s from a worker's pick-up "
+        f"(Pending) to Running, of which {c['mean_process_start_s']} s from process start (imports, pull step); "
+        f"{c['mean_running_s']} s Running, {c['mean_outside_stages_s']} s of the process "
         f"outside its stages; {c['overhead_cpu_s']} CPU s outside the stages in all")
+    n = max(truth["totals"]["interviews"], 1)
+    if "machine_cpu_s" in report:
+        server = report["machine_cpu_s"].get("prefect server", 0.0)
+        total = report["processes"].get("prefect server", {}).get("cpu_s", 0.0)
+        say(f"  the Prefect server: {server:.1f} CPU s in the machine half ({server / n:.2f} per interview), "
+            f"{total:.1f} CPU s in all ({total / n:.2f} per interview, the rounds and its idle polling included)")
     if report.get("steps"):
         say("\nthe human half, per step (wall s; CPU s of every process in it, by group):")
         for row in report["steps"]:

@@ -23,7 +23,7 @@ from .checks import (batch_copy, check, compare_releases, human_checks, machine_
 from .database import create_database, drop_database
 from .faults import Faults, fault_check, recover_batch
 from .report import print_report
-from .sampler import Sampler, Steps, kill_leftovers, process_table
+from .sampler import Sampler, Steps, cpu_by_group, kill_leftovers, process_table
 from .simulation import ADJUDICATOR, human_half, person_email
 from .stack import FIRST_WORKER_SLOTS, free_port, measure, start_more_workers
 
@@ -182,7 +182,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     steps = Steps(sampler)
     faults = Faults(root, desks, annotators, sampler, args.workers) if args.faults else None
     with settings:
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), cpu_by_group(sampler)
         run_id = start_deployment("ingest-batch/default", {
             "batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
             "annotators": annotators, "chunk_size": args.chunk_size})
@@ -202,6 +202,8 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
                 faults.halt.set()
                 killer.join(timeout=5)
         batch_wall = time.monotonic() - t0
+        cpu1 = cpu_by_group(sampler)
+        report["machine_cpu_s"] = {k: round(cpu1[k] - cpu0.get(k, 0.0), 1) for k in cpu1}
         say(f"ingest-batch: {'ended: ' + error if error else state} after {batch_wall:.1f} s "
             f"(load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
         time.sleep(2 * args.sample_s)  # the last samples of the last flow-run processes

@@ -70,6 +70,16 @@ def read_flow_runs(client, ids: list) -> dict:
     return out
 
 
+def _pickup_s(states) -> float | None:
+    """Seconds from a flow run's first Pending state (a worker took it) to its first Running."""
+    first = {}
+    for state in sorted(states, key=lambda st: st.timestamp):
+        first.setdefault(state.type.value, state.timestamp)
+    if "PENDING" in first and "RUNNING" in first:
+        return (first["RUNNING"] - first["PENDING"]).total_seconds()
+    return None
+
+
 def _ts(value) -> float | None:
     return value.timestamp() if value is not None else None
 
@@ -87,6 +97,8 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
     with get_client(sync_client=True) as client:
         runs = read_flow_runs(client, child_ids + [str(batch_id)])
         tasks = read_task_runs(client, child_ids + [str(batch_id)])
+        # a worker's pick-up (Pending) to Running: the time before a child runs, its queue not counted
+        pickups = {rid: _pickup_s(client.read_flow_run_states(rid)) for rid in child_ids}
     with sampler.lock:
         procs = list(sampler.procs.values())
     by_run = {p.flow_run_id: p for p in procs if p.kind == "flow run" and p.flow_run_id}
@@ -113,7 +125,7 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
         st_["first"] = start if st_["first"] is None else min(st_["first"], start)
         st_["last"] = end if st_["last"] is None else max(st_["last"], end)
         intervals[str(tr.flow_run_id)].append((stage, start, end))
-    overhead_cpu, overhead_wall, starts = 0.0, [], []
+    overhead_cpu, overhead_wall, starts, waits = 0.0, [], [], []
     if (proc := by_run.get(str(batch_id))) is not None:  # the batch run's own stage (the push): the rest waits
         for stage, cpu in attribute_cpu(proc, intervals.get(str(batch_id), [])).items():
             if stage != "overhead":
@@ -130,6 +142,8 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
         run = runs.get(rid)
         if run and run.start_time:  # the process's start to the flow's Running state: imports, pull step
             starts.append(_ts(run.start_time) - proc.first_t)
+            if pickups.get(rid) is not None:
+                waits.append(pickups[rid])
         ivs = intervals.get(rid, [])
         if ivs:
             overhead_wall.append((proc.last_t - proc.first_t) - (max(b for _, _, b in ivs) - min(a for _, a, _ in ivs)))
@@ -146,5 +160,6 @@ def measure(batch_id, result: dict | None, sampler: Sampler, truth: dict) -> dic
     mean = lambda xs: round(sum(xs) / len(xs), 2) if xs else None  # noqa: E731
     return {"stages": stages, "child_runs": {"count": len(child_ids), "workers": dict(sorted(workers.items())),
                                              "mean_running_s": mean(run_walls),
-                           "mean_process_start_s": mean(starts), "mean_outside_stages_s": mean(overhead_wall),
+                           "mean_process_start_s": mean(starts), "mean_pickup_to_running_s": mean(waits),
+                           "mean_outside_stages_s": mean(overhead_wall),
                            "overhead_cpu_s": round(overhead_cpu, 1)}}

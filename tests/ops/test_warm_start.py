@@ -2,7 +2,9 @@
 is forked from the starter, with the command's own arguments, environment (Prefect's settings
 read again from it) and stdio; it ends as its child ends, a signal included; a command killed
 outright takes its child with it; code changed on disk makes the starter step aside (the engine
-runs itself) and start again; without a starter the command is the engine itself."""
+runs itself) and start again once the runs forked from the old code have ended; a run asked for
+while the starter still imports waits for it, or takes its request back after the wait and runs
+the engine itself, never both; without a starter the command is the engine itself."""
 from __future__ import annotations
 
 import os
@@ -41,13 +43,17 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.fixture(scope="module")
-def starter(tmp_path_factory):
-    where = tmp_path_factory.mktemp("starter")
+def _serve(where: Path) -> tuple[subprocess.Popen, str, Path]:
     sock, log = str(where / "s.sock"), where / "starter.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "ops.warm_start", "serve", "--socket", sock], cwd=REPO_ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, sock, log
+
+
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory):
+    proc, sock, log = _serve(tmp_path_factory.mktemp("starter"))
     try:
         _wait_for(log, "ready on")
         yield sock, log
@@ -122,16 +128,64 @@ def test_changed_code_runs_the_engine_itself_and_restarts_the_starter(starter):
     sock, log = starter
     target = Path(warm_start.__file__)
     st = target.stat()
-    before = log.read_text().count("as pid")
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    srv, url = _hanging_api()
+    run_id = "5b7e2a9c-6a2e-4b7c-9d7e-3f1c2a4b5d6e"
     try:
-        proc = _command(sock, "not-a-run-id")
+        before = log.read_text().count("as pid")
+        running = _command(sock, PREFECT__FLOW_RUN_ID=run_id, PREFECT_API_URL=url)  # forked from the old code
+        child = _child_pid(log, before)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        try:
+            proc = _command(sock, "not-a-run-id")
+            out, err = proc.communicate(timeout=120)
+        finally:
+            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert proc.returncode == 1 and "Invalid flow run id" in err, err
+        seen = _wait_for(log, "the code or models changed on disk")
+        assert seen.count("as pid") == before + 1  # the new request was not forked from the old code
+        time.sleep(2)
+        # the run forked from the old code goes on, its command still waiting on it: the starter
+        # starts again only once it has ended
+        assert running.poll() is None and _alive(child) and log.read_text().count("ready on") == 1
+        proc = _command(sock, "not-a-run-id")  # meanwhile a run starts the engine itself
         out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1 and "Invalid flow run id" in err, err
+        running.send_signal(signal.SIGTERM)
+        running.communicate(timeout=60)
+        assert running.returncode == -signal.SIGTERM  # its command still heard how its run ended
     finally:
-        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert proc.returncode == 1 and "Invalid flow run id" in err, err
+        srv.close()
     seen = _wait_for(log, "ready on", 2)  # started again, with the code as it is now
-    assert "the code changed on disk" in seen and seen.count("as pid") == before
+    assert seen.count("as pid") == before + 1
+
+
+def test_a_run_asked_for_while_the_starter_imports_waits_for_it_or_takes_its_request_back(tmp_path):
+    proc, sock, log = _serve(tmp_path)
+    try:
+        _wait_for(log, "listening on", timeout=60)
+        early = _command(sock, "not-a-run-id")  # the imports take seconds: this request is held
+        out, err = early.communicate(timeout=300)
+        assert early.returncode == 1 and "Invalid flow run id" in err, err
+        seen = log.read_text()
+        assert seen.index("listening on") < seen.index("ready on") < seen.index("as pid")
+        assert seen.count("as pid") == 1  # it waited, and was forked from the imports
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    (tmp_path / "again").mkdir()
+    proc, sock, log = _serve(tmp_path / "again")  # a starter that will be slower than the run's wait
+    try:
+        _wait_for(log, "listening on", timeout=60)
+        impatient = _command(sock, "not-a-run-id", **{warm_start.WAIT_ENV: "0.2"})
+        out, err = impatient.communicate(timeout=300)
+        assert impatient.returncode == 1 and "Invalid flow run id" in err, err  # the engine itself ran it
+        _wait_for(log, "ready on", timeout=300)
+        time.sleep(1)
+        assert "as pid" not in log.read_text()  # taken back before the fork: it ran once, not twice
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_without_a_starter_the_command_is_the_engine_itself(tmp_path):
@@ -172,3 +226,26 @@ def test_the_ready_starter_forks_from_a_normal_priority_thread(starter):
             and sock.encode() in (p / "cmdline").read_bytes() and b"serve" in (p / "cmdline").read_bytes()]
     assert len(pids) == 1, pids
     assert os.sched_getscheduler(pids[0]) == os.SCHED_OTHER  # its main thread, which forks each run
+
+
+def test_a_changed_model_file_makes_the_starter_step_aside_like_changed_code(starter):
+    from pipeline.config import Settings
+    from pipeline.media.diarize import default_pipeline_dir
+
+    sock, log = starter
+    seen = log.read_text()
+    # the diarization pipeline was loaded once, in the starter, and made no thread (no OpenMP pool)
+    # that a run forked from it would inherit half-alive
+    assert "the diarization pipeline is loaded (0 thread(s) added)" in seen, seen
+    model = next(f for f in sorted(default_pipeline_dir(Settings.from_env()).rglob("*")) if f.is_file())
+    st = model.stat()
+    before, ready = seen.count("as pid"), seen.count("ready on")
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    try:
+        proc = _command(sock, "not-a-run-id")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert proc.returncode == 1 and "Invalid flow run id" in err, err
+    seen = _wait_for(log, "ready on", ready + 1)  # loaded again, from the files as they are now
+    assert seen.count("as pid") == before  # a run never gets a model its files no longer hold
