@@ -83,7 +83,8 @@ def _ask(conn: socket.socket, lines: _Lines) -> str:
         return lines.read()
     except TimeoutError:
         pass
-    conn.settimeout(None)
+    finally:
+        conn.settimeout(None)  # the run's end, later, may take hours
     conn.sendall(b"C\n")
     return lines.read()
 

@@ -102,10 +102,11 @@ def test_a_signal_reaches_the_run_and_a_killed_command_takes_its_run_along(start
     try:
         run_id = "5b7e2a9c-6a2e-4b7c-9d7e-3f1c2a4b5d6e"
         before = log.read_text().count("as pid")
-        proc = _command(sock, PREFECT__FLOW_RUN_ID=run_id, PREFECT_API_URL=url)
+        # a run outlives the wait for the starter's answer: that wait ends once it is answered
+        proc = _command(sock, PREFECT__FLOW_RUN_ID=run_id, PREFECT_API_URL=url, **{warm_start.WAIT_ENV: "0.5"})
         child = _child_pid(log, before)
-        time.sleep(1)
-        assert proc.poll() is None and _alive(child)
+        time.sleep(2)
+        assert proc.poll() is None and _alive(child), proc.stderr.read() if proc.poll() is not None else ""
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGTERM  # ended as its run ended: by the signal
