@@ -1,7 +1,7 @@
 """The RESCUE rehearsal: a RESCUE-shaped batch through every deployment, as a maintainer rebuilds RESCUE.
 
     .venv/bin/python benchmarks/bench_rehearsal.py --scale S [--workers N] [--database-url URL]
-                     [--seed N] [--max-rows R] [--chunk-size C] [--json PATH] [--keep]
+                     [--seed N] [--max-rows R] [--chunk-size C] [--max-in-flight M] [--json PATH] [--keep]
 
 What an operator does, on a stack of its own under a temporary data root:
 
@@ -79,6 +79,8 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="the generator's seed")
     ap.add_argument("--max-rows", type=int, default=None, help="cut every interview to this many rows, each voice speaking (smoke runs; `rescue synth batch --max-rows`)")
     ap.add_argument("--chunk-size", type=int, default=1, help="interviews per ingest-interview run (the flow's chunk_size)")
+    ap.add_argument("--max-in-flight", type=int, default=None,
+                    help="child runs queued or running at once (the flow's max_in_flight; default: the flow's)")
     ap.add_argument("--sample-s", type=float, default=0.5, help="how often /proc is sampled")
     ap.add_argument("--timeout-s", type=float, default=4 * 3600, help="give up on the batch run after this long")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures and checks to this file")

@@ -23,3 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def say(text: str = "") -> None:
     print(text, flush=True)
+
+
+def batch_options(args) -> dict:
+    """The ingest-batch parameters the command line sets beyond the defaults."""
+    return {} if getattr(args, "max_in_flight", None) is None else {"max_in_flight": args.max_in_flight}

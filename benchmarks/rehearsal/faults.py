@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import REPO, say
+from . import REPO, batch_options, say
 from .sampler import COMMAND_KIND, Sampler, Steps
 from .stack import FIRST_WORKER_SLOTS
 from pipeline.paths import DataRoot
@@ -226,7 +226,7 @@ def recover_batch(faults: "Faults", first: dict | None, steps: "Steps", run_kind
     steps.run(f"FAULT recovery: {faults.fault_worker} started again (`rescue stack up --workers {args.workers}`)",
               lambda: faults.recover_worker(lambda *_: None))
     params = {"batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
-              "annotators": annotators, "chunk_size": args.chunk_size}
+              "annotators": annotators, "chunk_size": args.chunk_size, **batch_options(args)}
 
     def again():
         run_id = start_deployment("ingest-batch/default", params)

@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import REPO, say
+from . import REPO, batch_options, say
 from .checks import (batch_copy, check, compare_releases, human_checks, machine_half_files, machine_record,
                      which_half)
 from .database import create_database, drop_database
@@ -44,7 +44,7 @@ def run(args) -> int:
     root.mkdir(mode=0o700)
     report: dict = {"scale": args.scale, "seed": args.seed, "max_rows": args.max_rows, "workers": args.workers,
                     "faults": args.faults,
-                    "chunk_size": args.chunk_size, "cores": os.cpu_count(), "load_start": os.getloadavg()}
+                    "chunk_size": args.chunk_size, "max_in_flight": args.max_in_flight, "cores": os.cpu_count(), "load_start": os.getloadavg()}
     sampler = Sampler(args.sample_s)
     db_name, code = None, 1
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -185,7 +185,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         t0, cpu0 = time.monotonic(), cpu_by_group(sampler)
         run_id = start_deployment("ingest-batch/default", {
             "batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
-            "annotators": annotators, "chunk_size": args.chunk_size})
+            "annotators": annotators, "chunk_size": args.chunk_size, **batch_options(args)})
         run_kinds[str(run_id)] = "ingest-batch"
         say(f"ingest-batch/default: flow run {run_id} submitted (backend subtitles; the transcript round "
             f"pushed to {len(annotators)} annotators' desks) ...")
