@@ -20,9 +20,10 @@ worker's command stays cheap):
   process as before. Killed outright, its connection closes and the starter kills the child.
 
 Whenever the starter is not there (not started, restarting, another host) or the code it imported
-changed on disk since (a file under the repository's ``flows``/``pipeline``/``ops``), the command
-runs ``python -m prefect.engine`` itself, exactly as without this module; a starter that finds its
-code stale says so, lets the runs it forked from the old code end, and starts again with the new code. The socket lives in the data root's
+or the models it loaded changed on disk since (a file under the repository's ``flows``/``pipeline``/
+``ops``, or the pipeline's folder), the command runs ``python -m prefect.engine`` itself, exactly as
+without this module; a starter that finds its files stale says so, lets the runs it forked from
+them end, and starts again with the new ones. The socket lives in the data root's
 owner-only ``stack/`` folder (or an owner-only folder under the temp dir when that path is too
 long for a socket), and the starter serves only its own user (SO_PEERCRED).
 """
@@ -197,7 +198,8 @@ def preload() -> None:
         print(f"flow-run starter: the diarization pipeline is not preloaded: {type(exc).__name__}: {exc}",
               flush=True)
         return
-    print(f"flow-run starter: the diarization pipeline is loaded ({_threads() - before} thread(s) added)", flush=True)
+    added = _threads() - before
+    print(f"flow-run starter: the diarization pipeline is loaded ({added} thread(s) added)", flush=True)
 
 
 def _threads() -> int:
@@ -210,7 +212,7 @@ def _threads() -> int:
 
 class _Preload:
     """:func:`preload` in a thread of Linux's lowest CPU class (SCHED_IDLE, which is per thread):
-    its ~7 CPU s then take only what the stack's start and the first flow runs leave, instead of
+    its ~10 CPU s then take only what the stack's start and the first flow runs leave, instead of
     slowing them on a small host. The main thread, which forks the flow runs, keeps its class (an
     unprivileged process could not take it back). Once a flow run waits for it, :meth:`hurry`
     moves the thread back to the normal class where the system allows it."""
@@ -244,21 +246,14 @@ class _Preload:
             pass
 
     def done(self) -> bool:
-        """True once the imports are made (no thread but the main one is left to fork beside);
-        raises what the preload raised."""
+        """True once the preload thread has ended (none of its work is mid-way when a run is
+        forked); raises what the preload raised."""
         if self.thread.is_alive():
             return False
         self.thread.join()
         if self.failed:
             raise self.failed[0]
         return True
-
-
-def _preload_at_idle_priority() -> None:
-    """:func:`preload` as the starter runs it (:class:`_Preload`), waited for."""
-    loading = _Preload()
-    loading.thread.join()
-    loading.done()
 
 
 def _loaded_files() -> dict[str, int]:

@@ -44,7 +44,8 @@ def run(args) -> int:
     root.mkdir(mode=0o700)
     report: dict = {"scale": args.scale, "seed": args.seed, "max_rows": args.max_rows, "workers": args.workers,
                     "faults": args.faults,
-                    "chunk_size": args.chunk_size, "max_in_flight": args.max_in_flight, "cores": os.cpu_count(), "load_start": os.getloadavg()}
+                    "chunk_size": args.chunk_size, "max_in_flight": args.max_in_flight, "cores": os.cpu_count(),
+                    "load_start": os.getloadavg()}
     sampler = Sampler(args.sample_s)
     db_name, code = None, 1
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)

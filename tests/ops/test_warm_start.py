@@ -207,17 +207,33 @@ def test_a_long_stack_folder_gets_an_owner_only_socket_folder(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's; elsewhere the preload runs at normal priority")
 def test_the_preload_runs_at_idle_priority_and_the_forking_thread_keeps_its_class(monkeypatch):
-    seen = []
-    monkeypatch.setattr(warm_start, "preload", lambda: seen.append(os.sched_getscheduler(0)))
-    warm_start._preload_at_idle_priority()
-    assert seen == [os.SCHED_IDLE]  # the imports take only CPU nobody else wants
+    import threading
+
+    seen, go = [], threading.Event()
+
+    def slow():
+        seen.append(os.sched_getscheduler(0))
+        go.wait(30)
+        seen.append(os.sched_getscheduler(0))
+    monkeypatch.setattr(warm_start, "preload", slow)
+    loading = warm_start._Preload()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [os.SCHED_IDLE] and not loading.done()  # the imports take only CPU nobody else wants
+    loading.hurry()  # a run waits for them: the normal class from now on
+    go.set()
+    loading.thread.join(30)
+    assert loading.done() and seen == [os.SCHED_IDLE, os.SCHED_OTHER]
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # flow runs forked from here run at normal priority
 
     def broken():
         raise ImportError("no module named flows.gone")
     monkeypatch.setattr(warm_start, "preload", broken)
+    loading = warm_start._Preload()
+    loading.thread.join(30)
     with pytest.raises(ImportError, match="flows.gone"):  # a failed preload stops the starter, as before
-        warm_start._preload_at_idle_priority()
+        loading.done()
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
