@@ -125,23 +125,29 @@ def test_a_signal_reaches_the_run_and_a_killed_command_takes_its_run_along(start
         srv.close()
 
 
+def _run_with_file_touched(sock: str, path: Path) -> None:
+    """A run asked for while ``path`` looks changed on disk (its time is put back after): the
+    engine itself runs it."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    try:
+        proc = _command(sock, "not-a-run-id")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert proc.returncode == 1 and "Invalid flow run id" in err, err
+
+
 def test_changed_code_runs_the_engine_itself_and_restarts_the_starter(starter):
     sock, log = starter
     target = Path(warm_start.__file__)
-    st = target.stat()
     srv, url = _hanging_api()
     run_id = "5b7e2a9c-6a2e-4b7c-9d7e-3f1c2a4b5d6e"
     try:
         before = log.read_text().count("as pid")
         running = _command(sock, PREFECT__FLOW_RUN_ID=run_id, PREFECT_API_URL=url)  # forked from the old code
         child = _child_pid(log, before)
-        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-        try:
-            proc = _command(sock, "not-a-run-id")
-            out, err = proc.communicate(timeout=120)
-        finally:
-            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
-        assert proc.returncode == 1 and "Invalid flow run id" in err, err
+        _run_with_file_touched(sock, target)
         seen = _wait_for(log, "the code or models changed on disk")
         assert seen.count("as pid") == before + 1  # the new request was not forked from the old code
         time.sleep(2)
@@ -255,14 +261,7 @@ def test_a_changed_model_file_makes_the_starter_step_aside_like_changed_code(sta
     # that a run forked from it would inherit half-alive
     assert "the diarization pipeline is loaded (0 thread(s) added)" in seen, seen
     model = next(f for f in sorted(default_pipeline_dir(Settings.from_env()).rglob("*")) if f.is_file())
-    st = model.stat()
     before, ready = seen.count("as pid"), seen.count("ready on")
-    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    try:
-        proc = _command(sock, "not-a-run-id")
-        out, err = proc.communicate(timeout=120)
-    finally:
-        os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert proc.returncode == 1 and "Invalid flow run id" in err, err
+    _run_with_file_touched(sock, model)
     seen = _wait_for(log, "ready on", ready + 1)  # loaded again, from the files as they are now
     assert seen.count("as pid") == before  # a run never gets a model its files no longer hold
