@@ -69,14 +69,23 @@ def spawn(argv: Sequence[str], *, log_file: Path, cwd: Path, env: dict[str, str]
 
 
 def stop(pid: int, timeout: float = 20.0, kill_after: float = 5.0) -> None:
-    """Stop ``pid``'s process group: SIGTERM, up to ``timeout`` s for it to end, then SIGKILL and
-    up to ``kill_after`` s more."""
+    """Stop ``pid``'s process group: SIGTERM, up to ``timeout`` s for all of it to end (a child
+    that outlives its leader may still hold the leader's port), then SIGKILL and up to
+    ``kill_after`` s more."""
     _signal_and_wait(pid, ((signal.SIGTERM, timeout), (signal.SIGKILL, kill_after)))
 
 
 def kill(pid: int, wait: float = 5.0) -> None:
     """SIGKILL ``pid``'s process group at once, as a crash would, and wait up to ``wait`` s."""
     _signal_and_wait(pid, ((signal.SIGKILL, wait),))
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _signal_and_wait(pid: int, steps) -> None:
@@ -88,6 +97,6 @@ def _signal_and_wait(pid: int, steps) -> None:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             reap(pid)
-            if start_time(pid) is None:
+            if start_time(pid) is None and not _group_alive(pid):
                 return
             time.sleep(0.1)
