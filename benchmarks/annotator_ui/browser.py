@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections import defaultdict
 import time
 from pathlib import Path
 
@@ -140,7 +139,7 @@ def login(context, base: str, email: str, password: str, typing: bool = False) -
 class CpuProfile:
     """The page's JavaScript CPU profile (Chrome DevTools' profiler through a CDP session) over
     chosen spans; each span written to ``out_dir/NAME.cpuprofile`` (open it in DevTools'
-    Performance panel, or sum it up with :func:`profile_summary`)."""
+    Performance panel)."""
 
     def __init__(self, page, out_dir: Path, interval_us: int = 200):
         self.cdp = page.context.new_cdp_session(page)
@@ -160,30 +159,3 @@ class CpuProfile:
         path.write_text(json.dumps(got))
         return path
 
-
-def _profile_key(node: dict) -> str:
-    f = node["callFrame"]
-    url = f.get("url", "").rsplit("/", 1)[-1].split("?")[0]
-    line, column = f.get("lineNumber", -1) + 1, f.get("columnNumber", -1) + 1
-    return f"{f.get('functionName') or '(anonymous)'} {url}:{line}:{column}"
-
-
-def profile_summary(profile: dict) -> tuple[dict[str, float], dict[str, float], float]:
-    """Self and total milliseconds per function (a recursive function counted once per sample)
-    and the profile's whole span."""
-    nodes = {n["id"]: n for n in profile["nodes"]}
-    parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
-    self_ms: dict[str, float] = defaultdict(float)
-    total_ms: dict[str, float] = defaultdict(float)
-    samples, deltas = profile.get("samples", []), profile.get("timeDeltas", [])
-    for i, sid in enumerate(samples):
-        dt = (deltas[i + 1] if i + 1 < len(deltas) else 0) / 1000
-        self_ms[_profile_key(nodes[sid])] += dt
-        seen, at = set(), sid
-        while at is not None:
-            k = _profile_key(nodes[at])
-            if k not in seen:
-                seen.add(k)
-                total_ms[k] += dt
-            at = parent.get(at)
-    return self_ms, total_ms, (profile["endTime"] - profile["startTime"]) / 1000

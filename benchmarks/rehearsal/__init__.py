@@ -25,6 +25,10 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def batch_options(args) -> dict:
-    """The ingest-batch parameters the command line sets beyond the defaults."""
-    return {} if getattr(args, "max_in_flight", None) is None else {"max_in_flight": args.max_in_flight}
+def batch_params(args, batch, root, annotators: list[str]) -> dict:
+    """The ingest-batch run's parameters (the batch, and its rerun after the faults)."""
+    params = {"batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
+              "annotators": annotators, "chunk_size": args.chunk_size}
+    if getattr(args, "max_in_flight", None) is not None:
+        params["max_in_flight"] = args.max_in_flight
+    return params

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import REPO, batch_options, say
+from . import REPO, batch_params, say
 from .sampler import COMMAND_KIND, Sampler, Steps
 from .stack import FIRST_WORKER_SLOTS
 from pipeline.paths import DataRoot
@@ -225,8 +225,7 @@ def recover_batch(faults: "Faults", first: dict | None, steps: "Steps", run_kind
     ev["interviews"] = {sid: (first or {}).get("quarantined", {}).get(sid, "(not quarantined)") for sid in hit}
     steps.run(f"FAULT recovery: {faults.fault_worker} started again (`rescue stack up --workers {args.workers}`)",
               lambda: faults.recover_worker(lambda *_: None))
-    params = {"batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
-              "annotators": annotators, "chunk_size": args.chunk_size, **batch_options(args)}
+    params = batch_params(args, batch, root, annotators)
 
     def again():
         run_id = start_deployment("ingest-batch/default", params)

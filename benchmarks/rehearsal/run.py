@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import REPO, batch_options, say
+from . import REPO, batch_params, say
 from .checks import (batch_copy, check, compare_releases, human_checks, machine_half_files, machine_record,
                      which_half)
 from .database import create_database, drop_database
@@ -184,9 +184,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
     faults = Faults(root, desks, annotators, sampler, args.workers) if args.faults else None
     with settings:
         t0, cpu0 = time.monotonic(), cpu_by_group(sampler)
-        run_id = start_deployment("ingest-batch/default", {
-            "batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": True,
-            "annotators": annotators, "chunk_size": args.chunk_size, **batch_options(args)})
+        run_id = start_deployment("ingest-batch/default", batch_params(args, batch, root, annotators))
         run_kinds[str(run_id)] = "ingest-batch"
         say(f"ingest-batch/default: flow run {run_id} submitted (backend subtitles; the transcript round "
             f"pushed to {len(annotators)} annotators' desks) ...")
