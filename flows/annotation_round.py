@@ -163,8 +163,10 @@ def annotation_round_flow(round_name: str, data_root: str | None = None, open_ne
     if gold is None and wait_for_adjudication_s > 0:
         logger.info("round %s: %d disagreeing rows wait for adjudication; resume this run when they are done "
                     "(waiting at most %d s)", round_name, adj.disagreements, wait_for_adjudication_s)
-        # The paused run asks the server whether it was resumed: every second for short waits.
-        pause_flow_run(timeout=wait_for_adjudication_s, poll_interval=1 if wait_for_adjudication_s <= 900 else 10)
+        # The paused run asks the server whether it was resumed: four times a second for short
+        # waits (a resume is picked up within a quarter second: one cheap read per poll), every
+        # 10 s for long ones (a person adjudicating for hours)
+        pause_flow_run(timeout=wait_for_adjudication_s, poll_interval=0.25 if wait_for_adjudication_s <= 900 else 10)
         adjudicated = pull_adjudication(round_name, root)
         gold = gold_rows(root)
     opened = push_next(nxt, root, annotators) if gold is not None and open_next and nxt else None

@@ -110,15 +110,18 @@ def demo_truth(samples: list[dict], seed: int) -> dict[str, dict]:
 def annotate_round(desks, round_name: str, truth: dict[str, dict], seed: int,
                    annotators: list[str] | None = None) -> int:
     """Every annotator project of the round (of ``annotators``, default all), on each
-    annotator's own desk, answered by a simulated annotator in that annotator's name."""
-    from pipeline.annotation.push import parse_project_key
+    annotator's own desk, answered by a simulated annotator in that annotator's name; the
+    desks side by side (:func:`pipeline.annotation.push.each_desk`)."""
+    from pipeline.annotation.push import each_desk, parse_project_key
     from pipeline.annotation.rounds import load_round
     from pipeline.synthetic.annotators import SimulatedAnnotator
 
     rnd = load_round(round_name)
-    posted = 0
-    for who in annotators or desks.people("annotator"):
+    posted: dict[str, int] = {}
+
+    def answer(who: str) -> None:
         client = desks.client(who)
+        posted[who] = 0
         for project in client.projects():
             parsed = parse_project_key(project.key or "")
             if not parsed or parsed[0] != round_name or parsed[2] != who:
@@ -126,8 +129,10 @@ def annotate_round(desks, round_name: str, truth: dict[str, dict], seed: int,
             sim = SimulatedAnnotator(who.split("@")[0], error_rates={"*": ANNOTATOR_ERROR}, seed=seed)
             done = {t["data"]["sample_id"] for t in client.tasks(project.id) if t.get("total_annotations")}
             todo = {sid: s for sid, s in truth.items() if sid not in done}
-            posted += sim.annotate_tasks(client, project.id, rnd, todo, completed_by=desks.owner_id(who))
-    return posted
+            posted[who] += sim.annotate_tasks(client, project.id, rnd, todo, completed_by=desks.owner_id(who))
+
+    each_desk(desks, annotators or desks.people("annotator"), answer)
+    return sum(posted.values())
 
 
 def adjudicate_round(desks, round_name: str, truth: dict[str, dict], adjudicator: str) -> int:

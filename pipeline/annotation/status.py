@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from pipeline.labelstudio.client import LabelStudioClient
 from pipeline.labelstudio.desks import DeskAccess
+from pipeline.annotation.push import each_desk
 from pipeline.annotation.push_project import ADJUDICATION_PREFIX, parse_project_key
 from pipeline.annotation.pushed import pushed_annotators
 from pipeline.labelstudio.migrate_plan import RoundHistory
@@ -71,20 +72,21 @@ def project_status(client: LabelStudioClient, project, parsed: tuple[str, str, s
 
 def round_status(desks: DeskAccess, rounds: list[str] | None = None,
                  annotators: list[str] | None = None) -> list[ProjectStatus]:
-    """One line per round project on each annotator's desk (round order, then scenario and annotator)."""
+    """One line per round project on each annotator's desk (round order, then scenario and
+    annotator). The desks are read side by side (:func:`.push.each_desk`)."""
     order = {name: i for i, name in enumerate(round_names())}
-    wanted = []
-    for who in desks.people("annotator"):
-        if annotators and who not in annotators:
-            continue
-        client = desks.client(who)
-        for project in client.projects():
-            parsed = parse_project_key(project.key)
-            if parsed is None or parsed[2] != who or (rounds and parsed[0] not in rounds):
-                continue
-            wanted.append((client, desks.public_url(who), project, parsed))
-    wanted.sort(key=lambda item: (order.get(item[3][0], 99), item[3]))
-    return [project_status(client, project, parsed, url) for client, url, project, parsed in wanted]
+    people = [who for who in desks.people("annotator") if not annotators or who in annotators]
+    found: dict[str, list[ProjectStatus]] = {}
+
+    def read(who: str) -> None:
+        client, url = desks.client(who), desks.public_url(who)
+        found[who] = [project_status(client, project, parsed, url) for project in client.projects()
+                      if (parsed := parse_project_key(project.key)) is not None and parsed[2] == who
+                      and (not rounds or parsed[0] in rounds)]
+
+    each_desk(desks, people, read)
+    lines = [line for who in people for line in found.get(who, [])]
+    return sorted(lines, key=lambda s: (order.get(s.round, 99), (s.round, s.scenario, s.annotator)))
 
 
 STATUS_COLUMNS = ("round", "scenario", "annotator", "rows done", "skipped", "samples done", "drafts",
