@@ -47,10 +47,13 @@ def test_a_new_desk_takes_its_ports_from_the_options_and_keeps_them(tmp_path):
     desk_base, front_base = free_port(), free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("RESCUE_DESK_BASE_PORT", "RESCUE_FRONT_BASE_PORT", "RESCUE_ANNOTATOR_PASSWORD")}
-    done = subprocess.run([str(RESCUE), "annotators", "add", "ports@rescue.test", "--data-root", str(tmp_path),
-                           "--password-stdin", "--desk-base-port", str(desk_base),
-                           "--front-base-port", str(front_base)],
-                          input="a-long-enough-password\n", env=env, capture_output=True, text=True, timeout=600)
+    try:
+        done = subprocess.run([str(RESCUE), "annotators", "add", "ports@rescue.test", "--data-root", str(tmp_path),
+                               "--password-stdin", "--desk-base-port", str(desk_base),
+                               "--front-base-port", str(front_base)],
+                              input="a-long-enough-password\n", env=env, capture_output=True, text=True, timeout=600)
+    finally:  # the add started the desk: it must not outlive the test
+        Desks(DataRoot(tmp_path)).down()
     assert done.returncode == 0, done.stdout + done.stderr
     desk = Desks(DataRoot(tmp_path)).registered_fronts()[0]
     assert desk_base <= desk.port < desk_base + 100 and front_base <= desk.front_port < front_base + 100, desk
