@@ -289,6 +289,23 @@ def _reason(state) -> str:
     return state.message or state.name
 
 
+def submit_window(items: Iterable[tuple[str, Any]], submit: Callable[[Any], list[tuple[str, PrefectFuture]]],
+                  window: int) -> dict[str, list[tuple[str, PrefectFuture]]]:
+    """``submit(item)`` for every ``(key, item)``, with at most ``window`` items' chains unfinished
+    at once: each chain's tasks wait for their upstream ones inside the task runner's threads, so
+    submitting every chain at once would let the first chains' waiting tasks hold the threads
+    (one item at a time) or, with more threads, run more items at once than asked. The chains,
+    for :func:`settle`; give the runner ``window`` times a chain's length in threads."""
+    chains: dict[str, list[tuple[str, PrefectFuture]]] = {}
+    open_keys: list[str] = []
+    for key, item in items:
+        if len(open_keys) >= max(1, window):
+            wait([f for _, f in chains[open_keys.pop(0)]])
+        chains[key] = submit(item)
+        open_keys.append(key)
+    return chains
+
+
 def settle(chains: dict[str, list[tuple[str, PrefectFuture]]]) -> list[Outcome]:
     """Wait for every future of every item; an item is quarantined by its first task that failed
     or returned a :class:`Quarantine` (in the chain's order).

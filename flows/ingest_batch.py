@@ -40,8 +40,9 @@ from prefect import flow, get_run_logger, task
 from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, summary_on_failure, tell
-from flows.ingest_interview import KEY_STAGE, submit_interview
+from flows import (NETWORK_RETRIES, RESUME, Outcome, note, push_slot, report, settle, submit_window, summary_on_failure,
+                   tell)
+from flows.ingest_interview import KEY_STAGE, STAGES, submit_interview
 from pipeline import lineage
 from pipeline.config import Settings
 from pipeline.media import voices
@@ -332,8 +333,9 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
         outcomes = _fan_out(child, good, {"batch_dir": str(batch), "data_root": str(root), **options}, logger,
                             chunk_size, max_in_flight)
     else:
-        with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
-            outcomes = settle({e.sample_id: submit_interview(runner, e, batch, root, **options) for e in good})
+        with ThreadPoolTaskRunner(max_workers=max(1, max_workers) * len(STAGES)) as runner:
+            outcomes = settle(submit_window(((e.sample_id, e) for e in good),
+                                            lambda e: submit_interview(runner, e, batch, root, **options), max_workers))
     outcomes = sorted(outcomes + refused, key=lambda o: o.item)
     kind = "line" if manifest.suffix == ".csv" else "item"  # read_manifest's own numbering
     lines = {e.sample_id.encode("unicode_escape").decode("ascii") if e.refused else e.sample_id:

@@ -4,14 +4,16 @@ summary artifacts. One test harness (temporary server) for the module; each test
 own result storage."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import RESUME, file_key, report, settle
+from flows import RESUME, file_key, report, settle, submit_window
 
 
 def test_file_key_follows_content_and_target_not_file_name(tmp_path):
@@ -315,3 +317,53 @@ def test_batch_watch_names_each_interview_and_its_reason(storage):
     assert "  watch/001  quarantined (manifest.csv line 2): ingest: MediaError: missing.mp4: file not found" in lines
     assert any(line.startswith("  watch/002  quarantined (manifest.csv line 3): ingest: MediaError: broken.mp4: ")
                for line in lines), text
+
+
+_busy = {"now": 0, "most": 0}
+_lock = threading.Lock()
+
+
+@task(cache_policy=NO_CACHE)
+def start(item: str) -> str:
+    return item
+
+
+@task(cache_policy=NO_CACHE)
+def heavy(item: str) -> str:
+    """The chain's long stage: counts how many run at once."""
+    import time
+
+    with _lock:
+        _busy["now"] += 1
+        _busy["most"] = max(_busy["most"], _busy["now"])
+    time.sleep(0.4)
+    with _lock:
+        _busy["now"] -= 1
+    return item
+
+
+@task(cache_policy=NO_CACHE)
+def finish(a: str, b: str) -> str:
+    return a + b
+
+
+@flow
+def windowed(items: list[str], window: int) -> list:
+    def chain(item):
+        f1 = runner.submit(start, {"item": item})
+        f2 = runner.submit(start, {"item": f1})
+        f3 = runner.submit(heavy, {"item": f1})
+        return [("start", f1), ("again", f2), ("heavy", f3), ("finish", runner.submit(finish, {"a": f2, "b": f3}))]
+
+    with ThreadPoolTaskRunner(max_workers=window * 4) as runner:
+        return settle(submit_window(((i, i) for i in items), chain, window))
+
+
+def test_a_window_of_chains_runs_that_many_items_at_once_never_more(storage):
+    """ingest-batch's in-process path: each chain's tasks wait for their upstream ones inside the
+    runner's threads; submitted all at once into ``window`` threads the chains ran one at a time,
+    into more threads more than ``window`` at once."""
+    _busy.update(now=0, most=0)
+    outcomes = windowed(["a", "b", "c", "d", "e"], 2)
+    assert [o.status for o in outcomes] == ["done"] * 5 and [o.result for o in outcomes] == ["aa", "bb", "cc", "dd", "ee"]
+    assert _busy["most"] == 2, _busy
