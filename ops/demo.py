@@ -120,8 +120,7 @@ def annotate_round(desks, round_name: str, truth: dict[str, dict], seed: int,
     posted: dict[str, int] = {}
 
     def answer(who: str) -> None:
-        client = desks.client(who)
-        posted[who] = 0
+        client, n = desks.client(who), 0
         for project in client.projects():
             parsed = parse_project_key(project.key or "")
             if not parsed or parsed[0] != round_name or parsed[2] != who:
@@ -129,7 +128,8 @@ def annotate_round(desks, round_name: str, truth: dict[str, dict], seed: int,
             sim = SimulatedAnnotator(who.split("@")[0], error_rates={"*": ANNOTATOR_ERROR}, seed=seed)
             done = {t["data"]["sample_id"] for t in client.tasks(project.id) if t.get("total_annotations")}
             todo = {sid: s for sid, s in truth.items() if sid not in done}
-            posted[who] += sim.annotate_tasks(client, project.id, rnd, todo, completed_by=desks.owner_id(who))
+            n += sim.annotate_tasks(client, project.id, rnd, todo, completed_by=desks.owner_id(who))
+        posted[who] = n
 
     each_desk(desks, annotators or desks.people("annotator"), answer)
     return sum(posted.values())

@@ -5,6 +5,7 @@ own result storage."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -101,9 +102,6 @@ def test_summary_artifacts_are_published(storage):
 def test_push_slot_serialises_holders_and_creates_a_missing_limit_with_one_slot(storage, monkeypatch):
     """``push_slot`` (the cross-host lock around pushes) on the real server: a missing limit is
     created with one slot (never unthrottled); two holders at once take turns."""
-    import threading
-    import time
-
     import flows
     from flows import ensure_infrastructure, push_slot
 
@@ -138,8 +136,6 @@ def test_push_slot_serialises_holders_and_creates_a_missing_limit_with_one_slot(
 
 def _logs(flow_run_id) -> list[str]:
     """Every log line of a flow run and its task runs, once the run's last line is in."""
-    import time
-
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
@@ -331,8 +327,6 @@ def start(item: str) -> str:
 @task(cache_policy=NO_CACHE)
 def heavy(item: str) -> str:
     """The chain's long stage: counts how many run at once."""
-    import time
-
     with _lock:
         _busy["now"] += 1
         _busy["most"] = max(_busy["most"], _busy["now"])
