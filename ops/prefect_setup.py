@@ -125,6 +125,12 @@ def prefect_env(root: DataRoot, port: int | None = None) -> dict[str, str]:
         # ~1 s. One cheap query per second against a local server.
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_CLI_COLORS": "false",
+        # Every client a flow run opens would first ask the server for a CSRF token (refused:
+        # the stack's server does not use them; it wants the auth string) and for its version
+        # (the stack's processes run the server's own install): two requests per client, about
+        # four clients per flow run. Kept when the operator turns CSRF protection on.
+        "PREFECT_CLIENT_CSRF_SUPPORT_ENABLED": os.environ.get("PREFECT_SERVER_CSRF_PROTECTION_ENABLED", "false"),
+        "PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED": "false",
         # every flow run says it is alive this often; the zombie automation (ZOMBIE_AUTOMATION)
         # marks a run Crashed when they stop (its host died). Prefect's minimum is 30 s.
         "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),

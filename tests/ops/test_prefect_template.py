@@ -130,3 +130,22 @@ def test_the_set_up_template_holds_what_the_stack_registers():
     assert f"{sys.executable} -m ops.warm_start prefect.engine" in pools[ps.WORK_POOL]
     assert automations == [ps.ZOMBIE_AUTOMATION]
     assert {ps.GPU_LIMIT_NAME, "rescue-push"} <= limits
+
+
+@pytest.mark.parametrize("server_csrf", [None, "true"])
+def test_the_stack_clients_skip_the_csrf_and_version_requests_unless_the_server_wants_tokens(
+        tmp_path, monkeypatch, server_csrf):
+    """Prefect reads the stack's variables as these settings (a misspelt name would be ignored):
+    no CSRF-token request per client unless the server's CSRF protection is on, no version check."""
+    from prefect.settings.models.root import Settings as PrefectSettings
+
+    if server_csrf:
+        monkeypatch.setenv("PREFECT_SERVER_CSRF_PROTECTION_ENABLED", server_csrf)
+    else:
+        monkeypatch.delenv("PREFECT_SERVER_CSRF_PROTECTION_ENABLED", raising=False)
+    for name, value in ps.prefect_env(DataRoot(tmp_path / "data")).items():
+        monkeypatch.setenv(name, value)
+    settings = PrefectSettings()
+    assert settings.client.server_version_check_enabled is False
+    assert settings.client.csrf_support_enabled is bool(server_csrf)
+    assert settings.server.api.csrf_protection_enabled is bool(server_csrf)
