@@ -78,7 +78,8 @@ def parse_args(argv=None):
                          "dropped at the end; SQLite when that is unreachable)")
     ap.add_argument("--seed", type=int, default=0, help="the generator's seed")
     ap.add_argument("--max-rows", type=int, default=None, help="cut every interview to this many rows, each voice speaking (smoke runs; `rescue synth batch --max-rows`)")
-    ap.add_argument("--chunk-size", type=int, default=1, help="interviews per ingest-interview run (the flow's chunk_size)")
+    ap.add_argument("--chunk-size", type=int, default=None,
+                    help="interviews per ingest-interview run (the flow's chunk_size; default: the flow's default)")
     ap.add_argument("--max-in-flight", type=int, default=None,
                     help="child runs queued or running at once (the flow's max_in_flight; default: the flow's)")
     ap.add_argument("--sample-s", type=float, default=0.5, help="how often /proc is sampled")
@@ -109,6 +110,10 @@ def parse_args(argv=None):
     if args.save_release is not None and (args.save_release.exists() or batch_copy(args.save_release).exists()):
         ap.error(f"--save-release {args.save_release}: it (or {batch_copy(args.save_release).name}) already exists; "
                  "give a new folder")
+    if args.chunk_size is None:
+        from flows.ingest_batch import CHUNK_SIZE
+
+        args.chunk_size = CHUNK_SIZE
     return args
 
 

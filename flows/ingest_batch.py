@@ -56,6 +56,10 @@ CHILD_GPU_DEPLOYMENT = "ingest-interview/gpu"     # rescue-gpu
 POLL_S = 1.0  # per poll, one query for the children that ended since
 # children queued or running at once: enough to keep 8 hosts x 4 slots busy (docs/SCALING.md)
 MAX_IN_FLIGHT = 32
+# interviews per child run: two halve the runs' starts and the server's share per interview
+# (the RESCUE rehearsal at scale 0.25, 2 workers on 2 cores: machine half 288 -> 249 s, server
+# 1.05 -> 0.74 CPU s an interview), and a killed worker takes at most two unfinished ones
+CHUNK_SIZE = 2
 
 
 @task(name="push-transcript-round", cache_policy=RESUME, **NETWORK_RETRIES)
@@ -130,7 +134,7 @@ def _ui_link(flow_run_id) -> str:
 
 
 def _fan_out(name: str, entries: list[ManifestEntry], params: dict, logger,
-             chunk_size: int = 1, max_in_flight: int = MAX_IN_FLIGHT) -> list[Outcome]:
+             chunk_size: int = CHUNK_SIZE, max_in_flight: int = MAX_IN_FLIGHT) -> list[Outcome]:
     """One child flow run of deployment ``name`` per entry (or per ``chunk_size`` entries); wait
     for ALL of them (a failed or crashed child never cancels its siblings), then read each
     one's outcome. Cancelling the batch run cancels the unfinished ones
@@ -289,7 +293,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
                       diarization: str | None = None, device: str = "cpu", max_workers: int = 2,
                       push: bool = True, annotators: list[str] | None = None,
                       allow_outside_batch: bool = False, fan_out: bool | None = None,
-                      chunk_size: int = 1, max_in_flight: int = MAX_IN_FLIGHT,
+                      chunk_size: int = CHUNK_SIZE, max_in_flight: int = MAX_IN_FLIGHT,
                       redraft: list[str] | None = None) -> dict:
     """Ingest every interview of ``batch_dir`` (manifest.csv/yaml + videos) and push the drafts.
 
@@ -299,8 +303,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     refused unread otherwise.
     fan_out: one ``ingest-interview`` flow run per interview on the pool's workers (default: when
     run from a deployment and that deployment exists); False: in this run, ``max_workers`` at a time.
-    chunk_size: interviews per ``ingest-interview`` run (default 1); more share one process and
-    one model load, which pays for many short interviews.
+    chunk_size: interviews per ``ingest-interview`` run (default 2); they share one process and
+    its start, each with its own task runs, cache and quarantine; 1 for one run per interview.
     max_in_flight: child runs queued or running at a time (default 32); more are submitted as
     these end. Set it to at least the pool's slots (workers x their ``--limit``).
     redraft: sample ids segmented again whose new drafts replace old ones that already have

@@ -85,7 +85,7 @@ def test_a_batch_keeps_at_most_its_window_of_children_queued_or_running(harness,
     @flow(name=f"window-batch-{window}")
     def batch() -> list:
         return ingest_batch._fan_out(f"{child.name}/default", entries, {"batch_dir": "/nowhere"},
-                                     logging.getLogger("test"), max_in_flight=window)
+                                     logging.getLogger("test"), chunk_size=1, max_in_flight=window)
 
     stop, seen = threading.Event(), {"most": 0, "names": set(), "ended": [], "underfilled": 0}
     worker = threading.Thread(target=_play_worker, args=(deployment_id, window, stop, seen), daemon=True)

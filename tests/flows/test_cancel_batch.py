@@ -79,7 +79,8 @@ def test_cancelled_batch_cancels_its_unfinished_children_and_a_rerun_keeps_the_f
     from ops.demo import start_deployment, wait_flow_run
 
     root, env, batch, ids = small_stack
-    params = {"batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": False}
+    params = {"batch_dir": str(batch), "data_root": str(root), "backend": "subtitles", "push": False,
+              "chunk_size": 1}  # a child run per interview
     with _settings(env), mock.patch.dict(os.environ, env):
         parent_id = start_deployment("ingest-batch/default", {**params, "fan_out": True})
         with get_client(sync_client=True) as client:

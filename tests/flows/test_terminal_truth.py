@@ -84,7 +84,8 @@ def batch_run(stack, tmp_path_factory):
     with open(batch / "manifest.csv", "a") as fh:
         fh.write(f"{BROKEN},couple,broken.mp4,Ann;Bob,,,\n")
     watch = _start(stack, "prefect", "deployment", "run", "ingest-batch/default", "--param", f"batch_dir={batch}",
-                   "--param", f"data_root={stack.root / 'terminal'}", "--param", "push=false", "--watch")
+                   "--param", f"data_root={stack.root / 'terminal'}", "--param", "push=false",
+                   "--param", "chunk_size=1", "--watch")  # a child run per interview
     head = []
     try:
         for line in watch.stdout:  # until it has said the run's name (then the run exists)
