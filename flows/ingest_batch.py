@@ -57,8 +57,8 @@ POLL_S = 1.0  # per poll, one query for the children that ended since
 # children queued or running at once: enough to keep 8 hosts x 4 slots busy (docs/SCALING.md)
 MAX_IN_FLIGHT = 32
 # interviews per child run: two halve the runs' starts and the server's share per interview
-# (the RESCUE rehearsal at scale 0.25, 2 workers on 2 cores: machine half 288 -> 249 s, server
-# 1.05 -> 0.74 CPU s an interview), and a killed worker takes at most two unfinished ones
+# (the RESCUE rehearsal at scale 0.25, 2 workers on 2 cores: machine half 288 -> 249-260 s, server
+# 1.05 -> 0.74-0.86 CPU s an interview), and a killed worker takes at most two unfinished ones
 CHUNK_SIZE = 2
 
 
@@ -301,8 +301,9 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     diarization: pyannote pipeline directory or hub id (default: the offline one under the models dir).
     allow_outside_batch: use manifest files outside ``batch_dir`` (absolute, ``..``, symlinks out);
     refused unread otherwise.
-    fan_out: one ``ingest-interview`` flow run per interview on the pool's workers (default: when
-    run from a deployment and that deployment exists); False: in this run, ``max_workers`` at a time.
+    fan_out: one ``ingest-interview`` flow run per ``chunk_size`` interviews on the pool's workers
+    (default: when run from a deployment and that deployment exists); False: in this run,
+    ``max_workers`` at a time.
     chunk_size: interviews per ``ingest-interview`` run (default 2); they share one process and
     its start, each with its own task runs, cache and quarantine; 1 for one run per interview.
     max_in_flight: child runs queued or running at a time (default 32); more are submitted as
