@@ -38,9 +38,9 @@ def _wait_for(log: Path, text: str, count: int = 1, timeout: float = 600) -> str
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):  # gone, also between the two looks
         return False
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _serve(where: Path) -> tuple[subprocess.Popen, str, Path]:
