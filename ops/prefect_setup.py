@@ -127,8 +127,8 @@ def prefect_env(root: DataRoot, port: int | None = None) -> dict[str, str]:
         "PREFECT_CLI_COLORS": "false",
         # Every client a flow run opens would first ask the server for a CSRF token (refused:
         # the stack's server does not use them; it wants the auth string) and for its version
-        # (the stack's processes run the server's own install): two requests per client, about
-        # four clients per flow run. Kept when the operator turns CSRF protection on.
+        # (the stack's processes run the server's own install): about six requests per flow run.
+        # The token requests are kept when the operator turns CSRF protection on.
         "PREFECT_CLIENT_CSRF_SUPPORT_ENABLED": os.environ.get("PREFECT_SERVER_CSRF_PROTECTION_ENABLED", "false"),
         "PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED": "false",
         # every flow run says it is alive this often; the zombie automation (ZOMBIE_AUTOMATION)
