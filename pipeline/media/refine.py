@@ -31,7 +31,7 @@ SILENCE_ABOVE_FLOOR_DB = 10.0  # silent: quieter than noise floor + 10 dB ...
 SILENCE_BELOW_PEAK_DB = 50.0   # ... or than the loud speech level - 50 dB, whichever is higher
 MIN_SILENCE_S = 0.25           # shorter gaps are pauses inside speech (commas, stops)
 MIN_PIECE_S = 0.3              # shortest piece that gets a voice print of its own
-MIN_SPLIT_PIECE_S = 3.0        # pieces this long are scanned for a voice change ...
+MIN_SPLIT_PIECE_S = 2.5        # pieces this long (three windows) are scanned for a voice change ...
 WINDOW_S, WINDOW_HOP_S = 1.5, 0.5  # ... with windows this long, this far apart
 KMEANS_RESTARTS = 50
 CLUSTER_MIN_PIECE_S = 1.0      # shorter pieces take the nearest voice the longer ones found
@@ -139,9 +139,12 @@ def cluster_voices(points: np.ndarray, weights: np.ndarray, k: int) -> np.ndarra
       apart (a 2.7-s therapist and a 4.6-s partner in one cluster, a 16-s voice in two:
       generated 6-row interviews, 5 of 66). So while it helps, the two most alike clusters are
       merged and another cluster is split in two (2-means, each half at least
-      ``RESPLIT_MIN_HALF_S`` of speech): taken only where every pair of voices is then at least
-      ``RESPLIT_GAIN`` less alike than the merged pair was. The right swaps measured gained
-      0.13-0.21, the wrong candidates 0.07 at most; with two voices there is nothing to swap."""
+      ``RESPLIT_MIN_HALF_S`` of speech), or the merged pair is cut anew by average linkage (a
+      voice of two pieces that k-means put with half of the therapist's, the other half a voice
+      of its own: a couple interview at scale 1.0): taken only where every pair of voices is
+      then at least ``RESPLIT_GAIN`` less alike than the merged pair was. The right swaps
+      measured gained 0.13-0.21, the wrong candidates 0.07 at most; with two voices there is
+      nothing to swap."""
     long = weights >= CLUSTER_MIN_PIECE_S
     if long.sum() <= 3 * k:
         return _cluster_resplit(points, weights, k)
@@ -183,19 +186,35 @@ def _resplit(points: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> np.
         return None
     closest, a, b = _closest_pair(points, weights, labels)
     best, best_alike = None, closest - RESPLIT_GAIN
+    merged = np.where(labels == b, a, labels)
     for c in ids:
-        mine = np.nonzero(labels == c)[0]
-        if c in (a, b) or len(mine) < 2:
+        if c == b:
             continue
-        halves = spherical_kmeans(points[mine], weights[mine], 2)
-        if min(weights[mine][halves == h].sum() for h in (0, 1)) < RESPLIT_MIN_HALF_S:
+        mine = np.nonzero(merged == c)[0]
+        if len(mine) < 2:
             continue
-        swapped = np.where(labels == b, a, labels)
+        # another cluster in two by 2-means; the merged pair itself cut anew by average linkage,
+        # which keeps apart a voice whose pieces are alike each other, however few its seconds
+        # (2-means would cut the pair where it was cut: a long voice in two is its cheaper cost)
+        halves = _linkage_halves(points[mine]) if c == a else spherical_kmeans(points[mine], weights[mine], 2)
+        if halves is None or min(weights[mine][halves == h].sum() for h in (0, 1)) < RESPLIT_MIN_HALF_S:
+            continue
+        swapped = merged.copy()
         swapped[mine[halves == 1]] = b  # b's label is free after the merge
         alike = _closest_pair(points, weights, swapped)[0]
         if alike < best_alike:
             best, best_alike = swapped, alike
     return best
+
+
+def _linkage_halves(points: np.ndarray) -> np.ndarray | None:
+    """``points`` in two groups (0 and 1) by average-linkage clustering on cosine distance; None
+    where either group is a single piece (one odd piece is no voice of its own)."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    halves = fcluster(linkage(points, method="average", metric="cosine"), 2, "maxclust") - 1
+    if len(set(halves.tolist())) < 2 or min(np.bincount(halves)) < 2:
+        return None
+    return halves
 
 
 def refine_turns(samples: np.ndarray, turns: Sequence[Turn], embed, num_speakers: int) -> list[Turn]:

@@ -167,3 +167,35 @@ def test_cluster_voices_gives_short_pieces_the_voice_the_longer_ones_found():
     truth = np.array([0] * 10 + [1] * 8 + [2] * 8 + [0] * 40)
     assert not _same_partition(spherical_kmeans(points, weights, 3), truth)
     assert _same_partition(cluster_voices(points, weights, 3), truth)
+
+
+def test_cluster_voices_keeps_a_two_piece_voice_apart_from_the_long_voice_it_was_merged_with():
+    """A generated couple interview's shape (priya_and_rosa_007/008 at scale 1.0): one partner
+    speaks twice (4.9 s), the therapist 36 s in pieces of two slightly different kinds. K-means
+    puts the short voice with one kind of the therapist's pieces and makes the other kind a voice
+    of its own, so no other cluster is worth splitting; the merged pair, cut anew by how alike its
+    pieces are, gives the short voice back."""
+    rosa = np.eye(8)[7]
+    ta, tb = _pair(0, 1, 0.85)
+    priya = 0.75 * ta + np.sqrt(1 - 0.75 ** 2) * np.eye(8)[2]  # 0.75 alike one kind, 0.64 the other
+    points = np.array([rosa] * 10 + [ta] * 12 + [tb] * 6 + [priya] * 2)
+    weights = np.array([5.0] * 10 + [2.0] * 18 + [2.7, 2.2])
+    truth = np.array([0] * 10 + [1] * 18 + [2] * 2)
+    trap = spherical_kmeans(points, weights, 3)
+    assert not _same_partition(trap, truth)
+    assert trap[-1] == trap[-2] and trap[-1] in trap[10:28]  # the short voice inside the therapist's
+    assert _same_partition(cluster_voices(points, weights, 3), truth)
+
+
+def test_split_voice_changes_scans_the_shortest_piece_that_holds_three_windows():
+    """Another voice taking over in a piece's last 1.3 s (an overlapping start: a family interview
+    at scale 1.0 gave the newcomer's first sentence a row of its own) is found in a 2.9-s piece;
+    a shorter piece holds fewer than three windows and is left alone."""
+    voice = {"A": np.array([1.0, 0.0]), "B": np.array([0.0, 1.0])}
+
+    def embed(spans):
+        return np.array([voice["A"] if (a + b) / 2 < 1.6 else voice["B"] for a, b in spans])
+
+    out = split_voice_changes([Turn(0.0, 2.9, "A")], embed, voice)
+    assert [t.speaker for t in out] == ["A", "B"] and out[0].end == out[1].start and 1.2 <= out[0].end <= 1.8
+    assert split_voice_changes([Turn(0.0, 2.4, "A")], embed, voice) == [Turn(0.0, 2.4, "A")]
