@@ -146,9 +146,12 @@ def annotate_round(desks, round_name: str, truth: dict[str, dict], seed: int,
 
 def adjudicate_round(desks, round_name: str, truth: dict[str, dict], adjudicator: str) -> int:
     """A simulated adjudicator answers every open adjudication task of the truth's samples on
-    their own desk (tasks of other samples are left alone)."""
+    their own desk (tasks of other samples are left alone): the truth's values, and where the
+    truth has no such row (the drafts have rows it lacks: a diarization mistake), the first
+    annotator's answer, so the round goes on and the rows are reported by whoever checks them."""
     from pipeline.quality.adjudication import project_key
     from pipeline.annotation.ls_config import values_to_results
+    from pipeline.annotation.naming import parse_control_name
     from pipeline.annotation.rounds import load_round
 
     rnd = load_round(round_name)
@@ -165,7 +168,14 @@ def adjudicate_round(desks, round_name: str, truth: dict[str, dict], adjudicator
             wanted = {u["row_index"] for u in data.get("units", [])}
             values = {r["row_index"]: {f.name: r.get(f.name) for f in rnd.fields}
                       for r in sample["rows"] if r["row_index"] in wanted}
-            client.create_annotation(task["id"], values_to_results(rnd, data, values), completed_by=uid)
+            result = values_to_results(rnd, data, values)
+            lacking = {unit for unit, u in enumerate(data.get("units", [])) if u["row_index"] not in values}
+            if lacking:
+                full = client.request("GET", f"/api/tasks/{task['id']}/", "read an adjudication task").json()
+                first = min(full.get("predictions") or [], key=lambda p: p.get("model_version") or "", default=None)
+                result += [r for r in (first or {}).get("result", [])
+                           if (parsed := parse_control_name(r.get("from_name", ""))) and parsed[3] in lacking]
+            client.create_annotation(task["id"], result, completed_by=uid)
             posted += 1
     return posted
 

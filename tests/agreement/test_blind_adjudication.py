@@ -123,3 +123,37 @@ def test_letters_are_the_rounds_and_never_move():
     assert {p: more[p] for p in first} == first
     assert sorted(more.values(), key=lambda a: (len(a), a))[-5:] == [f"Annotator {x}" for x in ("Z", "AA", "AB", "AC", "AD")]
     assert len(set(more.values())) == 30
+
+
+def test_the_simulated_adjudicator_answers_rows_the_truth_lacks_with_the_first_annotators_answer(
+        ls_desks, truth_samples, tmp_path):
+    """The benches' adjudicator (``ops.demo.adjudicate_round``) answers from the truth; where the
+    drafts have a row the truth lacks (a diarization mistake), it gives Annotator A's answer, so the
+    round ends and the bench's row checks report the difference instead of the round waiting."""
+    from ops import demo
+
+    rnd = load_round(ROUND)
+    tag = secrets.token_hex(3)
+    samples = [dict(s, sample_id=f"{s['sample_id']}-lacking{tag}") for s in truth_samples[:4]]
+    people = [f"person{i}-{tag}@lacking.test" for i in range(2)]
+    root = DataRoot(tmp_path / "data")
+    labels = _labels(rnd, samples, people)
+    store.write_parquet(labels, root.labels(ROUND))
+    judge = ls_desks.add(f"judge-{tag}@adjudicator.test", "adjudicator")
+    adjudication.push_round(ls_desks, root, ROUND, samples)
+    found = disagreements(labels, rnd)
+    open_rows = {(d["sample_id"], d["row_index"]) for d in found}
+    first = json.loads(adjudication.aliases_path(root, ROUND).read_text())["Annotator A"]
+    # a disagreeing row the truth will not have, and a field of it where Annotator A's answer is not the other's
+    d = min(found, key=lambda d: (d["sample_id"], d["row_index"]))
+    sid, lacking, field = d["sample_id"], d["row_index"], d["fields"][0]
+    mine = d["answers"][field][first]
+    assert any(v != mine for a, v in d["answers"][field].items() if a != first)
+    truth = {s["sample_id"]: s for s in samples}
+    truth[sid] = dict(truth[sid], rows=[r for r in truth[sid]["rows"] if r["row_index"] != lacking])
+
+    assert demo.adjudicate_round(ls_desks, ROUND, truth, judge) == len({s for s, _ in open_rows})
+    pulled = adjudication.pull_round(ls_desks, root, ROUND).table.to_pylist()
+    assert {(r["sample_id"], r["row_index"]) for r in pulled} == open_rows  # every open row answered
+    given = {r["field"]: json.loads(r["value"]) for r in pulled if (r["sample_id"], r["row_index"]) == (sid, lacking)}
+    assert given.get(field) == mine, (given, d["answers"])
