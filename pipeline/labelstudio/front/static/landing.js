@@ -58,8 +58,13 @@
     var sorted = links.map(function (a, i) { return [rank(a), a.getAttribute("data-rescue-scenario") || "", i, a]; })
       .sort(function (x, y) { return x[0] - y[0] || (x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : 0) || x[2] - y[2]; })
       .map(function (x) { return x[3]; });
-    // React keys the cards by project: moved, they stay where they are put until the list itself changes
-    if (sorted.some(function (a, i) { return a !== links[i]; })) sorted.forEach(function (a) { list.appendChild(a); });
+    // React keys the cards by project: moved, they stay where they are put until the list itself changes.
+    // Moving the focused card blurs it: the person's focus goes back where it was
+    if (sorted.some(function (a, i) { return a !== links[i]; })) {
+      var had = document.activeElement;
+      sorted.forEach(function (a) { list.appendChild(a); });
+      if (had && had !== document.body && document.activeElement !== had && list.contains(had)) had.focus();
+    }
     if (!acted && sorted[0] && document.activeElement !== sorted[0]) sorted[0].focus();
   }
   function hideTransfer(b) {  // the data manager's Import and Export buttons
