@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.optimize import linear_sum_assignment
 
 from pipeline.media.rttm import Turn, sort_turns
@@ -210,7 +211,6 @@ def _resplit(points: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> np.
 def _linkage_halves(points: np.ndarray) -> np.ndarray | None:
     """``points`` in two groups (0 and 1) by average-linkage clustering on cosine distance; None
     where either group is a single piece (one odd piece is no voice of its own)."""
-    from scipy.cluster.hierarchy import fcluster, linkage
     halves = fcluster(linkage(points, method="average", metric="cosine"), 2, "maxclust") - 1
     if len(set(halves.tolist())) < 2 or min(np.bincount(halves)) < 2:
         return None
