@@ -19,6 +19,7 @@ Turns, RTTM files and DER live in ``pipeline.media.rttm``; word/cue -> speaker a
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -63,18 +64,42 @@ def load_pipeline(source: str | Path | None = None, device: str = "cpu", setting
     directory or ``config.yaml``, or a hub id such as ``pyannote/speaker-diarization-community-1``.
     ``settings.diarization_step`` (``RESCUE_DIARIZATION_STEP``), when set, replaces the
     pipeline's segmentation step; ``settings.diarization_shared_partials``
-    (``RESCUE_DIARIZATION_SHARED_PARTIALS``, on by default) embeds the d-vector partials once per file.
+    (``RESCUE_DIARIZATION_SHARED_PARTIALS``, on by default) embeds the d-vector partials once per
+    file; the d-vector runs in bfloat16 where :func:`bfloat16_voice_prints` says so.
     """
     settings = settings or Settings.from_env()
     source = str(source) if source is not None else str(default_pipeline_dir(settings))
-    key = (source, device, settings.diarization_step, settings.diarization_shared_partials)
+    bfloat16 = bfloat16_voice_prints(device, settings)
+    key = (source, device, settings.diarization_step, settings.diarization_shared_partials, bfloat16)
     with _PIPELINES_LOCK:
         if key not in _PIPELINES:
-            _PIPELINES[key] = _load(source, device, settings.diarization_step, settings.diarization_shared_partials)
+            _PIPELINES[key] = _load(source, device, settings.diarization_step, settings.diarization_shared_partials,
+                                    bfloat16)
         return _PIPELINES[key]
 
 
-def _load(source: str, device: str, step: float | None, shared_partials: bool):  # settings: load_pipeline
+def bfloat16_voice_prints(device: str, settings: Settings | None = None) -> bool:
+    """Whether the d-vector's LSTM runs in bfloat16 here: ``settings.diarization_bfloat16``
+    (``RESCUE_DIARIZATION_BFLOAT16``, on by default), on the CPU, where it computes bfloat16
+    natively (``speedups.native_bfloat16``). Part of the diarize stage's cache key."""
+    settings = settings or Settings.from_env()
+    return settings.diarization_bfloat16 and device.startswith("cpu") and native_bfloat16()
+
+
+@functools.cache
+def native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 natively: the kernel's flags for AVX512_BF16 or AMX
+    (what oneDNN dispatches on). Read without torch: the cache key needs it before any model."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:  # not Linux: float32
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _load(source: str, device: str, step: float | None, shared_partials: bool,
+          bfloat16: bool):  # settings: load_pipeline
     import torch  # heavy
     from pyannote.audio import Pipeline  # heavy
 
@@ -97,13 +122,15 @@ def _load(source: str, device: str, step: float | None, shared_partials: bool): 
     if pipeline is None:
         raise DiarizationError(f"could not load the diarization pipeline {source!r} (gated model without HF_TOKEN?)")
     pipeline.to(torch.device(device))
-    from pipeline.media.speedups import (bound_clustering, set_segmentation_step, share_first_convolution,
-                                         share_partials, split_batches)
+    from pipeline.media.speedups import (bfloat16_dvectors, bound_clustering, set_segmentation_step,
+                                         share_first_convolution, share_partials, split_batches)
     if step is not None:  # RESCUE_DIARIZATION_STEP: speed against DER (docs: Settings.diarization_step)
         set_segmentation_step(pipeline, step)
     share_first_convolution(pipeline)  # same output, less segmentation time
     if shared_partials:  # a third less time per hour, DER no worse (speedups._SharedPartials)
         share_partials(pipeline)
+    if bfloat16:  # before split_batches, which binds the d-vector's method
+        bfloat16_dvectors(pipeline)
     if torch.device(device).type == "cpu":
         split_batches(pipeline)  # same output; batches over the cores instead of each small matmul
     return bound_clustering(pipeline)  # clustering cost linear in the hour

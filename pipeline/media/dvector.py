@@ -98,9 +98,14 @@ class DVectorEmbedding(Model):
 
     def _dvectors(self, partials: torch.Tensor) -> torch.Tensor:
         """Unit-length d-vectors of (n, 160, 40) partials."""
-        _, (hidden, _) = self.lstm(partials)
-        raw = torch.relu(self.linear(hidden[-1]))
+        raw = torch.relu(self.linear(self._last_hidden(partials)))
         return raw / raw.norm(dim=1, keepdim=True).clamp_min(1e-8)
+
+    def _last_hidden(self, partials: torch.Tensor) -> torch.Tensor:
+        """The LSTM's last layer's final hidden state, (n, 256) (``speedups.bfloat16_dvectors`` may
+        run it in bfloat16)."""
+        _, (hidden, _) = self.lstm(partials)
+        return hidden[-1]
 
     def embed_chunks(self, wav: torch.Tensor, masks: torch.Tensor, start: int, step: int, chunk_samples: int,
                      hop: int, active: float, hook=None, batch: int = 256) -> torch.Tensor:

@@ -33,6 +33,7 @@ from pipeline.catalog import Catalog, Ingested, ingested as ingested_of
 from pipeline.config import Settings
 from pipeline.lineage import DigestCache, StageKey, file_digest, model_digest
 from pipeline.media import voices
+from pipeline.media.diarize import bfloat16_voice_prints
 from pipeline.media.ingest import MIN_DURATION_S
 from pipeline.media.transcribe import resolve_backend
 from pipeline.media.turns import SegmenterConfig, hint_of
@@ -134,7 +135,8 @@ def diarize_key(ingested: Ingested, root: DataRoot, source: str | Path | None = 
     where = diarization_source(source, settings)
     name, model = _model(where, cache) if isinstance(where, Path) else _named_model(where, cache)
     values = {"device": device, "diarization_step": settings.diarization_step,
-              "diarization_shared_partials": settings.diarization_shared_partials, "num_speakers": num_speakers,
+              "diarization_shared_partials": settings.diarization_shared_partials,
+              "diarization_bfloat16": bfloat16_voice_prints(device, settings), "num_speakers": num_speakers,
               "min_speakers": min_speakers, "max_speakers": max_speakers, "refine": refine}
     inputs = {"ingested": _ingested_digest(ingested), "voices": voices.fingerprint(root) or "none"}
     return StageKey("diarize", ingested.sample_id, lineage.code_files(MODULES["diarize"]), {name: model}, values,

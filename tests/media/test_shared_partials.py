@@ -48,8 +48,9 @@ def embeddings_both_ways(pipeline, wav: Path):
     segmentation = binarize(pipeline.get_segmentations(file), onset=pipeline.segmentation.threshold,
                             initial_state=False)
     model, rows = pipeline._embedding.model_, []
-    plain_lstm = model.lstm.forward
-    model.lstm.forward = lambda x: rows.append(x.shape[0]) or plain_lstm(x)
+    lstm = model.__dict__.get("lstm_bfloat16", model.lstm)  # the one that runs (speedups.bfloat16_dvectors)
+    plain_lstm = lstm.forward
+    lstm.forward = lambda x: rows.append(x.shape[0]) or plain_lstm(x)
     hop = pipeline.partial_hop
     try:
         shared = pipeline.get_embeddings(file, segmentation)
@@ -58,7 +59,7 @@ def embeddings_both_ways(pipeline, wav: Path):
         plain = pipeline.get_embeddings(file, segmentation)
     finally:
         pipeline.partial_hop = hop
-        del model.lstm.forward
+        del lstm.forward
     return shared, plain, shared_rows, sum(rows)
 
 
