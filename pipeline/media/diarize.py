@@ -81,7 +81,7 @@ def load_pipeline(source: str | Path | None = None, device: str = "cpu", setting
 def bfloat16_voice_prints(device: str, settings: Settings | None = None) -> bool:
     """Whether the d-vector's LSTM runs in bfloat16 here: ``settings.diarization_bfloat16``
     (``RESCUE_DIARIZATION_BFLOAT16``, on by default), on the CPU, where it computes bfloat16
-    natively (``speedups.native_bfloat16``). Part of the diarize stage's cache key."""
+    natively (:func:`native_bfloat16`). Part of the diarize stage's cache key."""
     settings = settings or Settings.from_env()
     return settings.diarization_bfloat16 and device.startswith("cpu") and native_bfloat16()
 

@@ -26,7 +26,7 @@ speed-up                  replaces in pyannote                                ch
 ``set_segmentation_step`` is a setting, not a speed-up of the same output: it applies
 ``RESCUE_DIARIZATION_STEP`` (speed against DER). ``bfloat16_dvectors`` (on by default where the
 CPU computes bfloat16 natively; ``RESCUE_DIARIZATION_BFLOAT16=0`` turns it off) gives close, not
-the same, voice prints; test_shared_partials checks them against float32's and DER against its gates.
+the same, voice prints; test_bfloat16_prints checks them against float32's, and DER.
 """
 from __future__ import annotations
 
