@@ -87,11 +87,11 @@ def bfloat16_voice_prints(device: str, settings: Settings | None = None) -> bool
 
 
 @functools.cache
-def native_bfloat16() -> bool:
+def native_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU computes bfloat16 natively: the kernel's flags for AVX512_BF16 or AMX
     (what oneDNN dispatches on). Read without torch: the cache key needs it before any model."""
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+        with open(cpuinfo_path, encoding="ascii", errors="replace") as cpuinfo:
             flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
     except OSError:  # not Linux: float32
         return False

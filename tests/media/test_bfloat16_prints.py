@@ -29,12 +29,17 @@ def test_the_setting_the_device_and_the_cpu_decide(monkeypatch):
         Settings.from_env()
 
 
-def test_the_cpu_flags_are_read_as_the_kernel_lists_them():
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), None) if Path("/proc/cpuinfo").is_file() else None
-    if flags is None:
-        pytest.skip("no /proc/cpuinfo here: float32 everywhere")
-    assert diarize.native_bfloat16() == ("avx512_bf16" in flags or "amx_bf16" in flags)
+def test_only_the_kernels_bfloat16_flags_count(tmp_path):
+    def cpu(flags: str) -> str:
+        path = tmp_path / f"cpuinfo-{len(list(tmp_path.iterdir()))}"
+        path.write_text(f"processor\t: 0\nmodel name\t: some CPU\nflags\t\t: {flags}\nbugs\t\t: avx512_bf16\n")
+        return str(path)
+
+    assert diarize.native_bfloat16(cpu("fpu sse avx2 avx512f avx512_bf16 avx512bw")) is True  # Zen 4, Cooper Lake
+    assert diarize.native_bfloat16(cpu("fpu sse avx2 avx512f amx_tile amx_bf16")) is True  # Sapphire Rapids
+    assert diarize.native_bfloat16(cpu("fpu sse avx2 avx512f avx512bw avx512_vnni")) is False  # AVX-512 alone
+    assert diarize.native_bfloat16(cpu("fpu sse avx2")) is False  # only the flags line counts, not "bugs"
+    assert diarize.native_bfloat16(str(tmp_path / "no-such-file")) is False  # not Linux: float32
 
 
 @needs_native
