@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,15 +39,11 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ops.prefect_setup import prefect_bin  # noqa: E402 - after the path
+from ops.processes import free_server_port, healthy  # noqa: E402
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -83,17 +78,12 @@ def server_env(home: Path, url: str, redis_db: int) -> dict[str, str]:
 
 
 def wait_healthy(api: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
-    import httpx
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the Prefect server ended ({proc.returncode}) before it answered")
-        try:
-            if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        if healthy(api):
+            return
         time.sleep(0.5)
     raise RuntimeError(f"the Prefect server at {api} did not answer in {timeout_s:.0f} s")
 
@@ -157,7 +147,7 @@ def hammer(api: str, pool: str, clients: int, seconds: float, queued: int) -> tu
 
 
 def start_server(env: dict, port: int, processes: int, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(Path(sys.executable).with_name("prefect")), "server", "start", "--host", "127.0.0.1",
+    return subprocess.Popen([prefect_bin(), "server", "start", "--host", "127.0.0.1",
                              "--port", str(port), "--workers", str(processes), "--no-services"],
                             env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"), start_new_session=True)
 
@@ -177,7 +167,8 @@ def measure(processes: int, args) -> dict:
     url, name, where = create_database()
     if url is None:
         raise SystemExit(f"needs PostgreSQL: {where}")
-    port, home = free_port(), Path(tempfile.mkdtemp(prefix="bench-server-"))
+    # below the ephemeral range: the measured server starts again on the first one's port
+    port, home = free_server_port(), Path(tempfile.mkdtemp(prefix="bench-server-"))
     redis_flush(args.redis_db)
     env = server_env(home, url, args.redis_db)
     api = f"http://127.0.0.1:{port}/api"
