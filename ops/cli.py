@@ -1,17 +1,18 @@
 """The ``rescue`` console script: the library's commands (:mod:`pipeline.cli`) plus the
-operational ones that start servers and flows or follow them (``rescue stack``, ``rescue demo``,
-``rescue annotate front``, ``rescue batch watch``)."""
+operational ones that start servers, workers and flows or follow them (``rescue stack``,
+``rescue worker start``, ``rescue demo``, ``rescue annotate front``, ``rescue batch watch``)."""
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ops import batch_watch, demo, doctor, remote, stack
+from ops import batch_watch, demo, doctor, remote, stack, worker
 from pipeline.cli import app
 from pipeline.cli.annotate import annotate_app, annotators_app
 
 app.add_typer(stack.cli, name="stack")
 app.add_typer(batch_watch.cli, name="batch")
+app.add_typer(worker.cli, name="worker")
 app.command("demo")(demo.demo_command)
 app.command("doctor")(doctor.doctor_command)
 annotators_app.command("remote")(remote.annotators_remote)

@@ -109,7 +109,7 @@ def _start_worker(paths: StackPaths, env: dict[str, str], log, limit: int, name:
     # records where it ran (the batch's summary shows it)
     worker = f"rescue-local-{socket.gethostname()}" + name.removeprefix("prefect-worker")
     pid = spawn(paths, name,
-                [prefect_bin(), "worker", "start", "--pool", WORK_POOL, "--type", "process",
+                [sys.executable, "-m", "ops.cli", "worker", "start", "--pool", WORK_POOL, "--type", "process",
                  "--limit", str(limit), "--name", worker], {**env, "RESCUE_WORKER_NAME": worker})
     log(f"{name}: started on pool {WORK_POOL} (pid {pid}, log {paths.log_file(name)})")
 

@@ -10,9 +10,10 @@ start it decides:
 
 - once the worker has recorded the run's flow-run process (``infrastructure_pid``), that
   process: the run is Crashed when it is gone;
-- before, the worker: the run is Crashed when no live ``prefect worker start`` process on this
-  host polls its work pool on this server (its ``PREFECT_API_URL``: another data root's stack on
-  the same host has a pool and workers of the same names) under the name of its
+- before, the worker: the run is Crashed when no live ``worker start`` process (``rescue worker
+  start`` or ``prefect worker start``) on this host polls its work pool on this server (its
+  ``PREFECT_API_URL``: another data root's stack on the same host has a pool and workers of the
+  same names) under the name of its
   ``prefect.worker.name`` label (under any name, before the worker has labelled it) and started
   before the run went Pending. A worker started again under the same name (``rescue stack up``)
   is a new process that does not know the run; Prefect's worker heartbeats, per name, cannot
@@ -88,7 +89,8 @@ def _option(argv: list[str], long: str, short: str) -> str | None:
 
 
 def live_workers() -> list[LiveWorker]:
-    """The ``prefect worker start`` processes running on this host (zombies count as gone)."""
+    """The ``rescue worker start`` and ``prefect worker start`` processes running on this host
+    (zombies count as gone)."""
     ticks, boot_clock, now = os.sysconf("SC_CLK_TCK"), time.clock_gettime(time.CLOCK_BOOTTIME), time.time()
     found = []
     for proc in Path("/proc").iterdir():

@@ -65,6 +65,8 @@ def test_gpu_worker_reserves_a_gpu_and_uses_its_own_pool(config):
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert devices and "gpu" in devices[0]["capabilities"]
     assert "rescue-gpu" in gpu["command"] and "rescue-cpu" in config["services"]["cpu-worker"]["command"]
+    # ours: a worker whose slots are all taken does not ask the server for runs (ops/worker.py)
+    assert gpu["command"][:3] == config["services"]["cpu-worker"]["command"][:3] == ["rescue", "worker", "start"]
 
 
 def test_desks_service_serves_every_desk_from_the_pipeline_image(config):

@@ -1,0 +1,83 @@
+"""``rescue worker start``: Prefect's ``prefect worker start``, except that a process worker does
+not ask the server for runs while every one of its slots is taken.
+
+Prefect's worker asks its pool for scheduled runs every ``PREFECT_WORKER_QUERY_SECONDS`` (1 s in
+the stack) whether or not it could take one. Each ask costs the server 20-30 ms of CPU, and a
+worker that runs interviews is full nearly all the time, so in a rebuild these asks were about a
+quarter of the server's CPU. This worker skips them while it is full, and still asks once every
+``KEEP_READY_S``, because Prefect marks a queue and its deployments Not Ready after 60 s without
+an ask. A freed slot is filled at the next tick, as before.
+
+The skip reads private attributes of Prefect's ``BaseWorker`` (its limiter, whether it has
+synced, its last poll time), so it is tied to the exact Prefect version it was written and tested
+for (``SKIP_TESTED_ON``). Under any other version, or with ``RESCUE_WORKER_SKIP_WHEN_FULL=0``,
+the command is Prefect's own worker, unchanged. Every option is Prefect's: the arguments go to
+Prefect's CLI as they are.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+
+import typer
+
+SKIP_TESTED_ON = "3.9.1"   # the Prefect version whose BaseWorker internals the skip reads
+KEEP_READY_S = 30.0        # ask at least this often even when full (Prefect: Not Ready after 60 s)
+SKIP_SETTING = "RESCUE_WORKER_SKIP_WHEN_FULL"
+
+cli = typer.Typer(help="Prefect workers for the rescue pools.", no_args_is_help=True)
+
+
+def skip_when_full() -> bool:
+    """Whether a worker started here skips its asks while full: the setting (default on) and the
+    installed Prefect being the version the skip was tested on."""
+    import prefect
+
+    return os.environ.get(SKIP_SETTING, "1") != "0" and prefect.__version__ == SKIP_TESTED_ON
+
+
+def slot_aware_process_worker():
+    """A subclass of Prefect's ``ProcessWorker`` that skips its asks while full. Defining it
+    makes it this process's ``process`` worker type (Prefect's registry takes the latest class
+    of a type), which is what ``prefect worker start --type process`` then runs."""
+    from prefect.types._datetime import now
+    from prefect.workers.process import ProcessWorker
+
+    class SlotAwareProcessWorker(ProcessWorker):
+        skipped_asks = 0
+        _last_asked = float("-inf")
+
+        def is_full(self) -> bool:
+            return self._limiter is not None and self._limiter.available_tokens < 1
+
+        async def get_and_submit_flow_runs(self):
+            if (self._has_successfully_synced and self.is_full()
+                    and time.monotonic() - self._last_asked < KEEP_READY_S):
+                self.skipped_asks += 1
+                self._last_polled_time = now("UTC")  # the loop is alive: Prefect's healthcheck reads this
+                return []
+            self._last_asked = time.monotonic()
+            return await super().get_and_submit_flow_runs()
+
+    return SlotAwareProcessWorker
+
+
+def _define_slot_aware_worker():
+    with warnings.catch_warnings():  # "the existing type will be overridden": in this process, on purpose
+        warnings.simplefilter("ignore")
+        return slot_aware_process_worker()
+
+
+@cli.command("start", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                        "help_option_names": []})
+def start_command(ctx: typer.Context) -> None:
+    """Start a worker: ``prefect worker start`` with the same options (``--pool``, ``--type``,
+    ``--limit``, ``--name``, ...), whose process worker does not ask for runs while full."""
+    if skip_when_full():
+        _define_slot_aware_worker()
+    from prefect.cli import app
+
+    sys.argv = ["prefect", "worker", "start", *ctx.args]
+    app()
