@@ -20,6 +20,7 @@ import os
 import sys
 import time
 import warnings
+from typing import Optional
 
 import typer
 
@@ -70,14 +71,21 @@ def _define_slot_aware_worker():
         return slot_aware_process_worker()
 
 
-@cli.command("start", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
-                                        "help_option_names": []})
-def start_command(ctx: typer.Context) -> None:
-    """Start a worker: ``prefect worker start`` with the same options (``--pool``, ``--type``,
-    ``--limit``, ``--name``, ...), whose process worker does not ask for runs while full."""
+@cli.command("start", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def start_command(
+    ctx: typer.Context,
+    pool: str = typer.Option(..., "--pool", "-p", help="The work pool to take runs from (rescue-cpu, rescue-gpu)."),
+    worker_type: str = typer.Option("process", "--type", "-t", help="Prefect's worker type (the skip is the process worker's)."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-l", help="At most this many flow runs at once (its slots)."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="The worker's name (default: one Prefect makes)."),
+) -> None:
+    """Start a worker: `prefect worker start`, whose process worker does not ask for runs while
+    all its slots are taken (only every 30 s). Any other option of `prefect worker start` is
+    passed on as it is."""
     if skip_when_full():
         _define_slot_aware_worker()
     from prefect.cli import app
 
-    sys.argv = ["prefect", "worker", "start", *ctx.args]
+    sys.argv = ["prefect", "worker", "start", "--pool", pool, "--type", worker_type,
+                *(["--limit", str(limit)] if limit is not None else []), *(["--name", name] if name else []), *ctx.args]
     app()
