@@ -11,8 +11,7 @@ an ask. A freed slot is filled at the next tick, as before.
 The skip reads private attributes of Prefect's ``BaseWorker`` (its limiter, whether it has
 synced, its last poll time), so it is tied to the exact Prefect version it was written and tested
 for (``SKIP_TESTED_ON``). Under any other version, or with ``RESCUE_WORKER_SKIP_WHEN_FULL=0``,
-the command is Prefect's own worker, unchanged. Every option is Prefect's: the arguments go to
-Prefect's CLI as they are.
+the command is Prefect's own worker, unchanged. The options are Prefect's, passed on to its CLI.
 """
 from __future__ import annotations
 
@@ -42,9 +41,12 @@ def skip_when_full() -> bool:
 def slot_aware_process_worker():
     """A subclass of Prefect's ``ProcessWorker`` that skips its asks while full. Defining it
     makes it this process's ``process`` worker type (Prefect's registry takes the latest class
-    of a type), which is what ``prefect worker start --type process`` then runs."""
+    of a type, with a warning silenced here), which ``prefect worker start --type process`` then
+    runs."""
     from prefect.types._datetime import now
     from prefect.workers.process import ProcessWorker
+
+    warnings.filterwarnings("ignore", message=".*matches existing registered type 'ProcessWorker'")
 
     class SlotAwareProcessWorker(ProcessWorker):
         skipped_asks = 0
@@ -65,12 +67,6 @@ def slot_aware_process_worker():
     return SlotAwareProcessWorker
 
 
-def _define_slot_aware_worker():
-    with warnings.catch_warnings():  # "the existing type will be overridden": in this process, on purpose
-        warnings.simplefilter("ignore")
-        return slot_aware_process_worker()
-
-
 @cli.command("start", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def start_command(
     ctx: typer.Context,
@@ -83,7 +79,7 @@ def start_command(
     all its slots are taken (only every 30 s). Any other option of `prefect worker start` is
     passed on as it is."""
     if skip_when_full():
-        _define_slot_aware_worker()
+        slot_aware_process_worker()
     from prefect.cli import app
 
     sys.argv = ["prefect", "worker", "start", "--pool", pool, "--type", worker_type,

@@ -78,6 +78,8 @@ def _mutate(tasks: list, edits: list[tuple[int, int, object]]) -> list:
     tasks = copy.deepcopy(tasks)
     for n, how, value in edits:
         paths = _paths(tasks)
+        if not paths:  # every task deleted: nothing left to edit
+            break
         *parent_path, key = paths[n % len(paths)]
         parent = tasks
         for k in parent_path:

@@ -123,7 +123,7 @@ def test_a_full_worker_still_asks_once_every_keep_ready_s(monkeypatch):
 
     from ops import worker
 
-    cls = worker._define_slot_aware_worker()
+    cls = worker.slot_aware_process_worker()
     asked = []
 
     async def fake_ask(self):
