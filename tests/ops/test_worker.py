@@ -17,6 +17,8 @@ import uuid
 
 import pytest
 
+from tests.ops.test_sweeper_pending import _wait
+
 pytestmark = pytest.mark.slow
 
 HOLD_S = 6  # how long each run's process holds the worker's only slot
@@ -49,15 +51,6 @@ def _taken_at(client, run_id) -> float | None:
     """When the worker took the run (its first Pending state), as a timestamp; None before."""
     states = client.read_flow_run_states(run_id)
     return next((s.timestamp.timestamp() for s in states if s.type.value == "PENDING"), None)
-
-
-def _wait(what, ok, timeout_s, log_path):
-    deadline = time.monotonic() + timeout_s
-    while not (got := ok()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s:.0f} s; worker log:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.2)
-    return got
 
 
 def _two_runs_on_one_slot(server, tmp_path, skip: bool) -> tuple[int, float]:
