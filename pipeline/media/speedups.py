@@ -11,9 +11,10 @@ speed-up                  replaces in pyannote                                ch
                           print clustered (square cost) -> at most            same labels below the bound)
                           ``MAX_CLUSTERED_EMBEDDINGS``, the rest assigned to
                           the nearest centroid by pyannote's own step
-``share_first_convolution`` ``SincNet.forward``: the first sinc convolution   test_diarize (pyannote's
-                          once per chunk -> once per batch of overlapping     forward, hop 0), test_devices
-                          chunks (same output up to float rounding)
+``share_first_convolution`` ``SincNet.forward``: the first sinc convolution,  test_diarize (pyannote's
+                          its abs and pooling once per chunk -> once per      forward, hop 0), test_devices
+                          batch of overlapping chunks (same output up to      (the pooled first layer)
+                          float rounding)
 ``split_batches``         ``Model.forward`` of the segmentation and           test_diarize (the unsplit call)
                           embedding models: one call with torch's intra-op
                           threads -> slices of the batch in single-threaded
@@ -105,47 +106,65 @@ def bound_clustering(pipeline, max_embeddings: int = MAX_CLUSTERED_EMBEDDINGS):
 # times: 29 % of the segmentation model's CPU time here. That layer is a plain convolution after
 # a per-chunk affine normalisation (InstanceNorm1d of the waveform), so it can be computed once
 # over the span of a batch of overlapping chunks and each chunk's slice rescaled:
-# conv(a*x + b) = a*conv(x) + b*sum(filter). Same result up to float rounding; everything after
-# it (abs, pooling, per-chunk norms, the LSTM) runs per chunk as before.
+# conv(a*x + b) = a*conv(x) + b*sum(filter). Its abs and max-pooling come next, and they need not
+# run per chunk either: |a*c + d| is convex in c, so its largest value over a pooling window is at
+# the window's largest or smallest c. Pooling the span's convolution by max and by min (once per
+# alignment of the chunks' windows) and taking max(|a*max + d|, |a*min + d|) per chunk gives the
+# pooled layer directly, without the ten-fold (batch, 80, frames) tensor. Float rounding of
+# a*c + d is monotone in c, so this is the per-chunk result itself. Everything after it (the
+# per-chunk norms, the other convolutions, the LSTM) runs per chunk as before.
 
 
 class _SharedFirstConvolution:
-    """Mixin for pyannote's ``SincNet``: the first convolution once per batch of overlapping chunks."""
+    """Mixin for pyannote's ``SincNet``: the first convolution, its abs and its pooling once per
+    batch of overlapping chunks."""
 
     hop: int = 0  # samples between consecutive chunks (set by share_first_convolution)
 
     def forward(self, waveforms: torch.Tensor) -> torch.Tensor:
-        first = self._shared_first_layer(waveforms)
-        if first is None:  # not consecutive overlapping chunks: pyannote's own code
+        outputs = self._shared_first_block(waveforms)
+        if outputs is None:  # not consecutive overlapping chunks: pyannote's own code
             return super().forward(waveforms)
-        outputs = first.abs_()
         for c, (conv1d, pool1d, norm1d) in enumerate(zip(self.conv1d, self.pool1d, self.norm1d)):
             if c > 0:
-                outputs = conv1d(outputs)
-            outputs = nn.functional.leaky_relu(norm1d(pool1d(outputs)))
+                outputs = pool1d(conv1d(outputs))
+            outputs = nn.functional.leaky_relu(norm1d(outputs))
         return outputs
 
-    def _shared_first_layer(self, x: torch.Tensor) -> torch.Tensor | None:
-        encoder, norm = self.conv1d[0], self.wav_norm1d
+    def _shared_first_block(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``pool1d[0](abs(conv1d[0](wav_norm1d(x))))`` for consecutive chunks ``hop`` apart, from
+        one convolution over their span; None where that does not apply."""
+        encoder, norm, pool = self.conv1d[0], self.wav_norm1d, self.pool1d[0]
         stride, hop = encoder.stride, self.hop
         batch, channels, n = x.shape
         if (batch < 2 or channels != 1 or hop <= 0 or hop % stride or hop >= n or encoder.padding != 0
-                or not norm.affine or norm.track_running_stats):
+                or not norm.affine or norm.track_running_stats or not isinstance(pool, nn.MaxPool1d)
+                or pool.padding != 0 or pool.dilation != 1 or pool.ceil_mode):
             return None
         # the chunks must really be consecutive windows ``hop`` apart (the last, padded chunk is not)
         if not torch.equal(x[1:, :, : n - hop], x[:-1, :, hop:]):
             return None
         span = torch.cat([x[0, 0], x[1:, 0, n - hop:].reshape(-1)])
         filters = encoder.get_filters()  # (80, 1, 251)
-        frames = (n - filters.shape[-1]) // stride + 1
+        frames = (n - filters.shape[-1]) // stride + 1  # of each chunk's convolution
         full = encoder(span[None, None])[0]  # (80, span frames)
-        sliced = full.unfold(-1, frames, hop // stride).permute(1, 0, 2)  # (batch, 80, frames)
+        kernel, step = pool.kernel_size, pool.stride
+        pooled = (frames - kernel) // step + 1  # of each chunk's pooling
+        starts = [b * (hop // stride) for b in range(batch)]  # each chunk's first frame in ``full``
+        highs, lows = {}, {}
+        for r in sorted({s % step for s in starts}):  # one pooling grid per alignment
+            highs[r] = nn.functional.max_pool1d(full[:, r:], kernel, step)
+            lows[r] = -nn.functional.max_pool1d(-full[:, r:], kernel, step)
         mean = x.mean(dim=-1, keepdim=True)  # (batch, 1, 1): InstanceNorm1d's statistics
         var = x.var(dim=-1, unbiased=False, keepdim=True)
         scale = norm.weight.view(1, 1, 1) / torch.sqrt(var + norm.eps)
-        shift = norm.bias.view(1, 1, 1) - mean * scale
-        # one fused pass writing a contiguous tensor (the slices overlap in memory)
-        return torch.addcmul(shift * filters.sum(dim=-1).view(1, -1, 1), scale, sliced)
+        shift = (norm.bias.view(1, 1, 1) - mean * scale) * filters.sum(dim=-1).view(1, -1, 1)
+        outputs = full.new_empty((batch, full.shape[0], pooled))
+        for b, s in enumerate(starts):  # chunk by chunk: each one's operands stay in the cache
+            window = slice(s // step, s // step + pooled)
+            torch.maximum(torch.addcmul(shift[b], scale[b], highs[s % step][:, window]).abs_(),
+                          torch.addcmul(shift[b], scale[b], lows[s % step][:, window]).abs_(), out=outputs[b])
+        return outputs
 
 
 def set_segmentation_step(pipeline, step: float):

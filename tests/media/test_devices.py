@@ -139,10 +139,34 @@ def test_shared_first_convolution_makes_every_tensor_on_the_input_device(segment
     assert isinstance(segmentation.sincnet, _SharedFirstConvolution) and segmentation.sincnet.hop == 8000
     chunks = sincnet_chunks()
     with torch.inference_mode(), FactoryCalls() as recorded:
-        assert segmentation.sincnet._shared_first_layer(chunks) is not None  # the shared path ran
+        assert segmentation.sincnet._shared_first_block(chunks) is not None  # the shared path ran
         segmentation(chunks)
     wrong = [(name, device) for name, device in recorded.calls if device is None or torch.device(device) != chunks.device]
     assert not wrong, f"tensors made without the input's device: {wrong}"
+
+
+@pytest.mark.parametrize("hop", [8000, 16000, 4800, 3000])  # frames apart: 800, 1600, 480, 300
+def test_shared_first_block_is_pyannotes_pooled_first_layer(segmentation, hop):
+    """The first convolution, abs and max-pooling from one convolution over the span equal
+    pyannote's per-chunk ones, whichever pooling alignment each chunk has (800 frames apart: the
+    three alignments in turn; 1600: two; 480 and 300: one), and a negative normalisation
+    weight (|a*c + d| largest at the window's smallest c) changes nothing."""
+    import copy
+    from types import SimpleNamespace
+
+    from pipeline.media.speedups import share_first_convolution
+    model = copy.deepcopy(segmentation)
+    share_first_convolution(SimpleNamespace(_segmentation=SimpleNamespace(model=model, step=hop / 16000)))
+    sincnet = model.sincnet
+    assert sincnet.hop == hop
+    chunks = sincnet_chunks(hop, count=7)
+    for sign in (1, -1):
+        with torch.inference_mode():
+            sincnet.wav_norm1d.weight.copy_(sign * segmentation.sincnet.wav_norm1d.weight.abs())
+            shared = sincnet._shared_first_block(chunks)
+            plain = sincnet.pool1d[0](sincnet.conv1d[0](sincnet.wav_norm1d(chunks)).abs())
+        assert shared is not None and shared.shape == plain.shape
+        assert float((shared - plain).abs().max()) <= 1e-5 * float(plain.abs().max())
 
 
 @pytest.mark.gpu
@@ -157,6 +181,6 @@ def test_shared_first_convolution_on_cuda_matches_cpu(segmentation):
         cpu = segmentation(chunks)
         cuda_model = copy.deepcopy(segmentation).to("cuda")
         share_first_convolution(SimpleNamespace(_segmentation=SimpleNamespace(model=cuda_model, step=0.5)))
-        assert cuda_model.sincnet._shared_first_layer(chunks.cuda()) is not None
+        assert cuda_model.sincnet._shared_first_block(chunks.cuda()) is not None
         gpu = cuda_model(chunks.cuda())
     assert torch.allclose(gpu.cpu(), cpu, atol=1e-3)
