@@ -18,8 +18,8 @@ and its share of the total; the realtime factor is audio seconds / wall seconds.
 average is printed with every case (a busy shared machine slows every figure; compare ratios
 from one run). DER against the generated truth checks nothing got worse.
 
-Speed levers: the segmentation model's first convolution is computed once per batch
-of overlapping windows (``speedups.share_first_convolution``, on by default, same output;
+Speed levers: the segmentation model's first convolution, its abs and pooling are computed once
+per batch of overlapping windows (``speedups.share_first_convolution``, on by default, same output;
 ``--plain-segmentation`` turns it off for a before figure), each batch of both models runs as
 slices in single-threaded threads, one per torch thread (``speedups.split_batches``, on by
 default on the CPU, same output; ``--plain-batches`` gives each batch to torch's intra-op

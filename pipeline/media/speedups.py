@@ -139,7 +139,8 @@ class _SharedFirstConvolution:
         batch, channels, n = x.shape
         if (batch < 2 or channels != 1 or hop <= 0 or hop % stride or hop >= n or encoder.padding != 0
                 or not norm.affine or norm.track_running_stats or not isinstance(pool, nn.MaxPool1d)
-                or pool.padding != 0 or pool.dilation != 1 or pool.ceil_mode):
+                or pool.padding != 0 or pool.dilation != 1 or pool.ceil_mode
+                or not isinstance(pool.kernel_size, int) or not isinstance(pool.stride, int)):
             return None
         # the chunks must really be consecutive windows ``hop`` apart (the last, padded chunk is not)
         if not torch.equal(x[1:, :, : n - hop], x[:-1, :, hop:]):
