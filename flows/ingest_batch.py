@@ -46,7 +46,7 @@ from flows.ingest_interview import KEY_STAGE, STAGES, submit_interview
 from pipeline import lineage
 from pipeline.config import Settings
 from pipeline.media import voices
-from pipeline.media.manifest import ManifestEntry, ManifestError, find_manifest, read_manifest
+from pipeline.media.manifest import ManifestEntry, ManifestError, find_manifest, longest_first, read_manifest
 from pipeline.media.turns import Segmented
 from pipeline.paths import DataRoot
 from pipeline.store import prepare_data_root
@@ -303,7 +303,8 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     refused unread otherwise.
     fan_out: one ``ingest-interview`` flow run per ``chunk_size`` interviews on the pool's workers
     (default: when run from a deployment and that deployment exists); False: in this run,
-    ``max_workers`` at a time.
+    ``max_workers`` at a time. Either way the largest videos go first
+    (:func:`pipeline.media.manifest.longest_first`).
     chunk_size: interviews per ``ingest-interview`` run (default 2); they share one process and
     its start, each with its own task runs, cache and quarantine; 1 for one run per interview.
     max_in_flight: child runs queued or running at a time (default 32); more are submitted as
@@ -328,7 +329,7 @@ def ingest_batch_flow(batch_dir: str, data_root: str | None = None, backend: str
     # a refused entry (sample id outside the grammar) never reaches a task; its id is shown escaped
     refused = [Outcome(e.sample_id.encode("unicode_escape").decode("ascii"), "quarantined", f"manifest: {e.refused}")
                for e in entries if e.refused]
-    good = [e for e in entries if not e.refused]
+    good = longest_first([e for e in entries if not e.refused], batch, allow_outside_batch)
 
     enrolled = voices.fingerprint(root)  # enrolling a voice re-runs diarization (names by voice)
     options = dict(backend=backend, asr_model=asr_model, align_model=align_model, diarization=diarization,

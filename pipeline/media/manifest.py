@@ -230,3 +230,21 @@ def outside_batch(batch_dir: str | Path, name: str) -> str | None:
     if real != base and base not in real.parents:
         return "is a symlink that leads out of the batch folder"
     return None
+
+
+def longest_first(entries: list[ManifestEntry], batch_dir: str | Path,
+                  allow_outside_batch: bool = False) -> list[ManifestEntry]:
+    """``entries`` by their video's size, largest first (manifest order among equals): workers
+    that take the longest interviews first end a batch together, instead of one of them running
+    the last long interview while the others wait. A video outside the batch folder (unless
+    allowed) or one that cannot be read counts as 0 and goes last; only a file's size is read."""
+    def size(entry: ManifestEntry) -> int:
+        if not allow_outside_batch and outside_batch(batch_dir, entry.video):
+            return 0
+        try:
+            return (Path(batch_dir) / entry.video).stat().st_size
+        except (OSError, ValueError):  # missing, unreadable, a NUL in the name: quarantined later
+            return 0
+
+    return sorted(entries, key=lambda entry: -size(entry))
+

@@ -123,3 +123,23 @@ def test_parallel_ingest_extracts_shared_content_once(tmp_path, make_video):
     assert catalog["g/a"]["audio_path"] == catalog["g/copy"]["audio_path"] != catalog["g/b"]["audio_path"]
     assert sorted(p.name for p in (root / "media").iterdir()) == sorted(
         {catalog["g/a"]["audio_path"][6:], catalog["g/b"]["audio_path"][6:]})  # no temp files left
+
+
+def test_longest_first_orders_by_video_size_and_reads_nothing_outside(tmp_path):
+    """Workers take the largest videos first (so a batch's last child is a short one), manifest
+    order among equals; a video outside the batch folder (not allowed) or missing counts as 0
+    and goes last, unread."""
+    from pipeline.media.manifest import ManifestEntry, longest_first
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    outside = tmp_path / "outside.mp4"
+    outside.write_bytes(b"x" * 5000)
+    for name, size in {"a.mp4": 100, "b.mp4": 3000, "c.mp4": 100, "d.mp4": 2000}.items():
+        (batch / name).write_bytes(b"x" * size)
+    (batch / "link.mp4").symlink_to(outside)
+    entries = [ManifestEntry(f"s{i}", "couple", video) for i, video in
+               enumerate(["a.mp4", "b.mp4", "missing.mp4", "c.mp4", "../outside.mp4", "d.mp4", "link.mp4"])]
+    order = [e.video for e in longest_first(entries, batch)]
+    assert order == ["b.mp4", "d.mp4", "a.mp4", "c.mp4", "missing.mp4", "../outside.mp4", "link.mp4"]
+    allowed = [e.video for e in longest_first(entries, batch, allow_outside_batch=True)]
+    assert allowed[:2] == ["../outside.mp4", "link.mp4"] and allowed[2:4] == ["b.mp4", "d.mp4"]
