@@ -239,9 +239,9 @@ def longest_first(entries: list[ManifestEntry], batch_dir: str | Path,
     the last long interview while the others wait. A video outside the batch folder (unless
     allowed) or one that cannot be read counts as 0 and goes last; only a file's size is read."""
     def size(entry: ManifestEntry) -> int:
-        if not allow_outside_batch and outside_batch(batch_dir, entry.video):
-            return 0
         try:
+            if not allow_outside_batch and outside_batch(batch_dir, entry.video):
+                return 0
             return (Path(batch_dir) / entry.video).stat().st_size
         except (OSError, ValueError):  # missing, unreadable, a NUL in the name: quarantined later
             return 0

@@ -138,8 +138,8 @@ def test_longest_first_orders_by_video_size_and_reads_nothing_outside(tmp_path):
         (batch / name).write_bytes(b"x" * size)
     (batch / "link.mp4").symlink_to(outside)
     entries = [ManifestEntry(f"s{i}", "couple", video) for i, video in
-               enumerate(["a.mp4", "b.mp4", "missing.mp4", "c.mp4", "../outside.mp4", "d.mp4", "link.mp4"])]
+               enumerate(["a.mp4", "b.mp4", "missing.mp4", "c.mp4", "../outside.mp4", "d.mp4", "link.mp4", "nul\0.mp4"])]
     order = [e.video for e in longest_first(entries, batch)]
-    assert order == ["b.mp4", "d.mp4", "a.mp4", "c.mp4", "missing.mp4", "../outside.mp4", "link.mp4"]
+    assert order == ["b.mp4", "d.mp4", "a.mp4", "c.mp4", "missing.mp4", "../outside.mp4", "link.mp4", "nul\0.mp4"]
     allowed = [e.video for e in longest_first(entries, batch, allow_outside_batch=True)]
     assert allowed[:2] == ["../outside.mp4", "link.mp4"] and allowed[2:4] == ["b.mp4", "d.mp4"]
