@@ -34,9 +34,11 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from ops.processes import StackError, StackPaths
+from ops.processes import StackError, StackPaths, free_server_port, healthy
+from pipeline import processes
 from pipeline.config import REPO_ROOT
 from pipeline.paths import DataRoot
 from pipeline.store import make_private_dir
@@ -141,6 +143,95 @@ def prefect_env(root: DataRoot, port: int | None = None) -> dict[str, str]:
 
 def prefect_bin() -> str:
     return str(Path(sys.executable).with_name("prefect"))
+
+
+# --- the server in several API processes ------------------------------------------------------
+
+# `rescue stack up --api-processes N`: the API in N processes (Prefect's `server start --workers
+# N`), its background services (scheduler, automations, event persister...) in one process of
+# their own. The processes share the PostgreSQL database and pass events, their causal order,
+# concurrency leases and background work through Redis (prefect-redis): nothing of the server's
+# state lives in one process's memory.
+API_PROCESSES_ENV = "RESCUE_PREFECT_API_PROCESSES"
+REDIS_URL_ENV = "PREFECT_REDIS_MESSAGING_URL"  # prefect-redis's own variable: the one place the operator names Redis
+DATABASE_URL_ENVS = ("PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL")
+REDIS_SERVER_MODULES = {
+    "PREFECT_MESSAGING_BROKER": "prefect_redis.messaging",
+    "PREFECT_MESSAGING_CACHE": "prefect_redis.messaging",
+    "PREFECT_SERVER_EVENTS_CAUSAL_ORDERING": "prefect_redis.ordering",
+    # GPU slots' leases in Redis: every API process sees them, and they outlive a server restart
+    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect_redis.lease_storage",
+}
+
+
+def several_processes_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What the server's API processes and its services process need besides :func:`server_env`
+    when the API runs in several processes, after checking what it needs of the operator: the
+    database in PostgreSQL (``PREFECT_API_DATABASE_CONNECTION_URL``) and a Redis that answers
+    (``PREFECT_REDIS_MESSAGING_URL``; Docket's background work goes there too unless
+    ``PREFECT_SERVER_DOCKET_URL`` says otherwise). Raises StackError naming what is missing."""
+    environ = os.environ if environ is None else environ
+    database = next((environ[k] for k in DATABASE_URL_ENVS if environ.get(k)), "")
+    if not database.startswith("postgresql"):
+        raise StackError("several API processes need the server's database in PostgreSQL (SQLite serves one "
+                         "process): set PREFECT_API_DATABASE_CONNECTION_URL=postgresql+asyncpg://USER@HOST:5432/DB")
+    url = environ.get(REDIS_URL_ENV, "")
+    if not url:
+        raise StackError(f"several API processes pass their events and leases through Redis: set {REDIS_URL_ENV}="
+                         "redis://HOST:6379/N (a database number nothing else uses)")
+    _ping_redis(url)
+    return {**REDIS_SERVER_MODULES, "PREFECT_SERVER_DOCKET_URL": environ.get("PREFECT_SERVER_DOCKET_URL") or url}
+
+
+def _ping_redis(url: str) -> None:
+    """Raise StackError unless the Redis at ``url`` answers; the message names its host, port and
+    database, never its password."""
+    from urllib.parse import urlsplit
+
+    import redis
+
+    try:
+        parts = urlsplit(url)
+        where = f"{parts.hostname}:{parts.port or 6379}{parts.path or '/0'}"
+    except ValueError:
+        raise StackError(f"{REDIS_URL_ENV} is not a URL (redis://HOST:6379/N)") from None
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise StackError(f"Redis at {where} ({REDIS_URL_ENV}) does not answer: {type(exc).__name__}: {exc}") from None
+
+
+def prepare_database(env: dict[str, str], log_file: Path, timeout_s: float) -> None:
+    """Migrate the server's database and register Prefect's block types in ONE server process (on
+    a free port of 127.0.0.1, with the auth string in ``env``; stopped once it answers). API
+    processes started together each do both as they start, and on a new database they race
+    (duplicate keys); after this they start with neither."""
+    port = free_server_port()
+    url = f"http://127.0.0.1:{port}/api"
+    proc = processes.spawn([prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                            "--no-services"], log_file=log_file, cwd=REPO_ROOT,
+                           env={**os.environ, **env, "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "true",
+                                "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "true", "PREFECT_SERVER_UI_ENABLED": "false"})
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not healthy(url):
+            if proc.poll() is not None:
+                raise StackError(f"preparing the Prefect database: the server exited ({proc.returncode}); see {log_file}")
+            if time.monotonic() > deadline:
+                raise StackError(f"preparing the Prefect database: no answer after {timeout_s:.0f} s; see {log_file}")
+            time.sleep(0.5)
+    finally:
+        processes.stop(proc.pid)
+        proc.wait()
+
+
+def api_processes_ready(env: dict[str, str]) -> dict[str, str]:
+    """What the API processes get after :func:`prepare_database`: neither step again."""
+    return {**env, "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false", "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false"}
 
 
 def registration_fingerprint(engine_python: str) -> str:

@@ -37,8 +37,9 @@ from pathlib import Path
 
 import typer
 
-from ops.prefect_setup import (WORK_POOL, api_url, auth_file, prefect_bin, prefect_env, prefect_port, register,
-                               seed_database, server_env)
+from ops.prefect_setup import (API_PROCESSES_ENV, WORK_POOL, api_processes_ready, api_url, auth_file, prefect_bin,
+                               prefect_env, prefect_port, prepare_database, register, seed_database, server_env,
+                               several_processes_env)
 from ops import remote, warm_start
 from ops.processes import StackError, StackPaths, healthy, make_private, port_busy, read_pid, spawn, start_time, stop
 from ops.sweeper import SWEEP_EVERY_S
@@ -67,23 +68,38 @@ def open_to_anyone(url: str) -> bool:
         return False
 
 
-def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> bool:
-    """Start the Prefect server; True when its new database came already registered (the
-    set-up's registered template, for this code and interpreter: ``prefect_setup.seed_database``)."""
+def _start_server(paths: StackPaths, env: dict[str, str], port: int, log, api_processes: int = 1,
+                  several: dict[str, str] | None = None) -> bool:
+    """Start the Prefect server (with ``api_processes`` > 1: the API in that many processes and
+    its services in one more, :data:`SERVICES`, with ``several``: what
+    ``prefect_setup.several_processes_env`` checked); True when its new database came already
+    registered (the set-up's registered template, for this code and interpreter:
+    ``prefect_setup.seed_database``)."""
     if read_pid(paths, "prefect-server") and healthy(env["PREFECT_API_URL"]):
         log(f"prefect server: already running at {env['PREFECT_API_URL']}")
         if open_to_anyone(env["PREFECT_API_URL"]):  # started by a version without the auth string
             log("prefect server: WARNING it answers without the API auth string (every local account can "
                 "run code as you); restart it: rescue stack down && rescue stack up")
+        if paths.pid_file(SERVICES).exists() and not read_pid(paths, SERVICES):  # they ended; the API did not
+            _start_services(paths, {**env, **server_env(paths.root), **(several or several_processes_env())}, log)
         return False
     if port_busy(port):
         raise StackError(f"port {port} on 127.0.0.1 is taken by a process this stack did not start; "
                          f"stop it or choose another port with RESCUE_PREFECT_PORT")
     make_private_dir(paths.home)
-    seeded, registered = seed_database(paths, engine_python=sys.executable)
-    pid = spawn(paths, "prefect-server",
-                [prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                {**env, **server_env(paths.root), **seeded})
+    argv = [prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    if api_processes > 1:
+        server = {**env, **server_env(paths.root), **several}
+        log("prefect server: migrating its database and registering Prefect's blocks in one process first")
+        prepare_database(server, paths.log_file("prefect-prepare"), SERVER_START_TIMEOUT_S)
+        server = api_processes_ready(server)
+        argv += ["--no-services", "--workers", str(api_processes)]
+        _start_services(paths, server, log)
+        registered = False
+    else:
+        seeded, registered = seed_database(paths, engine_python=sys.executable)
+        server = {**env, **server_env(paths.root), **seeded}
+    pid = spawn(paths, "prefect-server", argv, server)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while not healthy(env["PREFECT_API_URL"]):
         if start_time(pid) is None:
@@ -92,8 +108,18 @@ def _start_server(paths: StackPaths, env: dict[str, str], port: int, log) -> boo
             raise StackError(f"prefect server not healthy after {SERVER_START_TIMEOUT_S:.0f} s; "
                              f"see {paths.log_file('prefect-server')}")
         time.sleep(0.5)
-    log(f"prefect server: started at {env['PREFECT_API_URL']} (pid {pid})")
+    log(f"prefect server: started at {env['PREFECT_API_URL']} (pid {pid}"
+        + (f", {api_processes} API processes)" if api_processes > 1 else ")"))
     return registered
+
+
+SERVICES = "prefect-services"  # the server's background services, when its API runs in several processes
+
+
+def _start_services(paths: StackPaths, env: dict[str, str], log) -> None:
+    pid = spawn(paths, SERVICES, [prefect_bin(), "server", "services", "start"], env)
+    log(f"{SERVICES}: the scheduler, automations and event persister in a process of their own (pid {pid}, "
+        f"log {paths.log_file(SERVICES)})")
 
 
 def worker_names(count: int) -> list[str]:
@@ -177,14 +203,16 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 
 def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker_limit: int = 4,
-       workers: int = 1, log=print) -> dict[str, str]:
+       workers: int = 1, api_processes: int = 1, log=print) -> dict[str, str]:
     """Start whatever is not running; returns the Prefect client variables. ``workers`` process
     workers poll ``rescue-cpu`` (``worker_limit`` flow runs each): a batch's interviews spread
     over all of them. A batch run waits for its interviews while holding one slot of a worker,
-    so the pool needs at least two slots in all."""
+    so the pool needs at least two slots in all. ``api_processes`` > 1: the server's API in that
+    many processes (PostgreSQL and Redis: :func:`ops.prefect_setup.several_processes_env`)."""
     settings = Settings.from_env(data_root)
     paths = StackPaths(DataRoot(settings.data_root.resolve()))
     port = prefect_port()
+    several = several_processes_env() if api_processes > 1 else None  # before anything starts: what is missing
     env = prefect_env(paths.root, port)
     make_private(paths)
     # Label Studio and the Prefect server start side by side (each mostly waits for its own
@@ -194,7 +222,7 @@ def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker
     if label_studio:
         ls.start()
     _start_starter(paths, {**env, **worker_env(settings)}, log)  # its imports beside the server's start
-    registered = _start_server(paths, env, port, log)
+    registered = _start_server(paths, env, port, log, api_processes, several)
     for name in worker_names(workers):
         _start_worker(paths, {**env, **worker_env(settings)}, log, worker_limit, name)
     _start_sweeper(paths, env, log)
@@ -257,7 +285,7 @@ def down(data_root: str | Path | None = None, *, label_studio: bool = True, log=
     settings = Settings.from_env(data_root)
     paths = StackPaths(DataRoot(settings.data_root.resolve()))
     extra = sorted(p.stem for p in paths.pids.glob("prefect-worker-*.json")) if paths.pids.is_dir() else []
-    for name in ("sweeper", "prefect-worker", *extra, STARTER, "prefect-server"):
+    for name in ("sweeper", "prefect-worker", *extra, STARTER, "prefect-server", SERVICES):
         log(f"{name}: {'stopped' if stop(paths, name) else 'was not running'}")
     if label_studio:
         stopped = _desks(settings).down()
@@ -274,6 +302,8 @@ def status(data_root: str | Path | None = None) -> dict[str, dict[str, str]]:
         "prefect-worker": {"state": "running" if read_pid(paths, "prefect-worker") else "stopped",
                            "pool": WORK_POOL},
     }
+    if paths.pid_file(SERVICES).exists():  # a server whose API runs in several processes
+        out[SERVICES] = {"state": "running" if read_pid(paths, SERVICES) else "stopped"}
     desks = _desks(settings)
     for desk, st in desks.status():
         out[f"desk {desk.email}"] = {"state": "running" if st.healthy else ("starting" if st.running else "stopped"),
@@ -314,12 +344,17 @@ def _cli_up(data_root: Path = _DATA_ROOT,
             label_studio: bool = typer.Option(True, help="Also start the desks."),
             worker_limit: int = typer.Option(4, help="Flow runs each local worker runs at once."),
             workers: int = typer.Option(1, min=1, help="Local workers on the rescue-cpu pool."),
+            api_processes: int = typer.Option(
+                1, "--api-processes", min=1, envvar=API_PROCESSES_ENV, show_envvar=True,
+                help="Processes serving the Prefect API (more than 1: PREFECT_API_DATABASE_CONNECTION_URL in "
+                     "PostgreSQL and PREFECT_REDIS_MESSAGING_URL; docs/SCALING.md)."),
             prefect_port: int = _prefect_port_option()) -> None:
     """Start the server, register pools/limits/deployments, start workers (idempotent). Each
     desk and its front keep the ports they were given when the person was added (`rescue
     annotators add --desk-base-port/--front-base-port`)."""
     _use_prefect_port(prefect_port)
-    env = _or_exit(up, data_root, label_studio=label_studio, worker_limit=worker_limit, workers=workers)
+    env = _or_exit(up, data_root, label_studio=label_studio, worker_limit=worker_limit, workers=workers,
+                   api_processes=api_processes)
     typer.echo(f"\nPrefect UI: {env['PREFECT_API_URL'].removesuffix('/api')}\n"
                f'Point the prefect CLI at it:  eval "$(rescue stack env)"')
 
@@ -340,7 +375,7 @@ def _cli_status(data_root: Path = _DATA_ROOT, prefect_port: int = _prefect_port_
     st = status(data_root)
     for name, info in st.items():
         typer.echo(f"{name:16s} " + "  ".join(f"{k}={v}" for k, v in info.items()))
-    if any(st[n]["state"] != "running" for n in ("prefect-server", "prefect-worker")):
+    if any(info["state"] != "running" for n, info in st.items() if n in ("prefect-server", "prefect-worker", SERVICES)):
         raise typer.Exit(1)
 
 

@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 from pipeline.paths import DataRoot
+from tests.flows.conftest import crash_a_silent_run
 
 pytestmark = pytest.mark.slow
 
@@ -189,39 +190,4 @@ def test_the_zombie_automation_crashes_a_run_whose_heartbeats_stop(stack):
     """The same automation with a 35-s window (the registered one waits 300 s), on this stack's
     open-source server: a Running flow run that sent one heartbeat and then fell silent (as if
     its host died) is set Crashed by the server, with the automation's message."""
-    import asyncio
-
-    from prefect import flow
-    from prefect.client.orchestration import get_client
-    from prefect.events.clients import PrefectEventsClient
-    from prefect.events.schemas.events import Event
-    from prefect.states import Running
-
-    from ops import prefect_setup as st
-
-    @flow(name="zombie-probe")
-    def probe():
-        pass
-
-    async def heartbeat(run_id):  # what a flow run's heartbeat thread sends
-        async with PrefectEventsClient() as events:
-            await events.emit(Event(event="prefect.flow-run.heartbeat",
-                                    resource={"prefect.resource.id": f"prefect.flow-run.{run_id}"}))
-
-    auto = st.zombie_automation(35).model_copy(update={"name": "zombie-probe-35s"})
-    with stack.prefect_settings(), get_client(sync_client=True) as client:
-        auto_id = client.create_automation(auto)
-        try:
-            run = client.create_flow_run(probe, name="zombie-probe")
-            client.set_flow_run_state(run.id, Running(), force=True)
-            for _ in range(2):  # the triggers service loads a new automation on its change event
-                time.sleep(5)
-                asyncio.run(heartbeat(run.id))  # two beats, then silence
-
-            deadline = time.monotonic() + 150
-            while not (state := client.read_flow_run(run.id).state).is_crashed():
-                assert time.monotonic() < deadline, f"still {state.name} after the window"
-                time.sleep(2)
-            assert "no heartbeat for 35 s" in state.message, state.message
-        finally:
-            client.delete_automation(auto_id)
+    crash_a_silent_run(stack)
