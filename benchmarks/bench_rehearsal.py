@@ -1,6 +1,6 @@
 """The RESCUE rehearsal: a RESCUE-shaped batch through every deployment, as a maintainer rebuilds RESCUE.
 
-    .venv/bin/python benchmarks/bench_rehearsal.py --scale S [--workers N] [--database-url URL]
+    .venv/bin/python benchmarks/bench_rehearsal.py --scale S [--workers N] [--database-url URL] [--api-processes P]
                      [--seed N] [--max-rows R] [--chunk-size C] [--max-in-flight M] [--json PATH] [--keep]
 
 What an operator does, on a stack of its own under a temporary data root:
@@ -76,6 +76,12 @@ def parse_args(argv=None):
     ap.add_argument("--database-url", default=None,
                     help="the Prefect server's database (default: a fresh database of PostgreSQL at 127.0.0.1:5432, "
                          "dropped at the end; SQLite when that is unreachable)")
+    ap.add_argument("--api-processes", type=int, default=1,
+                    help="processes serving the Prefect API (`rescue stack up --api-processes`); more than 1 needs "
+                         "PostgreSQL and Redis (--redis-db)")
+    ap.add_argument("--redis-db", type=int, default=10,
+                    help="with --api-processes > 1: this database of the Redis at 127.0.0.1:6379 carries the server's "
+                         "events (emptied before and after: give one nothing else uses)")
     ap.add_argument("--seed", type=int, default=0, help="the generator's seed")
     ap.add_argument("--max-rows", type=int, default=None, help="cut every interview to this many rows, each voice speaking (smoke runs; `rescue synth batch --max-rows`)")
     ap.add_argument("--chunk-size", type=int, default=None,
@@ -100,6 +106,8 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error("--workers must be at least 1")
+    if args.api_processes < 1:
+        ap.error("--api-processes must be at least 1")
     if args.faults and args.workers < 2:
         ap.error("--faults kills one of the workers mid-batch: give --workers 2 or more")
     if args.faults and args.reference is None:

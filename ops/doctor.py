@@ -39,7 +39,7 @@ import typer
 
 from ops.prefect_setup import api_url, auth_file
 from ops.processes import StackPaths, read_pid
-from ops.stack import STARTER, WARM_START_ENV, _prefect_port_option, _use_prefect_port, open_to_anyone, status as stack_status, worker_names
+from ops.stack import SERVICES, STARTER, WARM_START_ENV, _prefect_port_option, _use_prefect_port, open_to_anyone, status as stack_status, worker_names
 from pipeline.config import Settings
 from pipeline.paths import DataRoot
 
@@ -244,7 +244,8 @@ def desks_and_fronts(desks) -> tuple[list[Check], list[int], list[int], str | No
 def prefect(root: DataRoot) -> list[Check]:
     paths = StackPaths(root)
     url = api_url()
-    server = stack_status(root)["prefect-server"]
+    st = stack_status(root)
+    server = st["prefect-server"]
     out = []
     if server["state"] == "running":
         if open_to_anyone(url):
@@ -257,6 +258,12 @@ def prefect(root: DataRoot) -> list[Check]:
                          f"see {paths.log_file('prefect-server')}; rescue stack down && {UP}"))
     else:
         out.append(Check("prefect", "server", BROKEN, f"down ({url})", f"start it: {UP}"))
+    if SERVICES in st:  # the API in several processes: Prefect's services run in one of their own
+        pid = read_pid(paths, SERVICES)
+        out.append(Check("prefect", SERVICES, OK, f"running (pid {pid}): scheduler, automations, events") if pid else
+                   Check("prefect", SERVICES, BROKEN, "not running: no automation (the zombie one) acts, no "
+                         "event is stored", f"with PREFECT_REDIS_MESSAGING_URL set as before: {UP}; see "
+                         f"{paths.log_file(SERVICES)}"))
     secret = auth_file(root)
     if not secret.is_file():
         out.append(Check("prefect", "auth string", BROKEN, f"{secret} is missing", f"{UP} makes it"))

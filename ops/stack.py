@@ -37,9 +37,9 @@ from pathlib import Path
 
 import typer
 
-from ops.prefect_setup import (API_PROCESSES_ENV, WORK_POOL, api_processes_ready, api_url, auth_file, prefect_bin,
-                               prefect_env, prefect_port, prepare_database, register, seed_database, server_env,
-                               several_processes_env)
+from ops.prefect_setup import (API_PROCESSES_ENV, DATABASE_URL_ENVS, WORK_POOL, api_processes_ready, api_url,
+                               auth_file, prefect_bin, prefect_env, prefect_port, prepare_database, register,
+                               seed_database, server_env, several_processes_env)
 from ops import remote, warm_start
 from ops.processes import StackError, StackPaths, healthy, make_private, port_busy, read_pid, spawn, start_time, stop
 from ops.sweeper import SWEEP_EVERY_S
@@ -94,9 +94,12 @@ def _start_server(paths: StackPaths, env: dict[str, str], port: int, log, api_pr
         prepare_database(server, paths.log_file("prefect-prepare"), SERVER_START_TIMEOUT_S)
         server = api_processes_ready(server)
         argv += ["--no-services", "--workers", str(api_processes)]
-        _start_services(paths, server, log)
+        if not read_pid(paths, SERVICES):  # they outlived the API processes: kept
+            _start_services(paths, server, log)
         registered = False
     else:
+        if stop(paths, SERVICES):  # left by a server in several processes: one server runs its own services
+            log(f"{SERVICES}: stopped (the server runs its services itself in one process)")
         seeded, registered = seed_database(paths, engine_python=sys.executable)
         server = {**env, **server_env(paths.root), **seeded}
     pid = spawn(paths, "prefect-server", argv, server)
@@ -203,15 +206,21 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 
 def up(data_root: str | Path | None = None, *, label_studio: bool = True, worker_limit: int = 4,
-       workers: int = 1, api_processes: int = 1, log=print) -> dict[str, str]:
+       workers: int = 1, api_processes: int | None = None, log=print) -> dict[str, str]:
     """Start whatever is not running; returns the Prefect client variables. ``workers`` process
     workers poll ``rescue-cpu`` (``worker_limit`` flow runs each): a batch's interviews spread
     over all of them. A batch run waits for its interviews while holding one slot of a worker,
     so the pool needs at least two slots in all. ``api_processes`` > 1: the server's API in that
-    many processes (PostgreSQL and Redis: :func:`ops.prefect_setup.several_processes_env`)."""
+    many processes (PostgreSQL and Redis: :func:`ops.prefect_setup.several_processes_env`);
+    default ``RESCUE_PREFECT_API_PROCESSES``, else 1."""
     settings = Settings.from_env(data_root)
     paths = StackPaths(DataRoot(settings.data_root.resolve()))
     port = prefect_port()
+    if api_processes is None:
+        try:
+            api_processes = int(os.environ.get(API_PROCESSES_ENV) or 1)
+        except ValueError:
+            raise StackError(f"{API_PROCESSES_ENV}={os.environ[API_PROCESSES_ENV]!r}: give a whole number") from None
     several = several_processes_env() if api_processes > 1 else None  # before anything starts: what is missing
     env = prefect_env(paths.root, port)
     make_private(paths)
@@ -385,6 +394,23 @@ def _cli_register(data_root: Path = _DATA_ROOT) -> None:
     PREFECT_API_URL (docker-compose's prefect-init runs this; also after parameter changes)."""
     env = prefect_env(DataRoot(Settings.from_env(data_root).data_root.resolve()))
     _or_exit(register, {k: v for k, v in env.items() if k not in os.environ})  # compose sets its own
+
+
+@cli.command("prepare-database")
+def _cli_prepare_database(data_root: Path = _DATA_ROOT) -> None:
+    """Migrate the Prefect server's database (PREFECT_API_DATABASE_CONNECTION_URL) and register
+    Prefect's blocks in one server process, so that API processes started together need do
+    neither (`up --api-processes` does this itself; docker-compose's prefect-db-init runs it)."""
+    if not any(os.environ.get(k) for k in DATABASE_URL_ENVS):
+        typer.secho("error: set PREFECT_API_DATABASE_CONNECTION_URL to the server's database", fg="red", err=True)
+        raise typer.Exit(1)
+    paths = StackPaths(DataRoot(Settings.from_env(data_root).data_root.resolve()))
+    make_private_dir(paths.logs)
+    # the scratch server on this host's 127.0.0.1 wants the auth string too: compose's, or the data root's
+    auth = os.environ.get("PREFECT_SERVER_API_AUTH_STRING") or server_env(paths.root)["PREFECT_SERVER_API_AUTH_STRING"]
+    _or_exit(prepare_database, {"PREFECT_SERVER_API_AUTH_STRING": auth}, paths.log_file("prefect-prepare"),
+             SERVER_START_TIMEOUT_S)
+    typer.echo("prefect database: migrated, Prefect's blocks registered")
 
 
 @cli.command("env")

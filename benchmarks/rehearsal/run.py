@@ -34,6 +34,16 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _flush_redis(db: int) -> None:
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=6379, db=db, socket_connect_timeout=5)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
 def run(args) -> int:
     """The rehearsal ``args`` asks for (bench_rehearsal.parse_args); the exit status."""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (`&`)
@@ -47,7 +57,7 @@ def run(args) -> int:
                     "chunk_size": args.chunk_size, "max_in_flight": args.max_in_flight, "cores": os.cpu_count(),
                     "load_start": os.getloadavg()}
     sampler = Sampler(args.sample_s)
-    db_name, code = None, 1
+    db_name, redis_db, code = None, None, 1
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         if args.database_url:
@@ -61,6 +71,15 @@ def run(args) -> int:
                "OMP_NUM_THREADS": "1"}  # one torch thread per flow run: N workers, N cores
         if url:
             env["PREFECT_API_DATABASE_CONNECTION_URL"] = url
+        report["api_processes"] = args.api_processes
+        if args.api_processes > 1:  # `rescue stack up --api-processes`: PostgreSQL and a Redis of its own
+            if not (url or "").startswith("postgresql"):
+                raise RuntimeError(f"--api-processes {args.api_processes} needs the server's database in PostgreSQL; "
+                                   f"it is {report['database']}")
+            redis_db = args.redis_db
+            env.update(RESCUE_PREFECT_API_PROCESSES=str(args.api_processes),
+                       PREFECT_REDIS_MESSAGING_URL=f"redis://127.0.0.1:6379/{redis_db}")
+            _flush_redis(redis_db)
         for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_RESULTS_LOCAL_STORAGE_PATH",
                   "PREFECT_API_DATABASE_CONNECTION_URL"):
             os.environ.pop(k, None)  # this stack's own, never the caller's
@@ -84,6 +103,8 @@ def run(args) -> int:
             say(f"rehearsal: stopped leftover processes it had started: {', '.join(left)}")
         if db_name:
             drop_database(db_name)
+        if redis_db is not None:
+            _flush_redis(redis_db)
         if args.keep:
             say(f"rehearsal: data root kept: {root}")
         else:
@@ -154,7 +175,7 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         return time.monotonic() - t0
 
     say(f"rehearsal: scale {args.scale:g}, seed {args.seed}" + (f", rows cut to {args.max_rows}" if args.max_rows else "")
-        + f"; {args.workers} worker(s); {os.cpu_count()} cores, load average "
+        + f"; {args.workers} worker(s); {args.api_processes} API process(es); {os.cpu_count()} cores, load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     with ThreadPoolExecutor(2) as pool:  # the batch is generated and the desks start while the stack starts
         made, desked = pool.submit(generate), pool.submit(desks_up)

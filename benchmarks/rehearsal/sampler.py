@@ -108,7 +108,7 @@ class Sampler(threading.Thread):
         if b"label-studio" in cmd and b" start" in cmd:  # a desk: its data dir names whose
             desk = re.search(rb"/desks/([^/ ]+)/", cmd)
             rec.kind = f"desk {desk.group(1).decode(errors='replace') if desk else '?'} (Label Studio)"
-        elif b"server start" in cmd:
+        elif b"server start" in cmd or b"server services start" in cmd:  # its API and its services
             rec.kind = "prefect server"
         elif b"worker start" in cmd:
             rec.kind = "prefect worker"

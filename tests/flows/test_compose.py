@@ -50,7 +50,32 @@ def test_no_shared_label_studio_and_no_gate(config):
         assert "label-studio" not in svc.get("image", "").split("/")[-1], f"{name} runs a shared Label Studio"
         assert "gate" not in (svc.get("command") or []), f"{name} runs the annotators' gate"
         assert "proxy" not in name and "gate" not in name
-    assert set(config["volumes"]) == {"prefect-db", "prefect-home", "media", "data", "models"}
+    assert set(config["volumes"]) == {"prefect-db", "prefect-home", "prefect-redis", "media", "data", "models"}
+
+
+def test_the_api_runs_in_several_processes_beside_one_services_process(config):
+    """The server as `rescue stack up --api-processes` runs it: PREFECT_API_PROCESSES API
+    processes without services, the services in prefect-services, all three server services on
+    one database and one password-protected Redis (nothing of the server's state in one
+    process's memory), the database prepared once before the API processes start."""
+    from ops.prefect_setup import REDIS_SERVER_MODULES
+
+    svc = config["services"]
+    server, services, init = svc["prefect-server"], svc["prefect-services"], svc["prefect-db-init"]
+    assert server["command"][-3:] == ["--no-services", "--workers", "2"]  # PREFECT_API_PROCESSES of .env.example
+    assert services["command"] == ["prefect", "server", "services", "start"]
+    assert init["command"] == ["rescue", "stack", "prepare-database"]
+    assert server["depends_on"]["prefect-db-init"]["condition"] == "service_completed_successfully"
+    assert services["depends_on"]["prefect-db-init"]["condition"] == "service_completed_successfully"
+    assert server["environment"]["PREFECT_SERVER_DATABASE_MIGRATE_ON_START"] == "false"
+    assert server["environment"]["PREFECT_SERVER_REGISTER_BLOCKS_ON_START"] == "false"
+    for name in ("prefect-server", "prefect-services", "prefect-db-init"):
+        env = svc[name]["environment"]
+        assert {k: env[k] for k in REDIS_SERVER_MODULES} == REDIS_SERVER_MODULES, name
+        assert env["PREFECT_REDIS_MESSAGING_URL"] == server["environment"]["PREFECT_REDIS_MESSAGING_URL"], name
+        assert env["PREFECT_API_DATABASE_CONNECTION_URL"] == server["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
+        assert env["PREFECT_SERVER_DOCKET_URL"].startswith("redis://:"), name  # with the password
+    assert "--requirepass" in svc["prefect-redis"]["command"] and not svc["prefect-redis"].get("ports")
 
 
 def test_every_published_port_is_loopback_only(config):
@@ -153,7 +178,7 @@ def test_no_secret_values_committed():
                    if line and not line.startswith("#"))
     assert not [k for k in example if k.startswith("LABEL_STUDIO_")], \
         "the desks need no Label Studio admin or database secret: their service accounts live in the data root"
-    for key in ("PREFECT_DB_PASSWORD",):
+    for key in ("PREFECT_DB_PASSWORD", "PREFECT_REDIS_PASSWORD"):
         assert example[key] not in text, f"{key}'s value is hard-coded in docker-compose.yml"
     ignored = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=REPO_ROOT)
     assert ignored.returncode == 0, "docker/.env must be git-ignored"

@@ -3,7 +3,8 @@
 Prefect's services in a third; a deployment runs through them to its end (the worker's polls, the
 run's states, its events through Redis to `prefect deployment run --watch`); the zombie
 automation crashes a silent run (the services process judging events the API processes took
-in); every process wants the auth string; `rescue stack down` stops them all. Skipped, saying
+in); every process wants the auth string; services that died are named by `rescue doctor` and
+started again by `up`; `rescue stack down` stops them all. Skipped, saying
 why, where PostgreSQL or Redis is not reachable. What the operator is told when either is
 missing: tests/ops/test_stack_api_processes_refused.py."""
 from __future__ import annotations
@@ -81,6 +82,40 @@ def several(tmp_path_factory):
         redis.close()
 
 
+def test_prepare_database_migrates_and_registers_blocks_once(tmp_path):
+    """What compose's prefect-db-init runs: a new database comes out migrated with Prefect's
+    block types in it, and the scratch server it used is gone."""
+    import asyncio
+
+    import asyncpg
+
+    from benchmarks.rehearsal.database import PG, create_database, drop_database
+
+    url, name, where = create_database()
+    if url is None:
+        pytest.skip(f"needs PostgreSQL: {where}")
+    try:
+        stack = Stack(tmp_path, {"RESCUE_DATA_ROOT": str(tmp_path), "PREFECT_API_DATABASE_CONNECTION_URL": url})
+        proc = stack.rescue("stack", "prepare-database")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "migrated, Prefect's blocks registered" in proc.stdout
+
+        async def counts():
+            conn = await asyncpg.connect(database=name, **PG)
+            try:
+                return (await conn.fetchval("SELECT count(*) FROM block_type"),
+                        await conn.fetchval("SELECT count(*) FROM alembic_version"))
+            finally:
+                await conn.close()
+
+        blocks, versions = asyncio.run(counts())
+        assert blocks > 10 and versions == 1, (blocks, versions)
+        log = (tmp_path / "stack" / "logs" / "prefect-prepare.log").read_text()
+        assert "Failed to register block" not in log
+    finally:
+        drop_database(name)
+
+
 def test_the_api_runs_in_two_processes_and_the_services_in_a_third(several):
     stack, said = several
     assert "2 API processes" in said and "prefect-services:" in said, said
@@ -127,6 +162,27 @@ def test_every_api_process_wants_the_auth_string(several):
         except urllib.error.HTTPError as exc:
             codes.append(exc.code)
     assert set(codes) == {401}, codes
+
+
+def test_services_that_died_are_named_by_doctor_and_started_again_by_up(several):
+    import signal
+
+    stack, _ = several
+    dead = _pid(stack.root, "prefect-services")
+    os.kill(dead, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(dead) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    doctor = stack.rescue("doctor", "--json", timeout=300)
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    check = {c["name"]: c for c in json.loads(doctor.stdout)["checks"] if c["section"] == "prefect"}["prefect-services"]
+    assert check["state"] == "BROKEN" and check["why"].startswith("not running: no automation"), check
+    server = _pid(stack.root, "prefect-server")
+    up = stack.rescue("stack", "up", "--no-label-studio", "--api-processes", "2", "--worker-limit", "2")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "prefect server: already running" in up.stdout and "prefect-services: the scheduler" in up.stdout
+    assert _pid(stack.root, "prefect-server") == server  # the API processes were left alone
+    assert _alive(_pid(stack.root, "prefect-services")) and _pid(stack.root, "prefect-services") != dead
 
 
 def test_down_stops_every_process_of_the_server(several):

@@ -66,3 +66,11 @@ def test_the_cli_refuses_before_it_starts_anything(tmp_path):
     assert "error: several API processes need the server's database in PostgreSQL" in proc.stderr, proc.stderr
     pids = tmp_path / "data" / "stack" / "pids"
     assert not (pids.is_dir() and list(pids.iterdir())), "nothing may start"
+
+
+def test_prepare_database_without_a_database_url_is_refused(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RESCUE_"))}
+    env.update(RESCUE_DATA_ROOT=str(tmp_path / "data"))
+    proc = subprocess.run([str(Path(sys.executable).with_name("rescue")), "stack", "prepare-database"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "set PREFECT_API_DATABASE_CONNECTION_URL" in proc.stderr, proc.stderr
