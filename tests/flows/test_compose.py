@@ -62,7 +62,7 @@ def test_the_api_runs_in_several_processes_beside_one_services_process(config):
 
     svc = config["services"]
     server, services, init = svc["prefect-server"], svc["prefect-services"], svc["prefect-db-init"]
-    assert server["command"][-3:] == ["--no-services", "--workers", "2"]  # PREFECT_API_PROCESSES of .env.example
+    assert server["command"][-3:] == ["--no-services", "--workers", "1"]  # PREFECT_API_PROCESSES of .env.example
     assert services["command"] == ["prefect", "server", "services", "start"]
     assert init["command"] == ["rescue", "stack", "prepare-database"]
     assert server["depends_on"]["prefect-db-init"]["condition"] == "service_completed_successfully"
@@ -76,6 +76,14 @@ def test_the_api_runs_in_several_processes_beside_one_services_process(config):
         assert env["PREFECT_API_DATABASE_CONNECTION_URL"] == server["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
         assert env["PREFECT_SERVER_DOCKET_URL"].startswith("redis://:"), name  # with the password
     assert "--requirepass" in svc["prefect-redis"]["command"] and not svc["prefect-redis"].get("ports")
+
+
+def test_the_env_file_sets_the_number_of_api_processes(tmp_path):
+    env = tmp_path / "big.env"
+    env.write_text((REPO_ROOT / "docker/.env.example").read_text().replace("PREFECT_API_PROCESSES=1", "PREFECT_API_PROCESSES=4"))
+    proc = _config("--env-file", str(env), "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["services"]["prefect-server"]["command"][-2:] == ["--workers", "4"]
 
 
 def test_every_published_port_is_loopback_only(config):
