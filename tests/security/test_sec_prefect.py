@@ -1,6 +1,6 @@
 """A local client without the stack's auth string, against the Prefect server of a real stack
 (``rescue stack up --no-label-studio``: server, worker, sweeper, the registered pools and
-deployments). Loopback is no access control on a shared host: a deployment posted by any local
+deployments), with the server in one process and with its API in two (``--api-processes 2``). Loopback is no access control on a shared host: a deployment posted by any local
 account would run as the operator. Every HTTP request of the API - reads and writes of
 deployments, flow runs, flows, blocks, variables, work pools, automations, logs, events, the
 server's settings - with no, a wrong or a mangled ``Authorization`` header, on any spelling of
@@ -29,22 +29,48 @@ DEPLOYMENT = "build-release/default"
 POOL = "rescue-cpu"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+REDIS_DB = 9  # of the machine's Redis, for the server in several processes; only this module uses it
+
+
+@pytest.fixture(scope="module", params=["one process", "two API processes"])
+def stack(request, tmp_path_factory):
     """The stack of a fresh data root, started as the operator starts it (no Prefect variable of
-    the caller's); its port and auth string; stopped at the end."""
+    the caller's): its server in one process, or its API in two (`--api-processes 2`, on a fresh
+    PostgreSQL database and Redis: skipped, saying why, without them); its port and auth string;
+    stopped at the end."""
     root = tmp_path_factory.mktemp("sec-prefect") / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RESCUE_PREFECT_API"))}
     env.update(RESCUE_PREFECT_PORT=str(free_port()))
+    options, cleanup = [], []
+    if request.param == "two API processes":
+        import redis
+
+        from benchmarks.rehearsal.database import create_database, drop_database
+
+        store = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB, socket_connect_timeout=3)
+        try:
+            store.flushdb()
+        except (redis.RedisError, OSError) as exc:
+            pytest.skip(f"the API in two processes needs Redis at 127.0.0.1:6379 ({exc})")
+        cleanup.append(store.flushdb)
+        url, name, where = create_database()
+        if url is None:
+            pytest.skip(f"the API in two processes needs PostgreSQL: {where}")
+        cleanup.append(lambda: drop_database(name))
+        env.update(PREFECT_API_DATABASE_CONNECTION_URL=url, PREFECT_REDIS_MESSAGING_URL=f"redis://127.0.0.1:6379/{REDIS_DB}")
+        options = ["--api-processes", "2"]
     cmd = lambda *a: subprocess.run([str(RESCUE), "stack", *a, "--no-label-studio", "--data-root", str(root)],  # noqa: E731
                                     env=env, capture_output=True, text=True, timeout=900)
     try:
-        up = cmd("up")
+        up = cmd("up", *options)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        assert ("2 API processes" in up.stdout) is bool(options), up.stdout
         secret = (root / "stack" / "prefect-api-auth").read_text().strip()
         yield int(env["RESCUE_PREFECT_PORT"]), secret
     finally:
         down = cmd("down")
+        for step in cleanup:
+            step()
         assert down.returncode == 0, down.stdout + down.stderr
 
 
