@@ -4,7 +4,8 @@ Regions/Relations) not shown and its width given to the forms; each row's form h
 relation labels in words while the exact taxonomy names are stored; one "Therapist" per row list in
 the transcript round; speaker names in the dialogue at 4.5:1 contrast or more, computed from the
 computed styles; no "Create Project" or "Invite Members" on the home page; the round's
-instructions open once per project, and again on the Instructions button; toasts do not pile up."""
+instructions open once per project (also when closed before the front's tidy ran), and again on
+the Instructions button; toasts do not pile up."""
 from __future__ import annotations
 
 import re
@@ -144,4 +145,37 @@ def test_the_page_shows_only_what_the_work_needs(ls_server, ls_client, ls_desks,
         assert shown == ["saved 3"], shown
         context.close()
     finally:
+        front.stop()
+
+
+def test_instructions_closed_at_once_count_as_seen(ls_server, ls_client, ls_desks, new_annotators, browser):
+    """An annotator who closes the round's instructions at once, before the front's tidy has run
+    (on a busy machine it runs late: here it is held back 4 s), does not get them again on the
+    next entry: the close itself records them as seen."""
+    [email] = new_annotators(1)
+    password = secrets.token_urlsafe(12)
+    ls_server.set_password(email, password)
+    sample = make_sample("synthetic/page_002", "family", 4)
+    relation = push.push_round(ls_desks, "relation", [sample], [email], k=1, prelabel=None)
+    pid = relation.projects[push.project_key("relation", "family", email)]
+    front = FrontServer(ls_server.url).start()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        context.set_default_timeout(120_000)
+        page = context.new_page()
+        browser_login(page, front.url, email, password, timeout_ms=60_000)
+        # the front's tidy (debounced on the page's changes) held back 4 s, as on a loaded machine
+        context.add_init_script("""(() => { const later = window.setTimeout;
+          window.setTimeout = (fn, ms, ...a) => later(fn, fn && fn.name === "tidy" ? 4000 : ms, ...a); })()""")
+        page.goto(f"{front.url}/projects/{pid}/data?labeling=1")
+        page.locator(_CLOSE).wait_for()
+        page.keyboard.press("Escape")  # before any tidy: nothing recorded them yet
+        page.locator(_CLOSE).wait_for(state="detached")
+        page.reload()
+        page.locator("#unit_0 .lsf-choices").first.wait_for()
+        page.wait_for_load_state("networkidle")
+        time.sleep(6)  # the held-back tidy has run on the new page
+        assert page.locator(_CLOSE).count() == 0, "the instructions opened again after they were closed at once"
+    finally:
+        context.close()
         front.stop()

@@ -141,6 +141,9 @@
     var b = e.target && e.target.closest && e.target.closest("button");
     if (b && b.textContent.trim() === "Instructions" && (e.type === "click" || e.key === "Enter" || e.key === " "))
       asked = Date.now();
+    // instructions closed before the page's tidy saw them (Escape or a click at once, on a busy machine)
+    // count as seen all the same
+    if (e.type === "click" || e.key === "Escape") instructions();
   }
   document.addEventListener("click", askedFor, true);
   document.addEventListener("keydown", askedFor, true);
