@@ -215,12 +215,14 @@ def prepare_database(env: dict[str, str], log_file: Path, timeout_s: float) -> N
     proc = processes.spawn([prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(port),
                             "--no-services"], log_file=log_file, cwd=REPO_ROOT,
                            env={**os.environ, **env, "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "true",
-                                "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "true", "PREFECT_SERVER_UI_ENABLED": "false"})
+                                "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "true",
+                                "PREFECT_SERVER_UI_ENABLED": "false"})
     try:
         deadline = time.monotonic() + timeout_s
         while not healthy(url):
             if proc.poll() is not None:
-                raise StackError(f"preparing the Prefect database: the server exited ({proc.returncode}); see {log_file}")
+                raise StackError(f"preparing the Prefect database: the server exited ({proc.returncode}); "
+                                 f"see {log_file}")
             if time.monotonic() > deadline:
                 raise StackError(f"preparing the Prefect database: no answer after {timeout_s:.0f} s; see {log_file}")
             time.sleep(0.5)
@@ -231,7 +233,8 @@ def prepare_database(env: dict[str, str], log_file: Path, timeout_s: float) -> N
 
 def api_processes_ready(env: dict[str, str]) -> dict[str, str]:
     """What the API processes get after :func:`prepare_database`: neither step again."""
-    return {**env, "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false", "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false"}
+    return {**env, "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false",
+            "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false"}
 
 
 def registration_fingerprint(engine_python: str) -> str:

@@ -175,7 +175,8 @@ def rehearse(args, root: Path, env: dict, report: dict, sampler: Sampler) -> int
         return time.monotonic() - t0
 
     say(f"rehearsal: scale {args.scale:g}, seed {args.seed}" + (f", rows cut to {args.max_rows}" if args.max_rows else "")
-        + f"; {args.workers} worker(s); {args.api_processes} API process(es); {os.cpu_count()} cores, load average "
+        + f"; {args.workers} worker(s); {args.api_processes} API process(es); {os.cpu_count()} cores, "
+        + "load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     with ThreadPoolExecutor(2) as pool:  # the batch is generated and the desks start while the stack starts
         made, desked = pool.submit(generate), pool.submit(desks_up)

@@ -73,14 +73,17 @@ def test_the_api_runs_in_several_processes_beside_one_services_process(config):
         env = svc[name]["environment"]
         assert {k: env[k] for k in REDIS_SERVER_MODULES} == REDIS_SERVER_MODULES, name
         assert env["PREFECT_REDIS_MESSAGING_URL"] == server["environment"]["PREFECT_REDIS_MESSAGING_URL"], name
-        assert env["PREFECT_API_DATABASE_CONNECTION_URL"] == server["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
+        assert env["PREFECT_API_DATABASE_CONNECTION_URL"] == \
+            server["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"], name
         assert env["PREFECT_SERVER_DOCKET_URL"].startswith("redis://:"), name  # with the password
     assert "--requirepass" in svc["prefect-redis"]["command"] and not svc["prefect-redis"].get("ports")
 
 
 def test_the_env_file_sets_the_number_of_api_processes(tmp_path):
     env = tmp_path / "big.env"
-    env.write_text((REPO_ROOT / "docker/.env.example").read_text().replace("PREFECT_API_PROCESSES=1", "PREFECT_API_PROCESSES=4"))
+    example = (REPO_ROOT / "docker/.env.example").read_text()
+    assert "\nPREFECT_API_PROCESSES=1\n" in example
+    env.write_text(example.replace("PREFECT_API_PROCESSES=1", "PREFECT_API_PROCESSES=4"))
     proc = _config("--env-file", str(env), "config", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["services"]["prefect-server"]["command"][-2:] == ["--workers", "4"]

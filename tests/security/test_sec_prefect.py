@@ -57,7 +57,8 @@ def stack(request, tmp_path_factory):
         if url is None:
             pytest.skip(f"the API in two processes needs PostgreSQL: {where}")
         cleanup.append(lambda: drop_database(name))
-        env.update(PREFECT_API_DATABASE_CONNECTION_URL=url, PREFECT_REDIS_MESSAGING_URL=f"redis://127.0.0.1:6379/{REDIS_DB}")
+        env.update(PREFECT_API_DATABASE_CONNECTION_URL=url,
+                   PREFECT_REDIS_MESSAGING_URL=f"redis://127.0.0.1:6379/{REDIS_DB}")
         options = ["--api-processes", "2"]
     cmd = lambda *a: subprocess.run([str(RESCUE), "stack", *a, "--no-label-studio", "--data-root", str(root)],  # noqa: E731
                                     env=env, capture_output=True, text=True, timeout=900)
