@@ -80,8 +80,13 @@ def _start_server(paths: StackPaths, env: dict[str, str], port: int, log, api_pr
         if open_to_anyone(env["PREFECT_API_URL"]):  # started by a version without the auth string
             log("prefect server: WARNING it answers without the API auth string (every local account can "
                 "run code as you); restart it: rescue stack down && rescue stack up")
-        if paths.pid_file(SERVICES).exists() and not read_pid(paths, SERVICES):  # they ended; the API did not
+        several_running = paths.pid_file(SERVICES).exists()  # its services in a process of their own
+        if several_running and not read_pid(paths, SERVICES):  # they ended; the API did not
             _start_services(paths, {**env, **server_env(paths.root), **(several or several_processes_env())}, log)
+        if several_running != (api_processes > 1):
+            log(f"prefect server: it runs its API in {'several processes' if several_running else 'one process'}, "
+                f"as it was started; to change that: rescue stack down, then rescue stack up --api-processes "
+                f"{api_processes}")
         return False
     if port_busy(port):
         raise StackError(f"port {port} on 127.0.0.1 is taken by a process this stack did not start; "

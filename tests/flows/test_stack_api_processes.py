@@ -185,6 +185,17 @@ def test_services_that_died_are_named_by_doctor_and_started_again_by_up(several)
     assert _alive(_pid(stack.root, "prefect-services")) and _pid(stack.root, "prefect-services") != dead
 
 
+def test_up_without_the_option_leaves_the_running_server_as_it_is_and_says_so(several):
+    stack, _ = several
+    pids = {n: _pid(stack.root, n) for n in ("prefect-server", "prefect-services")}
+    env = {k: v for k, v in stack.env.items() if k != "PREFECT_REDIS_MESSAGING_URL"}
+    up = Stack(stack.root, env).rescue("stack", "up", "--no-label-studio", "--worker-limit", "2")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "it runs its API in several processes, as it was started; to change that: rescue stack down, " \
+           "then rescue stack up --api-processes 1" in up.stdout, up.stdout
+    assert {n: _pid(stack.root, n) for n in pids} == pids  # neither stopped nor doubled
+
+
 def test_down_stops_every_process_of_the_server(several):
     stack, _ = several
     server = _pid(stack.root, "prefect-server")
