@@ -384,12 +384,14 @@ def _cli_down(data_root: Path = _DATA_ROOT,
 
 @cli.command("status")
 def _cli_status(data_root: Path = _DATA_ROOT, prefect_port: int = _prefect_port_option()) -> None:
-    """What runs where; exit 1 if the Prefect server or worker is down."""
+    """What runs where; exit 1 if the Prefect server or worker is down (or the services of an API
+    in several processes)."""
     _use_prefect_port(prefect_port)
     st = status(data_root)
     for name, info in st.items():
         typer.echo(f"{name:16s} " + "  ".join(f"{k}={v}" for k, v in info.items()))
-    if any(info["state"] != "running" for n, info in st.items() if n in ("prefect-server", "prefect-worker", SERVICES)):
+    if any(info["state"] != "running" for n, info in st.items()
+           if n in ("prefect-server", "prefect-worker", SERVICES)):
         raise typer.Exit(1)
 
 

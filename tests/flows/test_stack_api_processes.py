@@ -3,8 +3,8 @@
 Prefect's services in a third; a deployment runs through them to its end (the worker's polls, the
 run's states, its events through Redis to `prefect deployment run --watch`); the zombie
 automation crashes a silent run (the services process judging events the API processes took
-in); every process wants the auth string; services that died are named by `rescue doctor` and
-started again by `up`; `rescue stack down` stops them all. Skipped, saying
+in); every process wants the auth string; services that died are named by `rescue stack status`
+and `rescue doctor` and started again by `up`; `rescue stack down` stops them all. Skipped, saying
 why, where PostgreSQL or Redis is not reachable. What the operator is told when either is
 missing: tests/ops/test_stack_api_processes_refused.py."""
 from __future__ import annotations
@@ -173,6 +173,8 @@ def test_services_that_died_are_named_by_doctor_and_started_again_by_up(several)
     deadline = time.monotonic() + 10
     while _alive(dead) and time.monotonic() < deadline:
         time.sleep(0.2)
+    status = stack.rescue("stack", "status")
+    assert status.returncode == 1 and "prefect-services state=stopped" in status.stdout, status.stdout
     doctor = stack.rescue("doctor", "--json", timeout=300)
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr
     check = {c["name"]: c for c in json.loads(doctor.stdout)["checks"] if c["section"] == "prefect"}["prefect-services"]
