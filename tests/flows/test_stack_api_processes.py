@@ -39,7 +39,12 @@ def _redis():
 
 
 def _pid(root: Path, name: str) -> int:
-    return int(json.loads((root / "stack" / "pids" / f"{name}.json").read_text())["pid"])
+    from ops.processes import StackPaths, read_pid
+    from pipeline.paths import DataRoot
+
+    pid = read_pid(StackPaths(DataRoot(root)), name)
+    assert pid, f"{name} is not running"
+    return pid
 
 
 def _children(pid: int) -> list[int]:
@@ -47,11 +52,9 @@ def _children(pid: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
+    from pipeline.processes import start_time
+
+    return start_time(pid) is not None
 
 
 @pytest.fixture(scope="module")
