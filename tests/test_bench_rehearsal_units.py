@@ -135,3 +135,43 @@ def test_alpha_just_outside_its_95_interval_is_judged_again_family_wise():
     assert ok is True and why.startswith("inside at family-wise 95% over 9 fields: [0.896, ")
     assert checks.alpha_verdict(measured, 0.890, judged=9) == (False, "OUTSIDE")
     assert checks.alpha_verdict(measured, 0.903, judged=9) == (True, "inside")
+
+
+def test_an_alpha_outside_passes_only_where_the_round_measured_the_seeded_answers_own():
+    """Outside its interval even family-wise, a field passes when the seeded answers, measured
+    without Label Studio, give exactly the round's alpha (an unlikely draw of the answers, none
+    lost or changed); a round that changed one answer of them fails."""
+    from pipeline.annotation.rounds import load_round
+    from pipeline.quality.measures import MIN_UNITS, round_agreement
+    from pipeline.synthetic import batch, corpus
+    from pipeline.synthetic.annotators import simulate_labels
+
+    samples = corpus.generate(scale=0.05, seed=3)
+    sims = batch.simulated_annotators(seed=3)
+    truth = {"annotators": [{"name": a.name, "error_rates": a.error_rates, "seed": a.seed} for a in sims],
+             "interviews": [{**s, "fault": {"kind": "corrupt video"} if i == 0 else None}
+                            for i, s in enumerate(samples)]}
+    seeded = checks.seeded_alphas(truth, "emotion")
+    rnd = load_round("emotion")
+    answered = simulate_labels(rnd, samples[1:], sims)  # what the desks hold: the planted fault never annotated
+    pulled = {f.field: f for f in round_agreement(answered, "emotion", rnd).fields}
+    assert seeded == {name: f.alpha for name, f in pulled.items()}
+    everything = {f.field: f.alpha for f in round_agreement(simulate_labels(rnd, samples, sims), "emotion", rnd).fields}
+    assert everything != seeded  # the faulted interview's answers are not among the seeded ones
+
+    lines = answered.to_pylist()  # one annotator's utterance type changed in one row
+    line = next(ln for ln in lines if ln["field"] == "utterance_type")
+    others = sorted({json.loads(ln["value"]) for ln in lines if ln["field"] == "utterance_type"} - {json.loads(line["value"])})
+    line["value"] = json.dumps(others[0])
+    changed = round_agreement(type(answered).from_pylist(lines, schema=answered.schema), "emotion", rnd)
+    changed_alpha = next(f.alpha for f in changed.fields if f.field == "utterance_type")
+    assert changed_alpha != seeded["utterance_type"]
+
+    far = {"alpha": seeded["utterance_type"], "ci_low": seeded["utterance_type"] - 0.01,
+           "ci_high": seeded["utterance_type"] + 0.01, "n_pairable": MIN_UNITS}
+    expected = seeded["utterance_type"] + 0.2  # outside even family-wise
+    assert checks.alpha_verdict(far, expected, judged=9) == (False, "OUTSIDE")
+    ok, why = checks.alpha_verdict(far, expected, judged=9, seeded=seeded["utterance_type"])
+    assert ok is True and "seeded answers measured without Label Studio give the same" in why
+    moved = {**far, "alpha": changed_alpha, "ci_low": changed_alpha - 0.01, "ci_high": changed_alpha + 0.01}
+    assert checks.alpha_verdict(moved, expected, judged=9, seeded=seeded["utterance_type"]) == (False, "OUTSIDE")

@@ -64,7 +64,7 @@ def print_report(report: dict, truth: dict) -> None:
               "release_rows": "each released interview's row count equals truth.json",
               "gold_truth": "where all three annotators agree, and where the adjudicator decided, gold equals the truth",
               "alpha": "each field's alpha (50 units or more): its bootstrap 95% interval holds the alpha the error "
-                       "rates imply",
+                       "rates imply, or the round measured the simulated answers' own alpha exactly",
               "faults": "each fault injected once and recovered by the documented command",
               "release_identical": "the release holds the same bytes as the reference release (a run without faults)"}
     for key, label in labels.items():
