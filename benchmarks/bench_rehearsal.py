@@ -44,12 +44,14 @@ problem; no good interview is quarantined; each drafted interview's row count eq
 truth's; every interview is in the release or quarantined with its reason; released row
 counts equal the truth's; where all three annotators gave one value, gold equals the truth
 (unless all three made the same mistake, which the bench recomputes from the simulated
-answers), and so does every adjudicated value; each field's Krippendorff alpha has the alpha
-its error rates imply (truth.json's ``expected_agreement``) inside its bootstrap 95% interval
-(fields without a closed form, or with fewer than 50 pairable units, are listed, not judged;
-one outside even at family-wise 95% passes only where the simulated answers, measured without
-Label Studio, give exactly the round's alpha: their draw, not the round trip, is off the
-theory). ``nothing_lost`` is yes when every
+answers), and so does every adjudicated value; each field's Krippendorff alpha is exactly the
+alpha of the simulated answers themselves, measured by the same agreement code without Label
+Studio (the answers the pull refused, each with its reason, left out): the round trip through
+the desks lost or changed none; and each field's alpha has the alpha its error rates imply
+(truth.json's ``expected_agreement``) inside its bootstrap 95% interval (fields without a
+closed form, or with fewer than 50 pairable units, are listed, not judged; one outside even at
+family-wise 95% passes, saying so, where it is the answers' own: their draw is off the theory,
+not the round). ``nothing_lost`` is yes when every
 interview is accounted for, in the drafts and in the release; the exit status is 1 when any
 check fails.
 

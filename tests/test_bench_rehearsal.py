@@ -186,6 +186,8 @@ def test_human_half_every_round_through_the_desks(bench):
     # (inside its bootstrap interval), one with fewer says it is not judged
     alpha = fig["checks"]["alpha"]
     assert alpha["ok"] and {f["round"] for f in alpha["fields"]} == set(rounds), alpha
+    # every field's alpha is the simulated answers' own: the desks lost or changed none of them
+    assert fig["checks"]["alpha_seeded"] == {"ok": True, "problems": [], "fields": len(alpha["fields"])}
     assert any(f["expected"] is not None for f in alpha["fields"])
     for f in alpha["fields"]:
         if f["ok"] is None:
@@ -201,7 +203,7 @@ def test_faults_recovered_and_the_release_is_the_same(faulted, reference):
     assert m and m.group(6) == "yes", proc.stdout[-3000:]
     checks = fig["checks"]
     for key in ("accounted", "bad_files", "good_not_quarantined", "rows_equal_truth", "release_accounted",
-                "release_rows", "gold_truth", "faults", "release_identical"):
+                "release_rows", "gold_truth", "alpha_seeded", "faults", "release_identical"):
         assert checks[key]["ok"], (key, checks[key])
     assert checks["release_identical"]["reference"] == str(reference) and (reference / "manifest.json").is_file()
     # the same input as the clean run: its batch, saved beside its release, copied (not generated again)

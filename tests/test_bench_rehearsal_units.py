@@ -175,3 +175,31 @@ def test_an_alpha_outside_passes_only_where_the_round_measured_the_seeded_answer
     assert ok is True and "seeded answers measured without Label Studio give the same" in why
     moved = {**far, "alpha": changed_alpha, "ci_low": changed_alpha - 0.01, "ci_high": changed_alpha + 0.01}
     assert checks.alpha_verdict(moved, expected, judged=9, seeded=seeded["utterance_type"]) == (False, "OUTSIDE")
+
+
+def test_the_seeded_answers_leave_out_what_the_pull_refused_and_nothing_for_a_note():
+    """An answer the pull refused (a problem naming its row and field, e.g. a self-target) is left
+    out of the seeded answers, as the pull leaves it out of the label table; a task's note (two
+    submits: the latest is used) names no answer and leaves every one in."""
+    import pyarrow as pa
+
+    from pipeline.annotation.rounds import load_round
+    from pipeline.quality.measures import round_agreement
+    from pipeline.synthetic import batch, corpus
+    from pipeline.synthetic.annotators import simulate_labels
+
+    samples = corpus.generate(scale=0.05, seed=5)
+    sims = batch.simulated_annotators(seed=5)
+    truth = {"annotators": [{"name": a.name, "error_rates": a.error_rates, "seed": a.seed} for a in sims],
+             "interviews": [{**s, "fault": None} for s in samples]}
+    rnd = load_round("viewpoints")
+    lines = simulate_labels(rnd, samples, sims).to_pylist()
+    gone = next(ln for ln in lines if ln["field"] == "viewpoints_attitudes" and json.loads(ln["value"]))
+    refused = [{"sample_id": gone["sample_id"], "row_index": gone["row_index"], "annotator": f"{gone['annotator']}@example.org",
+                "field": "viewpoints_attitudes.target", "problem": "self-target: X is also the source"}]
+    note = [{"sample_id": gone["sample_id"], "row_index": None, "annotator": f"{gone['annotator']}@example.org",
+             "field": None, "problem": "part 1 by them: 2 annotations; the latest is used"}]
+    kept = pa.Table.from_pylist([ln for ln in lines if ln is not gone], schema=simulate_labels(rnd, [], sims).schema)
+    without = {f.field: f.alpha for f in round_agreement(kept, "viewpoints", rnd).fields}
+    assert checks.seeded_alphas(truth, "viewpoints", refused) == without
+    assert checks.seeded_alphas(truth, "viewpoints", note) == checks.seeded_alphas(truth, "viewpoints") != without

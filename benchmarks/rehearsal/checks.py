@@ -125,25 +125,26 @@ def human_checks(truth: dict, result: dict | None, data, human: dict | None) -> 
         gold_bad.append(f"{where} ({line['method']}): gold {json.loads(line['value'])!r}, "
                         f"truth {row.get(line['field'])!r}")
 
-    # Alpha per field: the measured one's bootstrap interval must hold the expected one.
-    alpha_bad, alpha_rows, fields = [], [], []
+    # Alpha per field: the round's must be the seeded answers' own (measured without Label Studio),
+    # and its bootstrap interval must hold the one the error rates imply.
+    alpha_bad, alpha_rows, fields, seeded, seeded_bad = [], [], [], {}, []
     for name in human["rounds"]:
         report = json.loads((data.agreement_report_dir(name) / "agreement.json").read_text())
         expected = truth["expected_agreement"].get(name, {})
         fields += [(name, fa, expected) for fa in report["fields"]]
+        problems = data.label_problems(name)
+        seeded[name] = seeded_alphas(truth, name, pq.read_table(problems).to_pylist() if problems.is_file() else [])
     judged = sum(not why_not_judged(fa, (expected.get(fa["field"]) or {}).get("alpha")) for _, fa, expected in fields)
-    seeded: dict[str, dict[str, float]] = {}  # per round, measured only where a field is outside
     for name, fa, expected in fields:
         exp = (expected.get(fa["field"]) or {}).get("alpha")
         lo, hi = fa.get("ci_low"), fa.get("ci_high")
-        ok, why = alpha_verdict(fa, exp, judged)
-        if ok is False and why == "OUTSIDE":
-            if name not in seeded:
-                seeded[name] = seeded_alphas(truth, name)
-            ok, why = alpha_verdict(fa, exp, judged, seeded=seeded[name].get(fa["field"]))
+        own = seeded[name].get(fa["field"])
+        if not same_alpha(fa["alpha"], own):
+            seeded_bad.append(f"{name}.{fa['field']}: the round measured {fa['alpha']}, the seeded answers give {own}")
+        ok, why = alpha_verdict(fa, exp, judged, seeded=own)
         alpha_rows.append({"round": name, "field": fa["field"], "alpha": fa["alpha"], "ci_low": lo, "ci_high": hi,
                            "expected": exp, "exact": (expected.get(fa["field"]) or {}).get("exact"),
-                           "units": fa["n_units"], "ok": ok, "why": why})
+                           "seeded": own, "units": fa["n_units"], "ok": ok, "why": why})
         if ok is False:
             alpha_bad.append(f"{name}.{fa['field']}: alpha {fa['alpha']} with interval {lo}-{hi}; "
                              f"the error rates imply {exp}")
@@ -152,6 +153,8 @@ def human_checks(truth: dict, result: dict | None, data, human: dict | None) -> 
         "release_rows": {"ok": not rows_bad and bool(released), "problems": rows_bad,
                          "rows": sum(len(s["rows"]) for s in released.values())},
         "gold_truth": {"ok": not gold_bad and bool(tally), "problems": gold_bad, "tally": dict(tally)},
+        "alpha_seeded": {"ok": not seeded_bad and bool(alpha_rows), "problems": seeded_bad,
+                         "fields": len(alpha_rows)},
         "alpha": {"ok": not alpha_bad and bool(alpha_rows), "problems": alpha_bad, "fields": alpha_rows,
                   "checked": sum(r["ok"] is not None for r in alpha_rows)},
     }
@@ -240,26 +243,42 @@ def alpha_verdict(measured: dict, expected: float | None, judged: int = 1,
     wide_lo, wide_hi = alpha - (alpha - lo) * widen, alpha + (hi - alpha) * widen
     if judged > 1 and wide_lo <= expected <= wide_hi:
         return True, f"inside at family-wise 95% over {judged} fields: [{wide_lo:.3f}, {wide_hi:.3f}]"
-    if seeded is not None and abs(seeded - alpha) <= SEEDED_TOLERANCE:
+    if seeded is not None and same_alpha(alpha, seeded):
         return True, (f"outside, and the seeded answers measured without Label Studio give the same "
                       f"{seeded:.3f}: an unlikely draw of the answers, nothing changed on the way")
     return False, "OUTSIDE"
 
 
-# The same answers coded by the same code give the same alpha up to float summation order.
-SEEDED_TOLERANCE = 1e-9
+def same_alpha(measured: float | None, seeded: float | None) -> bool:
+    """The same answers coded by the same code: the same alpha, up to float summation order."""
+    if measured is None or seeded is None:
+        return measured is None and seeded is None
+    return abs(measured - seeded) <= 1e-9
 
 
-def seeded_alphas(truth: dict, round_name: str) -> dict[str, float]:
+def seeded_alphas(truth: dict, round_name: str, refused: list[dict] = ()) -> dict[str, float]:
     """Each field's alpha of the simulated annotators' own answers on the truth's rows (the
     interviews without a planted fault), measured by the pipeline's agreement code straight from
-    the simulation, without Label Studio: what a round that loses or changes no answer measures."""
+    the simulation, without Label Studio: what a round that loses or changes no answer measures.
+    ``refused``: the pull's problem lines (``DataRoot.label_problems``): the answers they name by
+    row and field are left out, as the pull leaves them out of the label table (a self-target,
+    say), each with its reason; a task's notes (submitted twice: the latest is used) name none."""
+    import pyarrow as pa
+
     from pipeline.annotation.rounds import load_round
     from pipeline.quality.measures import round_agreement
     from pipeline.synthetic.annotators import simulate_labels
 
+    def who(annotator: str) -> str:  # the simulation's name; the desks' lines carry the e-mail
+        return annotator.split("@", 1)[0]
+
     rnd, sims = load_round(round_name), simulated_annotators(truth)
-    labels = simulate_labels(rnd, list(truth_samples(truth).values()), [sims[who] for who in sorted(sims)])
+    labels = simulate_labels(rnd, list(truth_samples(truth).values()), [sims[e] for e in sorted(sims)])
+    out = {(p["sample_id"], p["row_index"], who(p["annotator"]), p["field"].split(".", 1)[0]) for p in refused
+           if p.get("row_index") is not None and p.get("field")}  # not a task's note ("the latest is used")
+    if out:
+        labels = pa.Table.from_pylist([ln for ln in labels.to_pylist() if (ln["sample_id"], ln["row_index"],
+                                       who(ln["annotator"]), ln["field"]) not in out], schema=labels.schema)
     return {f.field: f.alpha for f in round_agreement(labels, round_name, rnd).fields}
 
 

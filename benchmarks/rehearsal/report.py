@@ -63,8 +63,10 @@ def print_report(report: dict, truth: dict) -> None:
               "release_accounted": "every interview is in the release, or quarantined with its reason",
               "release_rows": "each released interview's row count equals truth.json",
               "gold_truth": "where all three annotators agree, and where the adjudicator decided, gold equals the truth",
+              "alpha_seeded": "each field's alpha is the simulated answers' own, measured without Label Studio "
+                              "(the answers the pull refused, with their reasons, left out)",
               "alpha": "each field's alpha (50 units or more): its bootstrap 95% interval holds the alpha the error "
-                       "rates imply, or the round measured the simulated answers' own alpha exactly",
+                       "rates imply, or the answers are an unlikely draw (their own alpha, exactly)",
               "faults": "each fault injected once and recovered by the documented command",
               "release_identical": "the release holds the same bytes as the reference release (a run without faults)"}
     for key, label in labels.items():
