@@ -1,12 +1,14 @@
 """The checks against the batch's truth.json: the machine half's (``check``: drafts, quarantines,
 rows) and the human half's (``human_checks``: the release, gold against the truth, each
-field's alpha against the alpha the error rates imply); a release compared with a reference
-release, file by file and cell by cell, and which half a difference came from."""
+field's alpha against the simulated answers' own and against the alpha the error rates imply);
+a release compared with a reference release, file by file and cell by cell, and which half a
+difference came from."""
 from __future__ import annotations
 
 import contextlib
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from .simulation import simulated_annotators, truth_samples
@@ -65,7 +67,8 @@ def check(truth: dict, result: dict | None, data) -> dict:
 
 def human_checks(truth: dict, result: dict | None, data, human: dict | None) -> dict:
     """The human half's checks: the release against truth.json, gold against the truth, and each
-    field's measured alpha against the alpha the generator's error rates imply."""
+    field's measured alpha against the simulated answers' own (``seeded_alphas``) and against the
+    alpha the generator's error rates imply."""
     import pyarrow.parquet as pq
 
     from pipeline.annotation.rounds import load_round
@@ -256,7 +259,7 @@ def same_alpha(measured: float | None, seeded: float | None) -> bool:
     return abs(measured - seeded) <= 1e-9
 
 
-def seeded_alphas(truth: dict, round_name: str, refused: list[dict] = ()) -> dict[str, float]:
+def seeded_alphas(truth: dict, round_name: str, refused: Sequence[dict] = ()) -> dict[str, float]:
     """Each field's alpha of the simulated annotators' own answers on the truth's rows (the
     interviews without a planted fault), measured by the pipeline's agreement code straight from
     the simulation, without Label Studio: what a round that loses or changes no answer measures.
