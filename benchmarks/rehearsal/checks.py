@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from .simulation import simulated_annotators, truth_samples
+from .simulation import person_email, simulated_annotators, truth_samples
 
 def check(truth: dict, result: dict | None, data) -> dict:
     """The machine half's checks against truth.json."""
@@ -272,16 +272,14 @@ def seeded_alphas(truth: dict, round_name: str, refused: Sequence[dict] = ()) ->
     from pipeline.quality.measures import round_agreement
     from pipeline.synthetic.annotators import simulate_labels
 
-    def who(annotator: str) -> str:  # the simulation's name; the desks' lines carry the e-mail
-        return annotator.split("@", 1)[0]
-
     rnd, sims = load_round(round_name), simulated_annotators(truth)
     labels = simulate_labels(rnd, list(truth_samples(truth).values()), [sims[e] for e in sorted(sims)])
-    out = {(p["sample_id"], p["row_index"], who(p["annotator"]), p["field"].split(".", 1)[0]) for p in refused
+    # the desks' lines name the annotator by e-mail, the simulation's by name
+    out = {(p["sample_id"], p["row_index"], p["annotator"], p["field"].split(".", 1)[0]) for p in refused
            if p.get("row_index") is not None and p.get("field")}  # not a task's note ("the latest is used")
     if out:
         labels = pa.Table.from_pylist([ln for ln in labels.to_pylist() if (ln["sample_id"], ln["row_index"],
-                                       who(ln["annotator"]), ln["field"]) not in out], schema=labels.schema)
+                                       person_email(ln["annotator"]), ln["field"]) not in out], schema=labels.schema)
     return {f.field: f.alpha for f in round_agreement(labels, round_name, rnd).fields}
 
 
